@@ -1,0 +1,67 @@
+"""One validated, serialisable configuration for every program (architecture principle 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+DocVariant = Literal["text", "text+rel"]
+Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
+Expansion = Literal["paper", "code"]
+
+
+class LMConfig(BaseModel):
+    """Which LM each LLM step uses: a DSPy/LiteLLM model string, or ``local`` for the offline GGUF."""
+
+    default: str = "local"
+    target_type: str | None = None
+    cypher: str | None = None
+    rerank: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 512
+
+    def for_step(self, step: str) -> str:
+        return getattr(self, step, None) or self.default
+
+
+class AutofocusConfig(BaseModel):
+    k: int = Field(20, ge=1)
+    alpha: float = Field(2 / 3, ge=0.0, le=1.0)
+    l_max: int = Field(100, ge=1)
+    expansion: Expansion = "paper"
+    type_mode: Literal["strict", "lenient"] = "strict"
+    edge_mode: Literal["strict", "lenient"] = "strict"
+    query_format: Literal["cypher", "typed"] = "cypher"
+    doc_variant_step4: DocVariant = "text"
+    doc_variant_step6: DocVariant = "text"
+    doc_variant_step7: DocVariant = "text+rel"
+    reranker: Reranker = "auto"
+    context_budget_tokens: int = Field(3500, ge=256)
+    doc_budget_tokens: int = Field(384, ge=32)
+    steps: str = "1-8"
+    concurrency: int = Field(4, ge=1)
+    embedder: str = "local:all-MiniLM-L6-v2"
+    lm: LMConfig = Field(default_factory=LMConfig)
+    seed: int = 0
+
+    @field_validator("steps")
+    @classmethod
+    def _check_steps(cls, v: str) -> str:
+        allowed = {"1+7", "1-5", "1-6", "1-7", "1-8"}
+        if v not in allowed:
+            raise ValueError(f"steps must be one of {sorted(allowed)} (the paper's ablations), got {v!r}")
+        return v
+
+    @property
+    def last_step(self) -> int:
+        return int(self.steps[-1])
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.model_dump_json(indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> AutofocusConfig:
+        return cls.model_validate(json.loads(path.read_text()))

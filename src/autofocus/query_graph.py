@@ -1,0 +1,75 @@
+"""The query graph: what step 3 parses out of Cypher and what the typed query format emits directly.
+
+Both query formats (free-form Cypher + parser, or a typed DSPy output) meet here, so steps 4-7
+never know which one produced the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Op = Literal["=", "<>", "<", "<=", ">", ">=", "CONTAINS", "STARTS WITH", "ENDS WITH", "IN"]
+Value = str | int | float | bool | list[str | int | float | bool]
+
+
+class Constraint(BaseModel):
+    """An attribute condition on a symbol, e.g. ``year >= 2015`` or ``name = 'IGF1'``."""
+
+    key: str
+    op: Op = "="
+    value: Value
+
+
+class Symbol(BaseModel):
+    """A node pattern: a constant if it has a name/title constraint, else a variable."""
+
+    var: str
+    type: str | None = None  # a node type of the SKB after mapping (None: unknown / untyped)
+    label: str | None = None  # the label as written in the query, before mapping
+    constraints: list[Constraint] = Field(default_factory=list)
+
+    def name_value(self, name_keys: tuple[str, ...] = ("name", "title")) -> str | None:
+        for c in self.constraints:
+            if c.key.lower() in name_keys and c.op in ("=", "CONTAINS", "STARTS WITH") and isinstance(c.value, str):
+                return c.value
+        return None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.name_value() is not None
+
+
+class Triplet(BaseModel):
+    """``head -[rel]-> tail``; ``directed=False`` when the query wrote ``--``."""
+
+    head: str
+    rel: str | None = None  # an edge type of the SKB after mapping (None: any edge type)
+    rel_label: str | None = None
+    tail: str
+    directed: bool = True
+
+
+class Dropped(BaseModel):
+    """Something the parser could not or deliberately would not use, and why."""
+
+    text: str
+    reason: str
+
+
+class QueryGraph(BaseModel):
+    target: str | None = None
+    target_type: str | None = None
+    symbols: dict[str, Symbol] = Field(default_factory=dict)
+    triplets: list[Triplet] = Field(default_factory=list)
+    dropped: list[Dropped] = Field(default_factory=list)
+
+    @property
+    def constants(self) -> list[Symbol]:
+        return [s for s in self.symbols.values() if s.is_constant]
+
+    @property
+    def usable(self) -> bool:
+        """True when grounding can run: a target and at least one triplet that reaches a constant."""
+        return self.target is not None and bool(self.triplets) and bool(self.constants)
