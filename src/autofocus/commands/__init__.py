@@ -1,0 +1,1 @@
+"""CLI command modules, one per area; each registers on ``autofocus.cli_app.app``."""

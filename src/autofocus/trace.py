@@ -1,0 +1,69 @@
+"""Per-question trace (architecture principle 3): what each step saw, decided, cost and dropped.
+
+Programs fill one ``Trace`` per question; evaluation writes it as one JSONL line and aggregates
+latency, LLM usage and the error-propagation counts of the paper's section 4.2 from it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class StepRecord(BaseModel):
+    seconds: float = 0.0
+    lm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Event(BaseModel):
+    """Something that degraded a question without crashing it (malformed LLM output, fallback, ...)."""
+
+    step: str
+    kind: str
+    detail: str = ""
+
+
+class Trace(BaseModel):
+    system: str = "afr"
+    question: str = ""
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    events: list[Event] = Field(default_factory=list)
+    # error propagation (paper section 4.2 / Figure 3); None = the step did not run
+    flags: dict[str, bool | None] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    def event(self, step: str, kind: str, detail: str = "") -> None:
+        self.events.append(Event(step=step, kind=kind, detail=detail[:500]))
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[StepRecord]:
+        """Time a step and collect the LM usage recorded under it (see ``autofocus.usage``)."""
+        from autofocus.usage import usage_scope
+
+        rec = self.steps.setdefault(name, StepRecord())
+        start = time.perf_counter()
+        with usage_scope() as usage:
+            try:
+                yield rec
+            finally:
+                rec.seconds += time.perf_counter() - start
+                rec.lm_calls += usage.calls
+                rec.input_tokens += usage.input_tokens
+                rec.output_tokens += usage.output_tokens
+
+    @property
+    def lm_calls(self) -> int:
+        return sum(s.lm_calls for s in self.steps.values())
+
+    @property
+    def tokens(self) -> tuple[int, int]:
+        return (
+            sum(s.input_tokens for s in self.steps.values()),
+            sum(s.output_tokens for s in self.steps.values()),
+        )
