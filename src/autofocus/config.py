@@ -38,6 +38,9 @@ class AutofocusConfig(BaseModel):
     doc_variant_step4: DocVariant = "text"
     doc_variant_step6: DocVariant = "text"
     doc_variant_step7: DocVariant = "text+rel"
+    step6_order: Literal["vss", "round"] = "vss"  # round: the reference code's expansion-round-first order
+    step7_exclude: Literal["grounded", "none"] = "grounded"  # grounded: Algorithm 1 line 12; none: dedup at merge
+    exact_name_first: bool = True  # step 4: exact (case-insensitive) name matches before VSS hits
     reranker: Reranker = "auto"
     context_budget_tokens: int = Field(3500, ge=256)
     doc_budget_tokens: int = Field(384, ge=32)

@@ -1,0 +1,202 @@
+"""AF-Retriever (paper Algorithm 1) as a DSPy module: LLM steps 1, 2 and 8 are named sub-modules,
+steps 3-7 are the deterministic functions of this package.
+
+    step 1  target type          self.target_type   (skipped when the SKB has one candidate type)
+    step 2  text-to-Cypher       self.cypher        (or self.query_graph for the typed query format)
+    step 3  parse                autofocus.cypher.parse_cypher
+    step 4  symbol candidates    program.symbols.retrieve_symbol_candidates
+    step 5  grounding            program.grounding.ground_with_expansion
+    step 6  VSS on grounded      program.vss.step6_rank_grounded
+    step 7  VSS on the rest      program.vss.step7_rank_rest + merge
+    step 8  rerank               self.reranker      (pointwise / listwise / pairwise / tournament)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+import dspy
+import numpy as np
+
+from autofocus.config import AutofocusConfig
+from autofocus.cypher import parse_cypher
+from autofocus.program.grounding import ground_with_expansion, support_paths
+from autofocus.program.llm_call import safe_predict
+from autofocus.program.prompts import SchemaContext
+from autofocus.program.rerank import make_reranker
+from autofocus.program.symbols import retrieve_symbol_candidates
+from autofocus.program.typed_query import spec_to_cypher
+from autofocus.program.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.query_graph import QueryGraph
+from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
+from autofocus.trace import Trace
+
+
+def closest_type(raw: str, types: list[str]) -> str | None:
+    """Salvage a node type from free text: exact, normalised, contained, then closest."""
+    norm = {re.sub(r"[^a-z0-9]", "", t.lower()): t for t in types}
+    text = raw.strip().strip("\"'`.").lower()
+    key = re.sub(r"[^a-z0-9]", "", text)
+    if key in norm:
+        return norm[key]
+    hits = [t for n, t in norm.items() if n and n in key]
+    if len(hits) == 1:
+        return hits[0]
+    close = difflib.get_close_matches(key, list(norm), n=1, cutoff=0.75)
+    return norm[close[0]] if close else None
+
+
+class AutofocusRetriever(dspy.Module):
+    """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace."""
+
+    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "afr") -> None:
+        super().__init__()
+        self.kb = kb
+        self.config = config or AutofocusConfig()
+        self.system = system
+        schema = kb.skb.schema  # type: ignore[attr-defined]
+        self.context = SchemaContext.from_schema(schema)
+        types = self.context.candidate_types
+        self.target_type = dspy.Predict(target_type_signature(types)) if len(types) > 1 else None
+        self.cypher = dspy.Predict(TextToCypher)
+        self.query_graph = dspy.Predict(TextToQueryGraph)
+        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+
+    # --- step 1 -----------------------------------------------------------------------------------
+    def predict_target_type(self, question: str, trace: Trace) -> str | None:
+        types = self.context.candidate_types
+        if self.target_type is None:
+            return types[0]
+        with trace.step("1_target_type"):
+            pred, raw = safe_predict(
+                self.target_type, trace, "1_target_type",
+                kb_description=self.context.kb_description, candidate_types=types, question=question,
+            )
+        if pred is not None:
+            return str(pred.target_type)
+        salvaged = closest_type(raw, types) if raw else None
+        trace.event("1_target_type", "salvaged" if salvaged else "invalid", raw or "")
+        return salvaged
+
+    # --- steps 2 and 3 ----------------------------------------------------------------------------
+    def derive_query_graph(self, question: str, target_type: str | None, trace: Trace) -> QueryGraph | None:
+        schema = self.kb.skb.schema  # type: ignore[attr-defined]
+        inputs = self.context.query_inputs(question, target_type)
+        with trace.step("2_query"):
+            if self.config.query_format == "typed":
+                pred, _ = safe_predict(self.query_graph, trace, "2_query", **inputs)
+                cypher = spec_to_cypher(pred.query) if pred is not None else None
+            else:
+                pred, raw = safe_predict(self.cypher, trace, "2_query", **inputs)
+                cypher = str(pred.cypher) if pred is not None else raw
+        trace.data["cypher"] = cypher
+        if not cypher:
+            trace.flags["valid_cypher"] = False
+            return None
+        with trace.step("3_parse"):
+            qg = parse_cypher(cypher, schema, mode=self.config.type_mode, target_type=target_type)
+        trace.data["query_graph"] = qg.model_dump()
+        trace.flags["valid_cypher"] = bool(qg.symbols)
+        trace.flags["has_triplet"] = bool(qg.triplets)
+        trace.flags["has_constant"] = qg.usable
+        for d in qg.dropped:
+            trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
+        return qg
+
+    # --- steps 4 and 5 ----------------------------------------------------------------------------
+    def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[int, int]]:
+        cfg = self.config
+        skb = self.kb.skb  # type: ignore[attr-defined]
+        if not qg.usable:
+            trace.flags["grounded_nonempty"] = False
+            return np.zeros(0, np.int64), {}
+        with trace.step("4_symbols"):
+            sc = retrieve_symbol_candidates(
+                self.kb, qg, cfg.l_max, variant=cfg.doc_variant_step4,
+                strict=cfg.type_mode == "strict", exact_name_first=cfg.exact_name_first,
+            )
+        for kind, detail in sc.events:
+            trace.event("4_symbols", kind, detail)
+        trace.data["symbol_candidates"] = {
+            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()} for v, ids in sc.constants.items()
+        }
+        trace.data["filters"] = sc.applied_filters
+        with trace.step("5_grounding"):
+            if cfg.edge_mode == "lenient":
+                qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
+            result = ground_with_expansion(
+                skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
+            )
+        trace.data["grounding_rounds"] = result.rounds
+        trace.data["grounded_ids"] = result.answers[:1000].tolist()
+        trace.data["num_grounded"] = len(result.answers)
+        trace.flags["grounded_nonempty"] = len(result.answers) > 0
+        self._last_grounding = (qg, result)
+        return result.answers, result.round_of
+
+    # --- the whole program ------------------------------------------------------------------------
+    def forward(self, question: str) -> dspy.Prediction:
+        cfg = self.config
+        trace = Trace(system=self.system, question=question)
+        skb = self.kb.skb  # type: ignore[attr-defined]
+        self._last_grounding = None
+        y_type = self.predict_target_type(question, trace)
+        trace.data["target_type"] = y_type
+        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+
+        grounded = np.zeros(0, np.int64)
+        round_of: dict[int, int] = {}
+        if cfg.steps != "1+7":
+            qg = self.derive_query_graph(question, y_type, trace)
+            if qg is not None:
+                trace.data["cypher_target_type"] = qg.target_type
+                grounded, round_of = self.ground(qg, trace)
+
+        step6: list[int] = []
+        scores: dict[int, float] = {}
+        if cfg.steps != "1+7":
+            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(cfg.alpha, cfg.k)
+            with trace.step("6_vss_grounded"):
+                if cfg.steps == "1-5":
+                    order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
+                    step6 = order[:n6]
+                else:
+                    step6, s6 = step6_rank_grounded(
+                        self.kb, qvec, grounded, n6, cfg.doc_variant_step6,
+                        round_of if cfg.step6_order == "round" else None,
+                    )
+                    scores.update(zip(step6, s6, strict=True))
+        step7: list[int] = []
+        if cfg.steps in ("1+7", "1-7", "1-8"):
+            types = [y_type] if y_type in skb.node_type_names else self.context.candidate_types
+            exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
+            n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
+            with trace.step("7_vss_rest"):
+                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.doc_variant_step7)
+            for i, s in zip(step7, s7, strict=True):
+                scores.setdefault(i, s)
+        merged = merge(step6, step7, cfg.k, scores)
+        trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
+        trace.data["pre_rerank"] = merged.ids
+        ranked = merged.ids
+        if cfg.steps == "1-8" and self.reranker is not None and ranked:
+            with trace.step("8_rerank"):
+                retrieved = set()
+                if self._last_grounding is not None:
+                    qg_used, res = self._last_grounding
+                    target = qg_used.target
+                    for var, ids in res.final_sets.items():
+                        if var != target and len(ids) <= 1000:
+                            retrieved.update(int(i) for i in ids)
+                ranked = self.reranker(
+                    question=question, candidates=ranked, skb=skb, target_type=y_type,
+                    retrieved=retrieved, trace=trace,
+                )
+        if self._last_grounding is not None:
+            qg_used, res = self._last_grounding
+            trace.data["support"] = {
+                str(i): support_paths(skb, qg_used, res.final_sets, i)
+                for i in ranked[: cfg.k] if merged.strand.get(i) in ("grounded", "both")
+            }
+        return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)

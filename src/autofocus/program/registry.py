@@ -1,0 +1,82 @@
+"""Named systems and presets: ``afr``, ``afr:steps=1-7``, ``afr:reranker=pairwise,alpha=0.5``, ...
+
+A spec is ``NAME[:key=value,...]``; the keys override ``AutofocusConfig`` fields, so every preset is
+an ordinary, serialisable config plus a program class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dspy
+
+from autofocus.config import AutofocusConfig
+
+ProgramFactory = Callable[[object, AutofocusConfig, str], dspy.Module]
+
+_SYSTEMS: dict[str, tuple[ProgramFactory, dict[str, object]]] = {}
+
+
+def register(name: str, factory: ProgramFactory, **defaults: object) -> None:
+    _SYSTEMS[name] = (factory, defaults)
+
+
+def systems() -> list[str]:
+    _load_builtin()
+    return sorted(_SYSTEMS)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    name, _, rest = spec.partition(":")
+    overrides: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"bad preset option {part!r} in {spec!r}: expected key=value")
+        overrides[key.strip()] = value.strip()
+    return name.strip(), overrides
+
+
+def resolve_config(spec: str, base: AutofocusConfig | None = None) -> tuple[str, AutofocusConfig]:
+    """The system name and the config after applying the preset's defaults and the spec's overrides."""
+    _load_builtin()
+    name, overrides = parse_spec(spec)
+    if name not in _SYSTEMS:
+        raise ValueError(f"unknown system {name!r}; known: {', '.join(sorted(_SYSTEMS))}")
+    data = (base or AutofocusConfig()).model_dump()
+    data.update(_SYSTEMS[name][1])
+    for key, value in overrides.items():
+        if key not in AutofocusConfig.model_fields:
+            raise ValueError(f"unknown setting {key!r} in {spec!r}")
+        data[key] = value
+    return name, AutofocusConfig.model_validate(data)
+
+
+def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
+    """Give each LLM sub-module the LM its step is configured with (``config.lm``)."""
+    from autofocus.lm import get_lm
+
+    step_of = {"target_type": "target_type", "cypher": "cypher", "query_graph": "cypher", "reranker": "rerank"}
+    for attr, step in step_of.items():
+        sub = getattr(program, attr, None)
+        if isinstance(sub, dspy.Module):
+            sub.set_lm(get_lm(config.lm.for_step(step), temperature=config.lm.temperature,
+                              max_tokens=config.lm.max_tokens))
+
+
+def build_program(spec: str, kb: object, config: AutofocusConfig | None = None, *, with_lms: bool = True) -> dspy.Module:
+    """Build a system by spec; ``with_lms=False`` leaves LMs to ``dspy.configure`` (tests, scripted LMs)."""
+    name, cfg = resolve_config(spec, config)
+    factory = _SYSTEMS[name][0]
+    program = factory(kb, cfg, spec)
+    if with_lms:
+        apply_lms(program, cfg)
+    return program
+
+
+def _load_builtin() -> None:
+    if _SYSTEMS:
+        return
+    from autofocus.program.afr import AutofocusRetriever
+
+    register("afr", lambda kb, cfg, spec: AutofocusRetriever(kb, cfg, system=spec))

@@ -1,0 +1,218 @@
+"""Step 4: symbol candidates.
+
+Constants (symbols with a name/title) get their top ``l_max`` nodes by vector similarity of their
+search string, ranked *inside* the hard-filter mask of their other attributes and their type
+(strict mode) — the reference code intersected the filter with the top-3 hits instead and lost
+the constant. Variables with attributes get every node that passes their filters. Attributes
+that match no column (or a value that does not parse) are appended to a constant's search string,
+as the paper says, and dropped (with an event) on a variable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autofocus.query_graph import Constraint, QueryGraph, Symbol
+from autofocus.skb.model import SKB, Column
+
+NAME_KEYS = ("name", "title", "displayname")
+_NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _norm(key: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+@dataclass
+class SymbolCandidates:
+    constants: dict[str, np.ndarray] = field(default_factory=dict)  # var -> ranked ids (<= l_max)
+    variables: dict[str, np.ndarray | None] = field(default_factory=dict)  # var -> filtered ids or None
+    type_masks: dict[str, np.ndarray | None] = field(default_factory=dict)
+    search_strings: dict[str, str] = field(default_factory=dict)
+    applied_filters: dict[str, list[str]] = field(default_factory=dict)
+    events: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
+
+
+def find_column(skb: SKB, key: str) -> tuple[str, Column] | None:
+    """Map a query attribute name onto an SKB column: exact, normalised, then closest match."""
+    if key in skb.columns:
+        return key, skb.columns[key]
+    by_norm = {_norm(k): k for k in skb.columns}
+    nk = _norm(key)
+    if nk in by_norm:
+        return by_norm[nk], skb.columns[by_norm[nk]]
+    close = difflib.get_close_matches(nk, list(by_norm), n=1, cutoff=0.85)
+    if close:
+        return by_norm[close[0]], skb.columns[by_norm[close[0]]]
+    return None
+
+
+def _parse_number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace(",", "").lstrip("$€£")
+        if _NUM.match(text):
+            return float(text)
+    return None
+
+
+def _parse_date(value: object) -> float | None:
+    if isinstance(value, int | float) and 1000 <= float(value) <= 3000:  # a bare year
+        return float(np.datetime64(f"{int(value):04d}-01-01", "D").astype(np.int64))
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    for pattern, suffix in ((r"^\d{4}$", "-01-01"), (r"^\d{4}-\d{2}$", "-01"), (r"^\d{4}-\d{2}-\d{2}", "")):
+        if re.match(pattern, text):
+            try:
+                return float(np.datetime64(text[:10] + suffix if suffix else text[:10], "D").astype(np.int64))
+            except ValueError:
+                return None
+    return None
+
+
+_COMPARE = {
+    "=": np.equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+def _string_values(skb: SKB, key: str, col: Column) -> np.ndarray:
+    """Lower-cased column text as a numpy StringDType array, built once per column."""
+    cache = skb.__dict__.setdefault("_lower_text_cache", {})
+    if key not in cache:
+        cache[key] = np.strings.lower(np.array(list(col.values), dtype=np.dtypes.StringDType()))  # type: ignore[arg-type]
+    return cache[key]
+
+
+def constraint_mask(skb: SKB, constraint: Constraint) -> np.ndarray | None:
+    """Boolean mask of nodes satisfying one constraint, or None if it cannot be applied."""
+    found = find_column(skb, constraint.key)
+    if found is None:
+        return None
+    key, col = found
+    op, value = constraint.op, constraint.value
+    if col.kind in ("number", "date"):
+        parse = _parse_number if col.kind == "number" else _parse_date
+        values = np.asarray(col.values)
+        if op == "IN" and isinstance(value, list):
+            parsed = [parse(v) for v in value]
+            if any(p is None for p in parsed):
+                return None
+            return np.isin(values, np.array(parsed, dtype=np.float64)) & col.present
+        if op not in _COMPARE:
+            return None
+        num = parse(value)
+        if num is None:
+            return None
+        if col.kind == "date" and op in ("=",) and isinstance(value, str) and len(value.strip()) == 4:
+            year_start, year_end = num, _parse_date(f"{int(value.strip()) + 1}-01-01")
+            return (values >= year_start) & (values < year_end) & col.present
+        with np.errstate(invalid="ignore"):
+            return _COMPARE[op](values, num) & col.present
+    text = _string_values(skb, key, col)
+    if op == "IN" and isinstance(value, list):
+        return np.isin(text, np.array([str(v).lower() for v in value], dtype=np.dtypes.StringDType())) & col.present
+    needle = str(value).lower()
+    if op == "=":
+        return (text == needle) & col.present
+    if op == "CONTAINS":
+        return (np.strings.find(text, needle) >= 0) & col.present
+    if op == "STARTS WITH":
+        return np.strings.startswith(text, needle) & col.present
+    if op == "ENDS WITH":
+        return np.strings.endswith(text, needle) & col.present
+    return None
+
+
+def _type_mask(skb: SKB, sym: Symbol, strict: bool) -> np.ndarray | None:
+    if not strict or sym.type is None or sym.type not in skb.node_type_names:
+        return None
+    return skb.node_type == skb.type_code(sym.type)
+
+
+def retrieve_symbol_candidates(
+    kb: object,
+    qg: QueryGraph,
+    l_max: int,
+    variant: str = "text",
+    strict: bool = True,
+    exact_name_first: bool = True,
+) -> SymbolCandidates:
+    """Candidates for every symbol of the query graph (see module docstring)."""
+    skb: SKB = kb.skb  # type: ignore[attr-defined]
+    out = SymbolCandidates()
+    for var, sym in qg.symbols.items():
+        tmask = _type_mask(skb, sym, strict)
+        out.type_masks[var] = tmask
+        mask = None if tmask is None else tmask.copy()
+        name = sym.name_value(NAME_KEYS)
+        extra: list[str] = []
+        applied: list[str] = []
+        for c in sym.constraints:
+            if name is not None and c.key.lower() in NAME_KEYS and c.value == name:
+                continue
+            cm = constraint_mask(skb, c)
+            label = f"{c.key} {c.op} {c.value}"
+            if cm is None:
+                if name is not None:
+                    extra.append(f"{c.key}: {c.value}")
+                else:
+                    out.events.append(("filter_unusable", f"{var}: {label}"))
+                continue
+            applied.append(label)
+            mask = cm if mask is None else mask & cm
+        out.applied_filters[var] = applied
+        if name is None:
+            out.variables[var] = None if not applied or mask is None else np.flatnonzero(mask)
+            continue
+        search = "; ".join([name, *extra])
+        out.search_strings[var] = search
+        ranked = _rank_constant(kb, skb, search, name, mask, l_max, variant, exact_name_first)
+        if len(ranked) == 0:
+            out.events.append(("constant_without_candidates", f"{var}: {search}"))
+            out.variables[var] = None
+        else:
+            out.constants[var] = ranked
+    return out
+
+
+def _exact_name_ids(skb: SKB, name: str) -> np.ndarray:
+    """Nodes whose display name equals ``name`` case-insensitively (index built once per SKB)."""
+    index = skb.__dict__.get("_name_index")
+    if index is None:
+        index = {}
+        for i, n in enumerate(skb.names):
+            index.setdefault(n.strip().lower(), []).append(i)
+        skb.__dict__["_name_index"] = index
+    return np.asarray(index.get(name.strip().lower(), []), dtype=np.int64)
+
+
+def _rank_constant(
+    kb: object, skb: SKB, search: str, name: str, mask: np.ndarray | None, l_max: int, variant: str,
+    exact_name_first: bool,
+) -> np.ndarray:
+    candidates = None if mask is None else np.flatnonzero(mask)
+    if candidates is not None and len(candidates) == 0:
+        return np.zeros(0, np.int64)
+    qvec = kb.embed_query(search)  # type: ignore[attr-defined]
+    ids, _ = kb.index(variant).search(qvec, candidates=candidates, k=l_max)  # type: ignore[attr-defined]
+    ids = np.asarray(ids, dtype=np.int64)
+    if not exact_name_first:
+        return ids
+    exact = _exact_name_ids(skb, name)
+    if mask is not None and len(exact):
+        exact = exact[mask[exact]]
+    if len(exact) == 0:
+        return ids
+    return np.concatenate([exact, ids[~np.isin(ids, exact)]])[:l_max]
