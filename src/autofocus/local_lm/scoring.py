@@ -1,0 +1,105 @@
+"""Pointwise yes/no scoring from next-token probabilities of the local LM.
+
+Small local models rank candidates poorly when asked to write a ranking, but the probability they give to
+"Yes" against "No" as the first answer token orders candidates well (offline_models.md, 5e). One forward
+pass per candidate, no generation; consecutive prompts that share a prefix (instructions + question)
+reuse the server's KV cache, so send a question's candidates together via ``yes_probabilities``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import dspy
+import httpx
+
+from autofocus.local_lm.server import server_for_api_base
+
+YES = ("Yes", "yes", " Yes", " yes", "YES")
+NO = ("No", "no", " No", " no", "NO")
+
+Messages = list[dict[str, Any]]
+
+
+def _p_yes(logprobs: Sequence[float], token_ids: Sequence[int], n_yes: int) -> float | None:
+    """P(yes) / (P(yes) + P(no)), each summed over its distinct first tokens."""
+    yes = {t: lp for t, lp in zip(token_ids[:n_yes], logprobs[:n_yes], strict=True)}
+    no = {t: lp for t, lp in zip(token_ids[n_yes:], logprobs[n_yes:], strict=True) if t not in yes}
+    p_yes = sum(math.exp(lp) for lp in yes.values())
+    p_no = sum(math.exp(lp) for lp in no.values())
+    return p_yes / (p_yes + p_no) if p_yes + p_no > 0 else None
+
+
+def yes_probabilities(
+    lm: dspy.LM,
+    conversations: Sequence[Messages],
+    *,
+    assistant_prefix: str = "",
+    yes: Sequence[str] = YES,
+    no: Sequence[str] = NO,
+    timeout: float = 600.0,
+) -> list[float | None] | None:
+    """P(yes) for each conversation, or None when ``lm`` is not a local LM managed by autofocus.
+
+    Args:
+        lm: an LM from ``autofocus.lm.get_lm`` (``local``, ``local-small``, ``local:/path.gguf``).
+        conversations: chat messages per candidate; put what they share first so the KV cache is reused.
+        assistant_prefix: text the answer is forced to start with (e.g. a ChatAdapter field header).
+        yes, no: first-token spellings counted as yes / no.
+
+    A conversation the server cannot score (e.g. longer than the context window) gives None. Results
+    are cached in DSPy's cache under the LM's model string (which carries the model's sha256) when the
+    LM has ``cache=True``.
+
+    Example:
+        p = yes_probabilities(lm, [[{"role": "user", "content": f"Is {c} a fruit? Answer Yes or No."}] for c in cands])
+    """
+    server = server_for_api_base(lm.kwargs.get("api_base"))
+    if server is None:
+        return None
+    candidates = [*yes, *no]
+
+    def request(messages: Messages) -> dict[str, Any]:
+        return {
+            "autofocus": "next_token_logprobs/v1",
+            "model": lm.model,
+            "messages": messages,
+            "assistant_prefix": assistant_prefix,
+            "candidates": candidates,
+        }
+
+    out: list[float | None] = [None] * len(conversations)
+    todo: list[int] = []
+    for i, messages in enumerate(conversations):
+        hit = dspy.cache.get(request(messages)) if lm.cache else None
+        if hit is not None:
+            out[i] = hit["p_yes"]
+        else:
+            todo.append(i)
+    if not todo:
+        return out
+    body = {
+        "model": lm.model.split("/", 1)[-1],
+        "conversations": [conversations[i] for i in todo],
+        "candidates": candidates,
+        "assistant_prefix": assistant_prefix,
+    }
+    with httpx.Client(trust_env=False, timeout=timeout) as client:
+        resp = client.post(f"{server.api_base}/autofocus/next_token_logprobs", json=body)
+    resp.raise_for_status()
+    payload = resp.json()
+    for i, result in zip(todo, payload["results"], strict=True):
+        if "logprobs" not in result:
+            continue
+        out[i] = _p_yes(result["logprobs"], payload["token_ids"], len(yes))
+        if lm.cache and out[i] is not None:
+            dspy.cache.put(request(conversations[i]), {"p_yes": out[i]})
+    return out
+
+
+def yes_probability(lm: dspy.LM, messages: Messages, **kwargs: Any) -> float | None:
+    """P(yes) / (P(yes) + P(no)) for the first answer token; None for LMs without this capability."""
+    result = yes_probabilities(lm, [messages], **kwargs)
+    return None if result is None else result[0]

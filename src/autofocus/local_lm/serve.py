@@ -1,0 +1,187 @@
+"""The local LM server process: llama.cpp's OpenAI-compatible server plus what autofocus needs from it.
+
+Run as ``python -m autofocus.local_lm.serve`` with the options of ``python -m llama_cpp.server``, plus
+``--parent_pid``. On top of the stock server it
+
+* maps ``max_completion_tokens`` (what DSPy sends for ``openai/`` models) to ``max_tokens``, which the
+  stock server ignores, so generation stops where the caller asked;
+* adds ``POST /v1/autofocus/next_token_logprobs``: log-probabilities of chosen first tokens of the
+  assistant's answer, for yes/no scoring. The stock server returns logprobs only for models loaded with
+  ``logits_all=True``, which keeps an n_ctx x n_vocab float array (2.5 GB for Qwen at n_ctx 4096) and
+  log-softmaxes all of it on every request; this route reads the last position's logits only, and reuses
+  the KV cache of the longest common prompt prefix between calls (system prompt + query);
+* exits when the process that started it is gone, so a killed parent never leaves a model in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+
+class MaxCompletionTokensMiddleware:
+    """ASGI middleware: copy ``max_completion_tokens`` into ``max_tokens`` in JSON request bodies."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        with contextlib.suppress(ValueError):
+            data = json.loads(body)
+            if isinstance(data, dict) and "max_completion_tokens" in data:
+                limit = data.pop("max_completion_tokens")
+                if data.get("max_tokens") is None:
+                    data["max_tokens"] = limit
+                body = json.dumps(data).encode()
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app({**scope, "headers": headers}, replay, send)
+
+
+class Scorer:
+    """Next-token log-probabilities after a chat prompt, with KV-cache reuse of the common prefix."""
+
+    def __init__(self, llama: Any) -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ValueError("this GGUF has no chat template: yes/no scoring needs one")
+        eos, bos = llama.token_eos(), llama.token_bos()
+        self.llama = llama
+        self.formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
+            bos_token=llama._model.token_get_text(bos) if bos != -1 else "",
+        )
+
+    def first_token(self, text: str) -> int:
+        return self.llama.tokenize(text.encode(), add_bos=False, special=False)[0]
+
+    def logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, token_ids: list[int]) -> dict[str, Any]:
+        import llama_cpp
+
+        llama = self.llama
+        rendered = self.formatter(messages=messages)
+        tokens = llama.tokenize(
+            (rendered.prompt + assistant_prefix).encode(), add_bos=not rendered.added_special, special=True
+        )
+        if len(tokens) > llama.n_ctx():
+            raise ValueError(f"prompt has {len(tokens)} tokens, more than the context window ({llama.n_ctx()})")
+        reuse = 0
+        if llama.n_tokens and not (llama._is_recurrent or llama._is_hybrid):
+            cached = np.asarray(llama.input_ids[: llama.n_tokens])
+            head = np.asarray(tokens[: len(tokens) - 1])
+            m = min(len(cached), len(head))
+            diff = np.flatnonzero(cached[:m] != head[:m])
+            reuse = int(diff[0]) if diff.size else m
+        if reuse == 0:
+            llama.reset()
+        llama.n_tokens = reuse
+        llama.eval(tokens[reuse:])
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama.ctx, -1), shape=(llama.n_vocab(),))
+        peak = float(logits.max())
+        log_norm = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+        return {
+            "logprobs": [float(logits[t]) - log_norm for t in token_ids],
+            "prompt_tokens": len(tokens),
+            "reused_tokens": reuse,
+        }
+
+
+class NextTokenRequest(BaseModel):
+    """Body of ``POST /v1/autofocus/next_token_logprobs``."""
+
+    model: str | None = None
+    conversations: list[list[dict[str, Any]]]
+    candidates: list[str]
+    assistant_prefix: str = ""
+
+
+def _add_scoring_route(app: Any) -> None:
+    from fastapi import HTTPException
+    from llama_cpp.server.app import get_llama_proxy
+    from starlette.concurrency import run_in_threadpool
+
+    scorers: dict[int, Scorer] = {}
+
+    def score(llama: Any, body: NextTokenRequest) -> dict[str, Any]:
+        scorer = scorers.get(id(llama))
+        if scorer is None:
+            scorer = scorers[id(llama)] = Scorer(llama)
+        token_ids = [scorer.first_token(c) for c in body.candidates]
+        results: list[dict[str, Any] | None] = []
+        for messages in body.conversations:
+            try:
+                results.append(scorer.logprobs(messages, body.assistant_prefix, token_ids))
+            except ValueError as exc:
+                results.append({"error": str(exc)})
+        return {"token_ids": token_ids, "results": results}
+
+    @app.post("/v1/autofocus/next_token_logprobs")
+    async def next_token_logprobs(body: NextTokenRequest) -> dict[str, Any]:
+        async with contextlib.asynccontextmanager(get_llama_proxy)() as proxy:
+            try:
+                return await run_in_threadpool(score, proxy(body.model), body)
+            except ValueError as exc:
+                raise HTTPException(status_code=400, detail=str(exc)) from exc
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    def watch() -> None:
+        while True:
+            time.sleep(2.0)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+    from llama_cpp.server.app import create_app
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_args_from_model(parser, Settings)
+    parser.add_argument("--parent_pid", type=int, default=None, help="exit when this process is gone")
+    args = parser.parse_args(argv)
+    server_settings = parse_model_from_args(ServerSettings, args)
+    app = create_app(server_settings=server_settings, model_settings=[parse_model_from_args(ModelSettings, args)])
+    _add_scoring_route(app)
+    app.add_middleware(MaxCompletionTokensMiddleware)
+    if args.parent_pid is not None:
+        _exit_with_parent(args.parent_pid)
+    uvicorn.run(app, host=server_settings.host, port=server_settings.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""One llama.cpp server subprocess per model file, started on first use and stopped at exit.
+
+The server route keeps the 1.3 GiB model in one process shared by every LLM step and thread, speaks the
+OpenAI protocol that ``dspy.LM`` already supports (caching, retries, usage, history), and keeps the model's
+native code out of the caller's process. ``use_mmap=False`` because on these VMs mmapped weights got paged
+out and timings swung 3-8x (offline_models.md, "mmap caveat").
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from autofocus import paths
+
+SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via an HTTP proxy
+
+
+class LocalServerError(RuntimeError):
+    """The local LM server could not be started or stopped responding."""
+
+
+def missing_server_modules() -> list[str]:
+    return [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
+
+
+def require_llama_cpp() -> None:
+    missing = missing_server_modules()
+    if missing:
+        raise LocalServerError(
+            f"the offline LM needs llama-cpp-python[server]==0.3.36 (missing modules: {', '.join(missing)}); "
+            f"{SETUP_HINT}, which installs it from a cached wheel or builds it once (5-10 min on 2 cores)"
+        )
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: AUTOFOCUS_LLM_THREADS, else the usable cores (at most 8)."""
+    env = os.environ.get("AUTOFOCUS_LLM_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def default_ctx() -> int:
+    return int(os.environ.get("AUTOFOCUS_LLM_CTX", "4096"))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+class LocalServer:
+    """A managed OpenAI-compatible server subprocess (llama.cpp by default).
+
+    Args:
+        model_path: the GGUF file.
+        alias: the model name the server answers to (and lists at ``/v1/models``).
+        command: the argv to run instead of the llama.cpp server (tests use a fake); ``{port}`` is replaced.
+        startup_timeout: seconds to wait for ``GET /v1/models`` to list ``alias``.
+
+    Example:
+        with LocalServer(path, "qwen@cc324af070c2") as srv:
+            lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key="local")
+    """
+
+    def __init__(
+        self,
+        model_path: Path,
+        alias: str,
+        *,
+        n_threads: int | None = None,
+        n_ctx: int | None = None,
+        command: Sequence[str] | None = None,
+        log_path: Path | None = None,
+        startup_timeout: float = 180.0,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.model_path = Path(model_path)
+        self.alias = alias
+        self.n_threads = n_threads or default_threads()
+        self.n_ctx = n_ctx or default_ctx()
+        self.command = list(command) if command is not None else None
+        self.log_path = log_path or paths.sub("logs") / f"llm-server-{_safe(alias)}-{os.getpid()}.log"
+        self.startup_timeout = startup_timeout
+        self.host = host
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_seconds: float | None = None
+        self._log: IO[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise LocalServerError(f"server for {self.alias} is not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def argv(self, port: int) -> list[str]:
+        if self.command is not None:
+            return [part.replace("{port}", str(port)) for part in self.command]
+        return [
+            sys.executable, "-m", "autofocus.local_lm.serve",
+            "--model", str(self.model_path), "--model_alias", self.alias,
+            "--host", self.host, "--port", str(port),
+            "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
+            "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
+            "--parent_pid", str(os.getpid()),
+        ]  # fmt: skip
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def models(self, timeout: float = 2.0) -> list[str]:
+        """Model ids listed by the server's ``GET /v1/models``."""
+        with _DIRECT.open(f"{self.base_url}/v1/models", timeout=timeout) as resp:
+            return [m["id"] for m in json.load(resp)["data"]]
+
+    def health(self) -> bool:
+        if not self.is_running():
+            return False
+        try:
+            return self.alias in self.models()
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def start(self) -> LocalServer:
+        """Start (idempotent) and wait until healthy; a restart keeps the port when it is still free."""
+        with self._lock:
+            if self.health():
+                return self
+            self._stop_locked()
+            if self.command is None:
+                require_llama_cpp()
+            t0 = time.perf_counter()
+            ports = [self.port] if self.port is not None else []
+            for attempt in range(3):
+                port = ports[attempt] if attempt < len(ports) else free_port(self.host)
+                self._spawn(port)
+                if self._wait_healthy():
+                    self.startup_seconds = time.perf_counter() - t0
+                    return self
+                tail = self.log_tail()
+                self._stop_locked()
+                if "address already in use" not in tail.lower():
+                    raise LocalServerError(
+                        f"local LM server for {self.alias} did not start (see {self.log_path}):\n{tail}"
+                    )
+            raise LocalServerError(f"local LM server for {self.alias}: no free port after 3 tries (see {self.log_path})")
+
+    def _spawn(self, port: int) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}\n".encode())
+        self._log.flush()
+        self.port = port
+        # own session: a Ctrl-C meant for the caller must not kill the server under a run that is saving work
+        self.process = subprocess.Popen(
+            self.argv(port), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def _wait_healthy(self) -> bool:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if not self.is_running():
+                return False
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if self.alias in self.models(timeout=1.0):
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_SERVERS: dict[Path, LocalServer] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def get_server(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
+    """The process-wide server for ``model_path``, started (or restarted) if needed."""
+    key = Path(model_path).resolve()
+    with _REGISTRY_LOCK:
+        server = _SERVERS.get(key)
+        if server is None:
+            if not _SERVERS:
+                atexit.register(stop_all)
+            server = _SERVERS[key] = LocalServer(key, alias, **kwargs)  # type: ignore[arg-type]
+    return server.start()
+
+
+def server_for_api_base(api_base: str | None) -> LocalServer | None:
+    """The managed server behind an LM's ``api_base``, or None for any other endpoint."""
+    if not api_base:
+        return None
+    with _REGISTRY_LOCK:
+        servers = list(_SERVERS.values())
+    return next((s for s in servers if s.port is not None and s.api_base == api_base.rstrip("/")), None)
+
+
+def running_servers() -> list[LocalServer]:
+    with _REGISTRY_LOCK:
+        return [s for s in _SERVERS.values() if s.is_running()]
+
+
+def stop_all() -> None:
+    with _REGISTRY_LOCK:
+        servers = list(_SERVERS.values())
+    for server in servers:
+        server.stop()

@@ -1,0 +1,214 @@
+"""A scripted OpenAI-compatible HTTP server on 127.0.0.1 for tests and benchmarks.
+
+It lets tests drive ``dspy.LM("openai/...", api_base=...)`` over real HTTP (request bodies, retries,
+concurrency, usage) without a model. Replies come from a script: a callable ``body -> reply`` or a list
+consumed in order. A reply is a string (the assistant content) or a dict with ``content`` and optional
+``usage`` / ``status`` / ``json`` (a raw JSON body returned as is, e.g. for the scoring route).
+
+Run as a program (``python tests/fake_openai_server.py --port 0 --model_alias m``) it stands in for the
+llama.cpp server subprocess; it then answers every chat request with ``--reply``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Reply = str | dict[str, Any]
+Script = Callable[[dict[str, Any]], Reply] | list[Reply]
+
+
+def chat_adapter_reply(**fields: Any) -> str:
+    """Format output fields the way DSPy's ChatAdapter expects an LM to answer."""
+    parts = [f"[[ ## {name} ## ]]\n{value if isinstance(value, str) else json.dumps(value)}" for name, value in fields.items()]
+    return "\n\n".join([*parts, "[[ ## completed ## ]]"])
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the last message of a chat request (what a script usually keys on)."""
+    content = body["messages"][-1]["content"]
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content)
+    return content
+
+
+class FakeOpenAIServer:
+    """Threaded fake of ``/v1/chat/completions`` and ``/v1/models``; use as a context manager.
+
+    Args:
+        script: callable ``body -> reply`` or a list of replies consumed in order (exhausted -> HTTP 500).
+        latency: seconds each chat request sleeps before answering (to test concurrency).
+        fail_429: how many chat requests (counted globally, from the first) get HTTP 429 before any succeeds.
+        model_ids: ids listed by ``GET /v1/models``.
+        port: 0 picks a free port.
+    """
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        latency: float = 0.0,
+        fail_429: int = 0,
+        model_ids: Iterable[str] = ("fake-model",),
+        port: int = 0,
+    ) -> None:
+        self._script = script
+        self._replies = list(script) if isinstance(script, list) else None
+        self.latency = latency
+        self.fail_429 = fail_429
+        self.model_ids = list(model_ids)
+        self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self.rate_limited = 0
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def start(self) -> FakeOpenAIServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply | None:
+        if self._replies is None:
+            assert callable(self._script)
+            return self._script(body)
+        with self._lock:
+            return self._replies.pop(0) if self._replies else None
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+                return
+
+            def _send(self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (extra or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") == "/v1/models":
+                    data = [{"id": m, "object": "model", "owned_by": "me"} for m in server.model_ids]
+                    self._send(200, {"object": "list", "data": data})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with server._lock:
+                    server.requests.append(body)
+                    server.paths.append(self.path)
+                    server.headers.append(dict(self.headers))
+                    limited = server.rate_limited < server.fail_429
+                    if limited:
+                        server.rate_limited += 1
+                    server._in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server._in_flight)
+                try:
+                    self._answer(body, limited)
+                finally:
+                    with server._lock:
+                        server._in_flight -= 1
+
+            def _answer(self, body: dict[str, Any], limited: bool) -> None:
+                if server.latency:
+                    time.sleep(server.latency)
+                if limited:
+                    err = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
+                    self._send(429, err, {"Retry-After": "0"})
+                    return
+                reply = server._next_reply(body)
+                if reply is None:
+                    self._send(500, {"error": {"message": "fake server script exhausted"}})
+                    return
+                if isinstance(reply, dict) and "json" in reply:
+                    self._send(int(reply.get("status", 200)), reply["json"])
+                    return
+                content = reply if isinstance(reply, str) else reply["content"]
+                status = 200 if isinstance(reply, str) else int(reply.get("status", 200))
+                prompt_chars = sum(len(json.dumps(m.get("content", ""))) for m in body.get("messages", []))
+                usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(content) // 4 + 1}
+                if isinstance(reply, dict) and "usage" in reply:
+                    usage = dict(reply["usage"])
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                self._send(
+                    status,
+                    {
+                        "id": f"chatcmpl-{server.request_count}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model", server.model_ids[0]),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": content},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": usage,
+                    },
+                )
+
+        return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model_alias", default="fake-model")
+    parser.add_argument("--reply", default=chat_adapter_reply(answer="fake"))
+    parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
+    args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
+    time.sleep(args.startup_delay)
+    server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port)
+    print(f"listening on {server.base_url}", flush=True)
+    server._httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
