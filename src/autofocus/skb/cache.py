@@ -1,0 +1,196 @@
+"""Binary cache of a loaded SKB: ``.npy`` arrays plus a JSON manifest (no pickle), memory-mapped on load.
+
+Parsing a large SKB (JSON lines, pickles, millions of documents) takes minutes; its arrays load
+in well under a second with ``mmap``, and pages are read only when touched.
+
+Layout of ``paths.sub("skb")/<slug>-<hash of the absolute source path>/``::
+
+    manifest.json                 version, fingerprint, schema, node types, edge types, columns
+    node_type.npy                 int16 [N]
+    names.{data,offsets}.npy      TextArray
+    docs.{data,offsets}.npy       TextArray
+    graph/e<i>.{fwd,rev}.{indptr,indices}.npy   per-edge-type CSR (TypedGraph.save)
+    columns/c<i>.present.npy and c<i>.values.npy (number/date) or c<i>.values.{data,offsets}.npy
+
+The fingerprint hashes, per source file, its name, size and mtime plus its content (whole file
+up to 4 MiB, else the first and last MiB), and the loader options (e.g. the STaRK profile).
+Any change (even ``touch``) invalidates. A cache is written to a temporary folder and renamed
+into place, so a half-written cache is never read, and a failed load writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from autofocus import paths
+from autofocus.skb.graph import TypedGraph
+from autofocus.skb.model import SKB, Column
+from autofocus.skb.schema import Schema
+from autofocus.skb.text import TextArray
+
+CACHE_VERSION = 1
+MANIFEST = "manifest.json"
+_SMALL_FILE = 4 << 20
+_HEAD_TAIL = 1 << 20
+
+
+def source_fingerprint(files: list[Path], extra: str = "") -> str:
+    """A hex digest of the source files (names, sizes, mtimes, content sample) and loader options."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"autofocus-skb-cache-v{CACHE_VERSION}\0{extra}\0".encode())
+    for path in files:
+        stat = path.stat()
+        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+        with path.open("rb") as fh:
+            if stat.st_size <= _SMALL_FILE:
+                digest.update(fh.read())
+            else:
+                digest.update(fh.read(_HEAD_TAIL))
+                fh.seek(-_HEAD_TAIL, os.SEEK_END)
+                digest.update(fh.read(_HEAD_TAIL))
+    return digest.hexdigest()
+
+
+def cache_dir_for(source: Path | str, cache_root: Path | None = None) -> Path:
+    """``<root>/<slug>-<hash>``: one cache folder per absolute source path."""
+    source = Path(source).resolve()
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", source.name).strip("-") or "skb"
+    key = hashlib.sha1(str(source).encode()).hexdigest()[:12]
+    return (cache_root or paths.sub("skb")) / f"{slug}-{key}"
+
+
+def write_cache(skb: SKB, directory: Path, *, source: str = "", files: list[Path] | None = None) -> Path:
+    """Write ``skb`` to ``directory`` atomically (temp folder + rename); returns ``directory``."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        np.save(tmp / "node_type.npy", np.asarray(skb.node_type, dtype=np.int16))
+        skb.names.save(tmp / "names")
+        skb.docs.save(tmp / "docs")
+        skb.graph.save(tmp / "graph")
+        (tmp / "columns").mkdir()
+        column_meta = []
+        for i, (key, col) in enumerate(skb.columns.items()):
+            np.save(tmp / "columns" / f"c{i}.present.npy", np.asarray(col.present, dtype=bool))
+            if isinstance(col.values, TextArray):
+                col.values.save(tmp / "columns" / f"c{i}.values")
+            else:
+                np.save(tmp / "columns" / f"c{i}.values.npy", np.asarray(col.values, dtype=np.float64))
+            column_meta.append({"key": key, "kind": col.kind, "file": f"c{i}"})
+        manifest = {
+            "version": CACHE_VERSION,
+            "fingerprint": skb.fingerprint,
+            "source": source,
+            "source_files": [str(p) for p in files or []],
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "num_nodes": skb.num_nodes,
+            "num_edges": skb.num_edges,
+            "node_type_names": skb.node_type_names,
+            "edge_type_names": skb.graph.edge_types,
+            "columns": column_meta,
+            "schema": skb.schema.model_dump(mode="json"),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
+        _replace_dir(tmp, directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Move ``new`` to ``target``; an old ``target`` is moved aside first and removed after."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except OSError:
+        if not target.exists():  # not a concurrent writer that won the race: a real failure
+            raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def read_manifest(directory: Path) -> dict | None:
+    try:
+        manifest = json.loads((Path(directory) / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return manifest if manifest.get("version") == CACHE_VERSION else None
+
+
+def read_cache(directory: Path, *, mmap: bool = True) -> SKB:
+    """Load a cache folder written by ``write_cache`` (arrays memory-mapped unless ``mmap=False``)."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if manifest is None:
+        raise FileNotFoundError(f"no usable SKB cache at {directory}")
+    mode = "r" if mmap else None
+    n = int(manifest["num_nodes"])
+    columns: dict[str, Column] = {}
+    for meta in manifest["columns"]:
+        prefix = directory / "columns" / meta["file"]
+        present = np.load(f"{prefix}.present.npy", mmap_mode=mode)
+        if meta["kind"] in ("number", "date"):
+            values: np.ndarray | TextArray = np.load(f"{prefix}.values.npy", mmap_mode=mode)
+        else:
+            values = TextArray.load(Path(f"{prefix}.values"), mmap=mmap)
+        columns[meta["key"]] = Column(meta["kind"], values, present)
+    return SKB(
+        schema=Schema.model_validate(manifest["schema"]),
+        node_type_names=list(manifest["node_type_names"]),
+        node_type=np.load(directory / "node_type.npy", mmap_mode=mode),
+        names=TextArray.load(directory / "names", mmap=mmap),
+        docs=TextArray.load(directory / "docs", mmap=mmap),
+        columns=columns,
+        graph=TypedGraph.load(directory / "graph", n, list(manifest["edge_type_names"]), mmap=mmap),
+        fingerprint=manifest["fingerprint"],
+    )
+
+
+def is_cached(source: Path | str, *, files: list[Path], extra: str = "", cache_root: Path | None = None) -> bool:
+    """Whether ``load_cached`` would read the cache instead of calling the loader."""
+    manifest = read_manifest(cache_dir_for(source, cache_root))
+    return manifest is not None and manifest.get("fingerprint") == source_fingerprint(files, extra)
+
+
+def load_cached(
+    source: Path | str,
+    loader: Callable[[], SKB],
+    *,
+    files: list[Path],
+    extra: str = "",
+    cache_root: Path | None = None,
+    rebuild: bool = False,
+) -> SKB:
+    """The cached SKB of ``source`` if its fingerprint still matches, else ``loader()`` cached.
+
+    ``files`` are the source files the content depends on; ``extra`` holds loader options that
+    change the result. Nothing is written when ``loader`` raises.
+    """
+    fingerprint = source_fingerprint(files, extra)
+    directory = cache_dir_for(source, cache_root)
+    manifest = None if rebuild else read_manifest(directory)
+    if manifest is not None and manifest.get("fingerprint") == fingerprint:
+        try:
+            return read_cache(directory)
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged cache is rebuilt below
+    skb = loader()
+    skb.fingerprint = fingerprint
+    write_cache(skb, directory, source=str(Path(source).resolve()), files=files)
+    return skb

@@ -1,0 +1,260 @@
+"""QA sets and splits of both SKB formats, parsed strictly and without ``eval``.
+
+Layouts (searched in this order under the given path):
+
+- SKB directory format: ``qa.csv`` and ``splits/<name>.index``;
+- STaRK: ``stark_qa/stark_qa.csv`` (or ``stark_qa.csv``) and ``split/<name>.index``.
+
+A CSV beside the main one named ``qa_<name>.csv`` / ``stark_qa_<name>.csv`` is a split of its own
+holding all its rows (STaRK's ``stark_qa_human_generated_eval.csv`` becomes the split
+``human_generated_eval``). ``answer_ids`` may be a JSON list or a Python list literal (what
+STaRK writes); it is parsed with ``json`` then ``ast.literal_eval``, never ``eval``.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autofocus.skb.errors import FormatIssue, IssueCollector
+
+if TYPE_CHECKING:
+    import datasets
+
+REQUIRED_COLUMNS = ("id", "query", "answer_ids")
+
+
+@dataclass(frozen=True, slots=True)
+class QAItem:
+    """One question: its id in the QA file, the text and the gold answer node ids."""
+
+    id: int
+    query: str
+    answer_ids: list[int]
+
+
+@dataclass(frozen=True)
+class QALayout:
+    """Where the QA files of an SKB are: the main CSV, the split folder, whole-file splits."""
+
+    root: Path
+    main: Path | None
+    split_dir: Path | None
+    extra: dict[str, Path] = field(default_factory=dict)
+
+    def label(self, path: Path) -> str:
+        """A file name relative to the SKB root, as used in error messages."""
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def find_qa(path: Path | str) -> QALayout:
+    """Locate the QA files under ``path`` (an SKB directory or a STaRK dataset root)."""
+    root = Path(path)
+    for main_name, split_name in (
+        ("qa.csv", "splits"),
+        ("stark_qa/stark_qa.csv", "split"),
+        ("stark_qa.csv", "split"),
+    ):
+        main = root / main_name
+        split_dir = root / split_name
+        if main.is_file() or split_dir.is_dir():
+            prefix = main.stem + "_"
+            extra = (
+                {p.stem[len(prefix) :]: p for p in sorted(main.parent.glob(f"{prefix}*.csv"))}
+                if main.parent.is_dir()
+                else {}
+            )
+            return QALayout(
+                root, main if main.is_file() else None, split_dir if split_dir.is_dir() else None, extra
+            )
+    return QALayout(root, None, None, {})
+
+
+def parse_answer_ids(text: str) -> list[int]:
+    """A JSON or Python list of non-negative ints; raises ``ValueError`` with the reason otherwise."""
+    text = text.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise ValueError(f"answer_ids is not a JSON or Python list: {text[:60]!r}") from exc
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"answer_ids must be a list, got {type(value).__name__}: {text[:60]!r}")
+    bad = [v for v in value if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+    if bad:
+        raise ValueError(f"answer_ids must hold non-negative integer node ids, got {bad[0]!r}")
+    return [int(v) for v in value]
+
+
+def read_qa_csv(path: Path, label: str | None = None) -> tuple[list[QAItem], list[FormatIssue]]:
+    """Read a QA CSV (extra columns ignored); returns the good rows and one issue per bad row."""
+    label = label or path.name
+    issues = IssueCollector()
+    items: list[QAItem] = []
+    seen: dict[int, int] = {}
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            return [], [FormatIssue(label, 1, "empty file: expected a header `id,query,answer_ids`")]
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            return [], [FormatIssue(label, 1, f"header lacks column(s) {', '.join(missing)}; got {header}")]
+        col = {c: header.index(c) for c in REQUIRED_COLUMNS}
+        start = reader.line_num + 1
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) < len(header):
+                issues.add(label, line, f"{len(row)} field(s), the header has {len(header)}")
+                continue
+            try:
+                qid = int(row[col["id"]].strip())
+            except ValueError:
+                issues.add(label, line, f"id is not an integer: {row[col['id']]!r}")
+                continue
+            if qid in seen:
+                issues.add(label, line, f"duplicate question id {qid} (first on line {seen[qid]})")
+                continue
+            seen[qid] = line
+            query = row[col["query"]]
+            if not query.strip():
+                issues.add(label, line, f"question {qid} has an empty query")
+                continue
+            try:
+                answers = parse_answer_ids(row[col["answer_ids"]])
+            except ValueError as exc:
+                issues.add(label, line, str(exc))
+                continue
+            items.append(QAItem(qid, query, answers))
+    return items, issues.issues
+
+
+def read_split(path: Path, label: str | None = None) -> tuple[list[tuple[int, int]], list[FormatIssue]]:
+    """``(line, question id)`` pairs of a split file, one integer per line (blank lines ignored)."""
+    label = label or path.name
+    rows: list[tuple[int, int]] = []
+    issues: list[FormatIssue] = []
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            rows.append((n, int(text)))
+        except ValueError:
+            issues.append(FormatIssue(label, n, f"not a question id: {text[:40]!r}"))
+    return rows, issues
+
+
+def validate_qa(layout: QALayout, num_nodes: int | None, collector: IssueCollector) -> None:
+    """Check every QA file and split of ``layout``; answer ids must be below ``num_nodes`` when given."""
+    main_ids: set[int] = set()
+    files = ([layout.main] if layout.main else []) + list(layout.extra.values())
+    for path in files:
+        label = layout.label(path)
+        items, issues = read_qa_csv(path, label)
+        collector.extend(issues)
+        if num_nodes is not None:
+            for item in items:
+                bad = [a for a in item.answer_ids if a >= num_nodes]
+                if bad:
+                    collector.add(
+                        label,
+                        None,
+                        f"question {item.id}: answer id {bad[0]} is not a node id (N = {num_nodes})",
+                    )
+        if path == layout.main:
+            main_ids = {item.id for item in items}
+    if layout.split_dir is None:
+        return
+    for split_path in sorted(layout.split_dir.glob("*.index")):
+        label = layout.label(split_path)
+        if layout.main is None:
+            collector.add(label, None, "a split file without a QA file (qa.csv / stark_qa.csv)")
+            continue
+        rows, issues = read_split(split_path, label)
+        collector.extend(issues)
+        for line, qid in rows:
+            if qid not in main_ids:
+                collector.add(label, line, f"question id {qid} is not in {layout.label(layout.main)}")
+
+
+def splits_available(path: Path | str) -> dict[str, int]:
+    """Split name -> number of questions, for every split file and whole-file split under ``path``."""
+    layout = find_qa(path)
+    out: dict[str, int] = {}
+    if layout.split_dir is not None:
+        for p in sorted(layout.split_dir.glob("*.index")):
+            out[p.stem] = len(read_split(p)[0])
+    for name, p in layout.extra.items():
+        out[name] = len(read_qa_csv(p)[0])
+    return out
+
+
+def load_qa(path: Path | str, split: str | None = None) -> list[QAItem]:
+    """All questions (``split=None``) or one split, in the split file's order.
+
+    Raises ``SKBFormatError`` on malformed files and ``KeyError`` for an unknown split.
+    """
+    layout = find_qa(path)
+    collector = IssueCollector()
+    if split is not None and split in layout.extra:
+        items, issues = read_qa_csv(layout.extra[split], layout.label(layout.extra[split]))
+        collector.extend(issues)
+        collector.raise_if_any()
+        return items
+    if layout.main is None:
+        raise FileNotFoundError(f"no QA file under {path} (looked for qa.csv, stark_qa/stark_qa.csv)")
+    items, issues = read_qa_csv(layout.main, layout.label(layout.main))
+    collector.extend(issues)
+    collector.raise_if_any()
+    if split is None:
+        return items
+    split_path = layout.split_dir / f"{split}.index" if layout.split_dir else None
+    if split_path is None or not split_path.is_file():
+        known = ", ".join(splits_available(path)) or "none"
+        raise KeyError(f"unknown split {split!r} under {path}; available: {known}")
+    rows, issues = read_split(split_path, layout.label(split_path))
+    by_id = {item.id: item for item in items}
+    collector.extend(issues)
+    for line, qid in rows:
+        if qid not in by_id:
+            collector.add(
+                layout.label(split_path), line, f"question id {qid} is not in {layout.label(layout.main)}"
+            )
+    collector.raise_if_any()
+    return [by_id[qid] for _, qid in rows]
+
+
+def to_hf_dataset(items: list[QAItem]) -> datasets.Dataset:
+    """A Hugging Face ``Dataset`` with columns ``id`` (int64), ``query`` (string), ``answer_ids`` (list of int64)."""
+    import datasets
+
+    features = datasets.Features(
+        {
+            "id": datasets.Value("int64"),
+            "query": datasets.Value("string"),
+            "answer_ids": datasets.List(datasets.Value("int64")),
+        }
+    )
+    return datasets.Dataset.from_dict(
+        {
+            "id": [item.id for item in items],
+            "query": [item.query for item in items],
+            "answer_ids": [list(item.answer_ids) for item in items],
+        },
+        features=features,
+    )
