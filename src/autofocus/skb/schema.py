@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -11,6 +11,8 @@ class NodeTypeInfo(BaseModel):
     count: int = 0
     name_field: str = "name"
     attributes: list[str] = Field(default_factory=list)
+    # optional: "number" | "date" | "string" | "json" per attribute; undeclared ones are inferred
+    attribute_types: dict[str, Literal["number", "date", "string", "json"]] = Field(default_factory=dict)
     description: str = ""
 
 
