@@ -73,7 +73,9 @@ def prepare(
     candidates: CandidatesLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ranked list and gold set that STaRK would score: deduplicated, restricted to candidates."""
-    r = _first_occurrences(np.asarray(list(ranked) if not isinstance(ranked, np.ndarray) else ranked, dtype=np.int64))
+    r = _first_occurrences(
+        np.asarray(list(ranked) if not isinstance(ranked, np.ndarray) else ranked, dtype=np.int64)
+    )
     g = np.unique(np.asarray(list(gold) if not isinstance(gold, np.ndarray) else gold, dtype=np.int64))
     cand = as_candidates(candidates)
     if cand is not None:
@@ -140,7 +142,9 @@ def dspy_metric(name: str, candidates: CandidatesLike | None = None) -> DspyMetr
     """
     match = _METRIC_NAME.match(name)
     if name != "mrr" and match is None:
-        raise ValueError(f"unknown metric {name!r}: use 'mrr', 'hit@<k>' or 'recall@<k>' (e.g. 'hit@1', 'recall@20')")
+        raise ValueError(
+            f"unknown metric {name!r}: use 'mrr', 'hit@<k>' or 'recall@<k>' (e.g. 'hit@1', 'recall@20')"
+        )
     ks = (int(match.group(2)),) if match else (1,)
     if match and ks[0] < 1:
         raise ValueError(f"metric {name!r}: k must be >= 1")
@@ -151,7 +155,9 @@ def dspy_metric(name: str, candidates: CandidatesLike | None = None) -> DspyMetr
     ) -> float:
         ranked = getattr(pred, "ranked_ids", None)
         if ranked is None:
-            raise AttributeError(f"metric {name!r} needs a prediction with `ranked_ids`, got {type(pred).__name__}")
+            raise AttributeError(
+                f"metric {name!r} needs a prediction with `ranked_ids`, got {type(pred).__name__}"
+            )
         return compute_metrics(ranked, example.answer_ids, cand, ks=ks)[name]
 
     metric.__name__ = f"autofocus_{name.replace('@', '_at_')}"

@@ -1,0 +1,483 @@
+"""Run a program over a QA split: concurrent, streamed to ``traces.jsonl``, resumable (principle 7).
+
+A run directory holds ``manifest.json`` (what was run: system, config, split, SKB fingerprint,
+versions, LMs) and ``traces.jsonl`` (one line per finished question). Rerunning into the same
+directory skips finished questions and retries failed ones; a different system, config, split,
+SKB or program file is refused unless the caller starts a new run (``resume=False``), which
+moves the old files into ``previous-<time>/``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import os
+import platform
+import queue
+import shutil
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from autofocus.evaluate.traces import (
+    RECORD_VERSION,
+    TRACES_FILE,
+    TraceWriter,
+    latest_by_id,
+    read_traces,
+    to_jsonable,
+)
+from autofocus.metrics import DEFAULT_KS, Candidates, CandidatesLike, as_candidates, compute_metrics, prepare
+from autofocus.trace import Trace
+
+if TYPE_CHECKING:
+    from autofocus.config import AutofocusConfig
+    from autofocus.skb.model import SKB
+
+MANIFEST_FILE = "manifest.json"
+RANKED_KEPT = 100
+METRIC_KS = (*DEFAULT_KS, 50, 100)
+
+
+class QuestionLike(Protocol):
+    id: int
+    query: str
+    answer_ids: list[int]
+
+
+class RunMismatchError(RuntimeError):
+    """The run directory holds a different run; the message lists the differences."""
+
+
+@dataclass
+class EvalResult:
+    out_dir: Path
+    total: int  # questions in this run (after ``limit``)
+    skipped: int  # already finished before this call
+    finished: int  # finished successfully in this call
+    errors: int  # raised in this call (retried on the next resume)
+    interrupted: bool
+
+    @property
+    def traces_path(self) -> Path:
+        return self.out_dir / TRACES_FILE
+
+    @property
+    def complete(self) -> bool:
+        return not self.interrupted and self.errors == 0 and self.skipped + self.finished == self.total
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_manifest(
+    *,
+    system: str,
+    config: AutofocusConfig | Mapping[str, Any] | None,
+    split: str | None,
+    limit: int | None = None,
+    skb_path: Path | str | None = None,
+    skb_fingerprint: str | None = None,
+    index_checksums: Mapping[str, str] | None = None,
+    lms: Mapping[str, Any] | None = None,
+    program_file: Path | str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Everything needed to reproduce or refuse to mix runs; LMs default to the config's ``lm``."""
+    import dspy
+
+    import autofocus
+
+    cfg = (
+        config.model_dump(mode="json")
+        if hasattr(config, "model_dump")
+        else (dict(config) if config else None)
+    )
+    manifest: dict[str, Any] = {
+        "system": system,
+        "split": split,
+        "limit": limit,
+        "config": cfg,
+        "skb": {"path": str(skb_path) if skb_path else None, "fingerprint": skb_fingerprint},
+        "index_checksums": dict(index_checksums or {}),
+        "lms": dict(lms) if lms is not None else (cfg or {}).get("lm"),
+        "program": {"path": str(program_file), "sha256": file_sha256(Path(program_file))}
+        if program_file
+        else None,
+        "versions": {
+            "autofocus": autofocus.__version__,
+            "dspy": dspy.__version__,
+            "numpy": np.__version__,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+        },
+        "created": _now(),
+    }
+    if extra:
+        manifest["extra"] = to_jsonable(dict(extra))
+    return manifest
+
+
+# config fields that change how fast a run goes, not its results
+EXECUTION_ONLY = frozenset({"concurrency"})
+
+
+def _identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields that must match for a resume to mix old and new lines in one run."""
+    config = manifest.get("config")
+    if isinstance(config, Mapping):
+        config = {k: v for k, v in config.items() if k not in EXECUTION_ONLY}
+    return {
+        "system": manifest.get("system"),
+        "split": manifest.get("split"),
+        "config": config,
+        "skb.fingerprint": (manifest.get("skb") or {}).get("fingerprint"),
+        "program.sha256": (manifest.get("program") or {}).get("sha256"),
+    }
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` lines for the identity fields that differ."""
+    a, b = _flatten(_identity(old)), _flatten(_identity(new))
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(to_jsonable(data), indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _archive(out_dir: Path) -> Path | None:
+    """Move a previous run's files aside instead of deleting them."""
+    names = [p for p in out_dir.iterdir() if not p.name.startswith("previous-")]
+    if not names:
+        return None
+    dest = out_dir / f"previous-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%f')}"
+    dest.mkdir()
+    for p in names:
+        shutil.move(str(p), dest / p.name)
+    return dest
+
+
+def _derived(
+    trace: Trace | None, gold: list[int], candidates: Candidates | None, skb: SKB | None
+) -> dict[str, Any]:
+    """Error-propagation numbers that need the gold answers: grounding recall, target type correct."""
+    out: dict[str, Any] = {}
+    data = trace.data if trace is not None else {}
+    grounded = data.get("grounded_ids")
+    if grounded is not None:
+        g_ids, gold_c = prepare(np.asarray(grounded, dtype=np.int64).ravel(), gold, candidates)
+        hits = int(np.isin(gold_c, g_ids).sum())
+        out["grounded_size"] = int(g_ids.size)
+        out["gold_in_grounded"] = hits > 0
+        out["grounded_recall"] = hits / gold_c.size if gold_c.size else None
+        out["grounded_precision"] = hits / g_ids.size if g_ids.size else None
+    predicted = data.get("target_type")
+    if skb is not None and predicted is not None and gold:
+        g = np.asarray(gold, dtype=np.int64)
+        g = g[(g >= 0) & (g < skb.num_nodes)]
+        gold_types = sorted({skb.node_type_names[c] for c in np.unique(skb.node_type[g])})
+        pred = {predicted} if isinstance(predicted, str) else set(predicted)
+        out["gold_types"] = gold_types
+        out["target_type_correct"] = bool(pred & set(gold_types)) if gold_types else None
+    return out
+
+
+def evaluate_one(
+    program: Callable[..., Any],
+    item: QuestionLike,
+    candidates: Candidates | None = None,
+    skb: SKB | None = None,
+) -> dict[str, Any]:
+    """Run one question and build its trace line; an exception becomes an error line."""
+    start = time.perf_counter()
+    base = {
+        "v": RECORD_VERSION,
+        "id": int(item.id),
+        "query": item.query,
+        "gold": [int(a) for a in item.answer_ids],
+    }
+    try:
+        pred = program(question=item.query)
+        ranked_raw = getattr(pred, "ranked_ids", None)
+        if ranked_raw is None:
+            raise TypeError(f"the program returned {type(pred).__name__} without `ranked_ids`")
+        ranked = np.asarray(ranked_raw, dtype=np.int64).ravel()
+        trace = getattr(pred, "trace", None)
+        if isinstance(trace, Mapping):
+            trace = Trace.model_validate(trace)
+        if trace is not None and not isinstance(trace, Trace):
+            raise TypeError(f"`trace` must be an autofocus.trace.Trace, got {type(trace).__name__}")
+        metrics = compute_metrics(ranked, item.answer_ids, candidates, ks=METRIC_KS)
+        record = {
+            **base,
+            "status": "ok",
+            "ranked": ranked[:RANKED_KEPT].tolist(),
+            "n_ranked": int(ranked.size),
+            "metrics": metrics,
+            "derived": _derived(trace, base["gold"], candidates, skb),
+            "trace": to_jsonable(trace.model_dump(mode="python")) if trace is not None else None,
+        }
+    except Exception as exc:
+        record = {
+            **base,
+            "status": "error",
+            "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "traceback": traceback.format_exc()[-8000:],
+        }
+    record["seconds"] = time.perf_counter() - start
+    record["finished_at"] = _now()
+    return record
+
+
+def _prepare_dir(
+    out_dir: Path, manifest: Mapping[str, Any], resume: bool, console: Console
+) -> dict[str, Any]:
+    """Open or start the run in ``out_dir``; returns the manifest to keep updating."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mpath, tpath = out_dir / MANIFEST_FILE, out_dir / TRACES_FILE
+    if not resume:
+        moved = _archive(out_dir)
+        if moved is not None:
+            console.print(f"[yellow]Starting a new run; the previous files are in {moved}[/]")
+    elif mpath.exists():
+        old = json.loads(mpath.read_text())
+        diff = manifest_diff(old, manifest)
+        if diff:
+            raise RunMismatchError(
+                f"{out_dir} holds a different run; refusing to mix results:\n  "
+                + "\n  ".join(diff)
+                + "\nUse another --out directory, or --force-new to move the old run aside and start again."
+            )
+        changed = [k for k in ("versions", "index_checksums", "lms") if old.get(k) != manifest.get(k)]
+        if changed:
+            console.print(
+                f"[yellow]Resuming {out_dir}; note that {', '.join(changed)} changed since it started.[/]"
+            )
+        old.setdefault("sessions", [])
+        return old
+    elif tpath.exists() and tpath.stat().st_size:
+        raise RunMismatchError(
+            f"{tpath} exists without {MANIFEST_FILE}, so it cannot be checked against this run; "
+            "use another --out directory or --force-new."
+        )
+    return {**manifest, "sessions": []}
+
+
+def run_eval(
+    program_factory: Callable[[], Callable[..., Any]],
+    items: Sequence[QuestionLike],
+    out_dir: Path | str,
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    concurrency: int = 1,
+    limit: int | None = None,
+    resume: bool = True,
+    progress: bool = True,
+    skb: SKB | None = None,
+    candidates: CandidatesLike | None = None,
+    console: Console | None = None,
+) -> EvalResult:
+    """Evaluate a program on ``items[:limit]``, streaming one trace line per finished question.
+
+    Args:
+        program_factory: builds the program; called once per worker thread, so that programs
+            with per-call state never share it between threads.
+        items: questions (``id``, ``query``, ``answer_ids``), e.g. from ``autofocus.skb.qa.load_qa``.
+        out_dir: the run directory (created; resumed when it holds the same run).
+        manifest: from ``build_manifest``; checked against the directory's on resume.
+        concurrency: worker threads (each copies the caller's context: DSPy settings, usage scopes).
+        limit: only the first ``limit`` questions.
+        resume: False moves a previous run aside and starts again (``--force-new``).
+        progress: show a progress bar with the running hit@1.
+        skb: gives candidate ids (STaRK metric semantics) and node types (target type correct).
+        candidates: candidate ids, if not those of ``skb``.
+
+    Returns an ``EvalResult``; a Ctrl-C (or a ``KeyboardInterrupt`` raised by the program)
+    stops the run, keeps the finished lines and returns with ``interrupted=True``. Questions
+    still running then are dropped and run again on resume.
+    """
+    from autofocus.usage import install_usage_callback
+
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    console = console or Console(stderr=True)
+    out_dir = Path(out_dir)
+    selected = list(items[:limit] if limit is not None else items)
+    ids = [int(it.id) for it in selected]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:10]
+        raise ValueError(f"question ids must be unique; repeated: {dup}")
+    cand = as_candidates(
+        candidates if candidates is not None else (skb.candidate_ids if skb is not None else None)
+    )
+
+    run_manifest = _prepare_dir(out_dir, manifest or {}, resume, console)
+    records, dropped = read_traces(out_dir / TRACES_FILE)
+    if dropped:
+        console.print(
+            f"[yellow]Removed a truncated last line ({dropped} bytes) from {out_dir / TRACES_FILE}[/]"
+        )
+    latest = latest_by_id(records)
+    wanted = set(ids)
+    done_before = {i: r for i, r in latest.items() if i in wanted and r["status"] == "ok"}
+    todo = [it for it in selected if int(it.id) not in done_before]
+
+    session: dict[str, Any] = {
+        "started": _now(),
+        "limit": limit,
+        "todo": len(todo),
+        "skipped": len(done_before),
+    }
+    run_manifest["sessions"].append(session)
+    _write_json(out_dir / MANIFEST_FILE, run_manifest)
+    install_usage_callback()
+
+    hits = sum(r["metrics"]["hit@1"] for r in done_before.values())
+    scored = len(done_before)
+    finished = errors = 0
+    interrupted = False
+    failure: BaseException | None = None
+
+    work: queue.Queue[QuestionLike] = queue.Queue()
+    for it in todo:
+        work.put(it)
+    results: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+    gate = threading.Lock()
+    base_ctx = contextvars.copy_context()
+    writer = TraceWriter(out_dir / TRACES_FILE)
+
+    def worker() -> None:
+        program: Callable[..., Any] | None = None
+        while not stop.is_set():
+            try:
+                item = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                if program is None:
+                    program = base_ctx.copy().run(program_factory)
+                record = base_ctx.copy().run(evaluate_one, program, item, cand, skb)
+            except (
+                BaseException
+            ) as exc:  # KeyboardInterrupt/SystemExit from the program, or a factory failure
+                with gate:
+                    stop.set()
+                    results.put(("abort", exc))
+                return
+            with gate:  # once ``stop`` is set under ``gate``, nothing more is written or reported
+                if stop.is_set():
+                    return
+                writer.append(record)
+                results.put(("done", record))
+
+    threads = [
+        threading.Thread(target=worker, name=f"autofocus-eval-{i}", daemon=True)
+        for i in range(min(concurrency, len(todo)))
+    ]
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    bar = Progress(*columns, console=console, disable=not progress)
+
+    def count(record: dict[str, Any]) -> None:
+        nonlocal scored, finished, errors, hits
+        scored += 1
+        if record["status"] == "ok":
+            finished += 1
+            hits += record["metrics"]["hit@1"]
+        else:
+            errors += 1
+
+    def stats() -> str:
+        h1 = f"hit@1 {hits / scored:.3f}" if scored else "hit@1 -"
+        return f"{h1}  errors {errors}" if errors else h1
+
+    try:
+        with bar:
+            task = bar.add_task(
+                out_dir.name or "eval", total=len(selected), completed=len(done_before), stats=stats()
+            )
+            for t in threads:
+                t.start()
+            while finished + errors < len(todo):
+                try:
+                    kind, payload = results.get(timeout=0.2)
+                except queue.Empty:
+                    if not any(t.is_alive() for t in threads) and results.empty():
+                        break
+                    continue
+                if kind == "abort":
+                    if isinstance(payload, KeyboardInterrupt):
+                        interrupted = True
+                    else:
+                        failure = payload
+                    break
+                count(payload)
+                bar.update(task, advance=1, stats=stats())
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        with gate:
+            stop.set()
+        writer.close()
+        while not results.empty():  # lines written before ``stop`` that were not counted yet
+            kind, payload = results.get_nowait()
+            if kind == "done":
+                count(payload)
+        session.update(ended=_now(), finished=finished, errors=errors, interrupted=interrupted)
+        _write_json(out_dir / MANIFEST_FILE, run_manifest)
+    if failure is not None:
+        raise failure
+    if errors:
+        console.print(
+            f"[yellow]{errors} question(s) raised; their tracebacks are in {out_dir / TRACES_FILE} "
+            "and they are retried when the run is resumed.[/]"
+        )
+    return EvalResult(out_dir, len(selected), len(done_before), finished, errors, interrupted)
