@@ -5,14 +5,19 @@ concurrency, usage) without a model. Replies come from a script: a callable ``bo
 consumed in order. A reply is a string (the assistant content) or a dict with ``content`` and optional
 ``usage`` / ``status`` / ``json`` (a raw JSON body returned as is, e.g. for the scoring route).
 
+It also fakes autofocus' scoring route (``POST /v1/autofocus/next_token_logprobs``) when given
+``p_yes``: a callable ``messages -> P(yes)``, spread over the yes-like and no-like candidate spellings.
+``GET /fake/stats`` reports the request count, for tests that run it as a subprocess.
+
 Run as a program (``python tests/fake_openai_server.py --port 0 --model_alias m``) it stands in for the
-llama.cpp server subprocess; it then answers every chat request with ``--reply``.
+llama.cpp server subprocess; it then answers every chat request with ``--reply`` and scores with ``--p_yes``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +26,7 @@ from typing import Any
 
 Reply = str | dict[str, Any]
 Script = Callable[[dict[str, Any]], Reply] | list[Reply]
+SCORING_PATH = "/v1/autofocus/next_token_logprobs"
 
 
 def chat_adapter_reply(**fields: Any) -> str:
@@ -46,6 +52,7 @@ class FakeOpenAIServer:
         fail_429: how many chat requests (counted globally, from the first) get HTTP 429 before any succeeds.
         model_ids: ids listed by ``GET /v1/models``.
         port: 0 picks a free port.
+        p_yes: ``messages -> P(yes)`` for the scoring route (absent: the route answers 404).
     """
 
     def __init__(
@@ -56,8 +63,10 @@ class FakeOpenAIServer:
         fail_429: int = 0,
         model_ids: Iterable[str] = ("fake-model",),
         port: int = 0,
+        p_yes: Callable[[list[dict[str, Any]]], float] | None = None,
     ) -> None:
         self._script = script
+        self.p_yes = p_yes
         self._replies = list(script) if isinstance(script, list) else None
         self.latency = latency
         self.fail_429 = fail_429
@@ -135,6 +144,8 @@ class FakeOpenAIServer:
                 if self.path.rstrip("/") == "/v1/models":
                     data = [{"id": m, "object": "model", "owned_by": "me"} for m in server.model_ids]
                     self._send(200, {"object": "list", "data": data})
+                elif self.path == "/fake/stats":
+                    self._send(200, {"requests": server.request_count, "paths": list(server.paths)})
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -158,6 +169,9 @@ class FakeOpenAIServer:
             def _answer(self, body: dict[str, Any], limited: bool) -> None:
                 if server.latency:
                     time.sleep(server.latency)
+                if self.path == SCORING_PATH:
+                    self._score(body)
+                    return
                 if limited:
                     err = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
                     self._send(429, err, {"Retry-After": "0"})
@@ -194,6 +208,21 @@ class FakeOpenAIServer:
                     },
                 )
 
+            def _score(self, body: dict[str, Any]) -> None:
+                if server.p_yes is None:
+                    self._send(404, {"detail": "Not Found"})
+                    return
+                cands = body["candidates"]
+                is_yes = [c.strip().lower() == "yes" for c in cands]
+                n_yes = sum(is_yes)
+                results = []
+                for messages in body["conversations"]:
+                    p = server.p_yes(messages)
+                    mass = [p / n_yes if y else (1 - p) / (len(cands) - n_yes) for y in is_yes]
+                    results.append({"logprobs": [math.log(m) if m > 0 else -1e9 for m in mass],
+                                    "prompt_tokens": 10, "reused_tokens": 0})
+                self._send(200, {"token_ids": list(range(len(cands))), "results": results})
+
         return Handler
 
 
@@ -202,10 +231,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--model_alias", default="fake-model")
     parser.add_argument("--reply", default=chat_adapter_reply(answer="fake"))
+    parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
     time.sleep(args.startup_delay)
-    server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port)
+    p_yes = None if args.p_yes is None else (lambda messages: args.p_yes)
+    server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes)
     print(f"listening on {server.base_url}", flush=True)
     server._httpd.serve_forever()
 

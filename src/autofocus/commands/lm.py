@@ -1,0 +1,87 @@
+"""``autofocus lm setup | check | list``: the offline LM and any DSPy LM string, from the command line."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from autofocus.cli_app import app
+
+console = Console()
+lm_app = typer.Typer(help="Set up, check and list LMs (offline GGUF models or any DSPy model string).",
+                     no_args_is_help=True)  # fmt: skip
+app.add_typer(lm_app, name="lm")
+
+
+@lm_app.command("setup")
+def setup_cmd(
+    model: Annotated[list[str] | None, typer.Option(help="local, local-small or all (repeatable)")] = None,
+    skip_llama_cpp: Annotated[bool, typer.Option(help="only provision the GGUF model(s)")] = False,
+) -> None:
+    """Install llama-cpp-python (cached wheel, else built once) and assemble + verify the GGUF model(s)."""
+    from autofocus.local_lm.models import CATALOG
+    from autofocus.local_lm.setup import setup
+
+    chosen = model or ["local"]
+    unknown = [m for m in chosen if m not in CATALOG and m != "all"]
+    if unknown:
+        raise typer.BadParameter(f"unknown model(s) {unknown}; choose from {[*CATALOG, 'all']}")
+    keys = list(CATALOG) if "all" in chosen else list(dict.fromkeys(chosen))
+    for path in setup(keys, install_llama_cpp=not skip_llama_cpp, log=lambda msg: console.print(msg)):
+        console.print(f"[green]ready[/green] {path}")
+
+
+@lm_app.command("check")
+def check_cmd(
+    lm: Annotated[str, typer.Option(help="LM spec: local, local-small, local:/file.gguf or provider/model")] = "local",
+    question: Annotated[str, typer.Option(help="question for the one-line Predict")] = "What is the capital of France?",
+    max_tokens: Annotated[int, typer.Option(help="generation limit")] = 64,
+) -> None:
+    """Start the LM, run one `dspy.Predict("question -> answer")` and a yes/no score; print latency and tokens."""
+    import dspy
+
+    from autofocus.lm import get_lm, yes_probability
+
+    t0 = time.perf_counter()
+    model = get_lm(lm, cache=False, max_tokens=max_tokens)
+    console.print(f"LM [bold]{model.model}[/bold] ready in {time.perf_counter() - t0:.2f} s ({model.kwargs.get('api_base') or 'provider default endpoint'})")
+    t1 = time.perf_counter()
+    with dspy.context(lm=model):
+        pred = dspy.Predict("question -> answer")(question=question)
+    usage = model.history[-1].get("usage") or {}
+    console.print(f"Predict: {pred.answer!r} in {time.perf_counter() - t1:.2f} s, "
+                  f"{usage.get('prompt_tokens', '?')} prompt + {usage.get('completion_tokens', '?')} completion tokens")  # fmt: skip
+    messages = [{"role": "user", "content": f"Question: {question}\nProposed answer: {pred.answer}\n"
+                 "Is the proposed answer correct? Answer Yes or No."}]  # fmt: skip
+    t2 = time.perf_counter()
+    p_yes = yes_probability(model, messages)
+    if p_yes is None:
+        console.print("yes/no scoring: not available for this LM (only for local models)")
+    else:
+        console.print(f"yes/no scoring: P(yes) = {p_yes:.3f} in {time.perf_counter() - t2:.2f} s")
+
+
+@lm_app.command("list")
+def list_cmd() -> None:
+    """Offline models (status, size, licence) and how to name other LMs."""
+    from autofocus.local_lm.models import CATALOG, is_provisioned
+    from autofocus.local_lm.server import SETUP_HINT, missing_server_modules
+
+    table = Table(title="offline LMs (spec -> GGUF)")
+    for col in ("spec", "model", "status", "size", "licence"):
+        table.add_column(col)
+    for key, m in CATALOG.items():
+        status = "[green]ready[/green]" if is_provisioned(m) else "[yellow]not set up[/yellow]"
+        table.add_row(key, m.summary, status, f"{m.size / 2**30:.2f} GiB", m.licence.split(" per ")[0])
+    console.print(table)
+    missing = missing_server_modules()
+    console.print("llama-cpp-python\\[server]: " + ("[green]installed[/green]" if not missing else
+                  f"[yellow]missing ({', '.join(missing)})[/yellow]: {SETUP_HINT}"))  # fmt: skip
+    console.print(
+        "Other specs: local:/path/to/model.gguf; any DSPy model string, e.g. openai/gpt-4o-mini, "
+        "hosted_vllm/<model> (endpoint from AUTOFOCUS_LM_API_BASE), ollama_chat/<model>."
+    )

@@ -1,0 +1,138 @@
+"""get_lm over real HTTP against the scripted fake server: Predict, retries, concurrency, per-step LMs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import dspy
+import pytest
+
+from autofocus.config import LMConfig
+from autofocus.lm import STEPS, get_lm, lm_for_step, lms_for_config, yes_probability
+from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
+
+
+def _echo(body: dict) -> str:
+    question = last_user_text(body).split("[[ ## question ## ]]")[1].split("\n\n")[0].strip()
+    return chat_adapter_reply(answer=f"echo {question}")
+
+
+def _model() -> str:
+    """A model name no earlier run has cached."""
+    return f"openai/fake-{uuid.uuid4().hex[:12]}"
+
+
+def test_predict_end_to_end_through_chat_adapter() -> None:
+    with FakeOpenAIServer(_echo) as srv:
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="sk-test", cache=False, max_tokens=77)
+        with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+            pred = dspy.Predict("question -> answer")(question="capital of France?")
+    assert pred.answer == "echo capital of France?"
+    assert srv.request_count == 1 and srv.paths == ["/v1/chat/completions"]
+    body = srv.requests[0]
+    assert body["model"] == lm.model.split("/", 1)[1]
+    assert body["temperature"] == 0.0 and body["max_completion_tokens"] == 77
+    assert srv.headers[0]["Authorization"] == "Bearer sk-test"
+    assert lm.history[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_api_base_and_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeOpenAIServer(_echo) as srv:
+        monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", srv.api_base)
+        monkeypatch.setenv("AUTOFOCUS_LM_API_KEY", "sk-env")
+        lm = get_lm(_model(), cache=False)
+        with dspy.context(lm=lm):
+            assert dspy.Predict("question -> answer")(question="q").answer == "echo q"
+    assert srv.headers[0]["Authorization"] == "Bearer sk-env"
+
+
+@pytest.mark.parametrize("spec", ["gpt-4o-mini", "", "openai/", "/model"])
+def test_bad_spec_is_explained(spec: str) -> None:
+    with pytest.raises(ValueError, match="provider/model"):
+        get_lm(spec)
+
+
+def test_retries_on_429_then_succeeds() -> None:
+    with FakeOpenAIServer(_echo, fail_429=2) as srv:
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False, num_retries=3)
+        with dspy.context(lm=lm):
+            assert dspy.Predict("question -> answer")(question="q").answer == "echo q"
+    assert srv.rate_limited == 2 and srv.request_count == 3
+
+
+def test_429_without_retries_raises_rate_limit_error() -> None:
+    with FakeOpenAIServer(_echo, fail_429=1) as srv:
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False, num_retries=0)
+        with dspy.context(lm=lm), pytest.raises(dspy.LMRateLimitError):
+            dspy.Predict("question -> answer")(question="q")
+    assert srv.request_count == 1
+
+
+def test_concurrent_threads_get_their_own_answers() -> None:
+    n, latency = 8, 0.3
+    with FakeOpenAIServer(_echo, latency=latency) as srv:
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False)
+        answers: dict[int, str] = {}
+
+        def ask(i: int) -> None:
+            with dspy.context(lm=lm):
+                answers[i] = dspy.Predict("question -> answer")(question=f"q{i}").answer
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+    assert answers == {i: f"echo q{i}" for i in range(n)}
+    assert srv.request_count == n and len(lm.history) == n
+    assert srv.max_in_flight > 1 and elapsed < n * latency
+
+
+def test_cache_is_keyed_by_model_identity() -> None:
+    """Same server, same prompt: another model string must miss the cache, the same one must hit it."""
+    with FakeOpenAIServer(_echo) as srv:
+        name = _model()
+        first, second = (get_lm(m, api_base=srv.api_base, api_key="k", cache=True) for m in (f"{name}@aaaa", f"{name}@bbbb"))
+        for lm in (first, second, first):
+            with dspy.context(lm=lm):
+                dspy.Predict("question -> answer")(question="same question")
+    assert srv.request_count == 2
+
+
+def test_yes_probability_is_none_for_hosted_lms() -> None:
+    with FakeOpenAIServer(_echo, p_yes=lambda messages: 0.9) as srv:
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False)
+        assert yes_probability(lm, [{"role": "user", "content": "Is it? Yes or No."}]) is None
+    assert srv.request_count == 0
+
+
+def test_per_step_lms_share_objects_per_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", "http://127.0.0.1:9/v1")
+    cfg = LMConfig(default="openai/base-model", rerank="openai/rerank-model", temperature=0.3, max_tokens=99)
+    lms = lms_for_config(cfg)
+    assert set(lms) == set(STEPS)
+    assert lms["target_type"] is lms["cypher"] and lms["rerank"] is not lms["cypher"]
+    assert lms["rerank"].model == "openai/rerank-model" and lms["cypher"].model == "openai/base-model"
+    assert lms["cypher"].kwargs["temperature"] == 0.3 and lms["cypher"].kwargs["max_tokens"] == 99
+    assert lm_for_step(cfg, "rerank").model == "openai/rerank-model"
+    with pytest.raises(ValueError, match="unknown LLM step"):
+        lm_for_step(cfg, "grounding")
+
+
+def test_env_points_dspy_cache_under_autofocus_home(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"DSPY_CACHEDIR", "LITELLM_LOCAL_MODEL_COST_MAP"}}
+    env["AUTOFOCUS_HOME"] = str(tmp_path)
+    code = "import autofocus, dspy, os; print(dspy.cache.disk_cache.directory); print(os.environ['LITELLM_LOCAL_MODEL_COST_MAP'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(tmp_path / "dspy_cache"), "True"]
+    env["DSPY_CACHEDIR"] = str(tmp_path / "mine")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == str(tmp_path / "mine")

