@@ -399,9 +399,8 @@ def run_eval(
                 if program is None:
                     program = base_ctx.copy().run(program_factory)
                 record = base_ctx.copy().run(evaluate_one, program, item, cand, skb)
-            except (
-                BaseException
-            ) as exc:  # KeyboardInterrupt/SystemExit from the program, or a factory failure
+            # KeyboardInterrupt/SystemExit from the program, or a factory failure: stop the run
+            except BaseException as exc:
                 with gate:
                     stop.set()
                     results.put(("abort", exc))

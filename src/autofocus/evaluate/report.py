@@ -1,0 +1,547 @@
+"""Summaries of runs and paired comparisons of runs, from their ``traces.jsonl``.
+
+Users compare systems on a few dozen questions, so every mean comes with a 95% interval (Wilson
+for 0/1 metrics, percentile bootstrap otherwise) and every comparison is paired on the same
+questions (exact McNemar for 0/1 metrics, a sign-flip permutation test otherwise). A question
+whose program raised scores 0 on every metric: a failure is a miss, and the error count is shown.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from scipy import stats
+
+from autofocus.evaluate.traces import TRACES_FILE, latest_by_id, read_traces
+
+MAIN_METRICS: tuple[str, ...] = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
+COMPARE_METRICS: tuple[str, ...] = ("hit@1", "mrr")
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+N_RESAMPLES = 2000
+ALPHA = 0.05
+
+
+@dataclass
+class Run:
+    """A run directory read back: its manifest and one record per question (latest attempt)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("system") or self.path.name)
+
+
+def load_run(path: Path | str) -> Run:
+    path = Path(path)
+    tpath = path / TRACES_FILE
+    if not tpath.exists():
+        raise FileNotFoundError(f"{path} is not a run directory: {TRACES_FILE} not found")
+    records, _ = read_traces(tpath, repair=False)
+    mpath = path / "manifest.json"
+    manifest = json.loads(mpath.read_text()) if mpath.exists() else {}
+    return Run(path, manifest, list(latest_by_id(records).values()))
+
+
+def natural_key(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def metric_values(records: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
+    """Per-question values of one metric, 0 for questions that raised."""
+    return np.array(
+        [float(r["metrics"].get(name, 0.0)) if r["status"] == "ok" else 0.0 for r in records],
+        dtype=np.float64,
+    )
+
+
+def _is_binary(x: np.ndarray) -> bool:
+    return bool(np.all((x == 0) | (x == 1)))
+
+
+def mean_ci(x: np.ndarray, seed: int = 0) -> dict[str, Any]:
+    """Mean with a 95% interval: Wilson for 0/1 values, percentile bootstrap otherwise."""
+    n = int(x.size)
+    if n == 0:
+        return {"mean": None, "low": None, "high": None, "ci": None}
+    mean = float(x.mean())
+    if _is_binary(x):
+        ci = stats.binomtest(int(x.sum()), n).proportion_ci(confidence_level=0.95, method="wilson")
+        return {"mean": mean, "low": float(ci.low), "high": float(ci.high), "ci": "wilson"}
+    if n < 2 or np.all(x == x[0]):
+        return {"mean": mean, "low": mean, "high": mean, "ci": "bootstrap"}
+    res = stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=N_RESAMPLES,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
+    return {
+        "mean": mean,
+        "low": float(res.confidence_interval.low),
+        "high": float(res.confidence_interval.high),
+        "ci": "bootstrap",
+    }
+
+
+def _describe(values: Iterable[float]) -> dict[str, Any]:
+    x = np.asarray(list(values), dtype=np.float64)
+    if x.size == 0:
+        return {"n": 0, "median": None, "mean": None, "max": None}
+    return {"n": int(x.size), "median": float(np.median(x)), "mean": float(x.mean()), "max": float(x.max())}
+
+
+def step_seconds(records: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Seconds of each step over the successful questions where it ran, steps in pipeline order."""
+    per_step: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        for step, rec in ((r.get("trace") or {}).get("steps") or {}).items():
+            per_step.setdefault(step, []).append(float(rec.get("seconds", 0.0)))
+    return {step: per_step[step] for step in sorted(per_step, key=natural_key)}
+
+
+def _latency(ok: Sequence[Mapping[str, Any]], all_records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per-step seconds over the questions where the step ran (the paper's Table 8), plus the total."""
+    out = {step: _describe(v) for step, v in step_seconds(ok).items()}
+    out["total"] = _describe(float(r.get("seconds", 0.0)) for r in all_records)
+    return out
+
+
+def _usage(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """LLM calls and tokens per question (the paper's Table 7), in total and per step."""
+    keys = ("lm_calls", "input_tokens", "output_tokens")
+    steps: dict[str, np.ndarray] = {}
+    totals = np.zeros((len(ok), 3))
+    for row, r in enumerate(ok):
+        for step, rec in ((r.get("trace") or {}).get("steps") or {}).items():
+            vals = np.array([float(rec.get(k, 0)) for k in keys])
+            steps.setdefault(step, np.zeros((len(ok), 3)))[row] += vals
+            totals[row] += vals
+    n = max(len(ok), 1)
+    per_step = {
+        s: {k: float(steps[s][:, j].sum() / n) for j, k in enumerate(keys)}
+        for s in sorted(steps, key=natural_key)
+        if steps[s][:, 0].any() or steps[s][:, 1:].any()
+    }
+    return {
+        "per_question": {k: float(totals[:, j].sum() / n) for j, k in enumerate(keys)},
+        "max_per_question": {k: float(totals[:, j].max()) if len(ok) else 0.0 for j, k in enumerate(keys)},
+        "per_step": per_step,
+    }
+
+
+def _flag(r: Mapping[str, Any], name: str) -> bool | None:
+    return ((r.get("trace") or {}).get("flags") or {}).get(name)
+
+
+def _error_propagation(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The paper's Figure 3 funnel: how many questions survive each stage, out of all of them.
+
+    A stage is listed only when some question reached the step that sets it, so baselines
+    without a graph strand show just the final hit rate.
+    """
+    n = len(records)
+    ok = [r for r in records if r["status"] == "ok"]
+
+    def derived(r: Mapping[str, Any]) -> Mapping[str, Any]:
+        return r.get("derived") or {}
+
+    def nonempty(r: Mapping[str, Any]) -> bool | None:
+        flag = _flag(r, "grounded_nonempty")
+        if flag is not None:
+            return flag
+        size = derived(r).get("grounded_size")
+        return None if size is None else size > 0
+
+    candidates: list[tuple[str, list[bool | None]]] = [
+        ("valid Cypher", [_flag(r, "valid_cypher") for r in ok]),
+        ("has a triplet", [_flag(r, "has_triplet") for r in ok]),
+        (
+            "triplet and constant",
+            [
+                None
+                if _flag(r, "has_triplet") is None
+                else bool(_flag(r, "has_triplet") and _flag(r, "has_constant"))
+                for r in ok
+            ],
+        ),
+        ("non-empty grounding", [nonempty(r) for r in ok]),
+        ("gold in grounded set", [derived(r).get("gold_in_grounded") for r in ok]),
+        ("gold from grounded strand in top k", [_strand_hit(r, ("grounded", "both")) for r in ok]),
+        ("gold from VSS strand in top k", [_strand_hit(r, ("vss", "both")) for r in ok]),
+    ]
+    stages = [{"name": "questions", "count": n, "fraction": 1.0 if n else None}]
+    for name, values in candidates:
+        if any(v is not None for v in values):
+            count = sum(1 for v in values if v)
+            stages.append({"name": name, "count": count, "fraction": count / n if n else None})
+    hit20 = int(metric_values(records, "hit@20").sum())
+    stages.append({"name": "hit@20 (final)", "count": hit20, "fraction": hit20 / n if n else None})
+
+    grounded = [derived(r) for r in ok if (derived(r).get("grounded_size") or 0) > 0]
+    recalls = [d["grounded_recall"] for d in grounded if d.get("grounded_recall") is not None]
+    precisions = [d["grounded_precision"] for d in grounded if d.get("grounded_precision") is not None]
+    sizes = [d["grounded_size"] for d in grounded]
+    tt = [derived(r).get("target_type_correct") for r in ok]
+    return {
+        "stages": stages,
+        "grounding": {
+            "questions": len(grounded),
+            "mean_recall": float(np.mean(recalls)) if recalls else None,
+            "mean_precision": float(np.mean(precisions)) if precisions else None,
+            "median_size": float(np.median(sizes)) if sizes else None,
+        },
+        "target_type": {"known": sum(v is not None for v in tt), "correct": sum(1 for v in tt if v)},
+    }
+
+
+def _strand_hit(r: Mapping[str, Any], strands: tuple[str, ...]) -> bool | None:
+    """Whether a gold answer in the ranking came from the given strand(s) (``trace.data["strand"]``)."""
+    strand = ((r.get("trace") or {}).get("data") or {}).get("strand")
+    if not isinstance(strand, Mapping):
+        return None
+    gold = {str(g) for g in r.get("gold", [])}
+    return any(s in strands for i, s in strand.items() if i in gold)
+
+
+def _events(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    events: Counter[str] = Counter()
+    questions: Counter[str] = Counter()
+    for r in ok:
+        kinds = [
+            f"{e.get('step', '?')}:{e.get('kind', '?')}" for e in (r.get("trace") or {}).get("events") or []
+        ]
+        events.update(kinds)
+        questions.update(set(kinds))
+    return {k: {"events": events[k], "questions": questions[k]} for k in sorted(events, key=natural_key)}
+
+
+def summarize(
+    records: Sequence[Mapping[str, Any]],
+    manifest: Mapping[str, Any] | None = None,
+    metrics: Sequence[str] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Everything the summary tables show, as plain JSON values."""
+    ok = [r for r in records if r["status"] == "ok"]
+    names = list(metrics) if metrics is not None else _metric_names(ok)
+    manifest = manifest or {}
+    return {
+        "run": {
+            "system": manifest.get("system"),
+            "split": manifest.get("split"),
+            "limit": manifest.get("limit"),
+            "skb": (manifest.get("skb") or {}).get("path"),
+        },
+        "n": len(records),
+        "n_ok": len(ok),
+        "n_errors": len(records) - len(ok),
+        "errors": Counter(str(r.get("error", "")).split(":")[0] for r in records if r["status"] != "ok"),
+        "metrics": {m: mean_ci(metric_values(records, m), seed) for m in names},
+        "latency": _latency(ok, records),
+        "usage": _usage(ok),
+        "error_propagation": _error_propagation(records),
+        "events": _events(ok),
+    }
+
+
+def _metric_names(ok: Sequence[Mapping[str, Any]]) -> list[str]:
+    present = {k for r in ok for k in r.get("metrics", {})}
+    main = [m for m in MAIN_METRICS if m in present or not ok]
+    rest = sorted(present - set(main), key=lambda k: (k.split("@")[0], natural_key(k)))
+    return main + rest
+
+
+# --- paired comparison --------------------------------------------------------------------------------
+
+
+def paired_test(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, Any]:
+    """Mean of ``b - a`` with a paired bootstrap 95% interval and a two-sided p-value.
+
+    0/1 metrics use the exact McNemar test (a binomial test on the discordant pairs); others a
+    sign-flip permutation test on the mean difference (exact when 2^n <= 9999).
+    """
+    d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+    n = int(d.size)
+    binary = _is_binary(a) and _is_binary(b)
+    out: dict[str, Any] = {"n": n, "test": "mcnemar-exact" if binary else "sign-flip permutation"}
+    if n == 0:
+        return {
+            **out,
+            "a": None,
+            "b": None,
+            "diff": None,
+            "low": None,
+            "high": None,
+            "p": None,
+            "significant": False,
+        }
+    out.update(a=float(np.mean(a)), b=float(np.mean(b)), diff=float(d.mean()))
+    if np.all(d == d[0]):
+        out.update(low=out["diff"], high=out["diff"])
+    else:
+        ci = stats.bootstrap(
+            (d,),
+            np.mean,
+            n_resamples=N_RESAMPLES,
+            method="percentile",
+            vectorized=True,
+            rng=np.random.default_rng(seed),
+        ).confidence_interval
+        out.update(low=float(ci.low), high=float(ci.high))
+    if binary:
+        b_only, a_only = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
+        out["discordant"] = [a_only, b_only]
+        out["p"] = float(stats.binomtest(b_only, a_only + b_only).pvalue) if a_only + b_only else 1.0
+    elif n < 2 or not d.any():
+        out["p"] = 1.0
+    else:
+        res = stats.permutation_test(
+            (d,),
+            np.mean,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=9999,
+            rng=np.random.default_rng(seed),
+        )
+        out["p"] = float(res.pvalue)
+    out["significant"] = out["p"] < ALPHA
+    return out
+
+
+def compare_runs(
+    base: Run, other: Run, metrics: Sequence[str] = COMPARE_METRICS, seed: int = 0
+) -> dict[str, Any]:
+    """``other`` minus ``base`` on the questions both answered (errors count as 0)."""
+    a = {int(r["id"]): r for r in base.records}
+    b = {int(r["id"]): r for r in other.records}
+    common = [i for i in a if i in b]
+    if not common:
+        raise ValueError(f"{base.path} and {other.path} have no question in common")
+    ra, rb = [a[i] for i in common], [b[i] for i in common]
+    return {
+        "n_common": len(common),
+        "metrics": {m: paired_test(metric_values(ra, m), metric_values(rb, m), seed) for m in metrics},
+    }
+
+
+def comparison_rows(
+    runs: Sequence[Run], names: Sequence[str] | None = None, seed: int = 0
+) -> list[dict[str, Any]]:
+    """One row per run: main metrics, LLM usage, latency, and the paired test against the first run."""
+    names = list(names) if names is not None else [r.name for r in runs]
+    rows: list[dict[str, Any]] = []
+    for idx, (name, run) in enumerate(zip(names, runs, strict=True)):
+        s = summarize(run.records, run.manifest, MAIN_METRICS, seed)
+        row: dict[str, Any] = {"system": name, "n": s["n"], "errors": s["n_errors"]}
+        row.update({m: s["metrics"][m]["mean"] for m in MAIN_METRICS})
+        usage = s["usage"]["per_question"]
+        row.update(
+            lm_calls=usage["lm_calls"],
+            input_tokens=usage["input_tokens"],
+            output_tokens=usage["output_tokens"],
+            seconds_median=s["latency"]["total"]["median"],
+        )
+        if idx:
+            cmp = compare_runs(runs[0], run, COMPARE_METRICS, seed)
+            row["n_common"] = cmp["n_common"]
+            for m, t in cmp["metrics"].items():
+                row[f"d_{m}"] = t["diff"]
+                row[f"d_{m}_low"] = t["low"]
+                row[f"d_{m}_high"] = t["high"]
+                row[f"p_{m}"] = t["p"]
+        rows.append(row)
+    return rows
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of every summary table, shared by the terminal and Markdown views."""
+    tables: list[tuple[str, list[str], list[list[str]]]] = []
+    n, errors = summary["n"], summary["n_errors"]
+    tables.append(
+        (
+            f"{title}: {n} questions" + (f", {errors} raised (scored 0)" if errors else ""),
+            ["metric", "%", "95% CI"],
+            [
+                [m, _pct(v["mean"]), f"{_pct(v['low'])}-{_pct(v['high'])}" if v["low"] is not None else "-"]
+                for m, v in summary["metrics"].items()
+            ],
+        )
+    )
+    lat = summary["latency"]
+    tables.append(
+        (
+            "Latency per step, seconds (over questions where the step ran)",
+            ["step", "n", "median", "mean", "max"],
+            [[s, str(v["n"]), _num(v["median"]), _num(v["mean"]), _num(v["max"])] for s, v in lat.items()],
+        )
+    )
+    usage = summary["usage"]
+    rows = [
+        [s, _num(v["lm_calls"]), _num(v["input_tokens"], 0), _num(v["output_tokens"], 0)]
+        for s, v in usage["per_step"].items()
+    ]
+    pq = usage["per_question"]
+    rows.append(["total", _num(pq["lm_calls"]), _num(pq["input_tokens"], 0), _num(pq["output_tokens"], 0)])
+    tables.append(("LLM usage per question (mean)", ["step", "calls", "input tokens", "output tokens"], rows))
+    ep = summary["error_propagation"]
+    rows = [[st["name"], str(st["count"]), _pct(st["fraction"])] for st in ep["stages"]]
+    g, tt = ep["grounding"], ep["target_type"]
+    if g["questions"]:
+        rows.append(["grounded set: mean recall", str(g["questions"]), _pct(g["mean_recall"])])
+        rows.append(["grounded set: mean precision", str(g["questions"]), _pct(g["mean_precision"])])
+        rows.append(["grounded set: median size", str(g["questions"]), _num(g["median_size"], 0)])
+    if tt["known"]:
+        rows.append(["target type correct", str(tt["correct"]), _pct(tt["correct"] / tt["known"])])
+    tables.append(("Error propagation (% of all questions)", ["stage", "questions", "%"], rows))
+    if summary["events"]:
+        tables.append(
+            (
+                "Events (degraded, not failed)",
+                ["step:kind", "events", "questions"],
+                [[k, str(v["events"]), str(v["questions"])] for k, v in summary["events"].items()],
+            )
+        )
+    if summary["errors"]:
+        tables.append(
+            (
+                "Questions that raised",
+                ["error", "questions"],
+                [[k, str(v)] for k, v in summary["errors"].items()],
+            )
+        )
+    return tables
+
+
+def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
+    console = console or Console()
+    for name, header, rows in _summary_tables(summary, title):
+        console.print(f"[bold]{name}[/]")  # not a table title: those wrap at the table's width
+        table = Table()
+        for i, h in enumerate(header):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_markdown(summary: Mapping[str, Any], title: str = "Run") -> str:
+    parts = [f"# {title}\n"]
+    run = summary["run"]
+    parts.append(", ".join(f"{k}: `{v}`" for k, v in run.items() if v is not None) + "\n")
+    for name, header, rows in _summary_tables(summary, title):
+        parts.append(f"## {name}\n\n{_markdown_table(header, rows)}\n")
+    return "\n".join(parts)
+
+
+def write_summary(
+    run_dir: Path | str, summary: Mapping[str, Any], title: str | None = None
+) -> tuple[Path, Path]:
+    run_dir = Path(run_dir)
+    jpath, mpath = run_dir / SUMMARY_JSON, run_dir / SUMMARY_MD
+    jpath.write_text(json.dumps(summary, indent=2) + "\n")
+    mpath.write_text(summary_markdown(summary, title or run_dir.name))
+    return jpath, mpath
+
+
+_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("system", "system"),
+    ("n", "n"),
+    ("errors", "errors"),
+    *((m, m) for m in MAIN_METRICS),
+    ("lm_calls", "LLM calls/q"),
+    ("input_tokens", "in tok/q"),
+    ("output_tokens", "out tok/q"),
+    ("seconds_median", "s/q (median)"),
+)
+
+
+def _comparison_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = [label for _, label in _COLUMNS] + [f"Δ{m} vs {rows[0]['system']}" for m in COMPARE_METRICS]
+    body = []
+    for row in rows:
+        cells = [str(row["system"]), str(row["n"]), str(row["errors"])]
+        cells += [_pct(row[m]) for m in MAIN_METRICS]
+        cells += [_num(row["lm_calls"], 1), _num(row["input_tokens"], 0), _num(row["output_tokens"], 0)]
+        cells.append(_num(row["seconds_median"]))
+        for m in COMPARE_METRICS:
+            if f"d_{m}" not in row:
+                cells.append("")
+                continue
+            p = row[f"p_{m}"]
+            star = " *" if p is not None and p < ALPHA else ""
+            cells.append(
+                f"{100 * row[f'd_{m}']:+.1f} [{100 * row[f'd_{m}_low']:+.1f}, {100 * row[f'd_{m}_high']:+.1f}]"
+                f" p={_num(p, 3)}{star}"
+            )
+        body.append(cells)
+    return header, body
+
+
+COMPARISON_NOTE = (
+    "Metrics in %. Δ: difference from the first system on the questions both ran, with a paired bootstrap "
+    "95% interval and p (exact McNemar for hit@1, sign-flip permutation for MRR); * = p < 0.05."
+)
+
+
+def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    console = console or Console()
+    header, body = _comparison_cells(rows)
+    console.print("[bold]Comparison[/]")
+    table = Table()
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for cells in body:
+        table.add_row(*cells)
+    console.print(table)
+    console.print(COMPARISON_NOTE)
+
+
+def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    header, body = _comparison_cells(rows)
+    return f"# Comparison\n\n{_markdown_table(header, body)}\n\n{COMPARISON_NOTE}\n"
+
+
+def comparison_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """All numbers unrounded, one row per system."""
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
