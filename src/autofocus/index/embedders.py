@@ -118,8 +118,15 @@ class SentenceTransformerEmbedder:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
 
-                self._model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+                bars = hf_logging.is_progress_bar_enabled()
+                hf_logging.disable_progress_bar()  # a "Loading weights" bar on every CLI call is noise
+                try:
+                    self._model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+                finally:
+                    if bars:
+                        hf_logging.enable_progress_bar()
         return self._model
 
     @property
