@@ -1,0 +1,574 @@
+"""Step 3: turn a Cypher query into a `QueryGraph` (target, symbols, constraints, triplets).
+
+What is kept: ``MATCH`` patterns (chains of any length, comma-separated, several clauses, bare
+references to earlier variables, anonymous nodes with fresh variables), inline properties and
+``WHERE`` conditions that compare a node property with a literal (``=``, ``<``, ``<=``, ``>``,
+``>=``, ``CONTAINS``, ``STARTS WITH``, ``ENDS WITH``, ``IN``; reversed ones such as
+``2015 <= p.year`` are turned round), positive pattern predicates in ``WHERE``, and the target:
+the variable of the first ``RETURN`` item (through ``collect``, ``count``, ``DISTINCT``,
+``AS`` and ``WITH`` aliases).
+
+What is dropped, each as a ``Dropped(text, reason)``: ``NOT``, ``OR``/``XOR``/``UNION`` (the
+whole disjunction, never one side: keeping one side would silently narrow the answers),
+``OPTIONAL MATCH`` with its ``WHERE``, ``<>``, ``IS NULL``, quantifiers, conditions on
+relationships or aggregates, comparisons of two properties, variable-length paths other than
+a fixed length (read as one hop when they may be one hop), ``ORDER BY``/``SKIP``/``LIMIT``,
+unsupported clauses and anything that does not parse. Functions around a property
+(``toLower(x.name)``) are stripped and recorded. ``=~`` with a plain regular expression becomes
+``=``/``CONTAINS``/``STARTS WITH``/``ENDS WITH``. Date strings stay strings.
+
+Strict vs lenient (paper A.6.2; ``AutofocusConfig.type_mode`` / ``edge_mode``):
+
+- Both modes map labels the same way (`autofocus.cypher.mapping`): ``Symbol.type`` and
+  ``Triplet.rel`` (plus ``Triplet.rel_alternatives``) hold schema types, ``None`` where the
+  label maps to none; ``Symbol.label``/``Triplet.rel_label`` keep what the query wrote. A
+  symbol without a type of its own gets one when every edge type it is an endpoint of implies
+  the same one (``(x)<-[:indication]-(d:drug)`` makes ``x`` a disease).
+- **strict**: steps 4/5 treat types as hard filters. A typed symbol's candidates are nodes of
+  that type only; a triplet with ``rel`` set is grounded only through edges of
+  ``rel``/``rel_alternatives`` from head to tail (either way if ``directed`` is False);
+  ``None`` means no filter. Because a wrong type silently loses answers, the parser never
+  guesses here: an ambiguous closest match, or an edge type whose domain/range contradict the
+  endpoint types in both directions, is set to ``None`` and recorded as dropped.
+- **lenient**: steps 4/5 accept any node type and any edge type; the types are soft hints
+  (e.g. to rank or describe candidates). The parser keeps the best guess where strict refuses
+  (the first of tied matches; an edge type that contradicts its endpoints) and records it.
+
+Labels that map to nothing are recorded as dropped in both modes; the symbol is kept untyped.
+Without a schema, labels and relationship types pass through unmapped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Literal
+
+from autofocus.cypher.lexer import IDENT, QIDENT, extract_query, tokenize
+from autofocus.cypher.mapping import SchemaMapper, mapper_for
+from autofocus.cypher.parser import (
+    Arith,
+    BoolOp,
+    Clause,
+    Cmp,
+    Expr,
+    Func,
+    IsNull,
+    ListE,
+    Lit,
+    Neg,
+    NodePat,
+    Not,
+    Pattern,
+    PatternE,
+    Prop,
+    RelPat,
+    Var,
+    parse_statement,
+)
+from autofocus.query_graph import Constraint, Dropped, QueryGraph, Symbol, Triplet, Value
+from autofocus.skb.schema import Schema
+
+Mode = Literal["strict", "lenient"]
+
+_REVERSED = {"=": "=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
+# Functions that only change the form of a property or a literal: stripped, the argument kept.
+_FORM_FUNCTIONS = frozenset({
+    "tolower", "toupper", "lower", "upper", "trim", "ltrim", "rtrim", "tostring", "tointeger", "tofloat",
+    "toboolean", "date", "datetime", "localdatetime", "str", "int", "float",
+})  # fmt: skip
+_MAX_FIXED_HOPS = 4  # "-[:r*2]->" becomes a chain of 2 triplets through a fresh variable
+_REGEX_FLAGS = re.compile(r"^\(\?[a-zA-Z]+\)")
+_REGEX_META = re.compile(r"(?<!\\)[.\[\](){}*+?|^$]")
+
+
+def parse_cypher(
+    text: str,
+    schema: Schema | SchemaMapper | None = None,
+    mode: Mode = "strict",
+    target_type: str | None = None,
+) -> QueryGraph:
+    """Parse an LLM's Cypher answer into a query graph; never raises.
+
+    Args:
+        text: the LLM output (fences and prose around the query are cut and recorded).
+        schema: maps labels onto node/edge types (a `SchemaMapper` to tune its threshold); None
+            passes labels through.
+        mode: "strict" or "lenient" type handling (see the module docstring).
+        target_type: step 1's answer type, used when the RETURN variable has no label.
+
+    Example:
+        >>> parse_cypher("MATCH (d:drug)-[:indication]->(x:disease {name: 'asthma'}) RETURN d.name").target
+        'd'
+    """
+    builder = _Builder(schema, mode)
+    try:
+        builder.run(text, target_type)
+    except Exception as e:  # a bug must cost one question its graph, not the run
+        builder.drop(text[:500], f"internal parser error, graph may be partial: {type(e).__name__}: {e}")
+    try:
+        return builder.result()
+    except Exception as e:
+        return QueryGraph(
+            dropped=[*builder.dropped, Dropped(text=text[:500], reason=f"internal parser error: {e}")]
+        )
+
+
+@dataclass(slots=True)
+class _Trip:
+    head: str
+    tail: str
+    types: list[str]
+    directed: bool
+    text: str
+    rel: str | None = None
+    alternatives: list[str] = field(default_factory=list)
+
+
+class _Builder:
+    def __init__(self, schema: Schema | SchemaMapper | None, mode: Mode) -> None:
+        if isinstance(schema, Schema):
+            schema = mapper_for(schema)
+        self.mapper = schema
+        self.strict = mode == "strict"
+        self.query = ""
+        self.dropped: list[Dropped] = []
+        self.labels: dict[str, list[tuple[list[str], str]]] = {}  # var -> (labels, node text) per use
+        self.constraints: dict[str, list[Constraint]] = {}  # insertion order = symbol order
+        self.trips: list[_Trip] = []
+        self.rel_vars: set[str] = set()
+        self.aliases: dict[str, str | None] = {}  # WITH x AS y: y -> x; None for computed values
+        self.reserved: set[str] = set()
+        self.fresh_count = 0
+        self.target: str | None = None
+        self.types: dict[str, str | None] = {}
+
+    def drop(self, text: str, reason: str) -> None:
+        self.dropped.append(Dropped(text=text.strip(), reason=reason))
+
+    def src(self, e: Expr | NodePat | RelPat | Pattern) -> str:
+        return self.query[e.start : e.end]
+
+    # -- the pass over the clauses --
+    def run(self, text: str, target_type: str | None) -> None:
+        query, cut = extract_query(text)
+        for c in cut:
+            self.drop(c, "text around the query")
+        if not query.strip():
+            self.drop("", "no Cypher query found")
+            return
+        self.query = query
+        toks = tokenize(query)
+        self.reserved = {str(t.value) for t in toks if t.kind in (IDENT, QIDENT)}
+        stmt = parse_statement(query, toks)
+        for start, end in stmt.extra:
+            self.drop(query[start:end], "a further statement after ';' is ignored")
+        for issue_text, reason in stmt.issues:
+            self.drop(issue_text, reason)
+        if any(c.kind == "UNION" for c in stmt.clauses):
+            self.drop(query, "UNION is a disjunction: the whole query is dropped (like OR)")
+            return
+        returned = False
+        for c in stmt.clauses:
+            clause_text = query[c.start : c.end]
+            if c.kind == "MATCH":
+                self.match(c)
+            elif c.kind == "OPTIONAL MATCH":
+                self.drop(clause_text, "OPTIONAL MATCH is dropped: its patterns are not required")
+            elif c.kind == "WITH":
+                self.with_(c)
+            elif c.kind == "RETURN" and not returned:
+                returned = True
+                self.return_(c)
+            elif c.kind == "RETURN":
+                self.drop(clause_text, "only the first RETURN names the target")
+            else:
+                self.drop(clause_text, f"{c.kind} clauses are not supported")
+        if not returned:
+            self.drop("", "no RETURN clause: the target is unknown")
+        self.finish(target_type)
+
+    def match(self, c: Clause) -> None:
+        for p in c.patterns:
+            self.pattern(p)
+        for e in c.where:
+            self.condition(e)
+
+    def with_(self, c: Clause) -> None:
+        for item in c.items:
+            if item.alias is not None and item.alias != getattr(item.expr, "name", None):
+                self.aliases[item.alias] = item.expr.name if isinstance(item.expr, Var) else None
+        for e in c.where:
+            self.condition(e)
+        if c.tail:
+            self.drop(
+                self.query[c.tail[0] : c.tail[1]], "ORDER BY/SKIP/LIMIT do not constrain the query graph"
+            )
+
+    def return_(self, c: Clause) -> None:
+        if c.tail:
+            self.drop(
+                self.query[c.tail[0] : c.tail[1]], "ORDER BY/SKIP/LIMIT do not constrain the query graph"
+            )
+        if not c.items:
+            self.drop(self.query[c.start : c.end], "RETURN has no readable item: the target is unknown")
+            return
+        first = c.items[0].expr
+        var = _first_var(first)
+        if var is None:
+            self.drop(self.src(first), "the first RETURN item names no variable: the target is unknown")
+            return
+        self.target = self.resolve(var, self.src(first))
+
+    # -- patterns --
+    def pattern(self, p: Pattern) -> None:
+        names = [self.node(n) for n in p.nodes]
+        for i, r in enumerate(p.rels):
+            self.rel(r, names[i], names[i + 1])
+
+    def node(self, n: NodePat) -> str:
+        var = n.var if n.var is not None else self.fresh()
+        var = self.resolve(var, None) or var
+        self.symbol(var)
+        if n.labels:
+            self.labels[var].append((n.labels, self.src(n)))
+        for key, value in n.props:
+            self.add_constraint(var, key, "=", value, f"{key}: {self.src(value)}")
+        if n.where is not None:
+            self.condition(n.where)
+        return var
+
+    def rel(self, r: RelPat, left: str, right: str) -> None:
+        if r.var is not None:
+            self.rel_vars.add(r.var)
+        text = self.src(r)
+        if r.props:
+            self.drop(text, "properties of relationships are dropped")
+        directed = r.left != r.right  # "<-->" and "--" are undirected
+        head, tail = (right, left) if r.left and not r.right else (left, right)
+        hops = 1
+        if r.length is not None:
+            lo = 1 if r.length[0] is None else r.length[0]
+            hi = r.length[1]
+            if lo == hi and 1 <= lo <= _MAX_FIXED_HOPS:
+                hops = lo
+            elif lo <= 1 and hi != 0:
+                self.drop(text, "variable-length path (a quantification) is read as one hop")
+            else:
+                self.drop(text, "variable-length path that cannot be one hop is dropped")
+                return
+        chain = [head, *(self.fresh() for _ in range(hops - 1)), tail]
+        for var in chain[1:-1]:
+            self.symbol(var)
+        for a, b in pairwise(chain):
+            self.trips.append(_Trip(a, b, list(r.types), directed, text))
+
+    # -- conditions --
+    def condition(self, e: Expr) -> None:
+        if isinstance(e, BoolOp) and e.op == "AND":
+            for item in e.items:
+                self.condition(item)
+        elif isinstance(e, BoolOp):
+            self.drop(self.src(e), f"{e.op}: the whole disjunction is dropped")
+        elif isinstance(e, Not):
+            self.drop(self.src(e), "NOT: negations are dropped")
+        elif isinstance(e, PatternE):
+            self.pattern(e.pattern)
+        elif isinstance(e, Cmp):
+            for i, op in enumerate(e.ops):
+                left, right = e.operands[i], e.operands[i + 1]
+                text = self.src(e) if len(e.ops) == 1 else self.query[left.start : right.end]
+                self.comparison(left, op, right, text)
+        elif isinstance(e, IsNull):
+            self.drop(self.src(e), "IS [NOT] NULL is dropped")
+        else:
+            self.drop(self.src(e), "not a comparison of a node property with a value")
+
+    def comparison(self, left: Expr, op: str, right: Expr, text: str) -> None:
+        left, right = self.strip(left), self.strip(right)
+        lp, rp = isinstance(left, Prop), isinstance(right, Prop)
+        if lp and rp:
+            self.drop(text, "compares two properties (a join): dropped")
+            return
+        if not lp and not rp:
+            self.drop(text, "no node property in this comparison")
+            return
+        if rp:
+            if op not in _REVERSED:
+                self.drop(text, f"a value on the left of {op} cannot be turned round")
+                return
+            left, right, op = right, left, _REVERSED[op]
+        if op in ("<>", "!="):
+            self.drop(text, "<> is a negation: dropped")
+            return
+        assert isinstance(left, Prop)
+        if not isinstance(left.base, Var):
+            self.drop(text, "nested property access is not supported")
+            return
+        self.add_constraint(left.base.name, left.key, op, right, text)
+
+    def add_constraint(self, var: str, key: str, op: str, value_expr: Expr, text: str) -> None:
+        ok, value = self.value(value_expr)
+        if not ok:
+            self.drop(text, "the value is not a literal")
+            return
+        if value is None:
+            self.drop(text, "a comparison with null is dropped")
+            return
+        if op == "=~":
+            converted = _regex_op(value) if isinstance(value, str) else None
+            if converted is None:
+                self.drop(text, "regular expression is not a plain text match: dropped")
+                return
+            op, value = converted
+        if op == "IN":
+            items = value if isinstance(value, list) else [value]
+            if not items:
+                self.drop(text, "IN an empty list is dropped")
+                return
+            op, value = ("=", items[0]) if len(items) == 1 else ("IN", items)
+        elif isinstance(value, list):
+            self.drop(text, f"a list value with {op} is dropped (use IN)")
+            return
+        name = self.resolve(var, text)
+        if name is not None:
+            self.constraints[name].append(Constraint(key=key, op=op, value=value))  # type: ignore[arg-type]
+
+    def strip(self, e: Expr) -> Expr:
+        """``toLower(x.name)`` -> ``x.name`` (recorded)."""
+        while isinstance(e, Func) and e.name.lower() in _FORM_FUNCTIONS and len(e.args) == 1:
+            if _has_prop(e.args[0]):
+                self.drop(self.src(e), f"function {e.name}() around a property is stripped")
+            e = e.args[0]
+        return e
+
+    def value(self, e: Expr) -> tuple[bool, Value | None]:
+        e = self.strip(e) if isinstance(e, Func) and not _has_prop(e) else e
+        if isinstance(e, Lit):
+            return True, e.value
+        if isinstance(e, Neg) and isinstance(e.item, Lit) and type(e.item.value) in (int, float):
+            return True, -e.item.value  # type: ignore[operator]
+        if isinstance(e, ListE):
+            items = [self.value(i) for i in e.items]
+            if all(ok and v is not None and not isinstance(v, list) for ok, v in items):
+                return True, [v for _, v in items]  # type: ignore[misc]
+        return False, None
+
+    # -- variables --
+    def fresh(self) -> str:
+        while True:
+            self.fresh_count += 1
+            name = f"_n{self.fresh_count}"
+            if name not in self.reserved and name not in self.constraints:
+                return name
+
+    def symbol(self, var: str) -> None:
+        if var not in self.constraints:
+            self.constraints[var] = []
+            self.labels[var] = []
+
+    def resolve(self, var: str, text: str | None) -> str | None:
+        """The node variable that ``var`` names (through WITH aliases); creates it if unbound."""
+        seen = set()
+        while var in self.aliases and var not in seen:
+            seen.add(var)
+            target = self.aliases[var]
+            if target is None:
+                if text is not None:
+                    self.drop(text, f"{var} is a computed value or an aggregate, not a node")
+                return None
+            var = target
+        if var in self.constraints or text is None:
+            return var
+        if var in self.rel_vars:
+            self.drop(text, "conditions on relationships are dropped")
+            return None
+        self.drop(var, f"variable {var} is not bound by MATCH: kept as an untyped symbol")
+        self.symbol(var)
+        return var
+
+    # -- types, after all clauses --
+    def finish(self, target_type: str | None) -> None:
+        for var, uses in self.labels.items():
+            self.types[var] = self.node_type(var, uses)
+        if self.target is not None and self.types.get(self.target) is None and target_type:
+            self.types[self.target] = self.map_target_type(target_type)
+        for t in self.trips:
+            self.edge_type(t)
+        if self.mapper is not None:
+            self.infer_types()
+
+    def node_type(self, var: str, uses: list[tuple[list[str], str]]) -> str | None:
+        chosen: str | None = None
+        for labels, _text in uses:
+            for label in labels:
+                t = self.map_label(label)
+                if t is None:
+                    continue
+                if chosen is None:
+                    chosen = t
+                elif t != chosen:
+                    self.drop(
+                        f"{var}:{label}",
+                        f"{var} is already a {chosen}; a node has one type, the first is kept",
+                    )
+        return chosen
+
+    def map_label(self, label: str) -> str | None:
+        if self.mapper is None:
+            return label
+        m = self.mapper.node_type(label)
+        if m.name is None:
+            self.drop(f":{label}", "label matches no node type of the schema: symbol left untyped")
+            return None
+        if m.how == "ambiguous":
+            tied = ", ".join((m.name, *m.ties))
+            if self.strict:
+                self.drop(
+                    f":{label}", f"label matches several node types equally ({tied}): symbol left untyped"
+                )
+                return None
+            self.drop(
+                f":{label}", f"label matches several node types equally ({tied}): {m.name} kept as a hint"
+            )
+        return m.name
+
+    def map_target_type(self, target_type: str) -> str | None:
+        if self.mapper is None:
+            return target_type
+        m = self.mapper.node_type(target_type)
+        if m.name is None or (m.how == "ambiguous" and self.strict):
+            self.drop(target_type, "the given target type matches no node type of the schema")
+            return None
+        return m.name
+
+    def edge_type(self, t: _Trip) -> None:
+        if not t.types:
+            return
+        if self.mapper is None:
+            t.rel, t.alternatives = t.types[0], t.types[1:]
+            return
+        head_type, tail_type = self.types.get(t.head), self.types.get(t.tail)
+        accepted: list[tuple[str, bool]] = []
+        for label in t.types:
+            m = self.mapper.edge_type(label, head_type, tail_type, t.directed)
+            text = f"[:{label}]"
+            if m.name is None:
+                self.drop(text, "relationship type matches no edge type of the schema")
+                continue
+            if m.how == "ambiguous":
+                tied = ", ".join((m.name, *m.ties))
+                if self.strict:
+                    self.drop(text, f"relationship type matches several edge types equally ({tied})")
+                    continue
+                self.drop(
+                    text, f"relationship type matches several edge types equally ({tied}): {m.name} kept"
+                )
+            if not m.fits:
+                info = self.mapper.schema.edge_types[m.name]
+                clash = (
+                    f"edge type {m.name} connects {info.src_type} -> {info.dst_type}, "
+                    f"not {t.head}:{head_type} and {t.tail}:{tail_type}"
+                )
+                if self.strict:
+                    self.drop(text, f"{clash}: dropped")
+                    continue
+                self.drop(text, f"{clash}: kept as a hint")
+            if m.name not in (a for a, _ in accepted):
+                accepted.append((m.name, m.flipped))
+        if not accepted:
+            return
+        flips = {f for _, f in accepted}
+        if flips == {True}:
+            info = self.mapper.schema.edge_types[accepted[0][0]]
+            self.drop(
+                f"({t.head})-[:{'|'.join(t.types)}]->({t.tail})",
+                f"direction reversed: edge type {accepted[0][0]} goes {info.src_type} -> {info.dst_type}",
+            )
+            t.head, t.tail = t.tail, t.head
+        elif len(flips) == 2:
+            self.drop(t.text, "the alternative edge types go opposite ways: matched in either direction")
+            t.directed = False
+        t.rel, t.alternatives = accepted[0][0], [a for a, _ in accepted[1:]]
+
+    def infer_types(self) -> None:
+        """An untyped endpoint of typed edges gets the node type that all of them imply."""
+        assert self.mapper is not None
+        edges = self.mapper.schema.edge_types
+        implied: dict[str, set[str | None]] = {}
+        for t in self.trips:
+            if t.rel is None or not t.directed:
+                continue
+            for rel in (t.rel, *t.alternatives):
+                implied.setdefault(t.head, set()).add(edges[rel].src_type)
+                implied.setdefault(t.tail, set()).add(edges[rel].dst_type)
+        for var, types in implied.items():
+            if self.types.get(var) is None and len(types) == 1 and None not in types:
+                self.types[var] = next(iter(types))
+
+    def result(self) -> QueryGraph:
+        symbols = {
+            var: Symbol(
+                var=var,
+                type=self.types.get(var),
+                label=":".join(self.labels[var][0][0]) if self.labels.get(var) else None,
+                constraints=constraints,
+            )
+            for var, constraints in self.constraints.items()
+        }
+        triplets = [
+            Triplet(
+                head=t.head,
+                rel=t.rel,
+                rel_alternatives=t.alternatives,
+                rel_label="|".join(t.types) if t.types else None,
+                tail=t.tail,
+                directed=t.directed,
+            )
+            for t in self.trips
+            if t.head in symbols and t.tail in symbols
+        ]
+        target = self.target if self.target in symbols else None
+        return QueryGraph(
+            target=target,
+            target_type=symbols[target].type if target else None,
+            symbols=symbols,
+            triplets=triplets,
+            dropped=self.dropped,
+        )
+
+
+def _first_var(e: Expr) -> str | None:
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Prop):
+        return _first_var(e.base)
+    if isinstance(e, Func):
+        return next((v for a in e.args if (v := _first_var(a)) is not None), None)
+    if isinstance(e, Arith):
+        return next((v for a in e.operands if (v := _first_var(a)) is not None), None)
+    return None
+
+
+def _has_prop(e: Expr) -> bool:
+    if isinstance(e, Prop):
+        return True
+    return isinstance(e, Func) and any(_has_prop(a) for a in e.args)
+
+
+def _regex_op(pattern: str) -> tuple[str, str] | None:
+    """``(?i).*asthma.*`` -> CONTAINS 'asthma'; None if it uses regex syntax beyond that."""
+    p = _REGEX_FLAGS.sub("", pattern)
+    p = p.removeprefix("^")
+    if p.endswith("$") and not p.endswith("\\$"):
+        p = p[:-1]
+    lead, trail = p.startswith(".*"), p.endswith(".*") and not p.endswith("\\.*")
+    core = p[2 if lead else 0 : len(p) - 2 if trail and len(p) >= 2 + 2 * lead else len(p)]
+    if not core or _REGEX_META.search(core):
+        return None
+    core = re.sub(r"\\(.)", r"\1", core)
+    op = {(True, True): "CONTAINS", (False, True): "STARTS WITH", (True, False): "ENDS WITH"}.get(
+        (lead, trail), "="
+    )
+    return op, core

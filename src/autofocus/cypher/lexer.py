@@ -1,0 +1,211 @@
+"""Find the Cypher query inside an LLM answer and split it into tokens.
+
+The lexer never fails: a character it cannot read becomes an ``error`` token and the parser
+decides what to drop. It accepts what LLMs and PDF extraction put into queries besides plain
+Cypher: curly quotes, an unescaped apostrophe inside a single-quoted name (``'Alzheimer's'``),
+unicode arrows and dashes, HTML-escaped arrows (``-&gt;``) and unquoted ISO dates.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import NamedTuple
+
+IDENT = "ident"  # a bare word: a keyword, a variable, a label or a property key (the parser decides)
+QIDENT = "qident"  # a `backtick-quoted` name; never a keyword
+STRING = "string"
+NUMBER = "number"
+PARAM = "param"  # $name
+OP = "op"
+ERROR = "error"
+
+
+class Tok(NamedTuple):
+    kind: str
+    value: str | int | float  # identifier text, decoded string, number, or operator
+    start: int  # character offsets into the extracted query text
+    end: int
+
+
+_MASTER = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
+  | (?P<date>\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?(?![\w.]))
+  | (?P<float>(?:\d+\.\d+|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
+  | (?P<int>\d+)
+  | (?P<ident>[^\W\d]\w*)
+  | (?P<param>\$\w+)
+  | (?P<op><=|>=|<>|!=|=~|\.\.|[-()\[\]{},:.|*+/%^;=<>!&~])
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+# Look-alike characters from LLM output and PDF text, read as the ASCII operators they stand for.
+_LOOKALIKE: dict[str, tuple[str, ...]] = {
+    "→": ("-", ">"),
+    "←": ("<", "-"),
+    "–": ("-",),
+    "—": ("-",),
+    "−": ("-",),
+    "≥": (">=",),
+    "≤": ("<=",),
+    "≠": ("<>",),
+}
+
+# Which characters may close a string opened by the key. Curly quotes come from PDFs and chat UIs.
+_CLOSERS = {'"': '"', "'": "'", "“": '”"', "‘": "’'", "”": '”“"', "’": "’'"}
+_APOSTROPHES = "'’"
+_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "`": "`"}
+# A quote followed by one of these words closes the string even when a letter follows it directly.
+_WORD_AFTER_STRING = {
+    "AND", "OR", "XOR", "NOT", "IN", "IS", "AS", "CONTAINS", "STARTS", "ENDS", "RETURN", "WHERE",
+    "WITH", "MATCH", "OPTIONAL", "ORDER", "LIMIT", "SKIP", "UNION",
+}  # fmt: skip
+_WORD = re.compile(r"\w+")
+
+
+def tokenize(text: str) -> list[Tok]:
+    """Split query text into tokens; unreadable characters become ``error`` tokens."""
+    toks: list[Tok] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        ch = text[pos]
+        if ch in _CLOSERS:
+            tok = _string(text, pos, ch)
+            if tok is None:
+                toks.append(Tok(ERROR, ch, pos, pos + 1))
+                pos += 1
+            else:
+                toks.append(tok)
+                pos = tok.end
+            continue
+        if ch == "`":
+            tok = _backticked(text, pos)
+            toks.append(tok or Tok(ERROR, ch, pos, pos + 1))
+            pos = tok.end if tok else pos + 1
+            continue
+        if ch in _LOOKALIKE:
+            toks.extend(Tok(OP, op, pos, pos + 1) for op in _LOOKALIKE[ch])
+            pos += 1
+            continue
+        m = _MASTER.match(text, pos)
+        if m is None:
+            toks.append(Tok(ERROR, ch, pos, pos + 1))
+            pos += 1
+            continue
+        kind, value = m.lastgroup, m.group()
+        if kind == "float":
+            toks.append(Tok(NUMBER, float(value), pos, m.end()))
+        elif kind == "int":
+            toks.append(Tok(NUMBER, int(value), pos, m.end()))
+        elif kind == "date":
+            toks.append(Tok(STRING, value, pos, m.end()))
+        elif kind == "ident":
+            toks.append(Tok(IDENT, value, pos, m.end()))
+        elif kind == "param":
+            toks.append(Tok(PARAM, value[1:], pos, m.end()))
+        elif kind == "op":
+            toks.append(Tok(OP, value, pos, m.end()))
+        pos = m.end()
+    return toks
+
+
+def _string(text: str, start: int, quote: str) -> Tok | None:
+    closers = _CLOSERS[quote]
+    buf: list[str] = []
+    i, n = start + 1, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            nxt = text[i + 1]
+            if nxt in _ESCAPES:
+                buf.append(_ESCAPES[nxt])
+                i += 2
+                continue
+            if nxt in "uU":
+                width = 4 if nxt == "u" else 8
+                digits = text[i + 2 : i + 2 + width]
+                if len(digits) == width and all(d in "0123456789abcdefABCDEF" for d in digits):
+                    buf.append(chr(min(int(digits, 16), 0x10FFFF)))
+                    i += 2 + width
+                    continue
+            buf.append(c)  # unknown escapes (regex text such as "\.") stay as written
+            i += 1
+            continue
+        if c in closers:
+            if c in _APOSTROPHES and _is_apostrophe(text, i, closers):
+                buf.append(c)
+                i += 1
+                continue
+            return Tok(STRING, "".join(buf), start, i + 1)
+        buf.append(c)
+        i += 1
+    return None
+
+
+def _is_apostrophe(text: str, i: int, closers: str) -> bool:
+    """``'Alzheimer's disease'``: a quote directly followed by a word, with a closing quote still to come."""
+    m = _WORD.match(text, i + 1)
+    if m is None or m.group().upper() in _WORD_AFTER_STRING:
+        return False
+    return any(text.find(c, m.end()) != -1 for c in closers)
+
+
+def _backticked(text: str, start: int) -> Tok | None:
+    buf: list[str] = []
+    i, n = start + 1, len(text)
+    while i < n:
+        if text[i] == "`":
+            if i + 1 < n and text[i + 1] == "`":
+                buf.append("`")
+                i += 2
+                continue
+            return Tok(QIDENT, "".join(buf), start, i + 1)
+        buf.append(text[i])
+        i += 1
+    return None
+
+
+_FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
+_EDGE_FENCES = re.compile(r"^\s*```[\w-]*|```\s*$")
+_QUERY_START = re.compile(r"\b(?:OPTIONAL\s+)?MATCH\s*\(", re.IGNORECASE)
+_ANY_CLAUSE = re.compile(r"\b(?:MATCH|RETURN|WITH|UNWIND)\b", re.IGNORECASE)
+_RETURN = re.compile(r"\bRETURN\b", re.IGNORECASE)
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_HTML_ARROW = re.compile(r"-\s*&gt;|&lt;\s*-")
+
+
+def extract_query(text: str) -> tuple[str, list[str]]:
+    """The query text inside an LLM answer, and the non-trivial text around it that was cut.
+
+    Takes the first fenced block that holds a query, else the text from the first ``MATCH (``
+    (or clause keyword) to the first blank line after ``RETURN``.
+    """
+    cut: list[str] = []
+    if _HTML_ARROW.search(text):
+        text = html.unescape(text)
+    for m in _FENCE.finditer(text):
+        if _ANY_CLAUSE.search(m.group(1)):
+            cut += [t.strip() for t in (text[: m.start()], text[m.end() :]) if t.strip()]
+            text = m.group(1)
+            break
+    text = _EDGE_FENCES.sub("", text)  # fences on the same line as the query
+    stripped = text.strip()
+    if len(stripped) > 1 and stripped[0] == stripped[-1] == "`" and "`" not in stripped[1:-1]:
+        text = stripped[1:-1]  # `MATCH ... RETURN y` written as inline code
+    start = _QUERY_START.search(text) or _ANY_CLAUSE.search(text)
+    if start is None:
+        return "", [text.strip()] if text.strip() else []
+    if text[: start.start()].strip():
+        cut.append(text[: start.start()].strip())
+    text = text[start.start() :]
+    ret = _RETURN.search(text)
+    if ret is not None:
+        blank = _BLANK_LINE.search(text, ret.end())
+        if blank is not None:
+            if text[blank.end() :].strip():
+                cut.append(text[blank.end() :].strip())
+            text = text[: blank.start()]
+    return text.rstrip(), cut

@@ -1,0 +1,72 @@
+"""Render a `QueryGraph` as Cypher, for traces and for the typed query format.
+
+``parse_cypher(to_cypher(qg))`` gives back ``qg`` (without a schema) for every graph the parser
+can produce: one ``MATCH`` per triplet, then one per symbol outside any triplet, all
+constraints in one ``WHERE`` (in order), and ``RETURN`` the target. Types are written where a
+symbol first appears; names that are not plain identifiers, or are keywords, are backticked.
+"""
+
+from __future__ import annotations
+
+import re
+
+from autofocus.cypher.parser import KEYWORDS
+from autofocus.query_graph import Constraint, QueryGraph, Triplet
+
+_PLAIN = re.compile(r"[^\W\d]\w*")
+_STRING_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def to_cypher(qg: QueryGraph) -> str:
+    """Cypher text for a query graph.
+
+    Example:
+        >>> to_cypher(parse_cypher("MATCH (a:author)-[:writes]->(p:paper) RETURN p"))
+        'MATCH (a:author)-[:writes]->(p:paper)\\nRETURN p'
+    """
+    seen: set[str] = set()
+
+    def node(var: str) -> str:
+        s = qg.symbols.get(var)
+        label = (s.type or s.label) if s else None
+        if var in seen or not label:
+            seen.add(var)
+            return f"({name(var)})"
+        seen.add(var)
+        return f"({name(var)}:{name(label)})"
+
+    lines = [f"MATCH {node(t.head)}{_rel(t)}{node(t.tail)}" for t in qg.triplets]
+    lines += [f"MATCH {node(var)}" for var in qg.symbols if var not in seen]
+    conditions = [_condition(var, c) for var, s in qg.symbols.items() for c in s.constraints]
+    if conditions:
+        lines.append("WHERE " + " AND ".join(conditions))
+    if qg.target is not None:
+        lines.append(f"RETURN {name(qg.target)}")
+    return "\n".join(lines)
+
+
+def name(text: str) -> str:
+    """An identifier, label or key as Cypher: bare if plain, else in backticks."""
+    if _PLAIN.fullmatch(text) and text.upper() not in KEYWORDS:
+        return text
+    return "`" + text.replace("`", "``") + "`"
+
+
+def literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    return "'" + str(value).translate(_STRING_ESCAPES) + "'"
+
+
+def _rel(t: Triplet) -> str:
+    types = t.edge_types or (t.rel_label.split("|") if t.rel_label else [])
+    inner = f"[:{'|'.join(name(x) for x in types)}]" if types else ""
+    return f"-{inner}->" if t.directed else f"-{inner}-"
+
+
+def _condition(var: str, c: Constraint) -> str:
+    return f"{name(var)}.{name(c.key)} {c.op} {literal(c.value)}"
