@@ -46,9 +46,15 @@ class Triplet(BaseModel):
 
     head: str
     rel: str | None = None  # an edge type of the SKB after mapping (None: any edge type)
+    rel_alternatives: list[str] = Field(default_factory=list)  # from `[:a|b]`: any of rel and these will do
     rel_label: str | None = None
     tail: str
     directed: bool = True
+
+    @property
+    def edge_types(self) -> list[str] | None:
+        """The edge types that satisfy this triplet (None: any)."""
+        return [self.rel, *self.rel_alternatives] if self.rel is not None else None
 
 
 class Dropped(BaseModel):
