@@ -121,7 +121,9 @@ def test_summary_numbers(tmp_path: Path) -> None:
         ("gold from VSS strand in top k", 1), ("hit@20 (final)", 2),
     ]
     assert ep["stages"][3]["fraction"] == 0.25
-    assert ep["grounding"] == {"questions": 1, "mean_recall": 0.5, "mean_precision": 0.1, "median_size": 10.0}
+    assert ep["grounding"] == {
+        "questions": 1, "mean_recall": 0.5, "mean_precision": 0.1, "median_size": 10.0, "partial": 0,
+    }
     assert ep["target_type"] == {"known": 2, "correct": 1}
     assert s["events"] == {"2_query:malformed": {"events": 3, "questions": 2}}
     json.dumps(s)  # the summary is plain JSON
@@ -199,10 +201,12 @@ def test_comparison_rows_pair_on_common_questions(tmp_path: Path) -> None:
     parsed = list(csv.DictReader(io.StringIO(comparison_csv(rows))))
     assert parsed[1]["system"] == "afr:steps=1-7" and float(parsed[1]["d_hit@1"]) == pytest.approx(0.6)
     md = comparison_markdown(rows)
-    assert "| afr:steps=1-7 | 11 | 0 | 72.7 |" in md and "+60.0" in md and "*" in md
-    console = Console(record=True, width=250)
+    assert "| afr:steps=1-7 | 11 | 72.7 |" in md
+    assert "| afr:steps=1-7 | hit@1 | 10 | +60.0 | [" in md and "| 0.031 | yes |" in md
+    console = Console(record=True, width=80)
     print_comparison(rows, console)
-    assert "Δhit@1 vs afr" in console.export_text()
+    text = console.export_text()
+    assert "Paired differences from afr" in text and "+60.0" in text and "0.031" in text
 
 
 def test_comparison_without_common_questions_is_an_error(tmp_path: Path) -> None:

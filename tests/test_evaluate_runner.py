@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from autofocus.evaluate.runner import RunMismatchError, build_manifest, run_eval
+from autofocus.evaluate.runner import RunMismatchError, build_manifest, evaluate_one, run_eval
 from autofocus.evaluate.traces import latest_by_id, read_traces, to_jsonable
+from autofocus.metrics import Candidates
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import QAItem
 from autofocus.trace import Trace
@@ -298,3 +299,15 @@ def test_progress_bar_shows_the_running_hit_at_1(tmp_path: Path) -> None:
     run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=True, console=console)
     text = buf.getvalue()
     assert "6/6" in text and "hit@1" in text
+
+
+def test_a_partly_listed_grounded_set_is_flagged(tiny_skb: SKB) -> None:
+    class Partial(dspy.Module):
+        def forward(self, question: str) -> dspy.Prediction:
+            trace = Trace(question=question)
+            trace.data.update(grounded_ids=[0, 1], num_grounded=4000)
+            return dspy.Prediction(ranked_ids=[0], trace=trace)
+
+    rec = evaluate_one(Partial(), QAItem(7, "q", [0, 2]), Candidates(tiny_skb.candidate_ids), tiny_skb)
+    assert rec["derived"]["grounded_size"] == 4000 and rec["derived"]["grounded_ids_partial"] is True
+    assert rec["derived"]["grounded_recall"] == 0.5 and rec["derived"]["grounded_precision"] == 1 / 4000

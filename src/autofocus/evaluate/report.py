@@ -208,6 +208,7 @@ def _error_propagation(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "mean_recall": float(np.mean(recalls)) if recalls else None,
             "mean_precision": float(np.mean(precisions)) if precisions else None,
             "median_size": float(np.median(sizes)) if sizes else None,
+            "partial": sum(1 for d in grounded if d.get("grounded_ids_partial")),
         },
         "target_type": {"known": sum(v is not None for v in tt), "correct": sum(1 for v in tt if v)},
     }
@@ -394,6 +395,7 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
             [
                 [m, _pct(v["mean"]), f"{_pct(v['low'])}-{_pct(v['high'])}" if v["low"] is not None else "-"]
                 for m, v in summary["metrics"].items()
+                if m in MAIN_METRICS
             ],
         )
     )
@@ -420,6 +422,8 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
         rows.append(["grounded set: mean recall", str(g["questions"]), _pct(g["mean_recall"])])
         rows.append(["grounded set: mean precision", str(g["questions"]), _pct(g["mean_precision"])])
         rows.append(["grounded set: median size", str(g["questions"]), _num(g["median_size"], 0)])
+        if g["partial"]:
+            rows.append(["grounded set only partly traced (recall: lower bound)", str(g["partial"]), ""])
     if tt["known"]:
         rows.append(["target type correct", str(tt["correct"]), _pct(tt["correct"] / tt["known"])])
     tables.append(("Error propagation (% of all questions)", ["stage", "questions", "%"], rows))
@@ -479,62 +483,96 @@ def write_summary(
     return jpath, mpath
 
 
-_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("system", "system"),
-    ("n", "n"),
+_QUALITY: tuple[tuple[str, str], ...] = (("system", "system"), ("n", "n"), *((m, m) for m in MAIN_METRICS))
+_COST: tuple[tuple[str, str], ...] = (
     ("errors", "errors"),
-    *((m, m) for m in MAIN_METRICS),
     ("lm_calls", "LLM calls/q"),
-    ("input_tokens", "in tok/q"),
-    ("output_tokens", "out tok/q"),
-    ("seconds_median", "s/q (median)"),
+    ("input_tokens", "tok in/q"),
+    ("output_tokens", "tok out/q"),
+    ("seconds_median", "s/q mdn"),
 )
 
 
-def _comparison_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = [label for _, label in _COLUMNS] + [f"Δ{m} vs {rows[0]['system']}" for m in COMPARE_METRICS]
-    body = []
-    for row in rows:
-        cells = [str(row["system"]), str(row["n"]), str(row["errors"])]
-        cells += [_pct(row[m]) for m in MAIN_METRICS]
-        cells += [_num(row["lm_calls"], 1), _num(row["input_tokens"], 0), _num(row["output_tokens"], 0)]
-        cells.append(_num(row["seconds_median"]))
+def _comparison_tables(
+    rows: Sequence[Mapping[str, Any]], wide: bool
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The runs side by side (one wide table, or quality and cost apart for a terminal), then the tests."""
+    quality = [[str(r["system"]), str(r["n"]), *(_pct(r[m]) for m in MAIN_METRICS)] for r in rows]
+    cost = [
+        [
+            str(r["errors"]),
+            _num(r["lm_calls"], 1),
+            _num(r["input_tokens"], 0),
+            _num(r["output_tokens"], 0),
+            _num(r["seconds_median"]),
+        ]
+        for r in rows
+    ]
+    tests = []
+    for row in rows[1:]:
         for m in COMPARE_METRICS:
-            if f"d_{m}" not in row:
-                cells.append("")
-                continue
             p = row[f"p_{m}"]
-            star = " *" if p is not None and p < ALPHA else ""
-            cells.append(
-                f"{100 * row[f'd_{m}']:+.1f} [{100 * row[f'd_{m}_low']:+.1f}, {100 * row[f'd_{m}_high']:+.1f}]"
-                f" p={_num(p, 3)}{star}"
+            tests.append(
+                [
+                    str(row["system"]),
+                    m,
+                    str(row["n_common"]),
+                    f"{100 * row[f'd_{m}']:+.1f}",
+                    f"[{100 * row[f'd_{m}_low']:+.1f}, {100 * row[f'd_{m}_high']:+.1f}]",
+                    _num(p, 3),
+                    "yes" if p is not None and p < ALPHA else "no",
+                ]
             )
-        body.append(cells)
-    return header, body
+    q_head, c_head = [h for _, h in _QUALITY], [h for _, h in _COST]
+    if wide:
+        runs = [
+            (
+                "Comparison (metrics in %)",
+                q_head + c_head,
+                [q + c for q, c in zip(quality, cost, strict=True)],
+            )
+        ]
+    else:
+        runs = [
+            ("Comparison (metrics in %)", q_head, quality),
+            (
+                "Cost per question",
+                ["system", *c_head],
+                [[q[0], *c] for q, c in zip(quality, cost, strict=True)],
+            ),
+        ]
+    paired = (
+        f"Paired differences from {rows[0]['system']} (percentage points)",
+        ["system", "metric", "questions", "Δ", "95% CI", "p", "p < 0.05"],
+        tests,
+    )
+    return [*runs, paired] if tests else runs
 
 
 COMPARISON_NOTE = (
-    "Metrics in %. Δ: difference from the first system on the questions both ran, with a paired bootstrap "
-    "95% interval and p (exact McNemar for hit@1, sign-flip permutation for MRR); * = p < 0.05."
+    "Δ: difference from the first system on the questions both ran; 95% CI: paired bootstrap; "
+    "p: exact McNemar for 0/1 metrics (hit@k), sign-flip permutation test otherwise (MRR)."
 )
 
 
 def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
     console = console or Console()
-    header, body = _comparison_cells(rows)
-    console.print("[bold]Comparison[/]")
-    table = Table()
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for cells in body:
-        table.add_row(*cells)
-    console.print(table)
-    console.print(COMPARISON_NOTE)
+    for name, header, body in _comparison_tables(rows, wide=False):
+        console.print(f"[bold]{name}[/]")
+        table = Table()
+        for i, h in enumerate(header):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for cells in body:
+            table.add_row(*cells)
+        console.print(table)
+    if len(rows) > 1:
+        console.print(COMPARISON_NOTE)
 
 
 def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    header, body = _comparison_cells(rows)
-    return f"# Comparison\n\n{_markdown_table(header, body)}\n\n{COMPARISON_NOTE}\n"
+    tables = _comparison_tables(rows, wide=True)
+    parts = [f"## {name}\n\n{_markdown_table(header, body)}\n" for name, header, body in tables]
+    return "# Comparison\n\n" + "\n".join(parts) + f"\n{COMPARISON_NOTE}\n"
 
 
 def comparison_csv(rows: Sequence[Mapping[str, Any]]) -> str:

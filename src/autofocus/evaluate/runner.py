@@ -206,10 +206,15 @@ def _derived(
     if grounded is not None:
         g_ids, gold_c = prepare(np.asarray(grounded, dtype=np.int64).ravel(), gold, candidates)
         hits = int(np.isin(gold_c, g_ids).sum())
-        out["grounded_size"] = int(g_ids.size)
+        # a program may list only part of a huge grounded set and give its size in ``num_grounded``:
+        # then the recall below is a lower bound, flagged as such
+        size = max(int(data.get("num_grounded") or 0), int(g_ids.size))
+        out["grounded_size"] = size
+        if size > g_ids.size:
+            out["grounded_ids_partial"] = True
         out["gold_in_grounded"] = hits > 0
         out["grounded_recall"] = hits / gold_c.size if gold_c.size else None
-        out["grounded_precision"] = hits / g_ids.size if g_ids.size else None
+        out["grounded_precision"] = hits / size if size else None
     predicted = data.get("target_type")
     if skb is not None and predicted is not None and gold:
         g = np.asarray(gold, dtype=np.int64)

@@ -1,0 +1,306 @@
+"""``autofocus eval``, ``autofocus report`` and ``autofocus compare``: resumable runs and their summaries."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from autofocus.cli_app import app
+from autofocus.config import AutofocusConfig
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_MISMATCH = 2
+EXIT_INTERRUPTED = 130
+
+
+def open_kb(skb_path: Path, embedder: str) -> Any:
+    """The knowledge base a program runs on (a seam for tests, which use a small fake)."""
+    from autofocus.kb import KnowledgeBase
+
+    return KnowledgeBase.open(skb_path, embedder=embedder)
+
+
+def prepare_system(
+    kb_for: Callable[[str], Any], system: str, config: AutofocusConfig, program_file: Path | None = None
+) -> tuple[str, AutofocusConfig, Any, Callable[[], Any]]:
+    """Resolve a system spec (and saved program) to ``(system, config, kb, program factory)``.
+
+    The factory builds one program per evaluation thread: programs may keep per-call state,
+    and ``dspy.Module.deepcopy`` would copy the whole knowledge base.
+    """
+    from autofocus.program.registry import build_program, resolve_config
+
+    if program_file is not None:
+        from autofocus.optimize.saved import read_program_config
+
+        system, _ = read_program_config(program_file)
+    _, cfg = resolve_config(system, config)
+    kb = kb_for(cfg.embedder)
+
+    def factory() -> Any:
+        program = build_program(system, kb, cfg)
+        if program_file is not None:
+            from autofocus.optimize.saved import load_program_state
+
+            load_program_state(program, program_file)
+        return program
+
+    return system, cfg, kb, factory
+
+
+def _kb_cache(skb_path: Path) -> Callable[[str], Any]:
+    """Open the SKB once per embedder, however many systems share it."""
+    opened: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def kb_for(embedder: str) -> Any:
+        with lock:
+            if embedder not in opened:
+                opened[embedder] = open_kb(skb_path, embedder)
+            return opened[embedder]
+
+    return kb_for
+
+
+def _run_system(
+    kb_for: Callable[[str], Any],
+    system: str,
+    cfg: AutofocusConfig,
+    items: list[Any],
+    out: Path,
+    *,
+    skb_path: Path,
+    split: str,
+    limit: int | None,
+    program_file: Path | None,
+    force_new: bool,
+    progress: bool,
+) -> tuple[Any, Any]:
+    """Evaluate one system into ``out``; returns its ``EvalResult`` and the loaded run."""
+    from autofocus.evaluate.report import load_run, print_summary, summarize, write_summary
+    from autofocus.evaluate.runner import RunMismatchError, build_manifest, run_eval
+
+    system, cfg, kb, factory = prepare_system(kb_for, system, cfg, program_file)
+    manifest = build_manifest(
+        system=system,
+        config=cfg,
+        split=split,
+        limit=limit,
+        skb_path=skb_path,
+        skb_fingerprint=getattr(kb.skb, "fingerprint", None) or None,
+        program_file=program_file,
+    )
+    try:
+        result = run_eval(
+            factory,
+            items,
+            out,
+            manifest=manifest,
+            concurrency=cfg.concurrency,
+            limit=limit,
+            resume=not force_new,
+            progress=progress,
+            skb=kb.skb,
+            console=err_console,
+        )
+    except RunMismatchError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(EXIT_MISMATCH) from None
+    run = load_run(out)
+    wanted = {int(it.id) for it in (items[:limit] if limit is not None else items)}
+    run.records = [r for r in run.records if int(r["id"]) in wanted]
+    summary = summarize(run.records, run.manifest)
+    print_summary(summary, console, title=f"{system} on {split}")
+    write_summary(out, summary, title=f"{system} on {split}")
+    _plots(out, summary, run.records)
+    return result, run
+
+
+def _plots(out: Path, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    from autofocus.evaluate.plots import save_run_plots
+
+    paths = save_run_plots(out, summary, records)
+    console.print(f"Summary and plots in {out}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
+
+
+def _load_items(skb: Path, split: str) -> list[Any]:
+    from autofocus.skb.qa import load_qa
+
+    try:
+        return load_qa(skb, split)
+    except (KeyError, FileNotFoundError, ValueError) as exc:  # unknown split, no QA file, malformed QA
+        err_console.print(f"[red]{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}[/]")
+        raise typer.Exit(1) from None
+
+
+def _config(
+    config: Path | None, lm: str | None, steps: str | None, reranker: str | None, concurrency: int | None
+) -> AutofocusConfig:
+    from autofocus.runtime import load_config
+
+    return load_config(config, lm=lm, steps=steps, reranker=reranker, concurrency=concurrency)
+
+
+SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
+SplitOpt = Annotated[str, typer.Option(help="QA split: train, val, test, or a whole-file split")]
+LimitOpt = Annotated[int | None, typer.Option(help="only the first N questions of the split", min=0)]
+ConfigOpt = Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)", exists=True)]
+StepsOpt = Annotated[str | None, typer.Option(help="ablation: 1+7, 1-5, 1-6, 1-7 or 1-8")]
+LmOpt = Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")]
+RerankerOpt = Annotated[str | None, typer.Option(help="auto|none|pointwise|listwise|pairwise|tournament")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(help="questions run in parallel (threads)", min=1)]
+ForceOpt = Annotated[
+    bool, typer.Option("--force-new", help="move an existing run in --out aside and start again")
+]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
+
+
+@app.command("eval")
+def eval_command(
+    skb: SkbOpt,
+    out: Annotated[Path, typer.Option(help="run directory, e.g. runs/afr-val (resumed if it exists)")],
+    split: SplitOpt = "val",
+    limit: LimitOpt = None,
+    system: Annotated[str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7")] = "afr",
+    config: ConfigOpt = None,
+    steps: StepsOpt = None,
+    lm: LmOpt = None,
+    reranker: RerankerOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    program: Annotated[
+        Path | None, typer.Option(help="optimised program from `autofocus optimize`", exists=True)
+    ] = None,
+    force_new: ForceOpt = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Evaluate a system on a QA split: traces.jsonl + manifest.json, resumable, then the summary."""
+    cfg = _config(config, lm, steps, reranker, concurrency)
+    items = _load_items(skb, split)
+    result, _ = _run_system(
+        _kb_cache(skb),
+        system,
+        cfg,
+        items,
+        out,
+        skb_path=skb,
+        split=split,
+        limit=limit,
+        program_file=program,
+        force_new=force_new,
+        progress=progress,
+    )
+    if result.interrupted:
+        err_console.print(f"[yellow]Interrupted; run the same command again to finish {out}.[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@app.command("report")
+def report_command(
+    runs: Annotated[list[Path], typer.Argument(help="run directories; two or more adds a comparison")],
+) -> None:
+    """Print (and refresh) the summary of each run; with several, compare them with the first."""
+    from autofocus.evaluate.report import (
+        comparison_rows,
+        load_run,
+        print_comparison,
+        print_summary,
+        summarize,
+        write_summary,
+    )
+
+    loaded = []
+    for path in runs:
+        try:
+            run = load_run(path)
+        except (FileNotFoundError, ValueError) as exc:
+            err_console.print(f"[red]{exc}[/]")
+            raise typer.Exit(1) from None
+        summary = summarize(run.records, run.manifest)
+        title = f"{run.name} ({path})"
+        print_summary(summary, console, title=title)
+        write_summary(path, summary, title=title)
+        _plots(path, summary, run.records)
+        loaded.append(run)
+    if len(loaded) > 1:
+        print_comparison(comparison_rows(loaded, [f"{r.name} ({r.path.name})" for r in loaded]), console)
+
+
+def split_systems(text: str) -> list[str]:
+    """Split ``--systems``; a preset's own options stay attached: ``afr:k=10,alpha=0.5,vss`` is two systems."""
+    return [s.strip() for s in re.split(r",(?![^,=:]*=)", text) if s.strip()]
+
+
+def run_dir_name(system: str) -> str:
+    """A directory name for a system spec (``afr:steps=1-7`` -> ``afr_steps=1-7``)."""
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", system).strip("_") or "system"
+
+
+@app.command("compare")
+def compare_command(
+    skb: SkbOpt,
+    systems: Annotated[
+        str,
+        typer.Option(help="comma-separated system specs, the first is the baseline: afr,afr:steps=1-7,vss"),
+    ],
+    out: Annotated[Path, typer.Option(help="directory for one run per system and the comparison")],
+    split: SplitOpt = "test",
+    limit: LimitOpt = None,
+    config: ConfigOpt = None,
+    lm: LmOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    force_new: ForceOpt = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Run several systems on the same questions and print one table, with paired tests against the first."""
+    from autofocus.evaluate.report import (
+        comparison_csv,
+        comparison_markdown,
+        comparison_rows,
+        print_comparison,
+    )
+
+    specs = split_systems(systems)
+    if len(specs) < 2:
+        err_console.print("[red]--systems needs at least two systems, e.g. afr,afr:steps=1-7[/]")
+        raise typer.Exit(1)
+    dirs = [run_dir_name(s) for s in specs]
+    if len(set(dirs)) != len(dirs):
+        err_console.print(f"[red]--systems has repeated systems: {', '.join(specs)}[/]")
+        raise typer.Exit(1)
+    cfg = _config(config, lm, None, None, concurrency)
+    items = _load_items(skb, split)
+    kb_for = _kb_cache(skb)
+    runs = []
+    for spec, sub in zip(specs, dirs, strict=True):
+        console.rule(f"{spec} -> {out / sub}")
+        result, run = _run_system(
+            kb_for,
+            spec,
+            cfg,
+            items,
+            out / sub,
+            skb_path=skb,
+            split=split,
+            limit=limit,
+            program_file=None,
+            force_new=force_new,
+            progress=progress,
+        )
+        runs.append(run)
+        if result.interrupted:
+            err_console.print(f"[yellow]Interrupted during {spec}; run the same command again to finish.[/]")
+            raise typer.Exit(EXIT_INTERRUPTED)
+    rows = comparison_rows(runs, specs)
+    print_comparison(rows, console)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.md").write_text(comparison_markdown(rows))
+    (out / "comparison.csv").write_text(comparison_csv(rows))
+    console.print(f"Comparison in {out / 'comparison.md'} and {out / 'comparison.csv'}")

@@ -1,0 +1,151 @@
+"""``autofocus eval / report / compare`` wiring, with a scripted system registered in the real registry.
+
+The knowledge base is the tiny SKB loaded for real; only its indexes are left out (the scripted
+program needs none), through the ``open_kb`` seam.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import dspy
+import pytest
+from typer.testing import CliRunner
+
+import autofocus.commands.eval as eval_cmd
+from autofocus.cli import app
+from autofocus.config import AutofocusConfig
+from autofocus.program import registry
+from autofocus.skb.model import SKB
+from autofocus.trace import Trace
+
+CALLS: list[str] = []
+LOCK = threading.Lock()
+
+
+class ScriptedSystem(dspy.Module):
+    """Ranks the candidate papers by a fixed rule that depends on ``k``, so configs change results."""
+
+    def __init__(self, kb: Any, cfg: AutofocusConfig, spec: str) -> None:
+        super().__init__()
+        self.papers = [int(i) for i in kb.skb.candidate_ids]
+        self.cfg, self.spec = cfg, spec
+
+    def forward(self, question: str) -> dspy.Prediction:
+        with LOCK:
+            CALLS.append(question)
+            n = len(CALLS)
+        if INTERRUPT_ON_CALL and n == INTERRUPT_ON_CALL:
+            raise KeyboardInterrupt
+        trace = Trace(system=self.spec, question=question)
+        with trace.step("7_vss_rest"):
+            shift = len(question) % len(self.papers)
+            ranked = (self.papers[shift:] + self.papers[:shift])[: self.cfg.k]
+        trace.data["target_type"] = "paper"
+        return dspy.Prediction(ranked_ids=ranked, trace=trace)
+
+
+INTERRUPT_ON_CALL = 0
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tiny_skb: SKB) -> CliRunner:
+    monkeypatch.setitem(registry._SYSTEMS, "scripted", (lambda kb, cfg, spec: ScriptedSystem(kb, cfg, spec), {}))
+    monkeypatch.setattr(eval_cmd, "open_kb", lambda path, embedder: SimpleNamespace(skb=tiny_skb))
+    CALLS.clear()
+    return CliRunner()
+
+
+def invoke(cli: CliRunner, *args: str | Path) -> Any:
+    return cli.invoke(app, [str(a) for a in args], terminal_width=200)
+
+
+def test_eval_writes_a_run_resumes_it_and_refuses_another_config(
+    cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs" / "scripted-train"
+    args = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "scripted", "--no-progress")
+    res = invoke(cli, *args)
+    assert res.exit_code == 0, res.output
+    assert len(CALLS) == 3 and "hit@1" in res.output and "3 questions" in res.output
+    for name in ("traces.jsonl", "manifest.json", "summary.json", "summary.md", "funnel.png", "latency.png"):
+        assert (out / name).is_file(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["system"] == "scripted" and manifest["split"] == "train"
+    assert manifest["skb"]["path"] == str(tiny_skb_dir)
+    assert json.loads((out / "summary.json").read_text())["n"] == 3
+
+    CALLS.clear()
+    assert invoke(cli, *args).exit_code == 0 and CALLS == []  # everything was done
+
+    res = invoke(cli, *args, "--steps", "1-7")
+    assert res.exit_code == eval_cmd.EXIT_MISMATCH
+    assert "config.steps: '1-8' -> '1-7'" in res.output and "--force-new" in res.output
+
+    res = invoke(cli, *args, "--steps", "1-7", "--force-new", "--concurrency", "2")
+    assert res.exit_code == 0 and len(CALLS) == 3
+    assert len(list(out.glob("previous-*"))) == 1
+
+
+def test_eval_limit_unknown_split_and_interrupt(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    global INTERRUPT_ON_CALL
+    out = tmp_path / "run"
+    base = ("eval", "--skb", tiny_skb_dir, "--out", out, "--system", "scripted", "--no-progress")
+    res = invoke(cli, *base, "--split", "nope")
+    assert res.exit_code == 1 and "unknown split 'nope'" in res.output
+
+    INTERRUPT_ON_CALL = 2
+    try:
+        res = invoke(cli, *base, "--split", "train")
+    finally:
+        INTERRUPT_ON_CALL = 0
+    assert res.exit_code == eval_cmd.EXIT_INTERRUPTED
+    assert "1 questions" in res.output and "run the same command again" in res.output
+
+    CALLS.clear()
+    res = invoke(cli, *base, "--split", "train", "--limit", "2")
+    assert res.exit_code == 0 and len(CALLS) == 1 and "2 questions" in res.output
+
+
+def test_report_reprints_and_compares(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    common = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--no-progress")
+    assert invoke(cli, *common, "--out", a, "--system", "scripted").exit_code == 0
+    assert invoke(cli, *common, "--out", b, "--system", "scripted:k=1").exit_code == 0
+    (a / "summary.md").unlink()
+    res = invoke(cli, "report", a, b)
+    assert res.exit_code == 0, res.output
+    assert "Comparison" in res.output and "Paired differences from scripted (a)" in res.output
+    assert (a / "summary.md").is_file()
+    res = invoke(cli, "report", tmp_path / "missing")
+    assert res.exit_code != 0
+
+
+def test_compare_runs_each_system_on_the_same_questions(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    res = invoke(
+        cli, "compare", "--skb", tiny_skb_dir, "--split", "train", "--systems", "scripted,scripted:k=1,alpha=0.5",
+        "--out", out, "--limit", "2", "--no-progress",
+    )
+    assert res.exit_code == 0, res.output
+    assert len(CALLS) == 4
+    assert (out / "scripted" / "traces.jsonl").is_file() and (out / "scripted_k=1_alpha=0.5" / "traces.jsonl").is_file()
+    md = (out / "comparison.md").read_text()
+    assert "| scripted | 2 |" in md and "| scripted:k=1,alpha=0.5 | 2 |" in md and "Paired differences" in md
+    rows = (out / "comparison.csv").read_text().splitlines()
+    assert rows[0].startswith("system,n,errors,hit@1") and len(rows) == 3
+    manifest = json.loads((out / "scripted_k=1_alpha=0.5" / "manifest.json").read_text())
+    assert manifest["config"]["k"] == 1 and manifest["config"]["alpha"] == 0.5
+
+    res = invoke(cli, "compare", "--skb", tiny_skb_dir, "--systems", "scripted", "--out", out)
+    assert res.exit_code == 1 and "at least two systems" in res.output
+
+
+def test_split_systems_and_dir_names() -> None:
+    assert eval_cmd.split_systems("afr,afr:steps=1-7, vss") == ["afr", "afr:steps=1-7", "vss"]
+    assert eval_cmd.split_systems("afr:reranker=pairwise,alpha=0.5,vss") == ["afr:reranker=pairwise,alpha=0.5", "vss"]
+    assert eval_cmd.run_dir_name("afr:reranker=pairwise,alpha=0.5") == "afr_reranker=pairwise_alpha=0.5"
