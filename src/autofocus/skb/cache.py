@@ -162,7 +162,9 @@ def read_cache(directory: Path, *, mmap: bool = True) -> SKB:
     )
 
 
-def is_cached(source: Path | str, *, files: list[Path], extra: str = "", cache_root: Path | None = None) -> bool:
+def is_cached(
+    source: Path | str, *, files: list[Path], extra: str = "", cache_root: Path | None = None
+) -> bool:
     """Whether ``load_cached`` would read the cache instead of calling the loader."""
     manifest = read_manifest(cache_dir_for(source, cache_root))
     return manifest is not None and manifest.get("fingerprint") == source_fingerprint(files, extra)

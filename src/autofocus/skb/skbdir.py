@@ -27,8 +27,8 @@ import pandas as pd
 from pydantic import ValidationError
 from rich.progress import (
     BarColumn,
-    DownloadColumn,
     Progress,
+    TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -67,7 +67,7 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
     columns = (
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        DownloadColumn(),
+        TaskProgressColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
@@ -233,6 +233,17 @@ class ColumnBuilder:
             present[rows] = True
             columns[key] = Column(kind, TextArray.from_strings(texts), present)
         return columns
+
+
+def observed_attributes(
+    node_type: np.ndarray, type_names: list[str], columns: Mapping[str, Column]
+) -> dict[str, list[str]]:
+    """Per node type, the column keys present on at least one node of that type."""
+    out: dict[str, list[str]] = {t: [] for t in type_names}
+    for key, col in columns.items():
+        for code in np.unique(node_type[col.present]).tolist():
+            out[type_names[code]].append(key)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,10 +565,14 @@ def load_skb_dir(
     issues.raise_if_any()
     assert order is not None and edges is not None
     src, dst, etype = edges
+    node_type = np.asarray(nodes.codes, dtype=np.int16)[order]
+    for t, keys in observed_attributes(node_type, list(schema.node_types), columns).items():
+        info = schema.node_types[t]
+        info.attributes = info.attributes + [k for k in keys if k not in info.attributes]
     return SKB(
         schema=schema,
         node_type_names=list(schema.node_types),
-        node_type=np.asarray(nodes.codes, dtype=np.int16)[order],
+        node_type=node_type,
         names=TextArray.from_strings(np.asarray(nodes.names, dtype=object)[order]),
         docs=TextArray.from_strings(np.asarray(nodes.docs, dtype=object)[order]),
         columns=columns,

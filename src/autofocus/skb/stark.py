@@ -38,7 +38,7 @@ from autofocus.skb.graph import TypedGraph
 from autofocus.skb.model import SKB, ColumnKind
 from autofocus.skb.qa import find_qa, validate_qa
 from autofocus.skb.schema import EdgeTypeInfo, NodeTypeInfo, Schema
-from autofocus.skb.skbdir import ColumnBuilder, infer_kind, json_text, progress_bar
+from autofocus.skb.skbdir import ColumnBuilder, infer_kind, json_text, observed_attributes, progress_bar
 from autofocus.skb.text import TextArray
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -350,7 +350,8 @@ def load_stark(
             issues.add(
                 disk.name, None, f"missing, and profile {prof.name or '(none)'!r} gives no {kind}_type_dict"
             )
-    issues.raise_if_any()
+    if not (dicts["node"] and dicts["edge"]):
+        issues.raise_if_any()
     type_names, node_codes = _type_names(node_type_ids, dicts["node"], "node_types.pt", issues)
     edge_names, edge_codes = _type_names(edge_type_ids, dicts["edge"], "edge_types.pt", issues)
     src, dst = edge_index
@@ -407,11 +408,7 @@ def load_stark(
             docs[i] = renderer.render(info, t, field)
             builder.add(
                 i,
-                {
-                    k: v
-                    for k, v in info.items()
-                    if k != field and k != "type" and not renderer.skip(k)
-                },
+                {k: v for k, v in info.items() if k != field and k != "type" and not renderer.skip(k)},
             )
             if bar is not None and task is not None and i % 10000 == 9999:
                 bar.update(task, completed=i + 1)
@@ -430,13 +427,12 @@ def load_stark(
         if any(map(_is_nested, values)) or (
             key not in prof.attribute_types and _is_long_text(values, prof.max_column_chars)
         ):
-            builder.drop(key)  # nested data and long text are in the document; as columns they would only duplicate it
+            builder.drop(
+                key
+            )  # nested data and long text are in the document; as columns they would only duplicate it
     node_type = node_codes.astype(np.int16)
     columns = builder.build(n, np.arange(n), prof.attribute_types, lenient=True)
-    attributes: dict[str, list[str]] = {t: [] for t in type_names}
-    for key, col in columns.items():
-        for code in np.unique(node_type[col.present]):
-            attributes[type_names[code]].append(key)
+    attributes = observed_attributes(node_type, type_names, columns)
     counts = np.bincount(node_type, minlength=len(type_names))
     edge_counts = np.bincount(edge_codes, minlength=len(edge_names))
     ends_of: dict[str, list[str | None]] = {}

@@ -1,0 +1,316 @@
+"""Node documents in the paper's variants (appendix A.6.4) and node descriptions for rerankers.
+
+- ``"text"``: the node's document; a document lacking the node's name gets a ``- name:`` line
+  first, and an empty one is replaced by the name, type and attributes.
+- ``"text+rel"``: a ``name (type)`` line, the relation summary, then the document (or the
+  attributes when it is empty).
+  Relations are the 1-hop neighbours grouped by edge type, direction and neighbour type, and
+  2-hop paths through every edge type (and direction) by which the node has exactly one
+  neighbour, i.e. where the relation is 1-1 or n-1 seen from the node (paths back to the node
+  itself are left out).
+
+Budgets are in tokens estimated as ``ceil(characters / 4)``, the usual rule of thumb for
+English with BPE/WordPiece tokenizers: cheap, deterministic and independent of the model.
+When a document is over budget, the details are cut before the relation summary: relations
+keep at least ``REL_SHARE`` of the budget (all of it that the document does not need), lose
+their 2-hop lines and then their last 1-hop lines, and the document gets the rest.
+
+Neighbours are gathered for a whole batch of nodes with one CSR gather per edge type and
+direction (``autofocus.skb.graph``); only the formatting of the shown names is per node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from autofocus.config import DocVariant
+from autofocus.skb.model import SKB
+
+Direction = Literal["out", "in"]
+RelationMode = Literal["full", "retrieved", "none"]
+
+CHARS_PER_TOKEN = 4
+REL_SHARE = 0.5
+MAX_NEIGHBOURS = 20
+MAX_TWO_HOP_NEIGHBOURS = 5
+BATCH = 4096
+
+
+def estimate_tokens(text: str) -> int:
+    """A model-free token estimate: ``ceil(len(text) / 4)``."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def truncate_to_tokens(text: str, budget_tokens: int) -> str:
+    """``text`` cut to the budget, ending in "…" when cut (at a word boundary when one is near)."""
+    limit = max(0, budget_tokens) * CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text
+    if limit <= 1:
+        return ""
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 0.8:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class RelationGroup:
+    """Neighbours of a node by one edge type and direction, of one node type.
+
+    ``shown`` holds at most the cap of neighbour ids (sorted), ``total`` how many there are.
+    A 2-hop group has ``via = (edge_type, direction, middle node id)`` of its first hop.
+    """
+
+    edge_type: str
+    direction: Direction
+    neighbour_type: str
+    shown: list[int]
+    total: int
+    via: tuple[str, Direction, int] | None = None
+
+
+def _gather_groups(
+    skb: SKB,
+    ids: np.ndarray,
+    cap: int,
+    keep: np.ndarray | None = None,
+    exclude: np.ndarray | None = None,
+) -> list[list[RelationGroup]]:
+    """1-hop groups per position of ``ids``; ``keep`` (mask over nodes) filters neighbours before
+    capping, ``exclude`` (one node id per position) drops that neighbour."""
+    out: list[list[RelationGroup]] = [[] for _ in range(len(ids))]
+    positions = np.arange(len(ids))
+    for edge_type in skb.graph.edge_types:
+        for direction in ("out", "in"):
+            csr = skb.graph.adjacency(edge_type, direction)
+            deg = csr.degree(ids)
+            if not deg.any():
+                continue
+            _, nbrs = csr.gather(ids)
+            nbrs = nbrs.astype(np.int64)
+            pos = np.repeat(positions, deg)
+            mask = np.ones(len(nbrs), dtype=bool)
+            if exclude is not None:
+                mask &= nbrs != exclude[pos]
+            if keep is not None:
+                mask &= keep[nbrs]
+            nbrs, pos = nbrs[mask], pos[mask]
+            if not len(nbrs):
+                continue
+            ntype = np.asarray(skb.node_type[nbrs], dtype=np.int64)
+            order = np.lexsort((nbrs, ntype, pos))
+            nbrs, ntype, pos = nbrs[order], ntype[order], pos[order]
+            new_group = np.ones(len(nbrs), dtype=bool)
+            new_group[1:] = (pos[1:] != pos[:-1]) | (ntype[1:] != ntype[:-1])
+            starts = np.flatnonzero(new_group)
+            ends = np.append(starts[1:], len(nbrs))
+            for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+                out[pos[s]].append(
+                    RelationGroup(
+                        edge_type,
+                        direction,
+                        skb.node_type_names[ntype[s]],
+                        nbrs[s : min(e, s + cap)].tolist(),
+                        e - s,
+                    )
+                )
+    return out
+
+
+def gather_relations(
+    skb: SKB,
+    ids: Sequence[int] | np.ndarray,
+    *,
+    two_hop: bool = True,
+    keep: np.ndarray | None = None,
+    max_neighbours: int = MAX_NEIGHBOURS,
+    max_two_hop: int = MAX_TWO_HOP_NEIGHBOURS,
+) -> list[list[RelationGroup]]:
+    """1-hop groups then 2-hop groups (through edge types with exactly one neighbour), per node.
+
+    With ``keep`` (a boolean mask over all nodes) only relations incident to a kept node remain:
+    1-hop neighbours in ``keep``, and 2-hop paths whose middle or end is in ``keep``.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    groups = _gather_groups(skb, ids, max_neighbours, keep)
+    if not two_hop or not len(ids):
+        return groups
+    origin, middles, vias = [], [], []
+    for edge_type in skb.graph.edge_types:
+        for direction in ("out", "in"):
+            csr = skb.graph.adjacency(edge_type, direction)
+            single = np.flatnonzero(csr.degree(ids) == 1)
+            if len(single):
+                origin.append(single)
+                middles.append(np.asarray(csr.indices[csr.indptr[ids[single]]], dtype=np.int64))
+                vias.extend((edge_type, direction) for _ in range(len(single)))
+    if not middles:
+        return groups
+    origin_pos, middle = np.concatenate(origin), np.concatenate(middles)
+    via_arr = np.empty(len(vias), dtype=object)
+    via_arr[:] = vias
+    # a kept middle keeps its whole second hop; otherwise only kept ends remain
+    if keep is None:
+        parts: list[tuple[np.ndarray, np.ndarray | None]] = [(np.arange(len(middle)), None)]
+    else:
+        parts = [(np.flatnonzero(keep[middle]), None), (np.flatnonzero(~keep[middle]), keep)]
+    for part, part_keep in parts:
+        if not len(part):
+            continue
+        second = _gather_groups(skb, middle[part], max_two_hop, part_keep, exclude=ids[origin_pos[part]])
+        for k, hop in zip(part.tolist(), second, strict=True):
+            edge_type, direction = via_arr[k]
+            groups[origin_pos[k]].extend(
+                RelationGroup(
+                    g.edge_type,
+                    g.direction,
+                    g.neighbour_type,
+                    g.shown,
+                    g.total,
+                    (edge_type, direction, int(middle[k])),
+                )
+                for g in hop
+            )
+    return groups
+
+
+def _label(skb: SKB, node_id: int) -> str:
+    return skb.name(node_id) or f"node {node_id}"
+
+
+def _arrow(edge_type: str, direction: Direction) -> str:
+    return f"-[{edge_type}]->" if direction == "out" else f"<-[{edge_type}]-"
+
+
+def format_group(skb: SKB, group: RelationGroup) -> str:
+    """One line, e.g. ``-[cites]-> paper: A; B (+3 more)``; 2-hop lines name their middle node."""
+    names = "; ".join(_label(skb, i) for i in group.shown)
+    more = f" (+{group.total - len(group.shown)} more)" if group.total > len(group.shown) else ""
+    head = f"{_arrow(group.edge_type, group.direction)} {group.neighbour_type}: "
+    if group.via is not None:
+        via_type, via_dir, middle = group.via
+        head = f"{_arrow(via_type, via_dir)} {skb.type_of(middle)} {_label(skb, middle)} {head}"
+    return f"{head}{names}{more}"
+
+
+def format_relations(skb: SKB, groups: list[RelationGroup]) -> list[str]:
+    """Relation lines, 1-hop before 2-hop (so a budget cut drops 2-hop lines first)."""
+    ordered = [g for g in groups if g.via is None] + [g for g in groups if g.via is not None]
+    return [f"  {format_group(skb, g)}" for g in ordered]
+
+
+def _fit_lines(lines: list[str], max_chars: int) -> list[str]:
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > max_chars:
+            room = max_chars - used - 1
+            if not kept and room > 16:  # keep at least a cut first line
+                kept.append(truncate_to_tokens(line, room // CHARS_PER_TOKEN))
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return kept
+
+
+def _combine(head: str, rel_lines: list[str], body: str, budget_tokens: int | None) -> str:
+    """Fit relation lines and the body into the budget, relations first in priority."""
+    rel_block = ["- relations:", *rel_lines] if rel_lines else []
+    if budget_tokens is not None:
+        avail = budget_tokens * CHARS_PER_TOKEN - len(head) - 1
+        rel_quota = max(avail - len(body) - 1, int(avail * REL_SHARE))
+        fitted = _fit_lines(rel_lines, rel_quota - len("- relations:") - 1)
+        rel_block = ["- relations:", *fitted] if fitted else []
+        used = sum(len(x) + 1 for x in rel_block)
+        body = truncate_to_tokens(body, max(0, avail - used - 1) // CHARS_PER_TOKEN)
+    return "\n".join(p for p in [head, "\n".join(rel_block), body] if p)
+
+
+def _attribute_lines(skb: SKB, node_id: int) -> list[str]:
+    return [f"- {k}: {v}" for k, v in skb.attributes(node_id).items()]
+
+
+def text_document(skb: SKB, node_id: int) -> str:
+    """The ``"text"`` variant without a budget (see the module docstring)."""
+    doc, name = skb.doc(node_id), skb.name(node_id)
+    if not doc.strip():
+        return "\n".join(
+            [f"- name: {name}", f"- type: {skb.type_of(node_id)}", *_attribute_lines(skb, node_id)]
+        )
+    if name and name not in doc:
+        return f"- name: {name}\n{doc}"
+    return doc
+
+
+def render_documents(
+    skb: SKB,
+    ids: Sequence[int] | np.ndarray,
+    variant: DocVariant = "text",
+    budget_tokens: int | None = None,
+) -> list[str]:
+    """Documents of many nodes (for embedding), gathering relations in vectorised batches."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if variant == "text":
+        return [
+            text_document(skb, i)
+            if budget_tokens is None
+            else truncate_to_tokens(text_document(skb, i), budget_tokens)
+            for i in ids.tolist()
+        ]
+    if variant != "text+rel":
+        raise ValueError(f"unknown document variant {variant!r}; use 'text' or 'text+rel'")
+    out: list[str] = []
+    for start in range(0, len(ids), BATCH):
+        batch = ids[start : start + BATCH]
+        for i, groups in zip(batch.tolist(), gather_relations(skb, batch), strict=True):
+            head = f"{_label(skb, i)} ({skb.type_of(i)})"
+            doc = skb.doc(i)
+            body = doc if doc.strip() else "\n".join(_attribute_lines(skb, i))
+            out.append(_combine(head, format_relations(skb, groups), body, budget_tokens))
+    return out
+
+
+def render_document(
+    skb: SKB, node_id: int, variant: DocVariant = "text", budget_tokens: int | None = None
+) -> str:
+    """One node's document in a variant (``"text"`` or ``"text+rel"``) within ``budget_tokens``."""
+    return render_documents(skb, [node_id], variant, budget_tokens)[0]
+
+
+def describe_node(
+    skb: SKB,
+    node_id: int,
+    relations: RelationMode = "full",
+    retrieved: set[int] | Sequence[int] | np.ndarray | None = None,
+    budget_tokens: int | None = None,
+) -> str:
+    """A node description for reranker prompts: attributes, relations, then the document.
+
+    Args:
+        relations: ``"full"`` (1-hop and the selected 2-hop relations), ``"retrieved"`` (only
+            relations incident to a node in ``retrieved``: the paper's first fallback when the
+            context overflows) or ``"none"`` (the second fallback).
+        retrieved: ids of the retrieved non-target candidates, for ``"retrieved"``.
+        budget_tokens: the document is cut before the relations to fit (module docstring).
+    """
+    doc = skb.doc(node_id)
+    attrs = [f"  - {k}: {v}" for k, v in skb.attributes(node_id).items() if v not in doc]
+    head = "\n".join(
+        [f"{_label(skb, node_id)} ({skb.type_of(node_id)})", *(["- attributes:", *attrs] if attrs else [])]
+    )
+    rel_lines: list[str] = []
+    if relations != "none":
+        keep = None
+        if relations == "retrieved":
+            keep = np.zeros(skb.num_nodes, dtype=bool)
+            keep[np.asarray(list(retrieved or ()), dtype=np.int64)] = True
+        rel_lines = format_relations(skb, gather_relations(skb, [node_id], keep=keep)[0])
+    body = f"- document:\n{doc}" if doc.strip() else ""
+    return _combine(head, rel_lines, body, budget_tokens)

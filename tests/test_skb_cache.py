@@ -1,0 +1,114 @@
+"""The binary cache: exact round trip, hit, miss, invalidation, and nothing cached from a failed load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from autofocus.skb.cache import cache_dir_for, load_cached, read_cache, write_cache
+from autofocus.skb.errors import SKBFormatError
+from autofocus.skb.io import is_cached, load_skb
+from autofocus.skb.skbdir import load_skb_dir, source_files
+
+
+@pytest.fixture
+def skb_copy(tiny_skb_dir, tmp_path):
+    path = tmp_path / "tiny"
+    shutil.copytree(tiny_skb_dir, path)
+    return path
+
+
+def _same(a, b) -> None:
+    assert a.schema == b.schema
+    assert a.node_type_names == b.node_type_names
+    assert np.array_equal(a.node_type, b.node_type)
+    assert list(a.names) == list(b.names) and list(a.docs) == list(b.docs)
+    assert a.columns.keys() == b.columns.keys()
+    for key, col in a.columns.items():
+        other = b.columns[key]
+        assert col.kind == other.kind and np.array_equal(col.present, other.present)
+        if col.kind in ("number", "date"):
+            assert np.array_equal(col.values, other.values, equal_nan=True)
+        else:
+            assert list(col.values) == list(other.values)
+    assert a.graph.edge_types == b.graph.edge_types
+    for e in a.graph.edge_types:
+        for d in ("out", "in"):
+            x, y = a.graph.adjacency(e, d), b.graph.adjacency(e, d)
+            assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices, y.indices)
+
+
+def test_round_trip(tiny_skb, tmp_path):
+    write_cache(tiny_skb, tmp_path / "c")
+    loaded = read_cache(tmp_path / "c")
+    _same(tiny_skb, loaded)
+    assert isinstance(loaded.graph.adjacency("paper_cites_paper", "out").indices, np.memmap)
+    assert not list(tmp_path.glob(".c.tmp-*"))  # the temp folder was renamed, not left behind
+
+
+def test_hit_then_touch_invalidates(skb_copy):
+    calls = []
+
+    def loader():
+        calls.append(1)
+        return load_skb_dir(skb_copy, progress=False)
+
+    files = source_files(skb_copy)
+    first = load_cached(skb_copy, loader, files=files)
+    second = load_cached(skb_copy, loader, files=files)
+    assert len(calls) == 1
+    assert first.fingerprint == second.fingerprint and len(first.fingerprint) == 32
+    assert isinstance(second.node_type, np.memmap)
+    _same(first, second)
+
+    st = os.stat(skb_copy / "edges.csv")
+    os.utime(skb_copy / "edges.csv", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # `touch`
+    third = load_cached(skb_copy, loader, files=files)
+    assert len(calls) == 2 and third.fingerprint != first.fingerprint
+
+
+def test_same_size_same_mtime_content_change_invalidates(skb_copy):
+    assert load_skb(skb_copy, progress=False) is not None
+    assert is_cached(skb_copy)
+    nodes = skb_copy / "nodes.jsonl"
+    st = os.stat(nodes)
+    text = nodes.read_text()
+    nodes.write_text(text.replace("Ada Lovelace", "Ada Lovelacf"))
+    os.utime(nodes, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert nodes.stat().st_size == st.st_size
+    assert not is_cached(skb_copy)
+    assert load_skb(skb_copy, progress=False).name(4) == "Ada Lovelacf"
+
+
+def test_failed_load_caches_nothing(skb_copy):
+    with (skb_copy / "edges.csv").open("a") as fh:
+        fh.write("4,author_writes_paper,999\n")
+    with pytest.raises(SKBFormatError):
+        load_skb(skb_copy, progress=False)
+    directory = cache_dir_for(skb_copy)
+    assert not directory.exists()
+    assert not list(directory.parent.glob(f".{directory.name}*"))
+
+
+def test_stale_cache_is_not_used_after_failed_rebuild(skb_copy):
+    load_skb(skb_copy, progress=False)
+    (skb_copy / "nodes.jsonl").write_text('{"id": 0, "type": "nope"}\n')
+    with pytest.raises(SKBFormatError):
+        load_skb(skb_copy, progress=False)
+    assert not is_cached(skb_copy)
+
+
+def test_damaged_cache_is_rebuilt(skb_copy):
+    load_skb(skb_copy, progress=False)
+    directory = cache_dir_for(skb_copy)
+    (directory / "names.data.npy").unlink()
+    assert load_skb(skb_copy, progress=False).name(0) == "Graph Retrieval at Scale"
+    assert (directory / "names.data.npy").exists()
+
+
+def test_cache_disabled_writes_nothing(skb_copy):
+    skb = load_skb(skb_copy, cache=False, progress=False)
+    assert skb.fingerprint and not cache_dir_for(skb_copy).exists()
