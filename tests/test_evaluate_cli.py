@@ -1,7 +1,7 @@
 """``autofocus eval / report / compare`` wiring, with a scripted system registered in the real registry.
 
-The knowledge base is the tiny SKB loaded for real; only its indexes are left out (the scripted
-program needs none), through the ``open_kb`` seam.
+The knowledge base is the tiny SKB loaded for real; its indexes are left out (the scripted program
+needs none) through the ``open_kb`` seam, with one index manifest on disk for the checksums.
 """
 
 from __future__ import annotations
@@ -53,9 +53,15 @@ INTERRUPT_ON_CALL = 0
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, tiny_skb: SKB) -> CliRunner:
+def cli(monkeypatch: pytest.MonkeyPatch, tiny_skb: SKB, tmp_path: Path) -> CliRunner:
     monkeypatch.setitem(registry._SYSTEMS, "scripted", (lambda kb, cfg, spec: ScriptedSystem(kb, cfg, spec), {}))
-    monkeypatch.setattr(eval_cmd, "open_kb", lambda path, embedder: SimpleNamespace(skb=tiny_skb))
+    index_root = tmp_path / "index"
+    (index_root / "text").mkdir(parents=True)
+    (index_root / "text" / "manifest.json").write_text(json.dumps({"sha256": "abc123"}))
+    fake_kb = SimpleNamespace(
+        skb=tiny_skb, store_dir=lambda variant: index_root / variant, embedder=SimpleNamespace(name="emb")
+    )
+    monkeypatch.setattr(eval_cmd, "open_kb", lambda path, embedder: fake_kb)
     CALLS.clear()
     return CliRunner()
 
@@ -76,7 +82,8 @@ def test_eval_writes_a_run_resumes_it_and_refuses_another_config(
         assert (out / name).is_file(), name
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["system"] == "scripted" and manifest["split"] == "train"
-    assert manifest["skb"]["path"] == str(tiny_skb_dir)
+    assert manifest["skb"]["path"] == str(tiny_skb_dir) and manifest["skb"]["fingerprint"]
+    assert manifest["index_checksums"] == {"emb/text": "abc123"}  # text+rel has no index on disk
     assert json.loads((out / "summary.json").read_text())["n"] == 3
 
     CALLS.clear()

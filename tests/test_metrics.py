@@ -116,7 +116,7 @@ def test_dspy_metrics_read_answer_ids_and_ranked_ids() -> None:
     ex = dspy.Example(question="q", answer_ids=[4, 9]).with_inputs("question")
     pred = dspy.Prediction(ranked_ids=[1, 4, 2, 9])
     assert dspy_metric("hit@1")(ex, pred) == 0.0
-    assert dspy_metric("mrr")(ex, pred) == 0.5
+    assert dspy_metric("mrr")(ex, pred) == dspy_metric("MRR")(ex, pred) == 0.5
     assert dspy_metric("hit@20")(ex, pred) == 1.0
     assert dspy_metric("recall@2")(ex, pred) == 0.5
     # GEPA calls metrics with five arguments

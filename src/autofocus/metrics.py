@@ -131,7 +131,7 @@ DspyMetric = Callable[..., float]
 def dspy_metric(name: str, candidates: CandidatesLike | None = None) -> DspyMetric:
     """A metric for DSPy optimisers and ``dspy.Evaluate``: ``metric(example, pred, trace=None) -> float``.
 
-    ``name`` is ``mrr``, ``hit@k`` or ``recall@k``. The example needs ``answer_ids``, the
+    ``name`` is ``mrr``, ``hit@k`` or ``recall@k`` (any case). The example needs ``answer_ids``, the
     prediction ``ranked_ids``. The returned function also accepts GEPA's two extra arguments
     (``pred_name``, ``pred_trace``), so the same metric works with every optimiser.
 
@@ -140,6 +140,7 @@ def dspy_metric(name: str, candidates: CandidatesLike | None = None) -> DspyMetr
         >>> metric(dspy.Example(answer_ids=[3]), dspy.Prediction(ranked_ids=[3, 1]))
         1.0
     """
+    name = name.strip().lower()
     match = _METRIC_NAME.match(name)
     if name != "mrr" and match is None:
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -56,6 +57,16 @@ def prepare_system(
     return system, cfg, kb, factory
 
 
+def index_checksums(kb: Any, cfg: AutofocusConfig) -> dict[str, str | None]:
+    """The embeddings checksum of each index the config uses, from the index manifests already on disk."""
+    out: dict[str, str | None] = {}
+    for variant in sorted({cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}):
+        path = kb.store_dir(variant) / "manifest.json"
+        if path.is_file():
+            out[f"{kb.embedder.name}/{variant}"] = json.loads(path.read_text()).get("sha256")
+    return out
+
+
 def _kb_cache(skb_path: Path) -> Callable[[str], Any]:
     """Open the SKB once per embedder, however many systems share it."""
     opened: dict[str, Any] = {}
@@ -87,6 +98,7 @@ def _run_system(
     """Evaluate one system into ``out``; returns its ``EvalResult`` and the loaded run."""
     from autofocus.evaluate.report import load_run, print_summary, summarize, write_summary
     from autofocus.evaluate.runner import RunMismatchError, build_manifest, run_eval
+    from autofocus.index.store import skb_fingerprint
 
     system, cfg, kb, factory = prepare_system(kb_for, system, cfg, program_file)
     manifest = build_manifest(
@@ -95,7 +107,8 @@ def _run_system(
         split=split,
         limit=limit,
         skb_path=skb_path,
-        skb_fingerprint=getattr(kb.skb, "fingerprint", None) or None,
+        skb_fingerprint=skb_fingerprint(kb.skb),
+        index_checksums=index_checksums(kb, cfg),
         program_file=program_file,
     )
     try:
