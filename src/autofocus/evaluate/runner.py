@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -351,7 +352,7 @@ def run_eval(
     selected = list(items[:limit] if limit is not None else items)
     ids = [int(it.id) for it in selected]
     if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})[:10]
+        dup = sorted(i for i, c in Counter(ids).items() if c > 1)[:10]
         raise ValueError(f"question ids must be unique; repeated: {dup}")
     cand = as_candidates(
         candidates if candidates is not None else (skb.candidate_ids if skb is not None else None)
