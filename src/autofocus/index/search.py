@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 IndexKind = Literal["flat", "hnsw", "ivf"]
 INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")
 GATHER_CHUNK = 8192
+TIE_EPS = 1e-6  # scores this close count as tied: FAISS kernels may differ in the last bit
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,21 @@ class _Part:
 
 
 def _top(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best by score, ties by ascending id, in a deterministic order."""
+    """The ``k`` best by score, best first; scores within ``TIE_EPS`` of each other tie and go by id.
+
+    Identical vectors (duplicate or empty documents) can score a few ulps apart depending on where
+    they sit in a SIMD batch, so exact float equality would make their order depend on the code path.
+    """
+    if len(ids) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
     if len(ids) > k:
         kth = np.partition(-scores, k - 1)[k - 1]
-        keep = np.flatnonzero(-scores <= kth)
+        keep = np.flatnonzero(-scores <= kth + TIE_EPS)
         ids, scores = ids[keep], scores[keep]
-    order = np.lexsort((ids, -scores))[:k]
+    order = np.lexsort((ids, -scores))
+    gaps = -np.diff(scores[order]) > TIE_EPS
+    group = np.concatenate([[0], np.cumsum(gaps)])
+    order = order[np.lexsort((ids[order], group))][:k]
     return ids[order].astype(np.int64, copy=False), scores[order].astype(np.float32, copy=False)
 
 
@@ -269,11 +279,7 @@ class NodeIndex:
         selector = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bits))
         return self._faiss_search(part, part.index, q, min(k, n - n_excl), selector)
 
-    def _faiss_search(
-        self, part: _Part, index: faiss.Index, q: np.ndarray, k: int, selector: faiss.IDSelector | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if k <= 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    def _params(self, index: faiss.Index, k: int, selector: faiss.IDSelector | None) -> faiss.SearchParameters:
         if isinstance(index, faiss.IndexHNSW):
             params = faiss.SearchParametersHNSW()
             params.efSearch = max(self.params.hnsw_ef_search, k)
@@ -284,9 +290,27 @@ class NodeIndex:
             params = faiss.SearchParameters()
         if selector is not None:
             params.sel = selector
-        scores, pos = index.search(q[None, :], k, params=params)
+        return params
+
+    def _faiss_search(
+        self, part: _Part, index: faiss.Index, q: np.ndarray, k: int, selector: faiss.IDSelector | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` of ``index``, plus every node tied with the k-th (FAISS's heap breaks ties arbitrarily;
+        the caller's ``_top`` then orders them by id)."""
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        kk = min(k + 1, len(part.ids))  # one more than asked: is the boundary tied?
+        scores, pos = index.search(q[None, :], kk, params=self._params(index, kk, selector))
         valid = pos[0] >= 0
-        return part.ids[pos[0][valid]], scores[0][valid]
+        ids, scores = part.ids[pos[0][valid]], scores[0][valid]
+        if len(scores) <= k or scores[k] < scores[k - 1] - TIE_EPS:
+            return ids[:k], scores[:k]
+        # A tie crosses the boundary: fetch everything within TIE_EPS of it, then let ids decide.
+        boundary = float(scores[k - 1])
+        exact = part.exact if part.exact is not None else index
+        _, d, p = exact.range_search(q[None, :], boundary - TIE_EPS, params=self._params(exact, k, selector))
+        above = scores[:k] > boundary + TIE_EPS
+        return (np.concatenate([ids[:k][above], part.ids[p]]), np.concatenate([scores[:k][above], d]))
 
     # -- building and caching FAISS indexes ----------------------------------------------------------
     def _exact_part(self, code: int) -> _Part:
