@@ -49,6 +49,12 @@ class AutofocusConfig(BaseModel):
     embedder: str = "local:all-MiniLM-L6-v2"
     lm: LMConfig = Field(default_factory=LMConfig)
     seed: int = 0
+    # other systems (program/four_step_focus.py, program/hybgrag.py); FocusedRetriever's k-hat_max is l_max
+    name_similarity: float = Field(0.95, ge=0.0, le=1.0)  # 4StepFocus: constant <-> node name match cutoff
+    unmatched_constant: Literal["drop", "vss"] = "drop"  # 4StepFocus: paper drops its triplets; code: VSS top 1
+    critic_rounds: int = Field(4, ge=1)  # HybGRAG: T, the maximum router/critic iterations
+    critic_examples: int = Field(30, ge=0)  # HybGRAG: commenter in-context examples from the train split
+    ego_radius: int = Field(2, ge=1)  # HybGRAG: hops of the hybrid module's ego-graphs
 
     @field_validator("steps")
     @classmethod

@@ -80,3 +80,27 @@ def _load_builtin() -> None:
     from autofocus.program.afr import AutofocusRetriever
 
     register("afr", lambda kb, cfg, spec: AutofocusRetriever(kb, cfg, system=spec))
+    from autofocus.program.baselines import BM25Retriever, VSSRetriever
+    from autofocus.program.focused_retriever import FocusedRetriever
+    from autofocus.program.four_step_focus import FourStepFocus
+    from autofocus.program.hybgrag import HybGRAG
+
+    def afr(kb: object, cfg: AutofocusConfig, spec: str) -> dspy.Module:
+        return AutofocusRetriever(kb, cfg, system=spec)
+
+    # AF-Retriever's ablations (paper Table 5), rerankers (Table 6) and the authors' code settings
+    for steps in ("1+7", "1-5", "1-6", "1-7"):
+        register(f"afr-steps{steps}", afr, steps=steps)
+    for method in ("pointwise", "listwise", "pairwise", "tournament"):
+        register(f"afr-{method}", afr, reranker=method)
+    register("afr-code", afr, l_max=3, expansion="code", step6_order="round", step7_exclude="none", alpha=0.65,
+             reranker="listwise")
+    # the other systems of the seed papers, with their papers' defaults
+    register("bm25", lambda kb, cfg, spec: BM25Retriever(kb, cfg, system=spec), reranker="none")
+    register("vss", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="none")
+    register("vss-rerank", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="pointwise")
+    register("4stepfocus", lambda kb, cfg, spec: FourStepFocus(kb, cfg, system=spec), reranker="pointwise",
+             edge_mode="lenient")
+    register("focusedretriever", lambda kb, cfg, spec: FocusedRetriever(kb, cfg, system=spec), reranker="pairwise",
+             alpha=0.6, l_max=1_500_000, expansion="paper")
+    register("hybgrag", lambda kb, cfg, spec: HybGRAG(kb, cfg, system=spec), reranker="none")

@@ -1,0 +1,173 @@
+"""STaRK's baselines on autofocus's components: BM25, VSS, and VSS + LLM reranker (top k).
+
+They share the SKB, the embedding indexes (VSS ranks exactly like AF's step 7 without a target type)
+and the step-8 rerankers with AF-Retriever, so a comparison isolates the method, not the plumbing.
+The helpers at the bottom are shared by the other seed systems of this package.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import bm25s
+import dspy
+import numpy as np
+
+from autofocus.config import AutofocusConfig
+from autofocus.program.rerank import make_reranker
+from autofocus.program.vss import step7_rank_rest
+from autofocus.skb.model import SKB
+from autofocus.trace import Trace
+
+BM25_FORMAT = 1
+
+
+class BM25Index:
+    """bm25s over the documents of the candidate nodes (STaRK's ``BM25``: English stopwords, no stemming).
+
+    Scores are computed for every document and the top ``k`` taken with ties broken by node id, so
+    the ranking is deterministic even among zero scores (bm25s's own top-k is not).
+    """
+
+    def __init__(self, ids: np.ndarray, retriever: bm25s.BM25) -> None:
+        self.ids = ids
+        self.retriever = retriever
+
+    @classmethod
+    def build(cls, skb: SKB, variant: str, budget_tokens: int | None) -> BM25Index:
+        from autofocus.skb.documents import render_documents
+
+        ids = np.asarray(skb.candidate_ids, dtype=np.int64)
+        corpus = render_documents(skb, ids, variant, budget_tokens)
+        retriever = bm25s.BM25()
+        retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+        return cls(ids, retriever)
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.retriever.save(directory, show_progress=False)
+        np.save(directory / "node_ids.npy", self.ids)
+
+    @classmethod
+    def load(cls, directory: Path) -> BM25Index:
+        retriever = bm25s.BM25.load(directory, show_progress=False)
+        return cls(np.load(directory / "node_ids.npy"), retriever)
+
+    def search(self, query: str, k: int) -> tuple[list[int], list[float]]:
+        tokens = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)[0]
+        if not tokens:
+            return [], []
+        scores = np.asarray(self.retriever.get_scores(tokens), dtype=np.float32)
+        k = min(k, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        order = top[np.lexsort((self.ids[top], -scores[top]))]
+        return self.ids[order].tolist(), scores[order].tolist()
+
+
+def bm25_index(skb: SKB, variant: str, budget_tokens: int | None, cache_root: Path | None = None) -> BM25Index:
+    """The SKB's BM25 index, loaded from ``<index root>/bm25/...`` or built and saved there."""
+    from autofocus.index.store import default_index_root
+
+    root = cache_root if cache_root is not None else default_index_root(skb)
+    directory = root / "bm25" / f"v{BM25_FORMAT}-{variant.replace('+', '_')}-{budget_tokens or 'full'}"
+    if (directory / "node_ids.npy").is_file():
+        return BM25Index.load(directory)
+    index = BM25Index.build(skb, variant, budget_tokens)
+    tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    index.save(tmp)
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.replace(directory)
+    return index
+
+
+class BM25Retriever(dspy.Module):
+    """Lexical baseline: BM25 of the question against candidate documents; no LLM."""
+
+    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "bm25") -> None:
+        super().__init__()
+        self.kb = kb
+        self.config = config or AutofocusConfig()
+        self.system = system
+        require_full_pipeline(self.config, system)
+        self._index: BM25Index | None = None
+        self._lock = threading.Lock()
+
+    def index(self) -> BM25Index:
+        with self._lock:
+            if self._index is None:  # STaRK's BM25 indexes whole documents without relations
+                self._index = bm25_index(self.kb.skb, "text", None)  # type: ignore[attr-defined]
+            return self._index
+
+    def forward(self, question: str) -> dspy.Prediction:
+        trace = Trace(system=self.system, question=question)
+        with trace.step("bm25"):
+            ids, scores = self.index().search(question, self.config.k)
+        trace.data["strand"] = dict.fromkeys(map(str, ids), "bm25")
+        trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
+        trace.data["pre_rerank"] = ids
+        return dspy.Prediction(ranked_ids=ids, trace=trace)
+
+
+class VSSRetriever(dspy.Module):
+    """STaRK's VSS (question vs node embeddings of the candidate types) and, when ``config.reranker``
+    is not ``none``, VSS + LLM reranker over its top ``k`` (STaRK reranks the top 20 pointwise)."""
+
+    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "vss") -> None:
+        super().__init__()
+        self.kb = kb
+        self.config = config or AutofocusConfig()
+        self.system = system
+        require_full_pipeline(self.config, system)
+        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+
+    def forward(self, question: str) -> dspy.Prediction:
+        cfg = self.config
+        trace = Trace(system=self.system, question=question)
+        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        types = skb.schema.answer_types
+        with trace.step("vss"):
+            qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+            ids, scores = step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.k, cfg.doc_variant_step7)
+        trace.data["strand"] = dict.fromkeys(map(str, ids), "vss")
+        trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
+        trace.data["pre_rerank"] = ids
+        target = types[0] if len(types) == 1 else None
+        ranked = rerank(self.reranker, question, ids, skb, target, set(), trace)
+        return dspy.Prediction(ranked_ids=ranked, trace=trace)
+
+
+# --- shared by the seed systems ---------------------------------------------------------------------
+
+
+def require_full_pipeline(config: AutofocusConfig, system: str) -> None:
+    """The ``steps`` ablations are AF-Retriever's; other systems refuse them instead of ignoring them."""
+    if config.steps != "1-8":
+        raise ValueError(
+            f"{system}: steps={config.steps} is an AF-Retriever ablation; this system has no step ablations "
+            "(use reranker=none to skip its reranker)"
+        )
+
+
+def rerank(
+    reranker: dspy.Module | None, question: str, ids: list[int], skb: SKB, target_type: str | None,
+    retrieved: set[int], trace: Trace,
+) -> list[int]:
+    """Step 8 on ``ids`` when a reranker is configured (the reranker keeps the order if it fails)."""
+    if reranker is None or not ids:
+        return [int(i) for i in ids]
+    with trace.step("8_rerank"):
+        ranked = reranker(
+            question=question, candidates=list(ids), skb=skb, target_type=target_type, retrieved=retrieved, trace=trace,
+        )
+    return [int(i) for i in ranked]
+
+
+def candidate_filter(skb: SKB, ids: np.ndarray) -> np.ndarray:
+    """The ``ids`` whose type is a candidate (answer) type, in their order."""
+    ids = np.asarray(ids, dtype=np.int64)
+    codes = [skb.type_code(t) for t in skb.schema.answer_types]
+    return ids[np.isin(skb.node_type[ids], codes)]

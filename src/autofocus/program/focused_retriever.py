@@ -1,0 +1,157 @@
+"""FocusedRetriever (paper 000, Algorithm 1), AF-Retriever's predecessor, on autofocus's components.
+
+    line 1      DERIVE_CYPHER       self.cypher       (FR's prompt: labels, properties, relations; no target type)
+    line 2      REGEX               autofocus.cypher.parse_cypher (target type from the RETURN variable)
+    line 3      SYMBOL_CANDIDATES   program.symbols.retrieve_symbol_candidates, top k-hat_max per constant
+    lines 4-9   GROUND_TRIPLETS     program.grounding.ground_with_expansion, k-hat <- k-hat^1.5 + 0.5
+    line 10     VSS on C_cypher     program.vss.step6_rank_grounded, the alpha best by similarity
+    line 11     DERIVE_TARGET_TYPE  self.target_type  (AF's step-1 signature; used by the VSS strand only)
+    line 12     VSS on the rest     program.vss.step7_rank_rest over C(y'.type) minus C_cypher
+    lines 13-14 merge + RERANK      Y_cypher + Y_vss, then self.reranker (pairwise by default)
+
+Settings map onto ``AutofocusConfig``: k-hat_max is ``l_max`` (the same bound, named l in AF; the FR
+preset sets the paper's 1,500,000), alpha is the fraction ``alpha`` of ``k`` (the paper's alpha = 12
+of k = 20 is 0.6), strict/lenient parsing is ``type_mode``, the reranker is ``reranker``.
+"""
+
+from __future__ import annotations
+
+import dspy
+import numpy as np
+
+from autofocus.config import AutofocusConfig
+from autofocus.cypher import parse_cypher
+from autofocus.program.afr import closest_type
+from autofocus.program.baselines import candidate_filter, require_full_pipeline, rerank
+from autofocus.program.grounding import ground_with_expansion, support_paths
+from autofocus.program.llm_call import safe_predict
+from autofocus.program.prompts import SchemaContext
+from autofocus.program.rerank import make_reranker
+from autofocus.program.signatures_extra import DeriveCypher
+from autofocus.program.symbols import retrieve_symbol_candidates
+from autofocus.program.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.query_graph import QueryGraph
+from autofocus.signatures import target_type_signature
+from autofocus.skb.model import SKB
+from autofocus.trace import Trace
+
+
+class FocusedRetriever(dspy.Module):
+    """Answer a question with FocusedRetriever's Cypher, grounding, merge and rerank steps."""
+
+    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
+        super().__init__()
+        self.kb = kb
+        self.config = config or AutofocusConfig()
+        self.system = system
+        require_full_pipeline(self.config, system)
+        if self.config.query_format != "cypher":
+            raise ValueError(f"{system}: FocusedRetriever derives Cypher; query_format={self.config.query_format} "
+                             "is an AF-Retriever option")
+        schema = kb.skb.schema  # type: ignore[attr-defined]
+        self.context = SchemaContext.from_schema(schema)
+        self.properties = sorted({t.name_field for t in schema.node_types.values()} | set(self.context.attribute_names))
+        types = self.context.candidate_types
+        self.cypher = dspy.Predict(DeriveCypher)
+        self.target_type = dspy.Predict(target_type_signature(types)) if len(types) > 1 else None
+        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+
+    # --- lines 1-2 --------------------------------------------------------------------------------
+    def derive_query_graph(self, question: str, trace: Trace) -> QueryGraph | None:
+        schema = self.kb.skb.schema  # type: ignore[attr-defined]
+        with trace.step("2_query"):
+            pred, raw = safe_predict(
+                self.cypher, trace, "2_query", question=question, node_labels=self.context.node_labels,
+                properties=self.properties, relation_labels=self.context.relationship_labels,
+            )
+        cypher = str(pred.cypher) if pred is not None else raw
+        trace.data["cypher"] = cypher
+        if not cypher:
+            trace.flags["valid_cypher"] = False
+            return None
+        with trace.step("3_parse"):
+            qg = parse_cypher(cypher, schema, mode=self.config.type_mode, target_type=None)
+        trace.data["query_graph"] = qg.model_dump()
+        trace.data["cypher_target_type"] = qg.target_type
+        trace.flags["valid_cypher"] = bool(qg.symbols)
+        trace.flags["has_triplet"] = bool(qg.triplets)
+        trace.flags["has_constant"] = qg.usable
+        for d in qg.dropped:
+            trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
+        return qg
+
+    # --- lines 3-9 --------------------------------------------------------------------------------
+    def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray], QueryGraph]:
+        """C_cypher (candidate types only), the final candidate set of every symbol and the graph grounded."""
+        cfg = self.config
+        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        if not qg.usable:
+            trace.flags["grounded_nonempty"] = False
+            return np.zeros(0, np.int64), {}, qg
+        with trace.step("4_symbols"):
+            sc = retrieve_symbol_candidates(
+                self.kb, qg, cfg.l_max, variant=cfg.doc_variant_step4, strict=cfg.type_mode == "strict",
+                exact_name_first=cfg.exact_name_first,
+            )
+        for kind, detail in sc.events:
+            trace.event("4_symbols", kind, detail)
+        trace.data["symbol_candidates"] = {
+            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()} for v, ids in sc.constants.items()
+        }
+        with trace.step("5_grounding"):
+            if cfg.edge_mode == "lenient":
+                qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
+            result = ground_with_expansion(
+                skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
+            )
+        grounded = candidate_filter(skb, result.answers)
+        trace.data["grounding_rounds"] = result.rounds
+        trace.data["grounded_ids"] = grounded[:1000].tolist()
+        trace.data["num_grounded"] = len(grounded)
+        trace.flags["grounded_nonempty"] = len(grounded) > 0
+        return grounded, result.final_sets, qg
+
+    # --- line 11 ----------------------------------------------------------------------------------
+    def predict_target_type(self, question: str, trace: Trace) -> str | None:
+        types = self.context.candidate_types
+        if self.target_type is None:
+            return types[0]
+        with trace.step("1_target_type"):
+            pred, raw = safe_predict(
+                self.target_type, trace, "1_target_type",
+                kb_description=self.context.kb_description, candidate_types=types, question=question,
+            )
+        if pred is not None:
+            return str(pred.target_type)
+        salvaged = closest_type(raw, types) if raw else None
+        trace.event("1_target_type", "salvaged" if salvaged else "invalid", raw or "")
+        return salvaged
+
+    # --- the whole program ------------------------------------------------------------------------
+    def forward(self, question: str) -> dspy.Prediction:
+        cfg = self.config
+        trace = Trace(system=self.system, question=question)
+        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        grounded, final = np.zeros(0, np.int64), {}
+        qg = self.derive_query_graph(question, trace)
+        if qg is not None:
+            grounded, final, qg = self.ground(qg, trace)
+        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+        with trace.step("6_vss_grounded"):
+            y_cypher, s6 = step6_rank_grounded(self.kb, qvec, grounded, grounded_slots(cfg.alpha, cfg.k),
+                                               cfg.doc_variant_step6)
+        y_type = self.predict_target_type(question, trace)
+        trace.data["target_type"] = y_type
+        types = [y_type] if y_type in skb.node_type_names else self.context.candidate_types
+        with trace.step("7_vss_rest"):
+            y_vss, s7 = step7_rank_rest(self.kb, qvec, types, grounded, cfg.k - len(y_cypher), cfg.doc_variant_step7)
+        merged = merge(y_cypher, y_vss, cfg.k, dict(zip(y_cypher + y_vss, s6 + s7, strict=True)))
+        trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
+        trace.data["pre_rerank"] = merged.ids
+        retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000
+                     for i in ids}
+        ranked = rerank(self.reranker, question, merged.ids, skb, y_type, retrieved, trace)
+        if qg is not None and final:
+            on_graph = set(y_cypher)
+            trace.data["support"] = {str(i): support_paths(skb, qg, final, i) for i in ranked if i in on_graph}
+        return dspy.Prediction(ranked_ids=ranked, trace=trace)
