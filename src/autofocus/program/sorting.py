@@ -12,7 +12,8 @@ so independent sub-sorts are interleaved into shared rounds by ``_parallel`` wit
 - ``binary_insertion_sort``: the paper's sort (CPython's ``sorted`` with ``cmp_to_key`` on fewer
   than 64 items is a binary insertion sort); one comparison per round, at most
   ``sum(ceil(log2(i + 1)) for i < n)`` comparisons (69 for n = 20, ~58 on average).
-- ``tournament_sort``: a seeded tournament with a few rounds (see its docstring).
+- ``tournament_sort``: a seeded tournament, 5-9 rounds and ~80 comparisons for n = 20 (see its
+  docstring).
 
 Both are exact for a consistent comparator (one that agrees with a weak order): they return the
 stable best-first order, ties in pre-rerank order. Whatever the comparator answers, they return a
@@ -41,7 +42,9 @@ def _run(sort: Generator[list[Pair], list[int], list[int]], compare: BatchCompar
         return stop.value
 
 
-def _parallel(sorts: Iterable[Generator[list[Pair], list[int], object]]) -> Generator[list[Pair], list[int], list]:
+def _parallel(
+    sorts: Iterable[Generator[list[Pair], list[int], object]],
+) -> Generator[list[Pair], list[int], list]:
     """Run coroutines side by side: each round carries the pairs of every coroutine still running."""
     sorts = list(sorts)
     results: list = [None] * len(sorts)
@@ -115,22 +118,36 @@ def _round_robin(items: list[int]) -> Coroutine:
     return sorted(items, key=lambda x: (-points[x], x))
 
 
-def _tournament(items: list[int], seeds: int, group_size: int) -> Coroutine:
+def _tournament(items: list[int], seeds: int, anchors: int, group_size: int) -> Coroutine:
     if len(items) <= group_size:
         return (yield from _round_robin(items))
-    ranked_seeds = yield from _tournament(items[:seeds], seeds, group_size)
-    challengers = items[seeds:]
+    rest = range(seeds, len(items))
+    chosen = set(range(seeds)) | {rest[(j + 1) * len(rest) // (anchors + 1) - 1] for j in range(anchors)}
+    ranked_seeds = yield from _tournament([items[i] for i in sorted(chosen)], seeds, anchors, group_size)
+    challengers = [x for i, x in enumerate(items) if i not in chosen]
     slots = yield from _parallel(_search(x, ranked_seeds) for x in challengers)
     brackets: list[list[int]] = [[] for _ in range(len(ranked_seeds) + 1)]
     for x, slot in zip(challengers, slots, strict=True):
         brackets[slot].append(x)  # challengers arrive in pre-rerank order, so brackets keep it
-    played = yield from _parallel(_tournament(b, seeds, group_size) for b in brackets)
+    played = yield from _parallel(_tournament(b, seeds, anchors, group_size) for b in brackets)
     order: list[int] = []
     for j, bracket in enumerate(played):
         order += bracket
         if j < len(ranked_seeds):
             order.append(ranked_seeds[j])
     return order
+
+
+def check_tournament(seeds: int, anchors: int, group_size: int) -> None:
+    """Reject settings under which the seed block could not shrink (it must fit one round robin)."""
+    if seeds < 1 or anchors < 0:
+        raise ValueError(
+            f"tournament: need seeds >= 1 and anchors >= 0, got seeds={seeds}, anchors={anchors}"
+        )
+    if group_size < max(2, seeds + anchors):
+        raise ValueError(
+            f"tournament: group_size must be >= max(2, seeds + anchors) = {max(2, seeds + anchors)}, got {group_size}"
+        )
 
 
 def binary_insertion_sort(n: int, compare: BatchCompare) -> list[int]:
@@ -143,25 +160,27 @@ def round_robin_sort(n: int, compare: BatchCompare) -> list[int]:
     return _run(_round_robin(list(range(n))), compare)
 
 
-def tournament_sort(n: int, compare: BatchCompare, *, seeds: int = 6, group_size: int = 8) -> list[int]:
-    """Seeded tournament: few sequential rounds, protects the top of the pre-rerank order.
+def tournament_sort(
+    n: int, compare: BatchCompare, *, seeds: int = 6, anchors: int = 2, group_size: int = 8
+) -> list[int]:
+    """Seeded tournament: few sequential rounds, and the pre-rerank favourites are hard to unseat.
 
-    The first ``seeds`` positions (the pre-rerank favourites) are ranked first, recursively. Every
-    other position then challenges the ranked seeds by binary search, all challengers
-    concurrently (``ceil(log2(seeds + 1))`` rounds), which drops each into a bracket between two
-    adjacent seeds; all brackets are then sorted the same way, concurrently. A block of at most
-    ``group_size`` plays a round robin in one round (ranked by points, equal points in pre-rerank
-    order).
+    A block of at most ``group_size`` positions plays a round robin in one round (ranked by
+    points, equal points in pre-rerank order). A larger block takes as seeds its first ``seeds``
+    positions (the pre-rerank favourites) and ``anchors`` positions evenly spaced over the rest
+    (so that the brackets below the favourites come out small), and ranks them recursively.
+    Every other position challenges the ranked seeds by binary search, all challengers
+    concurrently (``ceil(log2(seeds + anchors + 1))`` rounds), which drops each into a bracket
+    between two adjacent seeds; the brackets are then played the same way, concurrently.
 
-    Like binary insertion, a challenger reaches the top only by winning every comparison on its
-    search path, so a correct pre-rerank favourite survives a noisy comparator; the round robins
-    give the brackets all-pairs robustness. For k = 20 with the defaults: 5-9 rounds (binary
-    insertion: ~58) and 70-85 comparisons (binary insertion: ~58); ``benchmarks/bench_pairwise.py``
-    measures both, with their ordering quality, under noisy comparators.
-    ``group_size >= n`` is a single round robin: 1 round, ``n(n-1)/2`` comparisons.
+    As in binary insertion, a challenger reaches the top only by winning every comparison on its
+    search path, so a correct favourite survives a noisy comparator, while round robins give the
+    seeds and the brackets all-pairs robustness. For k = 20 with the defaults: 5-9 rounds
+    (binary insertion: ~58) and ~80 comparisons (binary insertion: ~58);
+    ``benchmarks/bench_pairwise.py`` measures both, and their ordering quality, under noisy
+    comparators. ``group_size >= n`` is a single round robin: 1 round, ``n(n-1)/2`` comparisons.
+    For a consistent comparator the result is exactly the stable sort: a position beaten by
+    exactly ``j`` seeds lies between the ``j``-th and ``(j+1)``-th seed of the total order.
     """
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
-    if group_size < max(2, seeds):
-        raise ValueError(f"group_size must be >= max(2, seeds) = {max(2, seeds)}, got {group_size}")
-    return _run(_tournament(list(range(n)), seeds, group_size), compare)
+    check_tournament(seeds, anchors, group_size)
+    return _run(_tournament(list(range(n)), seeds, anchors, group_size), compare)
