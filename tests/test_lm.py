@@ -136,3 +136,25 @@ def test_env_points_dspy_cache_under_autofocus_home(tmp_path: Path) -> None:
     env["DSPY_CACHEDIR"] = str(tmp_path / "mine")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == str(tmp_path / "mine")
+
+
+def test_cli_lm_list_and_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from autofocus.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["lm", "list"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    assert "local-small" in listed.output and "not set up" in listed.output and "Apache-2.0" in listed.output
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("AUTOFOCUS_LM_API_KEY", raising=False)
+    with FakeOpenAIServer(_echo) as srv:
+        monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", srv.api_base)
+        checked = runner.invoke(app, ["lm", "check", "--lm", _model(), "--question", "q?", "--repeat", "2"],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert checked.exit_code == 0, checked.output
+    assert "Predict: 'echo q?'" in checked.output and "not available" in checked.output
+    assert srv.request_count == 2 and srv.headers[0]["Authorization"] == "Bearer EMPTY"  # keyless server
+    missing = runner.invoke(app, ["lm", "check", "--lm", "local"])
+    assert missing.exit_code == 1 and "autofocus lm setup" in missing.output

@@ -258,3 +258,15 @@ def test_middleware_maps_max_completion_tokens() -> None:
     assert body == {"model": "m", "max_tokens": 7} and length == len(json.dumps(body).encode())
     body, _ = _run_middleware({"model": "m", "max_completion_tokens": 7, "max_tokens": 3})
     assert body["max_tokens"] == 3 and "max_completion_tokens" not in body
+
+
+def test_scoring_http_error_is_reported(tmp_path: Path) -> None:
+    gguf = tmp_path / "noscore.gguf"
+    gguf.write_bytes(b"GGUF" + uuid.uuid4().bytes)
+    alias = models.resolve_local(f"local:{gguf}").alias
+    srv = get_server(gguf, alias, command=_fake_command(alias), log_path=tmp_path / "s.log")  # no scoring route
+    try:
+        with pytest.raises(LocalServerError, match="HTTP 404"):
+            yes_probability(get_lm(f"local:{gguf}", cache=False), [{"role": "user", "content": "Yes or No?"}])
+    finally:
+        srv.stop()

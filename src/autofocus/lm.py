@@ -4,7 +4,8 @@ Specs:
 
 * ``provider/model``: handed to ``dspy.LM`` (``openai/gpt-4o-mini``, ``hosted_vllm/Qwen/Qwen2.5-7B-Instruct``,
   ``ollama_chat/llama3.2``, ...). ``api_base``/``api_key`` come from the arguments, else from
-  ``AUTOFOCUS_LM_API_BASE``/``AUTOFOCUS_LM_API_KEY``, else DSPy's own provider defaults (``OPENAI_API_KEY``...).
+  ``AUTOFOCUS_LM_API_BASE``/``AUTOFOCUS_LM_API_KEY``, else DSPy's own provider defaults (``OPENAI_API_KEY``...);
+  ``openai/`` with an ``api_base`` and no key anywhere sends ``EMPTY``, as for a keyless vLLM server.
 * ``local``: Qwen2.5-Coder-1.5B-Instruct Q4_K_M; ``local-small``: the 0.5B; ``local:/path/to/any.gguf``.
   These start (once per process and model file) a llama.cpp server and return an ``openai/`` LM on it,
   whose model string carries the file's sha256 prefix so the DSPy cache never mixes two models' answers.
@@ -68,6 +69,8 @@ def get_lm(
     api_key = api_key or os.environ.get("AUTOFOCUS_LM_API_KEY") or None
     if api_base is not None:
         kwargs["api_base"] = api_base
+    if api_key is None and provider == "openai" and api_base is not None and not os.environ.get("OPENAI_API_KEY"):
+        api_key = "EMPTY"  # a keyless OpenAI-compatible server; hosted_vllm/ does the same by itself
     if api_key is not None:  # never api_key="" (ollama_chat rejects it): leave the provider default
         kwargs["api_key"] = api_key
     return dspy.LM(spec, temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs)

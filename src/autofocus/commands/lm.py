@@ -35,34 +35,56 @@ def setup_cmd(
         console.print(f"[green]ready[/green] {path}")
 
 
+_DISTRACTORS = ("Berlin", "42", "blue", "Isaac Newton", "1999", "a hammer", "photosynthesis", "London", "none")
+
+
 @lm_app.command("check")
 def check_cmd(
     lm: Annotated[str, typer.Option(help="LM spec: local, local-small, local:/file.gguf or provider/model")] = "local",
     question: Annotated[str, typer.Option(help="question for the one-line Predict")] = "What is the capital of France?",
     max_tokens: Annotated[int, typer.Option(help="generation limit")] = 64,
+    repeat: Annotated[int, typer.Option(min=1, help="timed repetitions (no cache); the median is reported")] = 3,
 ) -> None:
-    """Start the LM, run one `dspy.Predict("question -> answer")` and a yes/no score; print latency and tokens."""
+    """Start the LM, time `dspy.Predict("question -> answer")` and yes/no scoring; print latency and tokens."""
+    import statistics
+
     import dspy
 
-    from autofocus.lm import get_lm, yes_probability
+    from autofocus.lm import get_lm, yes_probabilities
+    from autofocus.local_lm.models import ModelError
+    from autofocus.local_lm.server import LocalServerError
 
     t0 = time.perf_counter()
-    model = get_lm(lm, cache=False, max_tokens=max_tokens)
-    console.print(f"LM [bold]{model.model}[/bold] ready in {time.perf_counter() - t0:.2f} s ({model.kwargs.get('api_base') or 'provider default endpoint'})")
-    t1 = time.perf_counter()
-    with dspy.context(lm=model):
-        pred = dspy.Predict("question -> answer")(question=question)
+    try:
+        model = get_lm(lm, cache=False, max_tokens=max_tokens)
+    except (ModelError, LocalServerError, ValueError) as exc:
+        console.print(f"[red]cannot start {lm!r}:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"LM [bold]{model.model}[/bold] ready in {time.perf_counter() - t0:.2f} s "
+                  f"({model.kwargs.get('api_base') or 'provider default endpoint'})")  # fmt: skip
+    seconds = []
+    for _ in range(repeat):
+        t1 = time.perf_counter()
+        with dspy.context(lm=model):
+            pred = dspy.Predict("question -> answer")(question=question)
+        seconds.append(time.perf_counter() - t1)
     usage = model.history[-1].get("usage") or {}
-    console.print(f"Predict: {pred.answer!r} in {time.perf_counter() - t1:.2f} s, "
-                  f"{usage.get('prompt_tokens', '?')} prompt + {usage.get('completion_tokens', '?')} completion tokens")  # fmt: skip
-    messages = [{"role": "user", "content": f"Question: {question}\nProposed answer: {pred.answer}\n"
-                 "Is the proposed answer correct? Answer Yes or No."}]  # fmt: skip
+    console.print(f"Predict: {pred.answer!r}; first {seconds[0]:.2f} s, median {statistics.median(seconds):.2f} s "
+                  f"over {repeat}; {usage.get('prompt_tokens', '?')} prompt + "
+                  f"{usage.get('completion_tokens', '?')} completion tokens")  # fmt: skip
+    candidates = [str(pred.answer), *_DISTRACTORS]
+    convs = [[{"role": "user", "content": f"Question: {question}\nProposed answer: {c}\n"
+               "Is the proposed answer correct? Answer Yes or No."}] for c in candidates]  # fmt: skip
     t2 = time.perf_counter()
-    p_yes = yes_probability(model, messages)
+    p_yes = yes_probabilities(model, convs)
+    elapsed = time.perf_counter() - t2
     if p_yes is None:
         console.print("yes/no scoring: not available for this LM (only for local models)")
-    else:
-        console.print(f"yes/no scoring: P(yes) = {p_yes:.3f} in {time.perf_counter() - t2:.2f} s")
+        return
+    others = [p for p in p_yes[1:] if p is not None]
+    console.print(f"yes/no scoring: {len(convs)} candidates in {elapsed:.2f} s ({elapsed / len(convs):.2f} s each); "
+                  f"P(yes) for the answer above {p_yes[0]:.3f}, mean for {len(others)} distractors "
+                  f"{sum(others) / max(len(others), 1):.3f}")  # fmt: skip
 
 
 @lm_app.command("list")

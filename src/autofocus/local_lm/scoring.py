@@ -8,14 +8,16 @@ reuse the server's KV cache, so send a question's candidates together via ``yes_
 
 from __future__ import annotations
 
+import json
 import math
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 import dspy
-import httpx
 
-from autofocus.local_lm.server import server_for_api_base
+from autofocus.local_lm.server import LocalServerError, open_direct, server_for_api_base
 
 YES = ("Yes", "yes", " Yes", " yes", "YES")
 NO = ("No", "no", " No", " no", "NO")
@@ -86,10 +88,15 @@ def yes_probabilities(
         "candidates": candidates,
         "assistant_prefix": assistant_prefix,
     }
-    with httpx.Client(trust_env=False, timeout=timeout) as client:
-        resp = client.post(f"{server.api_base}/autofocus/next_token_logprobs", json=body)
-    resp.raise_for_status()
-    payload = resp.json()
+    req = urllib.request.Request(
+        f"{server.api_base}/autofocus/next_token_logprobs", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )  # fmt: skip
+    try:
+        with open_direct(req, timeout) as resp:
+            payload = json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise LocalServerError(f"yes/no scoring failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
     for i, result in zip(todo, payload["results"], strict=True):
         if "logprobs" not in result:
             continue

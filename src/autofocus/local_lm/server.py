@@ -22,13 +22,18 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from autofocus import paths
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via an HTTP proxy
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def open_direct(request: str | urllib.request.Request, timeout: float) -> Any:
+    """urlopen for the loopback server that ignores HTTP(S)_PROXY settings."""
+    return _DIRECT.open(request, timeout=timeout)
 
 
 class LocalServerError(RuntimeError):
@@ -137,7 +142,7 @@ class LocalServer:
 
     def models(self, timeout: float = 2.0) -> list[str]:
         """Model ids listed by the server's ``GET /v1/models``."""
-        with _DIRECT.open(f"{self.base_url}/v1/models", timeout=timeout) as resp:
+        with open_direct(f"{self.base_url}/v1/models", timeout) as resp:
             return [m["id"] for m in json.load(resp)["data"]]
 
     def health(self) -> bool:
