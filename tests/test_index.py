@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -329,6 +330,10 @@ def test_knowledge_base_builds_searches_and_checks(tmp_path: Path) -> None:
                             progress=False, cache=cache)
     with pytest.raises(IndexNotFoundError, match=r"built with: test:hashing \(text\+rel\)"):
         refuses.index("text+rel")
+    moved = KnowledgeBase(skb, HashingEmbedder(name="other/model"), tmp_path / "idx", progress=False, cache=cache)
+    shutil.copytree(kb.store_dir("text+rel"), moved.store_dir("text+rel"))
+    with pytest.raises(IndexMismatchError, match="embed queries with 'test:hashing'"):
+        moved.index("text+rel")
     wrong_skb = KnowledgeBase(word_skb(31), emb, tmp_path / "idx", documents=plain_documents, progress=False,
                               cache=cache)
     with pytest.raises(IndexMismatchError, match="num_nodes"):

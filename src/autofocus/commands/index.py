@@ -15,7 +15,7 @@ from autofocus.cli_app import app
 from autofocus.index.embedders import DEFAULT_EMBEDDER, EmbedderError
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # errors stay one copyable line
 index_app = typer.Typer(help="Build, import and inspect node embedding indexes.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 

@@ -1,0 +1,77 @@
+"""``autofocus index ...`` and ``autofocus search`` on the tiny SKB with the real packaged embedder."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from autofocus.cli import app
+from autofocus.index.store import EmbeddingStore
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def skb_dir(tmp_path_factory: pytest.TempPathFactory, tiny_skb_dir: Path) -> Path:
+    """A private copy: its SKB cache and indexes are written under the isolated autofocus home."""
+    path = tmp_path_factory.mktemp("cli") / "tiny"
+    shutil.copytree(tiny_skb_dir, path)
+    return path
+
+
+def run(*args: str) -> str:
+    result = runner.invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_build_then_search_then_info(skb_dir: Path, tmp_path: Path) -> None:
+    out = run("index", "build", str(skb_dir), "--variant", "all", "--index-dir", str(tmp_path))
+    assert "text+rel" in out and "12/12" in out
+    stores = sorted(p.parent for p in tmp_path.glob("*/*/manifest.json"))
+    assert [p.name for p in stores] == ["text", "text+rel"]
+    assert list((stores[0] / "faiss" / "flat").glob("*.faiss"))
+
+    out = run("search", "multi-hop question answering over knowledge graphs", "--skb", str(skb_dir),
+              "--type", "paper", "-k", "3", "--index-dir", str(tmp_path))
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(rows) == 3 and "Multi-hop Reasoning over Graphs" in rows[0]
+
+    out = run("index", "info", str(skb_dir), "--index-dir", str(tmp_path), "--verify")
+    assert out.count("verified") == 2
+
+
+def test_search_errors_are_one_line(skb_dir: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["search", "x", "--skb", str(skb_dir), "--type", "planet", "--index-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "unknown node type 'planet'" in result.output
+    result = runner.invoke(app, ["search", "x", "--skb", str(skb_dir), "--embedder", "openai/text-embedding-3-small",
+                                 "--index-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "Queries must be embedded by the model" in result.output
+    result = runner.invoke(app, ["search", "x", "--skb", str(skb_dir), "--variant", "rel"])
+    assert result.exit_code != 0 and "--variant must be one of" in result.output
+
+
+def test_import_then_search_needs_the_same_model(skb_dir: Path, tmp_path: Path) -> None:
+    vecs = np.random.default_rng(0).standard_normal((12, 8)).astype(np.float32)
+    torch.save({i: torch.from_numpy(vecs[i][None]) for i in (0, 1, 2, 3, 11)}, tmp_path / "candidate_emb_dict.pt")
+    out = run("index", "import", str(tmp_path / "candidate_emb_dict.pt"), "--skb", str(skb_dir), "--variant", "text",
+              "--model", "openai/text-embedding-ada-002", "--index-dir", str(tmp_path / "idx"))
+    assert "imported 5/12 rows" in out and "7 nodes have no vector" in out
+    store = EmbeddingStore.open(next((tmp_path / "idx").glob("*/text")))
+    assert store.manifest.model == "openai/text-embedding-ada-002" and store.manifest.dim == 8
+
+    torch.save({"graph retrieval": torch.from_numpy(vecs[0])}, tmp_path / "entity_emb_dict.pt")
+    out = run("index", "import-queries", str(tmp_path / "entity_emb_dict.pt"), "--model",
+              "openai/text-embedding-ada-002")
+    assert "cached 1 query vectors" in out
+    out = run("search", "graph retrieval", "--skb", str(skb_dir), "--embedder",
+              "precomputed:openai/text-embedding-ada-002", "-k", "2", "--index-dir", str(tmp_path / "idx"))
+    assert "Graph Retrieval at Scale" in out  # node 0's own vector was the query
+    result = runner.invoke(app, ["search", "graph retrieval", "--skb", str(skb_dir), "--index-dir",
+                                 str(tmp_path / "idx"), "--embedder", "openai/text-embedding-3-small"])
+    assert result.exit_code == 1 and "built with: openai/text-embedding-ada-002 (text)" in result.output
