@@ -292,7 +292,13 @@ class _Builder:
             self.drop(text, "compares two properties (a join): dropped")
             return
         if not lp and not rp:
-            self.drop(text, "no node property in this comparison")
+            computed = next(
+                (e.name for e in (left, right) if isinstance(e, Var) and e.name in self.aliases), None
+            )
+            if computed is not None:
+                self.resolve(computed, text)
+            else:
+                self.drop(text, "no node property in this comparison")
             return
         if rp:
             if op not in _REVERSED:
@@ -420,7 +426,7 @@ class _Builder:
             return label
         m = self.mapper.node_type(label)
         if m.name is None:
-            self.drop(f":{label}", "label matches no node type of the schema: symbol left untyped")
+            self.drop(f":{label}", "label matches no node type of the schema")
             return None
         if m.how == "ambiguous":
             tied = ", ".join((m.name, *m.ties))
@@ -484,7 +490,7 @@ class _Builder:
             info = self.mapper.schema.edge_types[accepted[0][0]]
             self.drop(
                 f"({t.head})-[:{'|'.join(t.types)}]->({t.tail})",
-                f"direction reversed: edge type {accepted[0][0]} goes {info.src_type} -> {info.dst_type}",
+                f"direction reversed: edge type {accepted[0][0]} goes {info.src_type or '*'} -> {info.dst_type or '*'}",
             )
             t.head, t.tail = t.tail, t.head
         elif len(flips) == 2:

@@ -30,17 +30,22 @@ class Tok(NamedTuple):
 
 _MASTER = re.compile(
     r"""
-    (?P<ws>\s+)
-  | (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
-  | (?P<date>\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?(?![\w.]))
-  | (?P<float>(?:\d+\.\d+|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
-  | (?P<int>\d+)
-  | (?P<ident>[^\W\d]\w*)
-  | (?P<param>\$\w+)
-  | (?P<op><=|>=|<>|!=|=~|\.\.|[-()\[\]{},:.|*+/%^;=<>!&~])
+    (?:\s+|//[^\n]*|/\*.*?(?:\*/|\Z))*  # whitespace and comments before the token
+    (?:
+      (?P<ident>[^\W\d]\w*)
+    | (?P<date>\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?(?![\w.]))
+    | (?P<float>(?:\d+\.\d+|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
+    | (?P<int>\d+)
+    | (?P<op><=|>=|<>|!=|=~|\.\.|[-()\[\]{},:.|*+/%^;=<>!&~])
+    | (?P<dq>"(?:[^"\\]|\\.)*")
+    | (?P<sq>'(?:[^'\\]|\\.)*'(?!\w))  # a letter after the quote: maybe an apostrophe, see _string
+    | (?P<param>\$\w+)
+    | (?P<other>.)
+    )
     """,
     re.VERBOSE | re.DOTALL,
 )
+_UNESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
 
 # Look-alike characters from LLM output and PDF text, read as the ASCII operators they stand for.
 _LOOKALIKE: dict[str, tuple[str, ...]] = {
@@ -71,45 +76,44 @@ def tokenize(text: str) -> list[Tok]:
     toks: list[Tok] = []
     pos, n = 0, len(text)
     while pos < n:
-        ch = text[pos]
-        if ch in _CLOSERS:
-            tok = _string(text, pos, ch)
-            if tok is None:
-                toks.append(Tok(ERROR, ch, pos, pos + 1))
-                pos += 1
-            else:
-                toks.append(tok)
-                pos = tok.end
-            continue
-        if ch == "`":
-            tok = _backticked(text, pos)
-            toks.append(tok or Tok(ERROR, ch, pos, pos + 1))
-            pos = tok.end if tok else pos + 1
-            continue
-        if ch in _LOOKALIKE:
-            toks.extend(Tok(OP, op, pos, pos + 1) for op in _LOOKALIKE[ch])
-            pos += 1
-            continue
         m = _MASTER.match(text, pos)
-        if m is None:
-            toks.append(Tok(ERROR, ch, pos, pos + 1))
-            pos += 1
-            continue
-        kind, value = m.lastgroup, m.group()
-        if kind == "float":
-            toks.append(Tok(NUMBER, float(value), pos, m.end()))
-        elif kind == "int":
-            toks.append(Tok(NUMBER, int(value), pos, m.end()))
-        elif kind == "date":
-            toks.append(Tok(STRING, value, pos, m.end()))
-        elif kind == "ident":
-            toks.append(Tok(IDENT, value, pos, m.end()))
-        elif kind == "param":
-            toks.append(Tok(PARAM, value[1:], pos, m.end()))
+        if m is None:  # only whitespace or a comment was left
+            break
+        kind = m.lastgroup
+        start, end = m.start(kind), m.end()  # type: ignore[arg-type]
+        value = m.group(kind)  # type: ignore[arg-type]
+        pos = end
+        if kind == "ident":
+            toks.append(Tok(IDENT, value, start, end))
         elif kind == "op":
-            toks.append(Tok(OP, value, pos, m.end()))
-        pos = m.end()
+            toks.append(Tok(OP, value, start, end))
+        elif kind in ("dq", "sq"):
+            body = value[1:-1]
+            toks.append(Tok(STRING, _UNESCAPE.sub(_unescape, body) if "\\" in body else body, start, end))
+        elif kind == "int":
+            toks.append(Tok(NUMBER, int(value), start, end))
+        elif kind == "float":
+            toks.append(Tok(NUMBER, float(value), start, end))
+        elif kind == "date":
+            toks.append(Tok(STRING, value, start, end))
+        elif kind == "param":
+            toks.append(Tok(PARAM, value[1:], start, end))
+        elif value in _LOOKALIKE:
+            toks.extend(Tok(OP, op, start, end) for op in _LOOKALIKE[value])
+        else:
+            tok = _string(text, start, value) if value in _CLOSERS else None
+            if value == "`":
+                tok = _backticked(text, start)
+            toks.append(tok or Tok(ERROR, value, start, end))
+            pos = tok.end if tok else end
     return toks
+
+
+def _unescape(m: re.Match[str]) -> str:
+    code = m.group(1)
+    if len(code) > 1:
+        return chr(min(int(code[1:], 16), 0x10FFFF))
+    return _ESCAPES.get(code, m.group())
 
 
 def _string(text: str, start: int, quote: str) -> Tok | None:

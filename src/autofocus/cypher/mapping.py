@@ -21,10 +21,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Literal
+from typing import Literal, TypeVar
 
 from autofocus.skb.schema import Schema
 
+K = TypeVar("K")
+V = TypeVar("V")
 How = Literal["exact", "normalised", "closest", "endpoints", "ambiguous", "none"]
 
 _STOPWORDS = frozenset({"is", "are", "was", "of", "the", "a", "an", "by", "to", "has", "have", "had", "with",
@@ -106,6 +108,7 @@ class SchemaMapper:
         self._edges = [self._key(n, info.description, strip=True) for n, info in schema.edge_types.items()]
         self._node_cache: dict[str, Match] = {}
         self._edge_cache: dict[str, tuple[bool, list[tuple[str, How, float]]]] = {}
+        self._edge_match_cache: dict[tuple[str, str | None, str | None, bool], EdgeMatch] = {}
 
     def _key(self, label: str, description: str = "", strip: bool = False) -> _Key:
         toks = tokens(label)
@@ -138,7 +141,9 @@ class SchemaMapper:
         """The node type for a label; ``how == "ambiguous"`` names the best of several equal matches."""
         hit = self._node_cache.get(label)
         if hit is None:
-            hit = self._node_cache[label] = self._best(self._scores(self._key(label), self._nodes), None)
+            hit = _remember(
+                self._node_cache, label, self._best(self._scores(self._key(label), self._nodes), None)
+            )
         return hit
 
     # -- edge types --
@@ -146,10 +151,21 @@ class SchemaMapper:
         self, label: str, head_type: str | None, tail_type: str | None, directed: bool = True
     ) -> EdgeMatch:
         """The edge type for a relationship label between nodes of the given types (None: unknown)."""
+        key = (label, head_type, tail_type, directed)
+        hit = self._edge_match_cache.get(key)
+        if hit is None:
+            hit = _remember(
+                self._edge_match_cache, key, self._edge_type(label, head_type, tail_type, directed)
+            )
+        return hit
+
+    def _edge_type(
+        self, label: str, head_type: str | None, tail_type: str | None, directed: bool
+    ) -> EdgeMatch:
         cached = self._edge_cache.get(label)
         if cached is None:
             key = self._key(label, strip=True)
-            cached = self._edge_cache[label] = (key.bare, self._scores(key, self._edges))
+            cached = _remember(self._edge_cache, label, (key.bare, self._scores(key, self._edges)))
         bare, scored = cached
         fit = {name: self._fits(name, head_type, tail_type) for name in self.schema.edge_types}
         best = self._best(scored, lambda name: any(fit[name]))
@@ -224,6 +240,17 @@ class SchemaMapper:
         if ties:
             return Match(best[0], "ambiguous", best[2], ties)
         return Match(best[0], best[1], best[2])
+
+
+_CACHE_SIZE = 20_000
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> V:
+    """Store in a bounded cache (LLM labels are open-ended over a long run)."""
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _content(toks: tuple[str, ...]) -> tuple[str, ...]:

@@ -314,13 +314,12 @@ class _Parser:
         )
         extra = [self.chars(lo, hi) for lo, hi in spans if (lo, hi) != chosen]
         lo, hi = chosen
+        paired = self.paired_brackets(lo, hi)
         starts, depth = [], 0
         for i in range(lo, hi):
             t = self.toks[i]
-            if t.kind == OP and t.value in _OPEN:
-                depth += 1
-            elif t.kind == OP and t.value in _CLOSE:
-                depth = max(depth - 1, 0)
+            if i in paired:
+                depth += 1 if t.value in _OPEN else -1
             elif (
                 depth == 0
                 and t.kind == IDENT
@@ -338,6 +337,25 @@ class _Parser:
             end = starts[j + 1] if j + 1 < len(starts) else hi
             clauses.append(self.clause(s, end))
         return Statement(clauses, self.issues, extra)
+
+    def paired_brackets(self, lo: int, hi: int) -> set[int]:
+        """Indices of brackets that have a partner: an unclosed '{' must not hide the clauses after it."""
+        paired: set[int] = set()
+        stack: list[int] = []
+        for i in range(lo, hi):
+            t = self.toks[i]
+            if t.kind != OP:
+                continue
+            if t.value in _OPEN:
+                stack.append(i)
+            elif t.value in _CLOSE:
+                want = _OPEN[_CLOSE.index(str(t.value))]
+                for j in range(len(stack) - 1, -1, -1):
+                    if self.toks[stack[j]].value == want:
+                        paired.update((stack[j], i))
+                        del stack[j:]
+                        break
+        return paired
 
     def _continues_clause(self, i: int) -> bool:
         """DELETE after DETACH belongs to the DETACH clause."""
@@ -538,6 +556,7 @@ class _Parser:
 
     def props(self, braces: bool = True) -> list[tuple[str, Expr]]:
         """``{key: value, ...}``; a broken pair is dropped on its own."""
+        open_pos = self.pos
         if braces:
             self.expect("{")
         closer = "}" if braces else ")"
@@ -552,7 +571,7 @@ class _Parser:
                     raise self.error("expected ':'")
                 self.pos += 1
                 value = self.expr()
-                if not (self.at_op(",") or self.at_op(closer)):
+                if not (self.at_op(",") or self.at_op(closer) or self.at_op(")")):
                     raise self.error(f"expected ',' or '{closer}'")
                 out.append((key, value))
             except ParseError as e:
@@ -565,7 +584,9 @@ class _Parser:
                 self.pos += 1
                 continue
             break
-        if braces:
+        if braces and self.at_op(")"):
+            self.issues.append((self.span_text(open_pos, self.pos), "missing '}' before ')': assumed"))
+        elif braces:
             self.expect("}")
         return out
 
@@ -691,10 +712,8 @@ class _Parser:
         return self.arith(("+", "-"), self.multiplicative)
 
     def multiplicative(self) -> Expr:
-        return self.arith(("*", "/", "%"), self.power)
-
-    def power(self) -> Expr:
-        return self.arith(("^",), self.unary)
+        # "^" binds tighter than "*" in Cypher; arithmetic is never kept, so one level does
+        return self.arith(("*", "/", "%", "^"), self.unary)
 
     def arith(self, ops: tuple[str, ...], sub: Callable[[], Expr]) -> Expr:
         left = sub()
