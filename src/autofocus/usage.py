@@ -77,6 +77,12 @@ class UsageCallback(BaseCallback):
             usage.add(output_tokens=chars // CHARS_PER_TOKEN)
 
 
+def add_usage(calls: int, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    """Count LM work done outside ``dspy.LM`` (e.g. next-token yes/no scoring) in the active scopes."""
+    for usage in _scopes.get():
+        usage.add(calls=calls, input_tokens=input_tokens, output_tokens=output_tokens)
+
+
 _installed = threading.Lock()
 
 

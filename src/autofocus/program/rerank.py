@@ -1,0 +1,603 @@
+"""Step 8: LLM rerankers of the top-k candidates (paper section 3.2, Table 1, prompts in A.2).
+
+- ``PointwiseReranker``: one ``PointwiseScore`` call per candidate, concurrently; or, for the
+  offline llama.cpp LM, P(yes) of the first answer token (``scoring="yes_no"``), which orders
+  candidates well where small models cannot write a ranking (offline_models.md, 5e).
+- ``ListwiseReranker``: one ``ListwiseRank`` call with all k candidates (the paper's cheapest).
+- ``PairwiseReranker``: binary insertion sort, one ``PairwiseCompare`` call per comparison, all
+  sequential (the paper's best on first hits, ~58 sequential calls for k = 20).
+- ``TournamentReranker``: pairwise comparisons in few concurrent rounds
+  (``autofocus.program.sorting.tournament_sort``: ~5 rounds, ~80 calls for k = 20).
+
+Every candidate is described by ``describe_node`` with all relations; when a prompt would exceed
+``config.context_budget_tokens`` (estimated as characters / 4, as ``autofocus.usage`` counts),
+or the LM reports a context overflow, it is rebuilt with only the relations to retrieved
+non-target candidates (paper: incident (a) of Table 7), then with none (incident (b)); beyond the
+paper, descriptions are then truncated to share the budget instead of giving up.
+
+Every reranker returns a permutation of its (de-duplicated) input: malformed output is salvaged
+where possible and otherwise keeps the pre-rerank order; each such fallback is a trace event
+(step ``8_rerank``) and ``trace.data["rerank"]`` records the decisions (scores, raw ranking,
+comparisons), the prompts, rounds, description levels and overflow incidents. The caller times
+the step (``trace.step("8_rerank")``); the rerankers only add events and data.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import dspy
+
+from autofocus.config import AutofocusConfig
+from autofocus.lm import is_local_spec, yes_probabilities
+from autofocus.program.sorting import binary_insertion_sort, check_tournament, tournament_sort
+from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
+from autofocus.skb.model import SKB
+from autofocus.trace import Trace
+from autofocus.usage import CHARS_PER_TOKEN, add_usage, map_concurrently
+
+STEP = "8_rerank"
+# description levels: the paper's three scenarios, then truncation to a share of the budget
+LEVELS: tuple[str, ...] = ("full", "retrieved", "none", "truncated")
+NEUTRAL_SCORE = 0.5
+MIN_SHARE_TOKENS = 16
+
+Describer = Callable[..., str]
+Messages = list[dict[str, Any]]
+YesScorer = Callable[[Any, list[Messages]], "list[float | None] | None"]
+
+YES_NO_INSTRUCTIONS = (
+    "Examine if a candidate satisfies a given query. Answer Yes if there is explicit evidence that the "
+    "candidate satisfies the query, otherwise No. Answer with Yes or No only."
+)
+
+_OVERFLOW = re.compile(
+    r"context.{0,20}(length|window|size)|maximum context|too many tokens|input (sequence|length) is too long"
+    r"|requested (input length|tokens)|exceeds? .{0,30}context",
+    re.IGNORECASE,
+)
+_INT = re.compile(r"(?<![\w.])(\d+)(?!\w|\.\d)")
+_NUMBER = re.compile(r"(?<![\w.])(\d*\.\d+|\d+)(?![\w.]?\d)")
+
+
+def describe_node(
+    skb: SKB, node_id: int, *, relations: str, retrieved: set[int] | None, budget_tokens: int
+) -> str:
+    """The default describer, ``autofocus.skb.documents.describe_node`` (imported on first use)."""
+    from autofocus.skb.documents import describe_node as describe
+
+    return describe(skb, node_id, relations=relations, retrieved=retrieved, budget_tokens=budget_tokens)
+
+
+def estimate_tokens(messages: Messages) -> int:
+    return sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """Whether an LM error says the prompt did not fit (DSPy's typed error or a server's wording)."""
+    return isinstance(exc, dspy.ContextWindowExceededError) or bool(_OVERFLOW.search(str(exc)))
+
+
+def salvage_ids(text: str) -> list[int]:
+    """Whole numbers in free text, in order (for ids in a malformed answer)."""
+    return [int(m) for m in _INT.findall(text)]
+
+
+def salvage_score(text: str) -> float | None:
+    """The last number in [0, 1] in free text (the paper's prompt ends with "...score is: 0.8")."""
+    for raw in reversed(_NUMBER.findall(text)):
+        value = float(raw)
+        if 0.0 <= value <= 1.0:
+            return value
+    return None
+
+
+def complete_ranking(raw: Iterable[object], candidates: Sequence[int]) -> tuple[list[int], dict[str, int]]:
+    """A full permutation of ``candidates`` from an LM's ranking: unknown ids dropped, repeats
+    removed, missing candidates appended in their pre-rerank order. Also returns what was fixed."""
+    valid = set(candidates)
+    seen: set[int] = set()
+    order: list[int] = []
+    fixed = {"unknown": 0, "duplicate": 0, "missing": 0}
+    for item in raw:
+        try:
+            value = int(item)  # type: ignore[call-overload]
+        except (TypeError, ValueError, OverflowError):
+            fixed["unknown"] += 1
+            continue
+        if value not in valid:
+            fixed["unknown"] += 1
+        elif value in seen:
+            fixed["duplicate"] += 1
+        else:
+            seen.add(value)
+            order.append(value)
+    missing = [c for c in candidates if c not in seen]
+    fixed["missing"] = len(missing)
+    return order + missing, fixed
+
+
+def _adapter() -> dspy.Adapter:
+    return dspy.settings.adapter or dspy.ChatAdapter()
+
+
+def _lm_of(predictor: dspy.Predict) -> Any:
+    return predictor.lm or dspy.settings.lm
+
+
+def _raw_texts(exc: BaseException, lm: Any, markers: Sequence[str]) -> list[str]:
+    """The LM's raw answers behind a failed parse: recent history entries whose prompt contains
+    every marker (the adapter may have retried in another format), then the exception's text."""
+    texts: list[str] = []
+    for entry in list(getattr(lm, "history", None) or [])[-8:]:
+        contents = [str(m.get("content", "")) for m in entry.get("messages") or []]
+        if all(any(mk in c for c in contents) for mk in markers):
+            for out in entry.get("outputs") or []:
+                texts.append(out if isinstance(out, str) else str(out.get("text", out)))
+    response = getattr(exc, "lm_response", None)
+    if isinstance(response, str) and response not in texts:
+        texts.append(response)
+    return texts
+
+
+@dataclass
+class _Session:
+    """One rerank call: descriptions per level, description levels used and issues; thread-safe."""
+
+    question: str
+    ids: list[int]
+    skb: SKB
+    retrieved: set[int]
+    config: AutofocusConfig
+    describe: Describer
+    cap_tokens: int
+    levels: list[int] = field(default_factory=list)
+    issues: dict[str, list[str]] = field(default_factory=dict)
+    prompts: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _descriptions: dict[tuple[int, str, int], str] = field(default_factory=dict)
+
+    def issue(self, kind: str, detail: str) -> None:
+        with self._lock:
+            self.issues.setdefault(kind, []).append(detail)
+
+    def block(self, node: int, level: int, budget_tokens: int | None = None) -> str:
+        """``[ID] type: description`` at a description level (cached per call)."""
+        relations = LEVELS[min(level, 2)]
+        budget = budget_tokens if budget_tokens is not None else self.cap_tokens
+        key = (node, relations, budget)
+        text = self._descriptions.get(key)
+        if text is None:
+            retrieved = self.retrieved if relations == "retrieved" else None
+            text = self.describe(
+                self.skb, node, relations=relations, retrieved=retrieved, budget_tokens=budget
+            )
+            self._descriptions[key] = text
+        return f"[{node}] {self.skb.type_of(node)}: {text}"
+
+    def payload(
+        self,
+        nodes: Sequence[int],
+        build: Callable[[list[str]], Any],
+        measure: Callable[[Any], int],
+        level: int,
+    ) -> Any:
+        if level < 3:
+            return build([self.block(n, level) for n in nodes])
+        overhead = measure(build([""] * len(nodes)))
+        share = max(MIN_SHARE_TOKENS, (self.config.context_budget_tokens - overhead) // max(1, len(nodes)))
+        return build([self.block(n, 3, share) for n in nodes])
+
+    def fit(
+        self,
+        nodes: Sequence[int],
+        build: Callable[[list[str]], Any],
+        measure: Callable[[Any], int],
+        start: int = 0,
+    ) -> tuple[int, Any]:
+        """The first level from ``start`` whose prompt fits the context budget (3 = truncated)."""
+        for level in range(start, 3):
+            payload = self.payload(nodes, build, measure, level)
+            if measure(payload) <= self.config.context_budget_tokens:
+                return level, payload
+        return 3, self.payload(nodes, build, measure, 3)
+
+    def record_level(self, level: int) -> None:
+        with self._lock:
+            self.levels.append(level)
+            self.prompts += 1
+
+
+class Reranker(dspy.Module):
+    """Shared entry point: validation, description budget, trace; subclasses rank positions."""
+
+    method = ""
+
+    def __init__(
+        self,
+        config: AutofocusConfig | None = None,
+        *,
+        describe: Describer | None = None,
+        description_budget_tokens: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config or AutofocusConfig()
+        self.describe = describe or describe_node
+        self.description_budget_tokens = description_budget_tokens
+
+    def forward(
+        self,
+        question: str,
+        candidates: Sequence[int],
+        *,
+        skb: SKB,
+        target_type: str | None = None,
+        retrieved: Iterable[int] | None = None,
+        trace: Trace | None = None,
+        config: AutofocusConfig | None = None,
+    ) -> list[int]:
+        """Rerank ``candidates`` (best first) for ``question``; returns a permutation of them.
+
+        Args:
+            retrieved: non-target nodes the retrieval found (step 4/5 symbol candidates); the
+                "retrieved" fallback keeps only relations to these.
+            target_type: the step-1 type, used as the pointwise prompt's node type.
+            config: overrides the constructor's (budget, concurrency).
+        """
+        cfg = config or self.config
+        trace = trace if trace is not None else Trace()
+        ids = self._validate(candidates, skb, trace)
+        session = _Session(
+            question=question,
+            ids=ids,
+            skb=skb,
+            retrieved=set(retrieved or ()),
+            config=cfg,
+            describe=self.describe,
+            cap_tokens=self.description_budget_tokens or cfg.context_budget_tokens,
+        )
+        data: dict[str, Any] = {"method": self.method, "input": ids}
+        order = self._rank(session, target_type, data) if len(ids) > 1 else list(range(len(ids)))
+        ranked = [ids[i] for i in order]
+        if sorted(ranked) != sorted(ids):  # the sorts guarantee this; a failure is a bug, not LM noise
+            raise RuntimeError(f"reranker {self.method} lost or duplicated candidates: {ids} -> {ranked}")
+        self._record(session, data, ranked, trace)
+        return ranked
+
+    def _rank(self, s: _Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _validate(candidates: Sequence[int], skb: SKB, trace: Trace) -> list[int]:
+        ids: list[int] = []
+        for c in candidates:
+            if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+                raise ValueError(f"rerank: candidate ids must be integers, got {c!r}")
+            if not 0 <= int(c) < skb.num_nodes:
+                raise ValueError(
+                    f"rerank: candidate id {int(c)} is not a node of the SKB (0..{skb.num_nodes - 1})"
+                )
+            ids.append(int(c))
+        unique = list(dict.fromkeys(ids))
+        if len(unique) < len(ids):
+            trace.event(STEP, "duplicate_input", f"{len(ids) - len(unique)} repeated candidate ids removed")
+        return unique
+
+    def _record(self, s: _Session, data: dict[str, Any], ranked: list[int], trace: Trace) -> None:
+        used = Counter(LEVELS[level] for level in s.levels)
+        overflow = {
+            "a": any(level >= 1 for level in s.levels),  # a prompt with all relations was too long
+            "b": any(level >= 2 for level in s.levels),  # ... and also with retrieved relations only
+            "truncated": any(level >= 3 for level in s.levels),
+        }
+        data.update(
+            output=ranked,
+            prompts=s.prompts,
+            levels=dict(used),
+            overflow=overflow,
+            issues={k: len(v) for k, v in s.issues.items()},
+        )
+        trace.data["rerank"] = data
+        for key, kind in (
+            ("a", "context_overflow_full"),
+            ("b", "context_overflow_retrieved"),
+            ("truncated", "context_truncated"),
+        ):
+            if overflow[key]:
+                n = sum(1 for level in s.levels if level >= {"a": 1, "b": 2, "truncated": 3}[key])
+                trace.event(STEP, kind, f"{n} of {len(s.levels)} prompts")
+        for kind, details in s.issues.items():
+            trace.event(STEP, kind, f"{len(details)}x: " + " | ".join(details[:3]))
+
+    def _predict(
+        self,
+        s: _Session,
+        predictor: dspy.Predict,
+        nodes: Sequence[int],
+        build: Callable[[list[str]], dict[str, Any]],
+    ) -> tuple[dspy.Prediction | None, list[str]]:
+        """Call ``predictor`` on the fitted prompt, stepping down a level when the LM reports an
+        overflow; returns the prediction, or None and the raw LM texts to salvage from."""
+
+        def measure(inputs: dict[str, Any]) -> int:
+            return estimate_tokens(_adapter().format(predictor.signature, predictor.demos, inputs))
+
+        level, inputs = s.fit(nodes, build, measure)
+        while True:
+            try:
+                pred = predictor(**inputs)
+                s.record_level(level)
+                return pred, []
+            except Exception as exc:  # any LM/adapter failure degrades, never crashes
+                if level < 3 and is_context_overflow(exc):
+                    s.issue("lm_context_overflow", f"at level {LEVELS[level]}: {exc}"[:200])
+                    level, inputs = s.fit(nodes, build, measure, start=level + 1)
+                    continue
+                s.record_level(level)
+                markers = [f"[{n}] {s.skb.type_of(n)}:" for n in nodes]
+                texts = _raw_texts(exc, _lm_of(predictor), markers)
+                s.issue("llm_error", f"{type(exc).__name__}: {exc}"[:200])
+                return None, texts
+
+
+class PointwiseReranker(Reranker):
+    """Scores each candidate alone, concurrently; stable sort by score (ties keep the input order).
+
+    Args:
+        scoring: ``"signature"`` (the paper's 0-1 score prompt) or ``"yes_no"`` (P(yes) of the first
+            answer token from the offline LM, one batched request with a shared prompt prefix;
+            candidates it cannot score, or any LM without the capability, use the signature).
+        yes_scorer: ``(lm, conversations) -> list[P(yes) | None] | None``; defaults to
+            ``autofocus.lm.yes_probabilities``.
+    """
+
+    method = "pointwise"
+
+    def __init__(
+        self,
+        config: AutofocusConfig | None = None,
+        *,
+        scoring: Literal["signature", "yes_no"] = "signature",
+        yes_scorer: YesScorer | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config, **kwargs)
+        self.scoring = scoring
+        self.yes_scorer = yes_scorer or yes_probabilities
+        self.score = dspy.Predict(PointwiseScore)
+
+    def _rank(self, s: _Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
+        n = len(s.ids)
+        scores: list[float | None] = [None] * n
+        how = ["signature"] * n
+        if self.scoring == "yes_no":
+            for i, p in self._yes_no(s).items():
+                scores[i], how[i] = p, "yes_no"
+        todo = [i for i in range(n) if scores[i] is None]
+        for i, value in zip(
+            todo,
+            map_concurrently(lambda i: self._score_one(s, i, target_type), todo, s.config.concurrency),
+            strict=True,
+        ):
+            scores[i] = value
+        final = [NEUTRAL_SCORE if v is None else v for v in scores]
+        data.update(scores=final, scored_by=how, rounds=int(bool(todo)) + int(self.scoring == "yes_no"))
+        return sorted(range(n), key=lambda i: (-final[i], i))
+
+    def _yes_no(self, s: _Session) -> dict[int, float]:
+        lm = _lm_of(self.score)
+        if lm is None:
+            return {}
+
+        def build(blocks: list[str]) -> Messages:
+            return [
+                {"role": "system", "content": YES_NO_INSTRUCTIONS},
+                {
+                    "role": "user",
+                    "content": f"Query: {s.question}\n\nCandidate {blocks[0]}\n\n"
+                    "Does the candidate satisfy the query? Answer Yes or No.",
+                },
+            ]
+
+        fitted = [s.fit([node], build, estimate_tokens) for node in s.ids]
+        conversations = [messages for _, messages in fitted]
+        try:
+            probs = self.yes_scorer(lm, conversations)
+        except Exception as exc:  # the signature path takes over
+            s.issue("yes_no_error", f"{type(exc).__name__}: {exc}"[:200])
+            return {}
+        if probs is None:
+            s.issue(
+                "yes_no_unavailable",
+                f"{getattr(lm, 'model', lm)} has no next-token scoring; used the signature",
+            )
+            return {}
+        add_usage(
+            calls=len(conversations),
+            input_tokens=sum(map(estimate_tokens, conversations)),
+            output_tokens=len(conversations),
+        )
+        out: dict[int, float] = {}
+        for i, ((level, _), p) in enumerate(zip(fitted, probs, strict=True)):
+            if p is not None and math.isfinite(p):
+                out[i] = min(1.0, max(0.0, float(p)))
+                s.record_level(level)
+        return out
+
+    def _score_one(self, s: _Session, i: int, target_type: str | None) -> float | None:
+        node = s.ids[i]
+        node_type = target_type or s.skb.type_of(node)
+        pred, raw = self._predict(
+            s,
+            self.score,
+            [node],
+            lambda b: {"question": s.question, "node_type": node_type, "candidate": b[0]},
+        )
+        if pred is not None:
+            try:
+                value = float(pred.score)
+            except (TypeError, ValueError):
+                value = math.nan
+            if math.isfinite(value):
+                return min(1.0, max(0.0, value))
+            s.issue("invalid_score", f"{node}: {pred.score!r}")
+            return None
+        for text in raw:
+            value = salvage_score(text)
+            if value is not None:
+                s.issue("salvaged_score", f"{node}: {value}")
+                return value
+        s.issue("neutral_score", f"{node}: no usable score, kept {NEUTRAL_SCORE}")
+        return None
+
+
+class ListwiseReranker(Reranker):
+    """One prompt with all candidates; the LM's id list is validated and completed."""
+
+    method = "listwise"
+
+    def __init__(self, config: AutofocusConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.rank = dspy.Predict(ListwiseRank)
+
+    def _rank(self, s: _Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
+        pred, raw = self._predict(
+            s, self.rank, s.ids, lambda b: {"question": s.question, "candidates": "\n\n".join(b)}
+        )
+        valid = set(s.ids)
+        if pred is not None:
+            answer = list(pred.ranking or [])
+        else:
+            # the answer with the most candidate ids among the raw texts the failure left
+            answer = max(([i for i in salvage_ids(t) if i in valid] for t in raw), key=len, default=[])
+            s.issue(
+                "salvaged_ranking" if answer else "unparsable_ranking",
+                f"{len(set(answer))} of {len(s.ids)} ids recovered",
+            )
+        ranked, fixed = complete_ranking(answer, s.ids)
+        if pred is not None:
+            for kind in ("unknown", "duplicate", "missing"):
+                if fixed[kind]:
+                    s.issue(f"ranking_{kind}_ids", f"{fixed[kind]} {kind} ids")
+        data.update(raw_ranking=[str(x) for x in answer][:200], fixed=fixed, rounds=1)
+        position = {node: i for i, node in enumerate(s.ids)}
+        return [position[node] for node in ranked]
+
+
+class PairwiseReranker(Reranker):
+    """Binary insertion sort with one ``PairwiseCompare`` call per comparison (the paper's).
+
+    The earlier candidate of the pre-rerank order is always shown first; an answer that is
+    neither id is a tie, which keeps the current order.
+    """
+
+    method = "pairwise"
+
+    def __init__(self, config: AutofocusConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.compare = dspy.Predict(PairwiseCompare)
+
+    def _sort(self, n: int, compare: Callable[[list[tuple[int, int]]], list[int]]) -> list[int]:
+        return binary_insertion_sort(n, compare)
+
+    def _rank(self, s: _Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
+        comparisons: list[list[int]] = []
+        rounds = 0
+
+        def compare(pairs: list[tuple[int, int]]) -> list[int]:
+            nonlocal rounds
+            rounds += 1
+            outcomes = map_concurrently(lambda p: self._compare_one(s, *p), pairs, s.config.concurrency)
+            comparisons.extend([s.ids[a], s.ids[b], o] for (a, b), o in zip(pairs, outcomes, strict=True))
+            return outcomes
+
+        order = self._sort(len(s.ids), compare)
+        data.update(comparisons=comparisons, rounds=rounds)
+        return order
+
+    def _compare_one(self, s: _Session, a: int, b: int) -> int:
+        first, second = s.ids[a], s.ids[b]
+        pred, raw = self._predict(
+            s,
+            self.compare,
+            [first, second],
+            lambda blk: {"question": s.question, "first": blk[0], "second": blk[1]},
+        )
+        if pred is not None:
+            if pred.better_id == first:
+                return 1
+            if pred.better_id == second:
+                return -1
+            s.issue(
+                "invalid_comparison", f"answered {pred.better_id!r} for ({first}, {second}); kept the order"
+            )
+            return 0
+        named = {i for text in raw for i in salvage_ids(text)} & {first, second}
+        if len(named) == 1:
+            s.issue("salvaged_comparison", f"({first}, {second}) -> {next(iter(named))}")
+            return 1 if first in named else -1
+        s.issue("unparsable_comparison", f"({first}, {second}); kept the order")
+        return 0
+
+
+class TournamentReranker(PairwiseReranker):
+    """Pairwise comparisons in a seeded tournament (``sorting.tournament_sort``): for k = 20 about
+    5 concurrent rounds (at most 9) of ~80 calls in all, instead of ~58 sequential calls.
+
+    Args:
+        seeds: pre-rerank favourites ranked first, which the others challenge by binary search.
+        anchors: extra seeds spread over the rest, to keep the brackets small.
+        group_size: blocks up to this size play a round robin (one round, all pairs).
+    """
+
+    method = "tournament"
+
+    def __init__(
+        self,
+        config: AutofocusConfig | None = None,
+        *,
+        seeds: int = 6,
+        anchors: int = 2,
+        group_size: int = 8,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config, **kwargs)
+        check_tournament(seeds, anchors, group_size)
+        self.seeds, self.anchors, self.group_size = seeds, anchors, group_size
+
+    def _sort(self, n: int, compare: Callable[[list[tuple[int, int]]], list[int]]) -> list[int]:
+        return tournament_sort(n, compare, seeds=self.seeds, anchors=self.anchors, group_size=self.group_size)
+
+
+RERANKERS: dict[str, type[Reranker]] = {
+    "pointwise": PointwiseReranker,
+    "listwise": ListwiseReranker,
+    "pairwise": PairwiseReranker,
+    "tournament": TournamentReranker,
+}
+
+
+def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reranker | None:
+    """The step-8 module for ``config.reranker``; None for ``"none"``.
+
+    ``"auto"`` picks by the rerank LM: for the small offline models (``local*`` specs) pointwise
+    yes/no scoring, because they cannot write a usable ranking (offline_models.md, 5d-5e); for
+    hosted LMs the listwise reranker, the paper's default (one prompt; Table 7). An explicit
+    ``"pointwise"`` also scores yes/no on a local LM. Extra kwargs go to the reranker.
+    """
+    local = is_local_spec(lm_spec)
+    choice = config.reranker
+    if choice == "none":
+        return None
+    if choice == "auto":
+        choice = "pointwise" if local else "listwise"
+    if choice == "pointwise":
+        kwargs.setdefault("scoring", "yes_no" if local else "signature")
+    return RERANKERS[choice](config, **kwargs)
