@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from autofocus.skb.errors import SKBFormatError
-from autofocus.skb.skbdir import load_skb_dir, parse_dates, parse_numbers
+from autofocus.skb.skbdir import infer_kind, load_skb_dir, parse_dates, parse_numbers
 from autofocus.skb.writer import write_skb_dir
 
 
@@ -96,6 +97,9 @@ def test_parse_helpers():
     days, ok = parse_dates(["1970-01-02", "2020-13-01", "soon", "1969-12"])
     assert ok.tolist() == [True, False, False, True]
     assert days[0] == 1 and days[3] == -31
+    objects = [datetime.date(1970, 1, 3), datetime.datetime(1970, 1, 4, 23, 59), np.datetime64("1969-12-31")]
+    assert infer_kind(objects) == "date"
+    assert parse_dates(objects)[0].tolist() == [2, 3, -1]  # date objects, e.g. pandas Timestamps from pickles
 
 
 # --- validation: one test per kind of error -------------------------------------------------------

@@ -72,6 +72,17 @@ def test_neighbour_cap():
     assert f"(+{30 - documents.MAX_NEIGHBOURS} more)" in doc
 
 
+def test_hubs_are_read_through_a_window(monkeypatch):
+    monkeypatch.setattr(documents, "SCAN_LIMIT", 3)
+    star = _star(30)
+    hub_line = render_document(star, 0, "text+rel").splitlines()[2]
+    assert hub_line == "  -[r]-> leaf: leaf1; leaf2; leaf3 (+27 more)"  # exact count from the degree
+    doc = render_document(star, 10, "text+rel")  # leaf 10 -> exactly one hub -> 2-hop through it
+    assert "  <-[r]- hub hub -[r]-> leaf: leaf1; leaf2; leaf3 (+26 more)" in doc.splitlines()
+    doc = render_document(star, 2, "text+rel")  # the node itself is never listed
+    assert "  <-[r]- hub hub -[r]-> leaf: leaf1; leaf3 (+27 more)" in doc.splitlines()
+
+
 @pytest.mark.parametrize("budget", [20, 40, 60, 100, 400])
 def test_budget_is_respected_and_relations_come_first(tiny_skb, budget):
     for node in range(tiny_skb.num_nodes):

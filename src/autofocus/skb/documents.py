@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from autofocus.config import DocVariant
+from autofocus.skb.graph import CSR
 from autofocus.skb.model import SKB
 
 Direction = Literal["out", "in"]
@@ -39,6 +40,7 @@ REL_SHARE = 0.5
 MAX_NEIGHBOURS = 20
 MAX_TWO_HOP_NEIGHBOURS = 5
 BATCH = 4096
+SCAN_LIMIT = 100_000
 
 
 def estimate_tokens(text: str) -> int:
@@ -76,32 +78,34 @@ class RelationGroup:
     via: tuple[str, Direction, int] | None = None
 
 
+def _window(csr: CSR, ids: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(position, neighbour)`` pairs of at most ``limit`` neighbours per row, and the degrees."""
+    deg = csr.degree(ids)
+    lens = np.minimum(deg, limit)
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), deg
+    shift = np.repeat(np.asarray(csr.indptr[ids], dtype=np.int64) - (np.cumsum(lens) - lens), lens)
+    nbrs = np.asarray(csr.indices[np.arange(total, dtype=np.int64) + shift], dtype=np.int64)
+    return np.repeat(np.arange(len(ids)), lens), nbrs, deg
+
+
 def _gather_groups(
-    skb: SKB,
-    ids: np.ndarray,
-    cap: int,
-    keep: np.ndarray | None = None,
-    exclude: np.ndarray | None = None,
+    skb: SKB, ids: np.ndarray, cap: int, keep: np.ndarray | None = None
 ) -> list[list[RelationGroup]]:
-    """1-hop groups per position of ``ids``; ``keep`` (mask over nodes) filters neighbours before
-    capping, ``exclude`` (one node id per position) drops that neighbour."""
+    """1-hop groups per position of ``ids``; ``keep`` (a mask over nodes) filters neighbours before capping.
+
+    At most ``SCAN_LIMIT`` neighbours per row and edge type are read, so a hub costs O(limit);
+    a hub's count is still exact when its window holds one neighbour type (typed schemas).
+    """
     out: list[list[RelationGroup]] = [[] for _ in range(len(ids))]
-    positions = np.arange(len(ids))
+    scan_limit = SCAN_LIMIT
     for edge_type in skb.graph.edge_types:
         for direction in ("out", "in"):
-            csr = skb.graph.adjacency(edge_type, direction)
-            deg = csr.degree(ids)
-            if not deg.any():
-                continue
-            _, nbrs = csr.gather(ids)
-            nbrs = nbrs.astype(np.int64)
-            pos = np.repeat(positions, deg)
-            mask = np.ones(len(nbrs), dtype=bool)
-            if exclude is not None:
-                mask &= nbrs != exclude[pos]
+            pos, nbrs, deg = _window(skb.graph.adjacency(edge_type, direction), ids, scan_limit)
             if keep is not None:
-                mask &= keep[nbrs]
-            nbrs, pos = nbrs[mask], pos[mask]
+                kept = keep[nbrs]
+                pos, nbrs = pos[kept], nbrs[kept]
             if not len(nbrs):
                 continue
             ntype = np.asarray(skb.node_type[nbrs], dtype=np.int64)
@@ -111,17 +115,25 @@ def _gather_groups(
             new_group[1:] = (pos[1:] != pos[:-1]) | (ntype[1:] != ntype[:-1])
             starts = np.flatnonzero(new_group)
             ends = np.append(starts[1:], len(nbrs))
+            groups_per_row = np.bincount(pos[starts], minlength=len(ids))
             for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-                out[pos[s]].append(
-                    RelationGroup(
-                        edge_type,
-                        direction,
-                        skb.node_type_names[ntype[s]],
-                        nbrs[s : min(e, s + cap)].tolist(),
-                        e - s,
-                    )
+                p = pos[s]
+                total = e - s
+                if keep is None and deg[p] > scan_limit and groups_per_row[p] == 1:
+                    total = int(deg[p])
+                shown = nbrs[s : min(e, s + cap)].tolist()
+                out[p].append(
+                    RelationGroup(edge_type, direction, skb.node_type_names[ntype[s]], shown, total)
                 )
     return out
+
+
+def _is_neighbour(skb: SKB, group: RelationGroup, row: int, node: int) -> bool:
+    """Whether ``node`` is among ``row``'s neighbours of the group (CSR rows are sorted)."""
+    csr = skb.graph.adjacency(group.edge_type, group.direction)
+    lo, hi = int(csr.indptr[row]), int(csr.indptr[row + 1])
+    at = lo + int(np.searchsorted(csr.indices[lo:hi], node))
+    return at < hi and int(csr.indices[at]) == node and skb.type_of(node) == group.neighbour_type
 
 
 def gather_relations(
@@ -136,7 +148,9 @@ def gather_relations(
     """1-hop groups then 2-hop groups (through edge types with exactly one neighbour), per node.
 
     With ``keep`` (a boolean mask over all nodes) only relations incident to a kept node remain:
-    1-hop neighbours in ``keep``, and 2-hop paths whose middle or end is in ``keep``.
+    1-hop neighbours in ``keep``, and 2-hop paths whose middle or end is in ``keep``. Paths back
+    to the node itself are left out. Each middle node is expanded once per call, however many
+    nodes of the batch share it (hubs).
     """
     ids = np.asarray(ids, dtype=np.int64)
     groups = _gather_groups(skb, ids, max_neighbours, keep)
@@ -154,30 +168,37 @@ def gather_relations(
     if not middles:
         return groups
     origin_pos, middle = np.concatenate(origin), np.concatenate(middles)
-    via_arr = np.empty(len(vias), dtype=object)
-    via_arr[:] = vias
+    unique, inverse = np.unique(middle, return_inverse=True)
+    second: list[list[RelationGroup]] = [[] for _ in range(len(unique))]
     # a kept middle keeps its whole second hop; otherwise only kept ends remain
-    if keep is None:
-        parts: list[tuple[np.ndarray, np.ndarray | None]] = [(np.arange(len(middle)), None)]
-    else:
-        parts = [(np.flatnonzero(keep[middle]), None), (np.flatnonzero(~keep[middle]), keep)]
+    parts = (
+        [(np.arange(len(unique)), None)]
+        if keep is None
+        else [(np.flatnonzero(keep[unique]), None), (np.flatnonzero(~keep[unique]), keep)]
+    )
     for part, part_keep in parts:
-        if not len(part):
-            continue
-        second = _gather_groups(skb, middle[part], max_two_hop, part_keep, exclude=ids[origin_pos[part]])
-        for k, hop in zip(part.tolist(), second, strict=True):
-            edge_type, direction = via_arr[k]
-            groups[origin_pos[k]].extend(
-                RelationGroup(
-                    g.edge_type,
-                    g.direction,
-                    g.neighbour_type,
-                    g.shown,
-                    g.total,
-                    (edge_type, direction, int(middle[k])),
+        if len(part):
+            for k, hop in zip(
+                part.tolist(), _gather_groups(skb, unique[part], max_two_hop + 1, part_keep), strict=True
+            ):
+                second[k] = hop
+    for k, (edge_type, direction) in enumerate(vias):
+        node, mid = int(ids[origin_pos[k]]), int(middle[k])
+        for g in second[inverse[k]]:
+            shown, total = g.shown, g.total
+            if node in shown:
+                shown, total = [x for x in shown if x != node], total - 1
+            elif (
+                total > len(shown)
+                and (keep is None or keep[mid] or keep[node])
+                and _is_neighbour(skb, g, mid, node)
+            ):
+                total -= 1
+            if total > 0:
+                via = (edge_type, direction, mid)
+                groups[origin_pos[k]].append(
+                    RelationGroup(g.edge_type, g.direction, g.neighbour_type, shown[:max_two_hop], total, via)
                 )
-                for g in hop
-            )
     return groups
 
 

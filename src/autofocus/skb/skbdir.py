@@ -15,6 +15,7 @@ numbers or booleans -> ``number`` (booleans as 1/0), all ISO dates (``YYYY-MM-DD
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -106,6 +107,8 @@ def infer_kind(values: list[Any]) -> ColumnKind:
         ):
             return "date"
         return "string"
+    if all(issubclass(t, datetime.date | np.datetime64) for t in types):
+        return "date"
     if any(issubclass(t, list | tuple | dict | np.ndarray) for t in types):
         return "json"
     return "string"
@@ -139,9 +142,11 @@ def parse_numbers(values: list[Any], lenient: bool) -> tuple[np.ndarray, np.ndar
 
 
 def parse_dates(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Days since 1970-01-01 (float64) and an ``ok`` mask, from ISO date strings."""
+    """Days since 1970-01-01 (float64) and an ``ok`` mask, from ISO date strings or date objects."""
     series = pd.Series(values, dtype=object)
-    is_str = series.map(type).eq(str).to_numpy()
+    if not all(isinstance(v, str) for v in values):
+        series = series.map(lambda v: str(v) if isinstance(v, datetime.date | np.datetime64) else v)
+    is_str = series.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)
     parts = series.where(is_str, "").astype(str).str.extract(_DATE_RE.pattern)
     ok = is_str & parts[0].notna().to_numpy()
     days = np.full(len(values), np.nan)
