@@ -7,9 +7,10 @@ needs none) through the ``open_kb`` seam, with one index manifest on disk for th
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import dspy
@@ -46,6 +47,7 @@ class ScriptedSystem(dspy.Module):
             shift = len(question) % len(self.papers)
             ranked = (self.papers[shift:] + self.papers[:shift])[: self.cfg.k]
         trace.data["target_type"] = "paper"
+        trace.data["state"] = getattr(self, "state", None)
         return dspy.Prediction(ranked_ids=ranked, trace=trace)
 
 
@@ -107,7 +109,7 @@ def test_eval_limit_unknown_split_and_interrupt(cli: CliRunner, tiny_skb_dir: Pa
 
     INTERRUPT_ON_CALL = 2
     try:
-        res = invoke(cli, *base, "--split", "train")
+        res = invoke(cli, *base, "--split", "train", "--concurrency", "1")  # one thread: call 1 finishes first
     finally:
         INTERRUPT_ON_CALL = 0
     assert res.exit_code == eval_cmd.EXIT_INTERRUPTED
@@ -156,3 +158,35 @@ def test_split_systems_and_dir_names() -> None:
     assert eval_cmd.split_systems("afr,afr:steps=1-7, vss") == ["afr", "afr:steps=1-7", "vss"]
     assert eval_cmd.split_systems("afr:reranker=pairwise,alpha=0.5,vss") == ["afr:reranker=pairwise,alpha=0.5", "vss"]
     assert eval_cmd.run_dir_name("afr:reranker=pairwise,alpha=0.5") == "afr_reranker=pairwise_alpha=0.5"
+
+
+def test_eval_with_a_saved_program_uses_its_system_config_and_state(
+    cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saved-program contract of ``autofocus.optimize.saved`` (as ``autofocus.runtime`` uses it)."""
+    saved = ModuleType("autofocus.optimize.saved")
+
+    def read_program_config(path: Path) -> tuple[str, AutofocusConfig]:
+        data = json.loads(Path(path).read_text())
+        return data["system"], AutofocusConfig.model_validate(data["config"])
+
+    def load_program_state(program: Any, path: Path) -> None:
+        program.state = json.loads(Path(path).read_text())["state"]
+
+    saved.read_program_config, saved.load_program_state = read_program_config, load_program_state
+    monkeypatch.setitem(sys.modules, "autofocus.optimize.saved", saved)
+    prog = tmp_path / "optimised.json"
+    prog.write_text(json.dumps({"system": "scripted", "config": {"k": 2, "alpha": 0.4}, "state": "tuned"}))
+    out = tmp_path / "run"
+    res = invoke(cli, "eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--program", prog,
+                 "--reranker", "none", "--no-progress")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["system"] == "scripted" and manifest["program"]["sha256"]
+    assert (manifest["config"]["k"], manifest["config"]["alpha"], manifest["config"]["reranker"]) == (2, 0.4, "none")
+    recs = [json.loads(x) for x in (out / "traces.jsonl").read_text().splitlines()]
+    assert all(r["trace"]["data"]["state"] == "tuned" and len(r["ranked"]) == 2 for r in recs)
+    prog.write_text(json.dumps({"system": "scripted", "config": {"k": 2, "alpha": 0.4}, "state": "retuned"}))
+    res = invoke(cli, "eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--program", prog,
+                 "--reranker", "none", "--no-progress")
+    assert res.exit_code == eval_cmd.EXIT_MISMATCH and "program.sha256" in res.output

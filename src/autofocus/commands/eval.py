@@ -32,17 +32,13 @@ def open_kb(skb_path: Path, embedder: str) -> Any:
 def prepare_system(
     kb_for: Callable[[str], Any], system: str, config: AutofocusConfig, program_file: Path | None = None
 ) -> tuple[str, AutofocusConfig, Any, Callable[[], Any]]:
-    """Resolve a system spec (and saved program) to ``(system, config, kb, program factory)``.
+    """Resolve a system spec to ``(system, config, kb, program factory)``; a saved program brings its state.
 
     The factory builds one program per evaluation thread: programs may keep per-call state,
     and ``dspy.Module.deepcopy`` would copy the whole knowledge base.
     """
     from autofocus.program.registry import build_program, resolve_config
 
-    if program_file is not None:
-        from autofocus.optimize.saved import read_program_config
-
-        system, _ = read_program_config(program_file)
     _, cfg = resolve_config(system, config)
     kb = kb_for(cfg.embedder)
 
@@ -155,11 +151,25 @@ def _load_items(skb: Path, split: str) -> list[Any]:
 
 
 def _config(
-    config: Path | None, lm: str | None, steps: str | None, reranker: str | None, concurrency: int | None
+    config: Path | None,
+    lm: str | None,
+    steps: str | None,
+    reranker: str | None,
+    concurrency: int | None,
+    base: AutofocusConfig | None = None,
 ) -> AutofocusConfig:
+    """``--config`` (else ``base``, a saved program's config, else the defaults) with the options on top."""
     from autofocus.runtime import load_config
 
-    return load_config(config, lm=lm, steps=steps, reranker=reranker, concurrency=concurrency)
+    if config is not None or base is None:
+        return load_config(config, lm=lm, steps=steps, reranker=reranker, concurrency=concurrency)
+    data = base.model_dump()
+    data.update(
+        {k: v for k, v in {"steps": steps, "reranker": reranker, "concurrency": concurrency}.items() if v}
+    )
+    if lm:
+        data["lm"] = {**data["lm"], "default": lm}
+    return AutofocusConfig.model_validate(data)
 
 
 SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
@@ -182,7 +192,9 @@ def eval_command(
     out: Annotated[Path, typer.Option(help="run directory, e.g. runs/afr-val (resumed if it exists)")],
     split: SplitOpt = "val",
     limit: LimitOpt = None,
-    system: Annotated[str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7")] = "afr",
+    system: Annotated[
+        str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7 (a --program names its own)")
+    ] = "afr",
     config: ConfigOpt = None,
     steps: StepsOpt = None,
     lm: LmOpt = None,
@@ -194,8 +206,17 @@ def eval_command(
     force_new: ForceOpt = False,
     progress: ProgressOpt = True,
 ) -> None:
-    """Evaluate a system on a QA split: traces.jsonl + manifest.json, resumable, then the summary."""
-    cfg = _config(config, lm, steps, reranker, concurrency)
+    """Evaluate a system on a QA split: traces.jsonl + manifest.json, resumable, then the summary.
+
+    With ``--program``, the saved program's system and config are used (``--config`` replaces the
+    config; the other options apply on top) and its prompts/demos are loaded into every copy.
+    """
+    saved_cfg = None
+    if program is not None:
+        from autofocus.optimize.saved import read_program_config
+
+        system, saved_cfg = read_program_config(program)
+    cfg = _config(config, lm, steps, reranker, concurrency, base=saved_cfg)
     items = _load_items(skb, split)
     result, _ = _run_system(
         _kb_cache(skb),
