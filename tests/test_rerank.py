@@ -340,6 +340,34 @@ def test_fallback_chain_on_a_small_budget(budget: int, level: str, events: set[s
     assert bool(retrieved_calls) == (level != "full")
 
 
+def test_default_describer_and_fallbacks_on_a_real_skb(tiny_skb: Any) -> None:
+    """``describe_node`` on the tiny SKB: full descriptions when they fit, then fewer relations."""
+    from autofocus.skb.documents import describe_node
+
+    papers = [0, 1, 2, 3, 11]
+    lm, _ = scripted(lambda text: field("ranking", papers[::-1]))
+    levels = []
+    for budget in (100_000, 1200, 900, 700, 500, 400, 300):
+        reranker = ListwiseReranker(config(context_budget_tokens=budget))
+        trace = Trace()
+        with dspy.context(lm=lm):
+            out = reranker(
+                question="Which paper?", candidates=papers, skb=tiny_skb, retrieved={4}, trace=trace
+            )
+        assert out == papers[::-1]
+        (level,) = trace.data["rerank"]["levels"]
+        levels.append(level)
+        prompt = lm.history[-1]["messages"][-1]["content"]
+        if level in ("full", "retrieved", "none"):
+            for p in papers:
+                text = describe_node(tiny_skb, p, relations=level, retrieved={4} if level == "retrieved" else None,
+                                     budget_tokens=budget)  # fmt: skip
+                assert f"[{p}] paper: {text}" in prompt
+    order = {name: i for i, name in enumerate(("full", "retrieved", "none", "truncated"))}
+    assert levels[0] == "full" and levels[-1] != "full"
+    assert [order[x] for x in levels] == sorted(order[x] for x in levels)
+
+
 def test_an_lm_overflow_error_steps_down_a_level() -> None:
     def answer(text: str) -> str:
         if LONG in text:

@@ -39,6 +39,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec, yes_probabilities
 from autofocus.program.sorting import binary_insertion_sort, check_tournament, tournament_sort
 from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
+from autofocus.skb.documents import describe_node
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 from autofocus.usage import CHARS_PER_TOKEN, add_usage, map_concurrently
@@ -65,15 +66,6 @@ _OVERFLOW = re.compile(
 )
 _INT = re.compile(r"(?<![\w.])(\d+)(?!\w|\.\d)")
 _NUMBER = re.compile(r"(?<![\w.])(\d*\.\d+|\d+)(?![\w.]?\d)")
-
-
-def describe_node(
-    skb: SKB, node_id: int, *, relations: str, retrieved: set[int] | None, budget_tokens: int
-) -> str:
-    """The default describer, ``autofocus.skb.documents.describe_node`` (imported on first use)."""
-    from autofocus.skb.documents import describe_node as describe
-
-    return describe(skb, node_id, relations=relations, retrieved=retrieved, budget_tokens=budget_tokens)
 
 
 def estimate_tokens(messages: Messages) -> int:
@@ -509,17 +501,16 @@ class PairwiseReranker(Reranker):
 
     def _rank(self, s: _Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
         comparisons: list[list[int]] = []
-        rounds = 0
+        round_sizes: list[int] = []
 
         def compare(pairs: list[tuple[int, int]]) -> list[int]:
-            nonlocal rounds
-            rounds += 1
+            round_sizes.append(len(pairs))
             outcomes = map_concurrently(lambda p: self._compare_one(s, *p), pairs, s.config.concurrency)
             comparisons.extend([s.ids[a], s.ids[b], o] for (a, b), o in zip(pairs, outcomes, strict=True))
             return outcomes
 
         order = self._sort(len(s.ids), compare)
-        data.update(comparisons=comparisons, rounds=rounds)
+        data.update(comparisons=comparisons, rounds=len(round_sizes), round_sizes=round_sizes)
         return order
 
     def _compare_one(self, s: _Session, a: int, b: int) -> int:
