@@ -102,6 +102,8 @@ def parse_cypher(
         >>> parse_cypher("MATCH (d:drug)-[:indication]->(x:disease {name: 'asthma'}) RETURN d.name").target
         'd'
     """
+    if not isinstance(text, str):  # e.g. None from a failed LM call
+        text = "" if text is None else str(text)
     builder = _Builder(schema, mode)
     try:
         builder.run(text, target_type)

@@ -49,8 +49,8 @@ _UNESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
 
 # Look-alike characters from LLM output and PDF text, read as the ASCII operators they stand for.
 _LOOKALIKE: dict[str, tuple[str, ...]] = {
-    "→": ("-", ">"),
-    "←": ("<", "-"),
+    "→": ("-", "-", ">"),
+    "←": ("<", "-", "-"),
     "–": ("-",),
     "—": ("-",),
     "−": ("-",),
@@ -173,8 +173,11 @@ def _backticked(text: str, start: int) -> Tok | None:
 
 
 _FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
-_EDGE_FENCES = re.compile(r"^\s*```[\w-]*|```\s*$")
+_EDGE_FENCES = re.compile(r"^\s*```(?:[A-Za-z-]+[ \t]*\n)?|```\s*$")  # a language tag only before a newline
 _QUERY_START = re.compile(r"\b(?:OPTIONAL\s+)?MATCH\s*\(", re.IGNORECASE)
+_CLAUSE_LINE = re.compile(
+    r"^[ \t]*(?:OPTIONAL\s+MATCH|MATCH|UNWIND|WITH|CALL)\b", re.MULTILINE
+)  # upper case: not prose
 _ANY_CLAUSE = re.compile(r"\b(?:MATCH|RETURN|WITH|UNWIND)\b", re.IGNORECASE)
 _RETURN = re.compile(r"\bRETURN\b", re.IGNORECASE)
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
@@ -199,7 +202,8 @@ def extract_query(text: str) -> tuple[str, list[str]]:
     stripped = text.strip()
     if len(stripped) > 1 and stripped[0] == stripped[-1] == "`" and "`" not in stripped[1:-1]:
         text = stripped[1:-1]  # `MATCH ... RETURN y` written as inline code
-    start = _QUERY_START.search(text) or _ANY_CLAUSE.search(text)
+    found = [m for m in (_QUERY_START.search(text), _CLAUSE_LINE.search(text)) if m is not None]
+    start = min(found, key=lambda m: m.start()) if found else _ANY_CLAUSE.search(text)
     if start is None:
         return "", [text.strip()] if text.strip() else []
     if text[: start.start()].strip():

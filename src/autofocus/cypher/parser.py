@@ -208,6 +208,8 @@ class _Parser:
         self.pos = 0
         self.hi = len(toks)
         self.issues: list[tuple[str, str]] = []
+        # brackets with a partner; depth counts only these, so one unclosed '{' cannot hide what follows
+        self.paired = self.paired_brackets(0, len(toks))
 
     # -- token helpers --
     def peek(self, k: int = 0) -> Tok | None:
@@ -250,10 +252,8 @@ class _Parser:
         parts, depth, begin = [], 0, lo
         for i in range(lo, hi):
             t = self.toks[i]
-            if t.kind == OP and t.value in _OPEN:
-                depth += 1
-            elif t.kind == OP and t.value in _CLOSE:
-                depth = max(depth - 1, 0)
+            if i in self.paired:
+                depth += 1 if t.value in _OPEN else -1
             elif depth == 0 and (
                 (word is None and t.kind == OP and t.value == op)
                 or (word is not None and t.kind == IDENT and str(t.value).upper() == word)
@@ -268,10 +268,8 @@ class _Parser:
         depth = 0
         for i in range(lo, hi):
             t = self.toks[i]
-            if t.kind == OP and t.value in _OPEN:
-                depth += 1
-            elif t.kind == OP and t.value in _CLOSE:
-                depth = max(depth - 1, 0)
+            if i in self.paired:
+                depth += 1 if t.value in _OPEN else -1
             elif depth == 0 and t.kind == IDENT and str(t.value).upper() in words and self.is_word(i):
                 return i
         return hi
@@ -314,11 +312,10 @@ class _Parser:
         )
         extra = [self.chars(lo, hi) for lo, hi in spans if (lo, hi) != chosen]
         lo, hi = chosen
-        paired = self.paired_brackets(lo, hi)
         starts, depth = [], 0
         for i in range(lo, hi):
             t = self.toks[i]
-            if i in paired:
+            if i in self.paired:
                 depth += 1 if t.value in _OPEN else -1
             elif (
                 depth == 0
@@ -408,13 +405,14 @@ class _Parser:
     def where(self, lo: int, hi: int) -> list[Expr]:
         """The WHERE condition, or, if it does not parse, each AND-separated part that does."""
         self.pos, self.hi = lo, hi
+        n_issues = len(self.issues)
         try:
             e = self.expr()
             if self.pos < hi:
                 raise self.error("unexpected text")
             return [e]
         except ParseError:
-            pass
+            del self.issues[n_issues:]  # the parts are parsed again below
         if self.find_word(lo, hi, {"OR", "XOR"}) < hi:
             self.issues.append(
                 (self.span_text(lo, hi), "could not parse this WHERE, and it has a top-level OR")
@@ -818,7 +816,7 @@ class _Parser:
 
     def paren(self) -> Expr:
         """A pattern predicate ``(a)-[:r]->(b)``, else a parenthesised expression."""
-        save = self.pos
+        save, n_issues = self.pos, len(self.issues)
         try:
             pattern, error = self.pattern()
             if pattern.rels and error is None:
@@ -826,6 +824,7 @@ class _Parser:
         except ParseError:
             pass
         self.pos = save
+        del self.issues[n_issues:]  # not a pattern after all
         start = self.expect("(").start
         inner = self.expr()
         end = self.expect(")").end
