@@ -58,3 +58,23 @@ def test_yes_probability_separates_candidates(local_lm: dspy.LM) -> None:
     p = yes_probabilities(local_lm, [conv(c) for c in ("banana", "hammer", "apple", "granite")])
     assert p is not None and all(x is not None for x in p)
     assert min(p[0], p[2]) > 0.5 > max(p[1], p[3])  # type: ignore[type-var]
+
+
+def test_yes_probability_on_a_dspy_signature(local_lm: dspy.LM) -> None:
+    """The reranker's route: render a signature with ChatAdapter, force the field header, score True/False."""
+
+    class IsFruit(dspy.Signature):
+        """Decide whether the candidate is a fruit."""
+
+        candidate: str = dspy.InputField()
+        is_fruit: bool = dspy.OutputField()
+
+    things = ("apple", "brick", "pear")
+    adapter = dspy.ChatAdapter()
+    convs = [adapter.format(IsFruit, demos=[], inputs={"candidate": c}) for c in things]
+    p = yes_probabilities(local_lm, convs, assistant_prefix="[[ ## is_fruit ## ]]\n", yes=("True",), no=("False",))
+    assert p is not None and None not in p
+    assert p[0] > 0.5 > p[1]  # type: ignore[operator]
+    with dspy.context(lm=local_lm, adapter=adapter):
+        greedy = [dspy.Predict(IsFruit)(candidate=c).is_fruit for c in things]
+    assert greedy == [x > 0.5 for x in p]  # type: ignore[operator]  # scoring agrees with greedy decoding
