@@ -13,6 +13,21 @@ from pathlib import Path
 import numpy as np
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` for 1-d integer arrays via sort + neighbour comparison.
+
+    On numpy 2.4, ``np.unique`` of 10^5-10^7 integers is 30-150x slower than this (measured in
+    benchmarks/bench_skb_scale.py); use this in hot paths.
+    """
+    out = np.sort(np.asarray(values), kind="stable")
+    if len(out) < 2:
+        return out
+    keep = np.empty(len(out), dtype=bool)
+    keep[0] = True
+    np.not_equal(out[1:], out[:-1], out=keep[1:])
+    return out[keep]
+
+
 @dataclass(frozen=True)
 class CSR:
     """Row pointers and column indices (``int64`` / ``int32``) of one adjacency direction."""
@@ -22,7 +37,7 @@ class CSR:
 
     @classmethod
     def from_edges(cls, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> CSR:
-        order = np.lexsort((dst, src))
+        order = np.argsort(src.astype(np.int64) * num_nodes + dst, kind="stable")  # by (src, dst); 2x lexsort's speed
         counts = np.bincount(src, minlength=num_nodes)
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
@@ -45,7 +60,7 @@ class CSR:
 
     def neighbours(self, rows: np.ndarray) -> np.ndarray:
         """Sorted unique neighbours of a set of rows."""
-        return np.unique(self.gather(rows)[1])
+        return sorted_unique(self.gather(rows)[1])
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,7 @@ class TypedGraph:
         bounds = np.searchsorted(etype[order], np.arange(len(edge_type_names) + 1))
         for t, name in enumerate(edge_type_names):
             sel = order[bounds[t] : bounds[t + 1]]
-            pairs = np.unique(src[sel] * num_nodes + dst[sel]) if len(sel) else np.zeros(0, np.int64)
+            pairs = sorted_unique(src[sel] * num_nodes + dst[sel]) if len(sel) else np.zeros(0, np.int64)
             s, d = pairs // num_nodes, pairs % num_nodes
             fwd[name] = CSR.from_edges(s, d, num_nodes)
             rev[name] = CSR.from_edges(d, s, num_nodes)
@@ -101,7 +116,7 @@ class TypedGraph:
         parts = [self.adjacency(e, d).gather(rows)[1] for e in names for d in dirs]
         if not parts:
             return np.zeros(0, np.int32)
-        return np.unique(np.concatenate(parts))
+        return sorted_unique(np.concatenate(parts))
 
     def neighbour_mask(
         self, rows: np.ndarray, edge_types: list[str] | None = None, direction: str = "out"
