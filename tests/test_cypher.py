@@ -312,6 +312,7 @@ def test_optional_match_is_dropped_with_its_where() -> None:
         ("RETURN p.title, a.name", "p"),
         ("RETURN a.name, p.title", "a"),
         ("WITH p AS paper RETURN paper.title", "p"),
+        ("WITH a, count(p) AS count RETURN a", "a"),
     ],
 )
 def test_target_is_the_variable_of_the_first_return_item(ret: str, target: str) -> None:
@@ -332,7 +333,12 @@ def test_return_tail_and_with_aggregates_are_recorded() -> None:
 
 @pytest.mark.parametrize(
     ("ret", "reason"),
-    [("RETURN count(*)", "names no variable"), ("RETURN 1", "names no variable"), ("", "no RETURN")],
+    [
+        ("RETURN count(*)", "names no node variable"),
+        ("RETURN 1", "names no node variable"),
+        ("", "no RETURN"),
+        ("-[r:t]->(q) RETURN r", "names no node variable"),
+    ],
 )
 def test_no_target(ret: str, reason: str) -> None:
     qg = parse(f"MATCH (p:paper {{title: 'x'}}) {ret}")

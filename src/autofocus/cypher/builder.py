@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
 
-from autofocus.cypher.lexer import IDENT, QIDENT, extract_query, tokenize
+from autofocus.cypher.lexer import IDENT, QIDENT, cut_trailing_prose, extract_query, tokenize
 from autofocus.cypher.mapping import SchemaMapper, mapper_for
 from autofocus.cypher.parser import (
     Arith,
@@ -136,7 +136,7 @@ class _Builder:
         self.strict = mode == "strict"
         self.query = ""
         self.dropped: list[Dropped] = []
-        self.labels: dict[str, list[tuple[list[str], str]]] = {}  # var -> (labels, node text) per use
+        self.labels: dict[str, list[list[str]]] = {}  # var -> the labels of each node pattern that has some
         self.constraints: dict[str, list[Constraint]] = {}  # insertion order = symbol order
         self.trips: list[_Trip] = []
         self.rel_vars: set[str] = set()
@@ -145,6 +145,7 @@ class _Builder:
         self.fresh_count = 0
         self.target: str | None = None
         self.types: dict[str, str | None] = {}
+        self.reported: set[str] = set()
 
     def drop(self, text: str, reason: str) -> None:
         self.dropped.append(Dropped(text=text.strip(), reason=reason))
@@ -160,8 +161,10 @@ class _Builder:
         if not query.strip():
             self.drop("", "no Cypher query found")
             return
+        query, toks, trailing = cut_trailing_prose(query, tokenize(query))
+        if trailing:
+            self.drop(trailing, "text around the query")
         self.query = query
-        toks = tokenize(query)
         self.reserved = {str(t.value) for t in toks if t.kind in (IDENT, QIDENT)}
         stmt = parse_statement(query, toks)
         for start, end in stmt.extra:
@@ -199,8 +202,9 @@ class _Builder:
 
     def with_(self, c: Clause) -> None:
         for item in c.items:
-            if item.alias is not None and item.alias != getattr(item.expr, "name", None):
-                self.aliases[item.alias] = item.expr.name if isinstance(item.expr, Var) else None
+            if item.alias is None or (isinstance(item.expr, Var) and item.expr.name == item.alias):
+                continue
+            self.aliases[item.alias] = item.expr.name if isinstance(item.expr, Var) else None
         for e in c.where:
             self.condition(e)
         if c.tail:
@@ -218,8 +222,8 @@ class _Builder:
             return
         first = c.items[0].expr
         var = _first_var(first)
-        if var is None:
-            self.drop(self.src(first), "the first RETURN item names no variable: the target is unknown")
+        if var is None or var in self.rel_vars:
+            self.drop(self.src(first), "the first RETURN item names no node variable: the target is unknown")
             return
         self.target = self.resolve(var, self.src(first))
 
@@ -234,7 +238,7 @@ class _Builder:
         var = self.resolve(var, None) or var
         self.symbol(var)
         if n.labels:
-            self.labels[var].append((n.labels, self.src(n)))
+            self.labels[var].append(n.labels)
         for key, value in n.props:
             self.add_constraint(var, key, "=", value, f"{key}: {self.src(value)}")
         if n.where is not None:
@@ -294,12 +298,10 @@ class _Builder:
             self.drop(text, "compares two properties (a join): dropped")
             return
         if not lp and not rp:
-            computed = next(
+            alias = next(
                 (e.name for e in (left, right) if isinstance(e, Var) and e.name in self.aliases), None
             )
-            if computed is not None:
-                self.resolve(computed, text)
-            else:
+            if alias is None or self.resolve(alias, text) is not None:  # resolve() explains aggregates
                 self.drop(text, "no node property in this comparison")
             return
         if rp:
@@ -407,9 +409,9 @@ class _Builder:
         if self.mapper is not None:
             self.infer_types()
 
-    def node_type(self, var: str, uses: list[tuple[list[str], str]]) -> str | None:
+    def node_type(self, var: str, uses: list[list[str]]) -> str | None:
         chosen: str | None = None
-        for labels, _text in uses:
+        for labels in uses:
             for label in labels:
                 t = self.map_label(label)
                 if t is None:
@@ -427,19 +429,19 @@ class _Builder:
         if self.mapper is None:
             return label
         m = self.mapper.node_type(label)
+        report = label not in self.reported  # one Dropped per label, not per use
+        self.reported.add(label)
         if m.name is None:
-            self.drop(f":{label}", "label matches no node type of the schema")
+            if report:
+                self.drop(f":{label}", "label matches no node type of the schema")
             return None
         if m.how == "ambiguous":
             tied = ", ".join((m.name, *m.ties))
+            outcome = "symbol left untyped" if self.strict else f"{m.name} kept as a hint"
+            if report:
+                self.drop(f":{label}", f"label matches several node types equally ({tied}): {outcome}")
             if self.strict:
-                self.drop(
-                    f":{label}", f"label matches several node types equally ({tied}): symbol left untyped"
-                )
                 return None
-            self.drop(
-                f":{label}", f"label matches several node types equally ({tied}): {m.name} kept as a hint"
-            )
         return m.name
 
     def map_target_type(self, target_type: str) -> str | None:
@@ -476,7 +478,7 @@ class _Builder:
             if not m.fits:
                 info = self.mapper.schema.edge_types[m.name]
                 clash = (
-                    f"edge type {m.name} connects {info.src_type} -> {info.dst_type}, "
+                    f"edge type {m.name} connects {info.src_type or '*'} -> {info.dst_type or '*'}, "
                     f"not {t.head}:{head_type} and {t.tail}:{tail_type}"
                 )
                 if self.strict:
@@ -520,7 +522,7 @@ class _Builder:
             var: Symbol(
                 var=var,
                 type=self.types.get(var),
-                label=":".join(self.labels[var][0][0]) if self.labels.get(var) else None,
+                label=":".join(self.labels[var][0]) if self.labels.get(var) else None,
                 constraints=constraints,
             )
             for var, constraints in self.constraints.items()
@@ -567,16 +569,16 @@ def _has_prop(e: Expr) -> bool:
 
 def _regex_op(pattern: str) -> tuple[str, str] | None:
     """``(?i).*asthma.*`` -> CONTAINS 'asthma'; None if it uses regex syntax beyond that."""
-    p = _REGEX_FLAGS.sub("", pattern)
-    p = p.removeprefix("^")
+    p = _REGEX_FLAGS.sub("", pattern).removeprefix("^")
     if p.endswith("$") and not p.endswith("\\$"):
         p = p[:-1]
-    lead, trail = p.startswith(".*"), p.endswith(".*") and not p.endswith("\\.*")
-    core = p[2 if lead else 0 : len(p) - 2 if trail and len(p) >= 2 + 2 * lead else len(p)]
-    if not core or _REGEX_META.search(core):
+    lead = p.startswith(".*")
+    p = p.removeprefix(".*")
+    trail = p.endswith(".*") and not p.endswith("\\.*")
+    p = p.removesuffix(".*") if trail else p
+    if not p or _REGEX_META.search(p):
         return None
-    core = re.sub(r"\\(.)", r"\1", core)
     op = {(True, True): "CONTAINS", (False, True): "STARTS WITH", (True, False): "ENDS WITH"}.get(
         (lead, trail), "="
     )
-    return op, core
+    return op, re.sub(r"\\(.)", r"\1", p)

@@ -117,34 +117,17 @@ def _unescape(m: re.Match[str]) -> str:
 
 
 def _string(text: str, start: int, quote: str) -> Tok | None:
+    """A string opened at ``start``: any closer of ``quote`` ends it, unless it is an apostrophe."""
     closers = _CLOSERS[quote]
-    buf: list[str] = []
     i, n = start + 1, len(text)
     while i < n:
         c = text[i]
-        if c == "\\" and i + 1 < n:
-            nxt = text[i + 1]
-            if nxt in _ESCAPES:
-                buf.append(_ESCAPES[nxt])
-                i += 2
-                continue
-            if nxt in "uU":
-                width = 4 if nxt == "u" else 8
-                digits = text[i + 2 : i + 2 + width]
-                if len(digits) == width and all(d in "0123456789abcdefABCDEF" for d in digits):
-                    buf.append(chr(min(int(digits, 16), 0x10FFFF)))
-                    i += 2 + width
-                    continue
-            buf.append(c)  # unknown escapes (regex text such as "\.") stay as written
-            i += 1
+        if c == "\\":
+            i += 2
             continue
-        if c in closers:
-            if c in _APOSTROPHES and _is_apostrophe(text, i, closers):
-                buf.append(c)
-                i += 1
-                continue
-            return Tok(STRING, "".join(buf), start, i + 1)
-        buf.append(c)
+        if c in closers and not (c in _APOSTROPHES and _is_apostrophe(text, i, closers)):
+            body = text[start + 1 : i]
+            return Tok(STRING, _UNESCAPE.sub(_unescape, body) if "\\" in body else body, start, i + 1)
         i += 1
     return None
 
@@ -179,7 +162,6 @@ _CLAUSE_LINE = re.compile(
     r"^[ \t]*(?:OPTIONAL\s+MATCH|MATCH|UNWIND|WITH|CALL)\b", re.MULTILINE
 )  # upper case: not prose
 _ANY_CLAUSE = re.compile(r"\b(?:MATCH|RETURN|WITH|UNWIND)\b", re.IGNORECASE)
-_RETURN = re.compile(r"\bRETURN\b", re.IGNORECASE)
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _HTML_ARROW = re.compile(r"-\s*&gt;|&lt;\s*-")
 
@@ -188,7 +170,7 @@ def extract_query(text: str) -> tuple[str, list[str]]:
     """The query text inside an LLM answer, and the non-trivial text around it that was cut.
 
     Takes the first fenced block that holds a query, else the text from the first ``MATCH (``
-    (or clause keyword) to the first blank line after ``RETURN``.
+    (or clause keyword) on; `cut_trailing_prose` then removes an explanation after the query.
     """
     cut: list[str] = []
     if _HTML_ARROW.search(text):
@@ -208,12 +190,19 @@ def extract_query(text: str) -> tuple[str, list[str]]:
         return "", [text.strip()] if text.strip() else []
     if text[: start.start()].strip():
         cut.append(text[: start.start()].strip())
-    text = text[start.start() :]
-    ret = _RETURN.search(text)
-    if ret is not None:
-        blank = _BLANK_LINE.search(text, ret.end())
-        if blank is not None:
-            if text[blank.end() :].strip():
-                cut.append(text[blank.end() :].strip())
-            text = text[: blank.start()]
-    return text.rstrip(), cut
+    return text[start.start() :].rstrip(), cut
+
+
+def cut_trailing_prose(text: str, toks: list[Tok]) -> tuple[str, list[Tok], str]:
+    """Cut at the first blank line between two tokens after ``RETURN`` (where LLMs explain the query).
+
+    Works on tokens so that a blank line inside a quoted name or string is not mistaken for the end.
+    """
+    after_return = False
+    for i in range(len(toks) - 1):
+        t = toks[i]
+        if t.kind == IDENT and str(t.value).upper() == "RETURN":
+            after_return = after_return or not (i and toks[i - 1].kind == OP and toks[i - 1].value in ".:")
+        if after_return and _BLANK_LINE.search(text, t.end, toks[i + 1].start):
+            return text[: t.end], toks[: i + 1], text[toks[i + 1].start :].strip()
+    return text, toks, ""
