@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 
 from autofocus.config import DocVariant
-from autofocus.skb.graph import CSR
+from autofocus.skb.graph import CSR, sorted_unique
 from autofocus.skb.model import SKB
 
 Direction = Literal["out", "in"]
@@ -168,7 +168,8 @@ def gather_relations(
     if not middles:
         return groups
     origin_pos, middle = np.concatenate(origin), np.concatenate(middles)
-    unique, inverse = np.unique(middle, return_inverse=True)
+    unique = sorted_unique(middle)
+    inverse = np.searchsorted(unique, middle)
     second: list[list[RelationGroup]] = [[] for _ in range(len(unique))]
     # a kept middle keeps its whole second hop; otherwise only kept ends remain
     parts = (

@@ -246,7 +246,7 @@ def observed_attributes(
     """Per node type, the column keys present on at least one node of that type."""
     out: dict[str, list[str]] = {t: [] for t in type_names}
     for key, col in columns.items():
-        for code in np.unique(node_type[col.present]).tolist():
+        for code in np.flatnonzero(np.bincount(node_type[col.present], minlength=len(type_names))).tolist():
             out[type_names[code]].append(key)
     return out
 

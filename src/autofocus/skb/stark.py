@@ -437,9 +437,13 @@ def load_stark(
     edge_counts = np.bincount(edge_codes, minlength=len(edge_names))
     ends_of: dict[str, list[str | None]] = {}
     for label, ends in (("src", src), ("dst", dst)):
-        pairs = np.unique(edge_codes * len(type_names) + node_type[ends].astype(np.int64))
-        per_edge = [pairs[pairs // len(type_names) == e] % len(type_names) for e in range(len(edge_names))]
-        ends_of[label] = [type_names[int(p[0])] if len(p) == 1 else None for p in per_edge]
+        seen = np.bincount(
+            edge_codes * len(type_names) + node_type[ends].astype(np.int64),
+            minlength=len(edge_names) * len(type_names),
+        ).reshape(len(edge_names), len(type_names))
+        ends_of[label] = [
+            type_names[int(np.argmax(row))] if np.count_nonzero(row) == 1 else None for row in seen
+        ]
     schema = Schema(
         name=prof.name or root.resolve().name,
         description=prof.description,
