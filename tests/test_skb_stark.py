@@ -111,6 +111,9 @@ def test_explicit_and_generic_profiles(tmp_path):
     custom.write_text('{"name": "mine", "candidate_types": ["brand"], "name_fields": {"*": "asin"}}')
     skb = load_stark(FIXTURES / "amazon_like", profile=custom, progress=False)
     assert skb.schema.name == "mine" and skb.candidate_ids.tolist() == [4, 5] and skb.name(1) == "B0002"
+    short = load_stark(FIXTURES / "amazon_like", profile={"max_column_chars": 10}, progress=False)
+    assert "brand" in short.columns and "global_category" not in short.columns  # long text: documents only
+    assert "- global_category: Sports & Outdoors" in short.doc(0)
     with pytest.raises(ValueError, match="unknown profile"):
         load_stark(FIXTURES / "amazon_like", profile="nope", progress=False)
     with pytest.raises(SKBFormatError, match="no node_type_dict"):
