@@ -52,7 +52,8 @@ def test_commenter_feedback_changes_the_next_route_and_the_loop_stops_on_accepta
     first, final = pred.trace.data["rounds"]
     assert first["accepted"] is False and sorted(first["top"]) == [0, 1, 11]  # Ada's papers
     assert final["accepted"] is True and sorted(pred.ranked_ids) == [3, 11]  # Grace Hopper's papers, by VSS
-    assert pred.trace.flags["accepted"] is True and set(pred.trace.data["strand"].values()) == {"hybrid"}
+    assert pred.trace.flags["accepted"] is True and set(pred.trace.data["strand"].values()) == {"grounded"}
+    assert pred.trace.data["grounded_ids"] == [3, 11]  # the ego-graph, as the grounded set of the funnel
     assert pred.trace.steps["router"].lm_calls == 2 and pred.trace.steps["commenter"].lm_calls == 1
 
 

@@ -191,6 +191,7 @@ class FourStepFocus(dspy.Module):
         trace.data["triplets"] = [t.model_dump() for t in pred.triplets]
         qg = triplets_to_query_graph(list(pred.triplets), str(pred.target), skb, self.config.edge_mode)
         trace.data["query_graph"] = qg.model_dump()
+        trace.data["target_type"] = qg.target_type
         for d in qg.dropped:
             trace.event("1_triplets", "dropped", f"{d.text}: {d.reason}")
         trace.flags["has_triplet"] = bool(qg.triplets)

@@ -291,7 +291,11 @@ class HybGRAG(dspy.Module):
                         f"The retrieved document is incorrect. Feedback: {feedback}\n")
         trace.data["rounds"] = rounds
         trace.flags["accepted"] = accepted
-        trace.data["strand"] = dict.fromkeys(map(str, retrieval.ids), retrieval.module)
+        if retrieval.pool is not None:  # the hybrid module's graph-restricted set plays C_cypher's part
+            trace.data["grounded_ids"] = retrieval.pool[:1000].tolist()
+            trace.data["num_grounded"] = len(retrieval.pool)
+        strand = "grounded" if retrieval.module == "hybrid" else "vss"
+        trace.data["strand"] = dict.fromkeys(map(str, retrieval.ids), strand)
         trace.data["pre_rerank"] = retrieval.ids
         return dspy.Prediction(ranked_ids=list(retrieval.ids), trace=trace)
 
