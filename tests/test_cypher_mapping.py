@@ -248,3 +248,8 @@ def test_mapper_is_cached_per_schema_object() -> None:
     assert mapper_for(PRIME) is not mapper_for(MAG)
     copy = PRIME.model_copy(deep=True)
     assert mapper_for(copy) is not mapper_for(PRIME)
+
+
+def test_bad_mode_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="strict"):
+        parse_cypher("MATCH (a) RETURN a", PRIME, mode="Strict")  # type: ignore[arg-type]

@@ -35,7 +35,10 @@ Strict vs lenient (paper A.6.2; ``AutofocusConfig.type_mode`` / ``edge_mode``):
   (the first of tied matches; an edge type that contradicts its endpoints) and records it.
 
 Labels that map to nothing are recorded as dropped in both modes; the symbol is kept untyped.
-Without a schema, labels and relationship types pass through unmapped.
+Without a schema, labels and relationship types pass through unmapped. With the config's two
+switches, parse in strict mode if either ``type_mode`` or ``edge_mode`` is strict (so no guessed
+type becomes a hard filter), then let step 4 apply ``type_mode`` to ``Symbol.type`` and step 5
+apply ``edge_mode`` to ``Triplet.edge_types``.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def parse_cypher(
     mode: Mode = "strict",
     target_type: str | None = None,
 ) -> QueryGraph:
-    """Parse an LLM's Cypher answer into a query graph; never raises.
+    """Parse an LLM's Cypher answer into a query graph; never raises on any text.
 
     Args:
         text: the LLM output (fences and prose around the query are cut and recorded).
@@ -102,6 +105,8 @@ def parse_cypher(
         >>> parse_cypher("MATCH (d:drug)-[:indication]->(x:disease {name: 'asthma'}) RETURN d.name").target
         'd'
     """
+    if mode not in ("strict", "lenient"):
+        raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
     if not isinstance(text, str):  # e.g. None from a failed LM call
         text = "" if text is None else str(text)
     builder = _Builder(schema, mode)
