@@ -101,6 +101,7 @@ def test_inline_properties_of_every_literal_kind() -> None:
         (r"'back\\slash'", "back\\slash"),
         (r"'line\nbreak'", "line\nbreak"),
         (r"'caf\u00e9'", "café"),
+        (r'"\ud83d\ude00 json"', "\U0001f600 json"),
         ("'Alzheimer's disease'", "Alzheimer's disease"),  # LLMs leave apostrophes unescaped
         ('"Alzheimer\'s disease"', "Alzheimer's disease"),
         ("“curly”", "curly"),

@@ -8,6 +8,7 @@ unicode arrows and dashes, HTML-escaped arrows (``-&gt;``) and unquoted ISO date
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 from typing import NamedTuple
@@ -89,7 +90,7 @@ def tokenize(text: str) -> list[Tok]:
             toks.append(Tok(OP, value, start, end))
         elif kind in ("dq", "sq"):
             body = value[1:-1]
-            toks.append(Tok(STRING, _UNESCAPE.sub(_unescape, body) if "\\" in body else body, start, end))
+            toks.append(Tok(STRING, _decode(body) if "\\" in body else body, start, end))
         elif kind == "int":
             toks.append(Tok(NUMBER, int(value), start, end))
         elif kind == "float":
@@ -107,6 +108,14 @@ def tokenize(text: str) -> list[Tok]:
             toks.append(tok or Tok(ERROR, value, start, end))
             pos = tok.end if tok else end
     return toks
+
+
+def _decode(body: str) -> str:
+    out = _UNESCAPE.sub(_unescape, body)
+    if any("\ud800" <= c <= "\udfff" for c in out):  # "\ud83d\ude00": a JSON-style surrogate pair
+        with contextlib.suppress(UnicodeDecodeError):  # a lone surrogate stays as written
+            out = out.encode("utf-16", "surrogatepass").decode("utf-16")
+    return out
 
 
 def _unescape(m: re.Match[str]) -> str:
@@ -127,7 +136,7 @@ def _string(text: str, start: int, quote: str) -> Tok | None:
             continue
         if c in closers and not (c in _APOSTROPHES and _is_apostrophe(text, i, closers)):
             body = text[start + 1 : i]
-            return Tok(STRING, _UNESCAPE.sub(_unescape, body) if "\\" in body else body, start, i + 1)
+            return Tok(STRING, _decode(body) if "\\" in body else body, start, i + 1)
         i += 1
     return None
 
