@@ -196,8 +196,13 @@ def test_examples_are_collected_once_from_the_kb_source_on_first_use(tiny_skb_di
     lm = ScriptedLM({"topic_entities": lambda u: route(source=TEXT), "aligned": lambda u: {"aligned": True}})
     program = build_program("hybgrag", kb, scripted_config(), with_lms=False)
     with dspy.context(lm=lm):
-        program(question="Which paper extends Cypher Queries from Text?")
+        first = program(question="Which paper extends Cypher Queries from Text?")
         routes = len([f for f in lm.fields() if f == "topic_entities"])
         program(question="Which papers cite Graph Retrieval at Scale?")
+        # another program on the same KB (the runner builds one per thread) reuses the examples
+        other = build_program("hybgrag", kb, scripted_config(), with_lms=False)
+        other(question="Which papers cite Graph Retrieval at Scale?")
     assert routes >= 4  # the three training questions (1-4 rounds each), then the question itself
-    assert len([f for f in lm.fields() if f == "topic_entities"]) == routes + 1 and program.validator.demos
+    assert len([f for f in lm.fields() if f == "topic_entities"]) == routes + 2
+    assert [e.kind for e in first.trace.events] == ["examples_collected"] and program.validator.demos
+    assert other.validator.demos == program.validator.demos and other.router.demos == program.router.demos

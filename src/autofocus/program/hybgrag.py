@@ -22,6 +22,8 @@ HybGRAG's disambiguation of same-name entities by the gold answer (appendix C.1.
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +46,10 @@ from autofocus.trace import Trace
 KG, TEXT = "knowledge graph", "text documents"
 MAX_PATHS = 5
 ROUTER_DEMOS = 10
+Demos = tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]  # router, validator, commenter
+# examples collected per KB and (config, LM): the evaluation runner builds one program per thread
+_COLLECTED: weakref.WeakKeyDictionary[object, dict[tuple[str, str], Demos]] = weakref.WeakKeyDictionary()
+_COLLECT_LOCK = threading.Lock()
 
 
 @dataclass
@@ -168,7 +174,6 @@ class HybGRAG(dspy.Module):
         self.validator = dspy.Predict(HybValidate)
         self.commenter = dspy.Predict(HybComment)
         self._examples_ready = self.config.critic_examples == 0
-        self._lock = threading.Lock()
 
     # --- router -----------------------------------------------------------------------------------
     def route(self, question: str, feedback: str, trace: Trace) -> Action:
@@ -270,8 +275,8 @@ class HybGRAG(dspy.Module):
 
     # --- Algorithm 1 ------------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
-        self.ensure_examples()
         trace = Trace(system=self.system, question=question)
+        self.ensure_examples(trace)
         history = ""
         rounds: list[dict] = []
         retrieval = Retrieval(ids=[], module="text")
@@ -300,21 +305,34 @@ class HybGRAG(dspy.Module):
         return dspy.Prediction(ranked_ids=list(retrieval.ids), trace=trace)
 
     # --- in-context examples from the training split -----------------------------------------------
-    def ensure_examples(self) -> None:
-        """Collect the in-context examples once, from the KB's training split if it has one."""
-        with self._lock:
+    def ensure_examples(self, trace: Trace) -> None:
+        """Collect the in-context examples once per KB, config and LM, from the KB's training split
+        (``kb.source``: the SKB path) if it has one; loaded or optimised demos win."""
+        if self._examples_ready:
+            return
+        with _COLLECT_LOCK:
             if self._examples_ready:
                 return
             self._examples_ready = True
-            if self.router.demos or self.validator.demos or self.commenter.demos:
-                return  # loaded or optimised demos win
             source = getattr(self.kb, "source", None)
-            if source is None:
+            if source is None or self.router.demos or self.validator.demos or self.commenter.demos:
                 return
             from autofocus.skb.qa import load_qa, splits_available
 
-            if "train" in splits_available(source):
-                self.collect_examples(load_qa(source, "train"))
+            lm = self.router.lm or dspy.settings.lm
+            key = (self.config.model_dump_json(), str(getattr(lm, "model", type(lm).__name__)))
+            shared = _COLLECTED.setdefault(self.kb, {})
+            if key not in shared:
+                items = load_qa(source, "train") if "train" in splits_available(source) else []
+                start = time.perf_counter()
+                self.collect_examples(items)
+                shared[key] = (self.router.demos, self.validator.demos, self.commenter.demos)
+                trace.event("critic", "examples_collected",
+                            f"{len(self.commenter.demos)} commenter, {len(self.router.demos)} router, "
+                            f"{len(self.validator.demos)} validator examples from {len(items)} training questions "
+                            f"in {time.perf_counter() - start:.1f} s")
+            router, validator, commenter = shared[key]
+            self.router.demos, self.validator.demos, self.commenter.demos = list(router), list(validator), list(commenter)
 
     def collect_examples(self, items: Sequence[object]) -> int:
         """Run router + retrieval on training questions with the ground-truth critic; keep the commenter
