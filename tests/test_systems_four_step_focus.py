@@ -84,7 +84,8 @@ def test_triplets_are_intersected_to_a_fixpoint(kb: KnowledgeBase) -> None:
 def test_algorithm_3_rules_and_strict_edges(tiny_skb: SKB) -> None:
     raw = [RawTriplet.model_validate(t) for t in [
         {"head": const("author", "Ada Lovelace"), "relation": "writes", "tail": const("paper", "Graph Retrieval")},
-        {"head": var("paper"), "relation": "author_writes_paper", "tail": const("author", "Grace Hopper")},
+        {"head": var("paper"), "relation": "(author)-[author_writes_paper]->(paper)",
+         "tail": const("author", "Grace Hopper")},
         {"head": var("paper"), "relation": "cites", "tail": var("paper")},
     ]]
     qg = triplets_to_query_graph(raw, "?9", tiny_skb, edge_mode="strict")

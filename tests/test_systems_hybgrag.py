@@ -34,7 +34,7 @@ def route(*entities: tuple[str, str], relations: tuple[str, ...] = (WRITES,), so
 def test_commenter_feedback_changes_the_next_route_and_the_loop_stops_on_acceptance(kb: KnowledgeBase) -> None:
     def router(u: str) -> dict[str, Any]:
         if "Ada Lovelace is incorrect" in field_value(u, "feedback"):
-            return route(("Grace Hopper", "author"))
+            return route(("Grace Hopper", "author"), relations=("(author)-[author_writes_paper]->(paper)",))
         return route(("Ada Lovelace", "author"), relations=("writes",))
 
     lm = ScriptedLM({

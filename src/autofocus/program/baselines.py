@@ -8,6 +8,7 @@ The helpers at the bottom are shared by the other seed systems of this package.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -23,6 +24,7 @@ from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
 BM25_FORMAT = 1
+_BRACKETED = re.compile(r"\[:?\s*([^\]]+?)\s*\]")
 
 
 class BM25Index:
@@ -171,3 +173,9 @@ def candidate_filter(skb: SKB, ids: np.ndarray) -> np.ndarray:
     ids = np.asarray(ids, dtype=np.int64)
     codes = [skb.type_code(t) for t in skb.schema.answer_types]
     return ids[np.isin(skb.node_type[ids], codes)]
+
+
+def relation_label(raw: str) -> str:
+    """The relationship type inside ``(a)-[r]->(b)``, the form the prompts list them in, else the text."""
+    found = _BRACKETED.search(raw)
+    return found.group(1) if found else raw.strip()

@@ -24,7 +24,7 @@ from rapidfuzz import fuzz, process, utils
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.baselines import candidate_filter, require_full_pipeline, rerank
+from autofocus.program.baselines import candidate_filter, relation_label, require_full_pipeline, rerank
 from autofocus.program.grounding import ground_triplets, support_paths
 from autofocus.program.llm_call import safe_predict
 from autofocus.program.prompts import SchemaContext
@@ -142,7 +142,7 @@ def triplets_to_query_graph(
         elif edge_mode == "lenient":
             qg.triplets.append(Triplet(head=head, tail=tail, rel_label=t.relation, directed=False))
         else:
-            edge = mapper.edge_type(t.relation, qg.symbols[head].type, qg.symbols[tail].type)
+            edge = mapper.edge_type(relation_label(t.relation), qg.symbols[head].type, qg.symbols[tail].type)
             if edge.name is None:
                 qg.dropped.append(Dropped(text=t.relation, reason="unknown relation: any edge type"))
             if edge.flipped:

@@ -32,7 +32,7 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.baselines import candidate_filter, require_full_pipeline
+from autofocus.program.baselines import candidate_filter, relation_label, require_full_pipeline
 from autofocus.program.llm_call import safe_predict
 from autofocus.program.prompts import SchemaContext
 from autofocus.program.signatures_extra import FEEDBACK, HybComment, HybRoute, HybValidate, TopicEntity
@@ -215,7 +215,7 @@ class HybGRAG(dspy.Module):
                                         strict=cfg.type_mode == "strict", exact_name_first=True)
         linked = {lab: (int(sc.constants[f"e{i}"][0]) if f"e{i}" in sc.constants else None)
                   for i, lab in enumerate(labels)}
-        relations = {r: mapper.edge_type(r, None, None).name for r in action.relations}
+        relations = {r: mapper.edge_type(relation_label(r), None, None).name for r in action.relations}
         edge_types = sorted({r for r in relations.values() if r is not None}) or skb.graph.edge_types
         out = Retrieval(ids=[], module="hybrid", linked=linked, relations=relations)
         sources = [node for node in linked.values() if node is not None]
