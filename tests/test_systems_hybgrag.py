@@ -174,6 +174,8 @@ def test_commenter_examples_are_collected_on_the_training_split(tiny_skb_dir: Pa
         program(question="Which paper extends Cypher Queries from Text?")
     [comment] = [messages for field, _, messages in lm.calls if field == "error_type"]
     assert any("Alan Turing (author)" in m["content"] for m in comment[:-1])  # the in-context example
+    route_prompt = next(messages for field, _, messages in lm.calls if field == "topic_entities")
+    assert any(ada_neurips in m["content"] for m in route_prompt[:-1])  # an accepted route as a demonstration
 
 
 def test_zero_shot_commenter_without_a_training_split(kb: KnowledgeBase) -> None:

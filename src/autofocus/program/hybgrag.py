@@ -238,7 +238,7 @@ class HybGRAG(dspy.Module):
         return out
 
     # --- critic -----------------------------------------------------------------------------------
-    def validation_context(self, action: Action, retrieval: Retrieval) -> str:
+    def validation_context(self, retrieval: Retrieval) -> str:
         """The top document and the reasoning paths from the topic entities to it."""
         skb: SKB = self.kb.skb  # type: ignore[attr-defined]
         top = retrieval.ids[0]
@@ -249,12 +249,12 @@ class HybGRAG(dspy.Module):
         context = f"{skb.name(top)} ({skb.type_of(top)})\n{doc}"
         return context + ("\nReasoning paths:\n" + "\n".join(paths[:MAX_PATHS]) if paths else "")
 
-    def validate(self, question: str, action: Action, retrieval: Retrieval, trace: Trace) -> bool:
+    def validate(self, question: str, retrieval: Retrieval, trace: Trace) -> bool:
         if not retrieval.ids:
             return False
         with trace.step("validator"):
             pred, _ = safe_predict(self.validator, trace, "validator", question=question,
-                                   document=self.validation_context(action, retrieval))
+                                   document=self.validation_context(retrieval))
         if pred is None:
             trace.event("validator", "no_verdict", "keeping this round's answer")
             return True
@@ -284,7 +284,7 @@ class HybGRAG(dspy.Module):
         for t in range(self.config.critic_rounds):
             action = self.route(question, history, trace)
             retrieval = self.retrieve(question, action, trace)
-            accepted = self.validate(question, action, retrieval, trace)
+            accepted = self.validate(question, retrieval, trace)
             record = {"action": action.describe(), "module": retrieval.module, "top": retrieval.ids[:5],
                       "observation": retrieval.observation(self.kb.skb), "accepted": accepted}  # type: ignore[attr-defined]
             rounds.append(record)
@@ -361,15 +361,14 @@ class HybGRAG(dspy.Module):
                 ok = bool(retrieval.ids) and retrieval.ids[0] in gold
                 if retrieval.ids and (skb.type_of(retrieval.ids[0]), ok) not in verdicts:
                     verdicts[(skb.type_of(retrieval.ids[0]), ok)] = dspy.Example(
-                        question=question, document=self.validation_context(action, retrieval), aligned=ok)
+                        question=question, document=self.validation_context(retrieval), aligned=ok)
                 if ok:
                     if previous is not None:
                         comments.append(previous)
                     if len(routes) < ROUTER_DEMOS:
-                        routes.append(dspy.Example(
-                            kb_description=self.context.kb_description, entity_types=self.context.node_labels,
-                            relation_types=self.context.relationship_labels, question=question, feedback=history,
-                            topic_entities=action.entities, useful_relations=action.relations, source=action.source))
+                        routes.append(dspy.Example(  # the schema fields are the same for all: left out
+                            question=question, feedback=history, topic_entities=action.entities,
+                            useful_relations=action.relations, source=action.source))
                     break
                 error, wrong = oracle_feedback(action, retrieval, gold)
                 previous = dspy.Example(
