@@ -150,7 +150,8 @@ class FocusedRetriever(dspy.Module):
         trace.data["pre_rerank"] = merged.ids
         retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000
                      for i in ids}
-        ranked = rerank(self.reranker, question, merged.ids, skb, y_type, retrieved, trace)
+        # the grounded strand has the Cypher's type, the VSS strand y': each candidate is shown with its own
+        ranked = rerank(self.reranker, question, merged.ids, skb, None, retrieved, trace)
         if qg is not None and final:
             on_graph = set(y_cypher)
             trace.data["support"] = {str(i): support_paths(skb, qg, final, i) for i in ranked if i in on_graph}

@@ -269,8 +269,8 @@ class FourStepFocus(dspy.Module):
         trace.data["pre_rerank"] = merged.ids
         retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000
                      for i in ids}
-        target = qg.target_type if qg is not None else None
-        ranked = rerank(self.reranker, question, merged.ids, skb, target, retrieved, trace)
+        # no target type: C_additional spans all candidate types, so each candidate is shown with its own
+        ranked = rerank(self.reranker, question, merged.ids, skb, None, retrieved, trace)
         grounded = set(first)
         ranked = [i for i in ranked if i in grounded] + [i for i in ranked if i not in grounded]
         if qg is not None and final:
