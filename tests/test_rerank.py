@@ -298,7 +298,7 @@ def test_tournament_matches_insertion_sort_with_far_fewer_rounds(seed: int) -> N
     keys = keys_for(candidates, seed, ties=seed % 2 == 1)
     results = {}
     for cls in (PairwiseReranker, TournamentReranker):
-        lm, engine = scripted(comparator_answer(keys), delay=0.001)
+        lm, engine = scripted(comparator_answer(keys), delay=0.003)
         out, trace = run(cls(config(concurrency=8), describe=Describer()), lm, candidates)
         results[cls.method] = (out, trace.data["rerank"]["rounds"], engine)
     assert results["tournament"][0] == results["pairwise"][0] == stable_order(candidates, keys)
