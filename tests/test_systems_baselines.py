@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bm25s
@@ -10,6 +11,7 @@ import pytest
 
 from autofocus.kb import KnowledgeBase
 from autofocus.program.baselines import BM25Index, bm25_index
+from autofocus.program.registry import build_program
 from autofocus.skb.documents import render_documents
 from autofocus.skb.model import SKB
 from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config
@@ -37,13 +39,20 @@ def test_bm25_ranks_candidate_documents_by_bm25(tiny_skb: SKB, tmp_path: Path) -
     assert index.search("the of and", k=10) == ([], [])
 
 
-def test_bm25_index_is_cached_on_disk(tiny_skb: SKB, tmp_path: Path) -> None:
+def test_bm25_index_is_built_once_and_cached_on_disk(tiny_skb: SKB, tmp_path: Path) -> None:
     first = bm25_index(tiny_skb, "text+rel", None, cache_root=tmp_path)
+    assert bm25_index(tiny_skb, "text+rel", None, cache_root=tmp_path) is first  # once per process
     [directory] = list((tmp_path / "bm25").iterdir())
-    loaded = bm25_index(tiny_skb, "text+rel", None, cache_root=tmp_path)
-    assert isinstance(loaded, BM25Index) and loaded is not first
-    (directory / "node_ids.npy").stat()
+    loaded = BM25Index.load(directory)  # what the next process finds
     assert loaded.search("graph retrieval", 5) == first.search("graph retrieval", 5)
+
+
+def test_bm25_programs_in_parallel_threads_share_one_index(kb: KnowledgeBase) -> None:
+    """The evaluation runner builds one program per thread; the first searches must not race."""
+    programs = [build_program("bm25", kb, scripted_config(k=3), with_lms=False) for _ in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: p(question="dense passage ranking").ranked_ids, programs))
+    assert results == [results[0]] * 4 and results[0][0] == 2
 
 
 def test_bm25_system(kb: KnowledgeBase) -> None:

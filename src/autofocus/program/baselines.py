@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -69,20 +70,35 @@ class BM25Index:
         return self.ids[order].tolist(), scores[order].tolist()
 
 
+_BM25_LOCK = threading.Lock()
+
+
 def bm25_index(skb: SKB, variant: str, budget_tokens: int | None, cache_root: Path | None = None) -> BM25Index:
-    """The SKB's BM25 index, loaded from ``<index root>/bm25/...`` or built and saved there."""
+    """The SKB's BM25 index: built once per process (the runner makes one program per thread), saved
+    under ``<index root>/bm25/`` and loaded from there by later processes."""
     from autofocus.index.store import default_index_root
 
     root = cache_root if cache_root is not None else default_index_root(skb)
+    key = (variant, budget_tokens, root)
+    with _BM25_LOCK:
+        cached = skb.__dict__.setdefault("_bm25_indexes", {})
+        if key not in cached:
+            cached[key] = _load_or_build(skb, variant, budget_tokens, root)
+        return cached[key]
+
+
+def _load_or_build(skb: SKB, variant: str, budget_tokens: int | None, root: Path) -> BM25Index:
     directory = root / "bm25" / f"v{BM25_FORMAT}-{variant.replace('+', '_')}-{budget_tokens or 'full'}"
     if (directory / "node_ids.npy").is_file():
         return BM25Index.load(directory)
     index = BM25Index.build(skb, variant, budget_tokens)
-    tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{directory.name}.", dir=directory.parent))
     index.save(tmp)
-    shutil.rmtree(directory, ignore_errors=True)
-    tmp.replace(directory)
+    try:
+        os.replace(tmp, directory)
+    except OSError:  # another process saved it first
+        shutil.rmtree(tmp, ignore_errors=True)
     return index
 
 
@@ -95,19 +111,11 @@ class BM25Retriever(dspy.Module):
         self.config = config or AutofocusConfig()
         self.system = system
         require_full_pipeline(self.config, system)
-        self._index: BM25Index | None = None
-        self._lock = threading.Lock()
-
-    def index(self) -> BM25Index:
-        with self._lock:
-            if self._index is None:  # STaRK's BM25 indexes whole documents without relations
-                self._index = bm25_index(self.kb.skb, "text", None)  # type: ignore[attr-defined]
-            return self._index
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = Trace(system=self.system, question=question)
-        with trace.step("bm25"):
-            ids, scores = self.index().search(question, self.config.k)
+        with trace.step("bm25"):  # STaRK's BM25 indexes whole documents without relations
+            ids, scores = bm25_index(self.kb.skb, "text", None).search(question, self.config.k)  # type: ignore[attr-defined]
         trace.data["strand"] = dict.fromkeys(map(str, ids), "bm25")
         trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
         trace.data["pre_rerank"] = ids
