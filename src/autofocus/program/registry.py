@@ -94,7 +94,7 @@ def _load_builtin() -> None:
     for method in ("pointwise", "listwise", "pairwise", "tournament"):
         register(f"afr-{method}", afr, reranker=method)
     register("afr-code", afr, l_max=3, expansion="code", step6_order="round", step7_exclude="none", alpha=0.65,
-             reranker="listwise")
+             exact_name_first=False, reranker="listwise")
     # the other systems of the seed papers, with their papers' defaults
     register("bm25", lambda kb, cfg, spec: BM25Retriever(kb, cfg, system=spec), reranker="none")
     register("vss", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="none")
