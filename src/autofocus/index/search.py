@@ -22,6 +22,8 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -109,6 +111,9 @@ class NodeIndex:
         gather_max: candidate sets up to this size use gather + matmul; ``None`` picks by size
             (``max(4096, n_type // 64)``, the crossover measured at 1.1 M nodes).
         cache: write built FAISS indexes next to the store and reuse them.
+        threads: OpenMP threads per search call (set for the calling thread only). One by default:
+            a single query's scan is memory-bound, and on a busy 2-core machine waking a second
+            thread cost 10-30 ms per call (bench_search.py); run questions concurrently instead.
 
     Example:
         >>> ids, scores = index.search(qvec, node_type="paper", k=20, exclude=np.array([3, 7]))
@@ -116,7 +121,7 @@ class NodeIndex:
 
     def __init__(
         self, store: EmbeddingStore, node_type: np.ndarray, type_names: list[str], *, kind: IndexKind = "flat",
-        params: AnnParams | None = None, gather_max: int | None = None, cache: bool = True,
+        params: AnnParams | None = None, gather_max: int | None = None, cache: bool = True, threads: int = 1,
     ) -> None:
         if kind not in INDEX_KINDS:
             raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
@@ -131,6 +136,7 @@ class NodeIndex:
         self.params = params or AnnParams()
         self.gather_max = gather_max
         self.cache = cache
+        self.threads = threads
         self.node_type = np.asarray(node_type)
         self.type_names = list(type_names)
         self._vectors = store.vectors
@@ -158,7 +164,8 @@ class NodeIndex:
         q = self._query(qvec)
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         self._check_ids(ids)
-        out = self._dot(q, ids)
+        with self._omp_threads():
+            out = self._dot(q, ids)
         out[~self._has_vector[ids]] = np.nan
         return out
 
@@ -184,9 +191,14 @@ class NodeIndex:
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         if candidates is not None:
-            return self._search_candidates(q, self._candidate_ids(candidates), code, k, excl)
+            cand = self._candidate_ids(candidates)
+            with self._omp_threads():
+                return self._search_candidates(q, cand, code, k, excl)
         codes = [code] if code is not None else [int(c) for c in np.unique(self.node_type)]
-        found = [self._search_part(q, c, k, excl) for c in codes]
+        for c in codes:
+            self._part(c, self.kind)  # built (with every thread) outside the single-threaded search
+        with self._omp_threads():
+            found = [self._search_part(q, c, k, excl) for c in codes]
         return _top(np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found]), k)
 
     def prepare(self, node_types: list[str] | None = None) -> None:
@@ -196,6 +208,15 @@ class NodeIndex:
             self._part(self._code(name), self.kind)
 
     # -- helpers -------------------------------------------------------------------------------------
+    @contextmanager
+    def _omp_threads(self) -> Iterator[None]:
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            faiss.omp_set_num_threads(before)
+
     def _query(self, qvec: np.ndarray) -> np.ndarray:
         q = np.ascontiguousarray(qvec, dtype=np.float32).reshape(-1)
         if len(q) != self.dim:
