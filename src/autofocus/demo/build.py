@@ -26,6 +26,7 @@ from autofocus.demo.questions import (
     load_written_questions,
     missing_evidence,
     relational_questions,
+    written_in_scope,
 )
 from autofocus.demo.stdlib_skb import (
     ATTRIBUTE_TYPES,
@@ -47,7 +48,8 @@ _NODE_DESCRIPTIONS = {
     "exception": "a public exception or warning class; short_name, aliases, implementation, source_lines",
     "function": "a public module-level function; short_name, aliases, signature, num_params, is_async, "
     "implementation, source_lines",
-    "method": "a public, documented method of a class (not inherited); short_name, signature, num_params "
+    "method": "a public, documented method defined in a class body (built-in types and classes of some "
+    "modules only); short_name, signature, num_params "
     "(without self/cls), is_async, implementation, source_lines, method_kind (method/classmethod/staticmethod)",
 }
 
@@ -74,21 +76,36 @@ def build_date() -> str:
 
 
 def demo_questions(graph: StdlibGraph) -> tuple[list[DemoQuestion], list[Dropped], list[str]]:
-    """Relational questions generated from ``graph`` plus the hand-written ones that hold in it."""
+    """Relational questions generated from ``graph`` plus the hand-written ones that hold in it.
+
+    Hand-written questions about modules the build did not ask for (the small variant) are left
+    out quietly; those about modules it asked for but cannot confirm here are dropped and returned.
+    """
     view = GraphView(graph.nodes, graph.edges)
-    written = load_written_questions()
+    written = written_in_scope(load_written_questions(), {*graph.modules, *graph.skipped_modules})
     kept, dropped = check_written(view, written)
     questions = relational_questions(view) + kept
     order = {k: i for i, k in enumerate(KINDS)}
     questions.sort(key=lambda q: (order[q.kind], q.template, q.key))
-    return questions, dropped, missing_evidence(view, [w for w in written if w["key"] in {q.key for q in kept}])
+    return (
+        questions,
+        dropped,
+        missing_evidence(view, [w for w in written if w["key"] in {q.key for q in kept}]),
+    )
 
 
-def build_demo_skb(out: Path, small: bool = False, on_progress: Progress | None = None) -> DemoBuild:
+def build_demo_skb(
+    out: Path, small: bool = False, on_progress: Progress | None = None, warn: bool = True
+) -> DemoBuild:
     """Build the standard-library SKB (``small``: a few hundred nodes, for tests) into ``out``.
 
-    Hand-written questions that do not hold on this interpreter are dropped with a warning;
-    evidence phrases no longer found in a docstring are reported but the question is kept.
+    Hand-written questions that do not hold on this interpreter are dropped (with a warning
+    unless ``warn`` is false: the result lists them either way); evidence phrases no longer
+    found in a docstring are reported but the question is kept.
+
+    Example:
+        >>> build_demo_skb(Path("/tmp/demo"), small=True).node_counts["function"]  # doctest: +SKIP
+        166
     """
     start = time.perf_counter()
     out = Path(out)
@@ -96,7 +113,7 @@ def build_demo_skb(out: Path, small: bool = False, on_progress: Progress | None 
     questions, dropped, evidence_missing = demo_questions(graph)
     if on_progress:
         on_progress("generate questions", 1, 1)
-    if dropped:
+    if dropped and warn:
         warnings.warn(
             f"{len(dropped)} hand-written demo question(s) dropped on this interpreter: "
             + "; ".join(f"{d.key} ({d.reason})" for d in dropped[:5])
@@ -129,7 +146,9 @@ def build_demo_skb(out: Path, small: bool = False, on_progress: Progress | None 
     schema["source"]["sha256"] = {
         f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in ("nodes.jsonl", "edges.csv", "qa.csv")
     }
-    (out / "schema.json").write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "schema.json").write_text(
+        json.dumps(schema, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     if on_progress:
         on_progress("write", 1, 1)
     return DemoBuild(
@@ -181,7 +200,8 @@ def _schema(
         "name": "python-stdlib-small" if small else "python-stdlib",
         "description": (
             f"The Python {version} standard library as a knowledge graph: {len(graph.modules)} modules with "
-            "their public classes, exception classes, module-level functions and documented methods. "
+            "their public classes, exception classes, module-level functions, and the documented methods of "
+            "built-in types and of well-known classes. "
             "A node's document is its docstring (leading paragraphs; callables start with their "
             "signature). Edges: a module imports another or is a submodule of another; a class, "
             "exception or function is provided by a module; a method is defined in a class; a class or "

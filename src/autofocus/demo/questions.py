@@ -13,7 +13,8 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -25,7 +26,11 @@ MAX_ANSWERS = 20
 PER_TEMPLATE = 6
 _MAX_SUBCLASSES = 30  # "a subclass of Exception" is no question: skip bases with more direct subclasses
 
-_SUBCLASS_EDGES = ("class_subclass_of_class", "exception_subclass_of_exception", "exception_subclass_of_class")
+_SUBCLASS_EDGES = (
+    "class_subclass_of_class",
+    "exception_subclass_of_exception",
+    "exception_subclass_of_class",
+)
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,10 @@ def _module_functions_raising(g: GraphView) -> Iterator[Instance]:
     for m in g.ids("module"):
         funcs = g.members("function_defined_in_module", m)
         for e in sorted(set().union(*(g.out("function_raises_exception", f) for f in funcs))):
-            yield {"module": g.name[m], "exception": g.name[e]}, {
-                f for f in funcs if e in g.out("function_raises_exception", f)
-            }
+            yield (
+                {"module": g.name[m], "exception": g.name[e]},
+                {f for f in funcs if e in g.out("function_raises_exception", f)},
+            )
 
 
 def _module_functions_raising_subclass(g: GraphView) -> Iterator[Instance]:
@@ -147,9 +153,10 @@ def _class_methods_raising(g: GraphView) -> Iterator[Instance]:
     for c in g.ids("class"):
         methods = g.into("method_defined_in_class", c)
         for e in sorted(set().union(*(g.out("method_raises_exception", x) for x in methods))):
-            yield {"cls": g.name[c], "exception": g.name[e]}, {
-                x for x in methods if e in g.out("method_raises_exception", x)
-            }
+            yield (
+                {"cls": g.name[c], "exception": g.name[e]},
+                {x for x in methods if e in g.out("method_raises_exception", x)},
+            )
 
 
 def _exceptions_raised_by_module(g: GraphView) -> Iterator[Instance]:
@@ -195,7 +202,9 @@ def _exceptions_from_builtin(g: GraphView) -> Iterator[Instance]:
         if m == builtin:
             continue
         excs = g.members("exception_defined_in_module", m)
-        found = {x for x in excs if any(builtin in g.out("exception_defined_in_module", b) for b in g.bases(x))}
+        found = {
+            x for x in excs if any(builtin in g.out("exception_defined_in_module", b) for b in g.bases(x))
+        }
         if found:
             yield {"module": g.name[m]}, found
 
@@ -219,7 +228,9 @@ def _functions_with_many_params(g: GraphView) -> Iterator[Instance]:
 def _classes_with_method_raising(g: GraphView) -> Iterator[Instance]:
     for m in g.ids("module"):
         raised = {
-            c: set().union(*(g.out("method_raises_exception", x) for x in g.into("method_defined_in_class", c)))
+            c: set().union(
+                *(g.out("method_raises_exception", x) for x in g.into("method_defined_in_class", c))
+            )
             for c in g.members("class_defined_in_module", m)
         }
         for e in sorted(set().union(*raised.values())):
@@ -239,9 +250,10 @@ def _module_methods_raising(g: GraphView) -> Iterator[Instance]:
             x for c in g.members("class_defined_in_module", m) for x in g.into("method_defined_in_class", c)
         }
         for e in sorted(set().union(*(g.out("method_raises_exception", x) for x in methods))):
-            yield {"module": g.name[m], "exception": g.name[e]}, {
-                x for x in methods if e in g.out("method_raises_exception", x)
-            }
+            yield (
+                {"module": g.name[m], "exception": g.name[e]},
+                {x for x in methods if e in g.out("method_raises_exception", x)},
+            )
 
 
 TEMPLATES: tuple[Template, ...] = (
@@ -356,6 +368,23 @@ def _normalise(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def in_scope(name: str, modules: Collection[str]) -> bool:
+    """Whether a stable name belongs to one of ``modules`` (bare names of non-modules are built-ins)."""
+    parts = name.split(".")
+    if any(".".join(parts[:i]) in modules for i in range(len(parts), 0, -1)):
+        return True
+    return "builtins" in modules and parts[0] not in sys.stdlib_module_names
+
+
+def written_in_scope(items: Iterable[dict[str, Any]], modules: Collection[str]) -> list[dict[str, Any]]:
+    """The hand-written questions about the chosen modules only (all of them for the full build)."""
+    return [
+        item
+        for item in items
+        if all(in_scope(n, modules) for n in [*item["answers"], *(t for _, t in item.get("relations", []))])
+    ]
+
+
 def check_written(g: GraphView, items: Iterable[dict[str, Any]]) -> tuple[list[DemoQuestion], list[Dropped]]:
     """Keep hand-written questions whose answers all exist here and whose relations hold here.
 
@@ -380,7 +409,9 @@ def check_written(g: GraphView, items: Iterable[dict[str, Any]]) -> tuple[list[D
         if leak:
             dropped.append(Dropped(key, f"question names its answer {leak}"))
             continue
-        kept.append(DemoQuestion(key, item["kind"], item.get("template", item["kind"]), item["query"], answers))
+        kept.append(
+            DemoQuestion(key, item["kind"], item.get("template", item["kind"]), item["query"], answers)
+        )
     return kept, dropped
 
 
@@ -408,13 +439,14 @@ def missing_evidence(g: GraphView, items: Iterable[dict[str, Any]]) -> list[str]
 def assign_splits(
     questions: Sequence[DemoQuestion], fractions: dict[str, float] = SPLIT_FRACTIONS
 ) -> dict[str, list[int]]:
-    """Split each kind separately by the stable hash of its keys, so splits stay stratified and a
-    question keeps its split on every machine that has it. Returns split -> question positions."""
+    """Split each kind separately in the order of the stable hash of its keys: exact proportions
+    per kind, no random state, independent of question order. Returns split -> question positions."""
     splits: dict[str, list[int]] = {name: [] for name in fractions}
     names = list(fractions)
     for kind in KINDS:
         members = sorted(
-            (i for i, q in enumerate(questions) if q.kind == kind), key=lambda i: _stable_hash(questions[i].key)
+            (i for i, q in enumerate(questions) if q.kind == kind),
+            key=lambda i: _stable_hash(questions[i].key),
         )
         bounds = [0]
         for name in names[:-1]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import enum
 import importlib
 import inspect
 import io
@@ -31,31 +32,44 @@ from typing import Any
 Progress = Callable[[str, int, int], None]
 """``(stage, done, total)``: how a builder reports progress to a CLI."""
 
-FULL_MODULES: tuple[str, ...] = tuple(
-    """
-    abc argparse array ast asyncio base64 bdb binascii bisect builtins bz2 calendar cmath cmd code
-    codecs collections collections.abc colorsys concurrent.futures configparser contextlib
-    contextvars copy copyreg csv dataclasses datetime decimal difflib dis email email.message
-    email.utils enum errno filecmp fileinput fnmatch fractions ftplib functools gc getopt getpass
-    gettext glob graphlib gzip hashlib heapq hmac html html.parser http http.client http.cookies
-    http.server imaplib importlib importlib.metadata inspect io ipaddress itertools json keyword
-    linecache locale logging logging.handlers lzma mailbox math mimetypes netrc numbers operator
-    optparse os os.path pathlib pdb pickle pkgutil platform plistlib poplib pprint pstats queue
-    quopri random re reprlib sched secrets selectors shelve shlex shutil signal smtplib socket
-    socketserver sqlite3 ssl stat statistics string struct subprocess sys tarfile tempfile textwrap
-    threading time timeit token tokenize tomllib trace traceback types typing unicodedata unittest
-    unittest.mock urllib.error urllib.parse urllib.request uuid warnings wave weakref
-    xml.dom.minidom xml.etree.ElementTree zipfile zlib zoneinfo
-    """.split()
-)
-"""Cross-platform modules present in CPython 3.9-3.13 (those missing on a build, e.g. ``ssl``
-or ``tomllib`` before 3.11, are skipped). Deliberately absent: modules with import side effects
+FULL_MODULES: tuple[str, ...] = (
+    "abc", "argparse", "array", "asyncio", "base64", "binascii", "bisect", "builtins", "bz2",
+    "calendar", "codecs", "collections", "collections.abc", "colorsys", "concurrent.futures",
+    "configparser", "contextlib", "contextvars", "copy", "copyreg", "csv", "dataclasses", "datetime",
+    "difflib", "email", "email.message", "email.utils", "enum", "errno", "filecmp", "fileinput",
+    "fnmatch", "fractions", "functools", "gc", "getpass", "gettext", "glob", "graphlib", "gzip",
+    "hashlib", "heapq", "hmac", "html", "html.parser", "http", "http.client", "http.server",
+    "importlib", "importlib.metadata", "inspect", "io", "ipaddress", "itertools", "json", "keyword",
+    "linecache", "locale", "logging", "logging.handlers", "lzma", "math", "mimetypes", "numbers", "os",
+    "os.path", "pathlib", "pickle", "pkgutil", "platform", "pprint", "queue", "random", "re", "reprlib",
+    "secrets", "selectors", "shelve", "shlex", "shutil", "signal", "smtplib", "socket", "socketserver",
+    "stat", "statistics", "string", "struct", "subprocess", "sys", "tarfile", "tempfile", "textwrap",
+    "threading", "time", "timeit", "tomllib", "traceback", "types", "typing", "unicodedata", "unittest",
+    "unittest.mock", "urllib.error", "urllib.parse", "urllib.request", "uuid", "warnings", "weakref",
+    "xml.etree.ElementTree", "zipfile", "zlib", "zoneinfo",
+)  # fmt: skip
+"""Cross-platform modules of CPython 3.9-3.13, chosen so that the demo builds and embeds (both
+document variants) in under 3 minutes on 2 cores; one missing on a build (``tomllib`` before
+3.11) is skipped and reported. Deliberately absent: modules with import side effects
 (``antigravity``, ``this``), GUI and platform-only ones (``tkinter``, ``turtle``, ``idlelib``,
 ``winreg``, ``msvcrt``, ``fcntl``, ``pwd``, ``curses``, ``readline``), test packages,
-``__main__``, and modules deprecated for removal (``cgi``, ``asyncore``, ``imp``, ...)."""
+``__main__``, modules deprecated for removal (``cgi``, ``asyncore``, ``imp``, ...), optional
+extensions (``ssl``, ``sqlite3``), and large niche APIs (``ast`` node classes, ``decimal``,
+``pdb``/``bdb``, protocol clients such as ``ftplib``/``imaplib``/``poplib``, ``mailbox``,
+``optparse``, ``xml.dom.minidom``, ``operator``, ``cmath``) that would add size for little."""
+
+METHOD_MODULES: frozenset[str] = frozenset((
+    "builtins", "configparser", "contextlib", "difflib", "fractions", "graphlib", "hashlib", "json",
+    "pathlib", "queue", "random", "re", "selectors", "statistics", "subprocess", "tarfile", "textwrap",
+    "threading", "zipfile",
+))  # fmt: skip
+"""Modules whose classes' methods are nodes too. Methods of every class would double the KB and its
+embedding time (a method's relation document is long); these cover the built-in types and
+well-known classes with documented, relational methods (what they raise)."""
 
 SMALL_MODULES: tuple[str, ...] = (
-    "builtins", "fnmatch", "glob", "json", "math", "os.path", "shutil", "string", "textwrap",
+    "builtins", "collections", "fnmatch", "glob", "json", "math", "os.path", "re", "shutil", "string",
+    "textwrap",
 )  # fmt: skip
 """A few hundred nodes, for tests and quick trials."""
 
@@ -159,6 +173,13 @@ def _qualified(module: str, name: str) -> str:
     return name if module == "builtins" else f"{module}.{name}"
 
 
+def _original(mod: types.ModuleType, name: str) -> Any:
+    """The attribute as the interpreter set it: hooks that a host program may replace at run time
+    (``sys.excepthook``, ``threading.excepthook`` under pytest) keep their original as ``__name__``."""
+    saved = vars(mod).get(f"__{name}__")
+    return saved if _kind(saved) is not None else getattr(mod, name, None)
+
+
 def _collect_entities(mods: dict[str, types.ModuleType]) -> list[_Entity]:
     """Classes, exceptions and functions, each once, under its home module.
 
@@ -171,7 +192,7 @@ def _collect_entities(mods: dict[str, types.ModuleType]) -> list[_Entity]:
     objects: dict[int, Any] = {}
     for rank, (mname, mod) in enumerate(mods.items()):
         for n in _public_names(mod):
-            obj = getattr(mod, n, None)
+            obj = _original(mod, n)
             if _kind(obj) is not None:
                 exports.setdefault(id(obj), []).append((rank, mname, n))
                 objects[id(obj)] = obj
@@ -212,7 +233,14 @@ def _methods(cls_entity: _Entity) -> list[_Entity]:
         if not func.__doc__.strip():
             continue
         out.append(
-            _Entity("method", f"{cls_entity.name}.{key}", func, cls_entity.module, owner=cls_entity, method_kind=kind)
+            _Entity(
+                "method",
+                f"{cls_entity.name}.{key}",
+                func,
+                cls_entity.module,
+                owner=cls_entity,
+                method_kind=kind,
+            )
         )
     return out
 
@@ -300,15 +328,48 @@ def _signature(obj: Any) -> inspect.Signature | None:
         return None
 
 
+class _Shown:
+    """A default value as it should print in a signature."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_LITERALS = (type(None), bool, int, float, complex, str, bytes, enum.Enum)
+
+
+def _shown_default(value: Any) -> str:
+    """Literals as written; functions and classes by name; anything else by its type only, since
+    its repr may change at run time (``logging.shutdown``'s default lists live handlers) or hold
+    a memory address or a hash-ordered set."""
+    if isinstance(value, _LITERALS):
+        return _ADDRESS.sub("", repr(value))
+    if type(value) is tuple:
+        inner = ", ".join(_shown_default(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list | dict) and not value:
+        return repr(value)
+    if inspect.isclass(value) or inspect.isroutine(value):
+        return (
+            getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
+        )
+    return f"<{type(value).__name__}>"
+
+
 def _signature_text(sig: inspect.Signature | None, drop_first: bool) -> tuple[str, int | None]:
-    """The signature as text (memory addresses removed, so builds are reproducible) and its arity."""
+    """The signature as text, reproducible across runs and processes, and its arity."""
     if sig is None:
         return "", None
     params = list(sig.parameters.values())
     if drop_first and params:
         params = params[1:]
     try:
-        text = str(sig.replace(parameters=params))
+        text = str(sig.replace(parameters=[
+            p if p.default is p.empty else p.replace(default=_Shown(_shown_default(p.default))) for p in params
+        ]))  # fmt: skip
     except ValueError:
         return "", None
     text = _ADDRESS.sub("", text)
@@ -460,9 +521,7 @@ def _public_bases(cls: type, known: dict[int, _Entity]) -> list[type]:
     return out
 
 
-def collect_stdlib(
-    modules: Iterable[str] = FULL_MODULES, on_progress: Progress | None = None
-) -> StdlibGraph:
+def collect_stdlib(modules: Iterable[str] = FULL_MODULES, on_progress: Progress | None = None) -> StdlibGraph:
     """Import ``modules`` and turn them into nodes and typed edges (deterministic for one interpreter)."""
     wanted = sorted(set(modules))
     mods: dict[str, types.ModuleType] = {}
@@ -478,14 +537,16 @@ def collect_stdlib(
     names = set(mods)
 
     entities = _collect_entities(mods)
-    entities += [m for e in entities if e.kind == "class" for m in _methods(e)]
+    entities += [m for e in entities if e.kind == "class" and e.module in METHOD_MODULES for m in _methods(e)]
     entities += [_Entity("module", name, mod, name) for name, mod in mods.items()]
     order = {t: i for i, t in enumerate(NODE_TYPES)}
     entities.sort(key=lambda e: (order[e.kind], e.name))
     seen_names: dict[str, _Entity] = {}
     for e in entities:
         if e.name in seen_names:
-            raise RuntimeError(f"two stdlib objects share the name {e.name!r} ({e.kind}, {seen_names[e.name].kind})")
+            raise RuntimeError(
+                f"two stdlib objects share the name {e.name!r} ({e.kind}, {seen_names[e.name].kind})"
+            )
         seen_names[e.name] = e
     ident = {id(e.obj): i for i, e in enumerate(entities) if e.kind != "module"}
     by_obj = {id(e.obj): e for e in entities if e.kind in ("class", "exception")}

@@ -1,0 +1,61 @@
+"""``autofocus demo build``: the offline demo SKB, built from this Python's own standard library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autofocus.cli_app import app
+
+console = Console()
+demo_app = typer.Typer(help="The offline demo: an SKB of the Python standard library with a QA set.",
+                       no_args_is_help=True)  # fmt: skip
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.command("build")
+def build_cmd(
+    out: Annotated[Path, typer.Argument(help="directory to write the SKB to (created if missing)")],
+    small: Annotated[bool, typer.Option(help="~500 nodes from a handful of modules, for tests")] = False,
+) -> None:
+    """Build the standard-library SKB (schema.json, nodes.jsonl, edges.csv, qa.csv, splits/) into OUT."""
+    from autofocus.demo.build import build_demo_skb
+
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="OUT")
+    tasks: dict[str, TaskID] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:  # fmt: skip
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(stage, total=total)
+            progress.update(tasks[stage], completed=done, total=total)
+
+        result = build_demo_skb(out, small=small, on_progress=report, warn=False)
+
+    table = Table(title=f"{out} ({result.seconds:.1f} s)", show_header=True)
+    table.add_column("kind")
+    table.add_column("type")
+    table.add_column("count", justify="right")
+    for name, count in result.node_counts.items():
+        table.add_row("node", name, f"{count:,}")
+    for name, count in result.edge_counts.items():
+        table.add_row("edge", name, f"{count:,}")
+    for kind, per_split in result.qa_counts.items():
+        table.add_row("question", kind, "  ".join(f"{s} {n}" for s, n in per_split.items()))
+    console.print(table)
+    if result.skipped_modules:
+        console.print(f"modules not importable here (skipped): {', '.join(result.skipped_modules)}")
+    if result.dropped:
+        console.print(f"[yellow]{len(result.dropped)} hand-written question(s) dropped:[/yellow]")
+        for d in result.dropped:
+            console.print(f"  {d.key}: {d.reason}")
+    if result.evidence_missing:
+        n = len(result.evidence_missing)
+        console.print(f"docstrings reworded on this Python (questions kept): {n}")
