@@ -27,6 +27,7 @@ from autofocus.demo.questions import (
     load_written_questions,
 )
 from autofocus.demo.stdlib_skb import EDGE_TYPES, SMALL_MODULES, clean_doc, collect_stdlib
+from autofocus.skb.io import load_skb
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir
@@ -60,7 +61,9 @@ def built(request: pytest.FixtureRequest) -> tuple[DemoBuild, SKB, list[dict[str
     result = (
         request.getfixturevalue("small")[0] if request.param == "small" else request.getfixturevalue("full")
     )
-    skb = load_skb_dir(result.path, progress=False)  # strict validation: raises on any format problem
+    skb = load_skb(
+        result.path, cache=False, progress=False
+    )  # strict validation: raises on any format problem
     with (result.path / "qa.csv").open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     return result, skb, rows

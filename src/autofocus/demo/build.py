@@ -95,7 +95,7 @@ def demo_questions(graph: StdlibGraph) -> tuple[list[DemoQuestion], list[Dropped
 
 
 def build_demo_skb(
-    out: Path, small: bool = False, on_progress: Progress | None = None, warn: bool = True
+    out: Path | str, small: bool = False, on_progress: Progress | None = None, warn: bool = True
 ) -> DemoBuild:
     """Build the standard-library SKB (``small``: a few hundred nodes, for tests) into ``out``.
 
