@@ -83,7 +83,10 @@ class Scorer:
         )
 
     def first_token(self, text: str) -> int:
-        return self.llama.tokenize(text.encode(), add_bos=False, special=False)[0]
+        tokens = self.llama.tokenize(text.encode(), add_bos=False, special=False)
+        if not tokens:
+            raise ValueError(f"candidate {text!r} has no tokens")
+        return tokens[0]
 
     def logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, token_ids: list[int]) -> dict[str, Any]:
         import llama_cpp
