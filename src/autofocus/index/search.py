@@ -194,7 +194,7 @@ class NodeIndex:
             cand = self._candidate_ids(candidates)
             with self._omp_threads():
                 return self._search_candidates(q, cand, code, k, excl)
-        codes = [code] if code is not None else [int(c) for c in np.unique(self.node_type)]
+        codes = [code] if code is not None else np.flatnonzero(self._type_counts).tolist()
         for c in codes:
             self._part(c, self.kind)  # built (with every thread) outside the single-threaded search
         with self._omp_threads():
