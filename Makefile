@@ -28,7 +28,7 @@ demo: setup-lm
 	$(BIN)/autofocus demo build $(DEMO)
 	$(BIN)/autofocus index build $(DEMO) --variant all
 	$(BIN)/autofocus search "parse a JSON document into Python objects" --skb $(DEMO) -k 5
-	$(BIN)/python -m autofocus.demo.run $(DEMO)
+	$(BIN)/autofocus ask "Which exceptions defined in the json module subclass ValueError?" --skb $(DEMO) --reranker pointwise -k 10 --trace
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks

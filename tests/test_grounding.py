@@ -69,7 +69,7 @@ def brute_force(skb, trips, sym_types, const_sets, target):
 @settings(max_examples=150, deadline=None)
 @given(random_case())
 def test_grounding_matches_brute_force_on_tree_queries(case):
-    n, node_type, edges, trips, sym_types, const_sets = case
+    _n, node_type, edges, trips, sym_types, const_sets = case
     skb = make_skb(["a", "b"], node_type, edges, ETYPES)
     type_masks = {v: (None if t is None else skb.node_type == skb.type_code(t)) for v, t in sym_types.items()}
     sets = {}

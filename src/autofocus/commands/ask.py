@@ -42,7 +42,7 @@ def ask(
         trace_json.write_text(json.dumps(pred.trace.model_dump(), indent=2, default=str))
 
 
-def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:  # noqa: ANN001
+def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
     strands = pred.trace.data.get("strand", {})
     table = Table(title=f"Answers to: {pred.trace.question}")
     for col in ("rank", "id", "type", "name", "strand"):
@@ -52,7 +52,7 @@ def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:  # noqa: 
     out.print(table)
 
 
-def show_trace(skb, tr, out: Console) -> None:  # noqa: ANN001
+def show_trace(skb, tr, out: Console) -> None:
     d = tr.data
     out.print(f"[bold]target type[/]: {d.get('target_type')}   [bold]Cypher target type[/]: {d.get('cypher_target_type')}")
     if d.get("cypher"):

@@ -16,7 +16,7 @@ def safe_predict(predictor: dspy.Module, trace: Trace, step: str, **inputs: Any)
     """
     try:
         return predictor(**inputs), None
-    except Exception as exc:  # noqa: BLE001 - any LM/adapter failure degrades, never crashes
+    except Exception as exc:
         raw = getattr(exc, "lm_response", None)
         trace.event(step, "llm_error", f"{type(exc).__name__}: {exc}")
         return None, raw if isinstance(raw, str) else None

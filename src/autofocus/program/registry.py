@@ -56,7 +56,8 @@ def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
     """Give each LLM sub-module the LM its step is configured with (``config.lm``)."""
     from autofocus.lm import get_lm
 
-    step_of = {"target_type": "target_type", "cypher": "cypher", "query_graph": "cypher", "reranker": "rerank"}
+    step_of = {"target_type": "target_type", "cypher": "cypher", "query_graph": "cypher", "triplets": "cypher",
+               "router": "cypher", "commenter": "cypher", "validator": "rerank", "reranker": "rerank"}
     for attr, step in step_of.items():
         sub = getattr(program, attr, None)
         if isinstance(sub, dspy.Module):
