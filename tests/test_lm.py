@@ -157,4 +157,4 @@ def test_cli_lm_list_and_check(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "Predict: 'echo q?'" in checked.output and "not available" in checked.output
     assert srv.request_count == 2 and srv.headers[0]["Authorization"] == "Bearer EMPTY"  # keyless server
     missing = runner.invoke(app, ["lm", "check", "--lm", "local"])
-    assert missing.exit_code == 1 and "autofocus lm setup" in missing.output
+    assert missing.exit_code == 1 and "autofocus lm setup" in " ".join(missing.output.split())

@@ -56,7 +56,8 @@ def expansion_cuts(l_max: int, schedule: str = "paper") -> Iterator[int]:
 
 
 def _edge_types(skb: SKB, trip: Triplet) -> list[str]:
-    return [trip.rel] if trip.rel is not None and trip.rel in skb.graph.forward else skb.graph.edge_types
+    known = [e for e in (trip.edge_types or []) if e in skb.graph.forward]
+    return known or skb.graph.edge_types
 
 
 def _has_edge_into(csr_from: CSR, csr_back: CSR, rows: np.ndarray, target_mask: np.ndarray,
