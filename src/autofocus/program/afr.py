@@ -47,6 +47,25 @@ def closest_type(raw: str, types: list[str]) -> str | None:
     return norm[close[0]] if close else None
 
 
+def derive_target_type(
+    predictor: dspy.Module | None, context: SchemaContext, question: str, trace: Trace
+) -> str | None:
+    """Step 1, shared by every system that predicts a target type; salvages malformed output."""
+    types = context.candidate_types
+    if predictor is None:
+        return types[0]
+    with trace.step("1_target_type"):
+        pred, raw = safe_predict(
+            predictor, trace, "1_target_type",
+            kb_description=context.kb_description, candidate_types=types, question=question,
+        )
+    if pred is not None:
+        return str(pred.target_type)
+    salvaged = closest_type(raw, types) if raw else None
+    trace.event("1_target_type", "salvaged" if salvaged else "invalid", raw or "")
+    return salvaged
+
+
 class AutofocusRetriever(dspy.Module):
     """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace."""
 
@@ -65,19 +84,7 @@ class AutofocusRetriever(dspy.Module):
 
     # --- step 1 -----------------------------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace) -> str | None:
-        types = self.context.candidate_types
-        if self.target_type is None:
-            return types[0]
-        with trace.step("1_target_type"):
-            pred, raw = safe_predict(
-                self.target_type, trace, "1_target_type",
-                kb_description=self.context.kb_description, candidate_types=types, question=question,
-            )
-        if pred is not None:
-            return str(pred.target_type)
-        salvaged = closest_type(raw, types) if raw else None
-        trace.event("1_target_type", "salvaged" if salvaged else "invalid", raw or "")
-        return salvaged
+        return derive_target_type(self.target_type, self.context, question, trace)
 
     # --- steps 2 and 3 ----------------------------------------------------------------------------
     def derive_query_graph(self, question: str, target_type: str | None, trace: Trace) -> QueryGraph | None:

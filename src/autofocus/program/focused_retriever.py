@@ -21,7 +21,7 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
-from autofocus.program.afr import closest_type
+from autofocus.program.afr import derive_target_type
 from autofocus.program.baselines import candidate_filter, require_full_pipeline, rerank
 from autofocus.program.grounding import ground_with_expansion, support_paths
 from autofocus.program.llm_call import safe_predict
@@ -113,19 +113,7 @@ class FocusedRetriever(dspy.Module):
 
     # --- line 11 ----------------------------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace) -> str | None:
-        types = self.context.candidate_types
-        if self.target_type is None:
-            return types[0]
-        with trace.step("1_target_type"):
-            pred, raw = safe_predict(
-                self.target_type, trace, "1_target_type",
-                kb_description=self.context.kb_description, candidate_types=types, question=question,
-            )
-        if pred is not None:
-            return str(pred.target_type)
-        salvaged = closest_type(raw, types) if raw else None
-        trace.event("1_target_type", "salvaged" if salvaged else "invalid", raw or "")
-        return salvaged
+        return derive_target_type(self.target_type, self.context, question, trace)
 
     # --- the whole program ------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
