@@ -25,7 +25,7 @@ def ask(
     program: Annotated[Path | None, typer.Option(help="optimised program from `autofocus optimize`")] = None,
     reranker: Annotated[str | None, typer.Option(help="auto|none|pointwise|listwise|pairwise|tournament")] = None,
     query_format: Annotated[str | None, typer.Option(help="cypher|typed")] = None,
-    k: Annotated[int | None, typer.Option(help="answers to return")] = None,
+    k: Annotated[int | None, typer.Option("--k", "-k", help="answers to return")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="print the full trace")] = False,
     trace_json: Annotated[Path | None, typer.Option(help="write the trace as JSON here")] = None,
 ) -> None:
