@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import enum
 import importlib
+import importlib.util
 import inspect
 import io
 import re
@@ -172,10 +173,54 @@ def _qualified(module: str, name: str) -> str:
 
 
 def _original(mod: types.ModuleType, name: str) -> Any:
-    """The attribute as the interpreter set it: hooks that a host program may replace at run time
-    (``sys.excepthook``, ``threading.excepthook`` under pytest) keep their original as ``__name__``."""
+    """The attribute as the interpreter set it, whatever the host program imported first.
+
+    Hooks that a host may replace at run time (``sys.excepthook``, ``threading.excepthook`` under
+    pytest) keep their original as ``__name__``. Functions that a library monkeypatches on import
+    (``dspy`` and ``torch`` both replace ``inspect.getfile``) are taken from a pristine copy of the module.
+    """
     saved = vars(mod).get(f"__{name}__")
-    return saved if _kind(saved) is not None else getattr(mod, name, None)
+    if _kind(saved) is not None:
+        return saved
+    obj = getattr(mod, name, None)
+    if _replaced(obj):
+        fresh = getattr(_pristine(mod), name, None)
+        if inspect.isroutine(fresh) and not _replaced(fresh):
+            return fresh
+    return obj
+
+
+def _replaced(obj: Any) -> bool:
+    """A Python function defined outside the standard library: some library's replacement."""
+    module = getattr(obj, "__module__", None)
+    return inspect.isfunction(obj) and isinstance(module, str) and (
+        module.partition(".")[0] not in sys.stdlib_module_names
+    )
+
+
+_PRISTINE: dict[str, types.ModuleType | None] = {}
+
+
+def _pristine(mod: types.ModuleType) -> types.ModuleType | None:
+    """The module executed afresh from its source file, as a new import would see it (its own imports
+    come from ``sys.modules``; the copy is not registered there); None for modules without source."""
+    name, path = mod.__name__, getattr(mod, "__file__", None)
+    if name not in _PRISTINE:
+        _PRISTINE[name] = None
+        spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=getattr(mod, "__path__", None)
+        ) if isinstance(path, str) and path.endswith(".py") else None
+        if spec is not None and spec.loader is not None:
+            copy = importlib.util.module_from_spec(spec)
+            sink = io.StringIO()
+            try:
+                with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                    warnings.simplefilter("ignore")
+                    spec.loader.exec_module(copy)
+                _PRISTINE[name] = copy
+            except (Exception, SystemExit):
+                pass
+    return _PRISTINE[name]
 
 
 def _collect_entities(mods: dict[str, types.ModuleType]) -> list[_Entity]:
@@ -342,7 +387,10 @@ _LITERALS = (type(None), bool, int, float, complex, str, bytes, enum.Enum)
 def _shown_default(value: Any) -> str:
     """Literals as written; functions and classes by name; anything else by its type only, since
     its repr may change at run time (``logging.shutdown``'s default lists live handlers) or hold
-    a memory address or a hash-ordered set."""
+    a memory address or a hash-ordered set. The running interpreter's path (``platform.architecture``'s
+    default) is shown as ``sys.executable``, so that builds in two environments agree."""
+    if isinstance(value, str) and value == sys.executable:
+        return "sys.executable"
     if isinstance(value, _LITERALS):
         return _ADDRESS.sub("", repr(value))
     if type(value) is tuple:
