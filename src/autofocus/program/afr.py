@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 
 import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
-from autofocus.program.grounding import ground_with_expansion, support_paths
+from autofocus.program.grounding import GroundingResult, ground_with_expansion, support_paths
 from autofocus.program.llm_call import safe_predict
 from autofocus.program.prompts import SchemaContext
 from autofocus.program.rerank import make_reranker
@@ -66,8 +67,38 @@ def derive_target_type(
     return salvaged
 
 
+def parse_mode(config: AutofocusConfig) -> str:
+    """Parse strictly if either switch is strict, so that no guessed type becomes a hard filter
+    (``autofocus.cypher.builder``); steps 4 and 5 then apply ``type_mode`` and ``edge_mode``."""
+    return "strict" if "strict" in (config.type_mode, config.edge_mode) else "lenient"
+
+
+@dataclass
+class Retrieval:
+    """Steps 3-7 of one question: the pre-rerank list and what step 8 and the trace need."""
+
+    ids: list[int]  # pre-rerank order, at most k
+    strand: dict[int, str]  # id -> "grounded" | "vss" | "both"
+    grounded: np.ndarray  # the whole grounded set C_cypher (the trace keeps its size and first ids)
+    query_graph: QueryGraph | None = None  # as grounded (edge types dropped in lenient edge mode)
+    grounding: GroundingResult | None = None  # None when step 5 did not run
+
+    def neighbourhood(self, limit: int = 1000) -> set[int]:
+        """Nodes the grounding matched for the non-target symbols (step 8's retrieved context)."""
+        if self.grounding is None or self.query_graph is None:
+            return set()
+        target = self.query_graph.target
+        sets = [ids for var, ids in self.grounding.final_sets.items() if var != target and len(ids) <= limit]
+        return {int(i) for ids in sets for i in ids}
+
+
 class AutofocusRetriever(dspy.Module):
-    """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace."""
+    """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace.
+
+    ``llm_steps`` (steps 1-2) depends on the question and the LMs only; ``retrieve`` (steps 3-7)
+    takes their outputs and any config, calls no LM and keeps no state, so a tuner runs the
+    first once per question and the second once per trial, from any thread.
+    """
 
     def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "afr") -> None:
         super().__init__()
@@ -82,13 +113,12 @@ class AutofocusRetriever(dspy.Module):
         self.query_graph = dspy.Predict(TextToQueryGraph)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
 
-    # --- step 1 -----------------------------------------------------------------------------------
+    # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace) -> str | None:
         return derive_target_type(self.target_type, self.context, question, trace)
 
-    # --- steps 2 and 3 ----------------------------------------------------------------------------
-    def derive_query_graph(self, question: str, target_type: str | None, trace: Trace) -> QueryGraph | None:
-        schema = self.kb.skb.schema  # type: ignore[attr-defined]
+    def derive_query(self, question: str, target_type: str | None, trace: Trace) -> str | None:
+        """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed."""
         inputs = self.context.query_inputs(question, target_type)
         with trace.step("2_query"):
             if self.config.query_format == "typed":
@@ -98,11 +128,23 @@ class AutofocusRetriever(dspy.Module):
                 pred, raw = safe_predict(self.cypher, trace, "2_query", **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
         trace.data["cypher"] = cypher
+        return cypher
+
+    def llm_steps(self, question: str, trace: Trace) -> tuple[str | None, str | None]:
+        """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation."""
+        y_type = self.predict_target_type(question, trace)
+        trace.data["target_type"] = y_type
+        cypher = self.derive_query(question, y_type, trace) if self.config.steps != "1+7" else None
+        return y_type, cypher
+
+    # --- step 3 -----------------------------------------------------------------------------------
+    def parse(self, cypher: str | None, target_type: str | None, cfg: AutofocusConfig, trace: Trace) -> QueryGraph | None:
         if not cypher:
             trace.flags["valid_cypher"] = False
             return None
+        schema = self.kb.skb.schema  # type: ignore[attr-defined]
         with trace.step("3_parse"):
-            qg = parse_cypher(cypher, schema, mode=self.config.type_mode, target_type=target_type)
+            qg = parse_cypher(cypher, schema, mode=parse_mode(cfg), target_type=target_type)
         trace.data["query_graph"] = qg.model_dump()
         trace.flags["valid_cypher"] = bool(qg.symbols)
         trace.flags["has_triplet"] = bool(qg.triplets)
@@ -112,12 +154,12 @@ class AutofocusRetriever(dspy.Module):
         return qg
 
     # --- steps 4 and 5 ----------------------------------------------------------------------------
-    def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[int, int]]:
-        cfg = self.config
+    def ground(self, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace) -> tuple[QueryGraph, GroundingResult] | None:
+        """Symbol candidates and grounding; None when the graph has nothing to ground."""
         skb = self.kb.skb  # type: ignore[attr-defined]
         if not qg.usable:
             trace.flags["grounded_nonempty"] = False
-            return np.zeros(0, np.int64), {}
+            return None
         with trace.step("4_symbols"):
             sc = retrieve_symbol_candidates(
                 self.kb, qg, cfg.l_max, variant=cfg.doc_variant_step4,
@@ -136,29 +178,38 @@ class AutofocusRetriever(dspy.Module):
                 skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
             )
         trace.data["grounding_rounds"] = result.rounds
-        trace.data["grounded_ids"] = result.answers[:1000].tolist()
+        # the whole set, so that evaluation scores grounding over all of it; traces.jsonl keeps its
+        # size and first ids (``evaluate.traces.to_jsonable``)
+        trace.data["grounded_ids"] = result.answers
         trace.data["num_grounded"] = len(result.answers)
         trace.flags["grounded_nonempty"] = len(result.answers) > 0
-        self._last_grounding = (qg, result)
-        return result.answers, result.round_of
+        return qg, result
 
-    # --- the whole program ------------------------------------------------------------------------
-    def forward(self, question: str) -> dspy.Prediction:
-        cfg = self.config
-        trace = Trace(system=self.system, question=question)
+    # --- steps 3-7 --------------------------------------------------------------------------------
+    def retrieve(
+        self,
+        question: str,
+        target_type: str | None,
+        cypher: str | None,
+        config: AutofocusConfig | None = None,
+        trace: Trace | None = None,
+    ) -> Retrieval:
+        """Steps 3-7 for given step 1-2 outputs under ``config`` (default: the program's); no LM calls."""
+        cfg = config or self.config
+        trace = trace if trace is not None else Trace(system=self.system, question=question)
         skb = self.kb.skb  # type: ignore[attr-defined]
-        self._last_grounding = None
-        y_type = self.predict_target_type(question, trace)
-        trace.data["target_type"] = y_type
         qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
 
         grounded = np.zeros(0, np.int64)
         round_of: dict[int, int] = {}
+        used: tuple[QueryGraph, GroundingResult] | None = None
         if cfg.steps != "1+7":
-            qg = self.derive_query_graph(question, y_type, trace)
+            qg = self.parse(cypher, target_type, cfg, trace)
             if qg is not None:
                 trace.data["cypher_target_type"] = qg.target_type
-                grounded, round_of = self.ground(qg, trace)
+                used = self.ground(qg, cfg, trace)
+                if used is not None:
+                    grounded, round_of = used[1].answers, used[1].round_of
 
         step6: list[int] = []
         scores: dict[int, float] = {}
@@ -176,7 +227,7 @@ class AutofocusRetriever(dspy.Module):
                     scores.update(zip(step6, s6, strict=True))
         step7: list[int] = []
         if cfg.steps in ("1+7", "1-7", "1-8"):
-            types = [y_type] if y_type in skb.node_type_names else self.context.candidate_types
+            types = [target_type] if target_type in skb.node_type_names else self.context.candidate_types
             exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
             n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
             with trace.step("7_vss_rest"):
@@ -186,24 +237,26 @@ class AutofocusRetriever(dspy.Module):
         merged = merge(step6, step7, cfg.k, scores)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
-        ranked = merged.ids
+        qg_used, grounding = used if used is not None else (None, None)
+        return Retrieval(merged.ids, merged.strand, grounded, qg_used, grounding)
+
+    # --- the whole program ------------------------------------------------------------------------
+    def forward(self, question: str) -> dspy.Prediction:
+        cfg = self.config
+        trace = Trace(system=self.system, question=question)
+        skb = self.kb.skb  # type: ignore[attr-defined]
+        y_type, cypher = self.llm_steps(question, trace)
+        found = self.retrieve(question, y_type, cypher, cfg, trace)
+        ranked = found.ids
         if cfg.steps == "1-8" and self.reranker is not None and ranked:
             with trace.step("8_rerank"):
-                retrieved = set()
-                if self._last_grounding is not None:
-                    qg_used, res = self._last_grounding
-                    target = qg_used.target
-                    for var, ids in res.final_sets.items():
-                        if var != target and len(ids) <= 1000:
-                            retrieved.update(int(i) for i in ids)
                 ranked = self.reranker(
                     question=question, candidates=ranked, skb=skb, target_type=y_type,
-                    retrieved=retrieved, trace=trace,
+                    retrieved=found.neighbourhood(), trace=trace,
                 )
-        if self._last_grounding is not None:
-            qg_used, res = self._last_grounding
+        if found.grounding is not None and found.query_graph is not None:
             trace.data["support"] = {
-                str(i): support_paths(skb, qg_used, res.final_sets, i)
-                for i in ranked[: cfg.k] if merged.strand.get(i) in ("grounded", "both")
+                str(i): support_paths(skb, found.query_graph, found.grounding.final_sets, i)
+                for i in ranked[: cfg.k] if found.strand.get(i) in ("grounded", "both")
             }
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
