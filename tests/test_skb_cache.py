@@ -112,3 +112,40 @@ def test_damaged_cache_is_rebuilt(skb_copy):
 def test_cache_disabled_writes_nothing(skb_copy):
     skb = load_skb(skb_copy, cache=False, progress=False)
     assert skb.fingerprint and not cache_dir_for(skb_copy).exists()
+
+
+def test_rebuild_keeps_the_indexes_of_unchanged_content_and_removes_stale_ones(skb_copy):
+    """Indexes live in the cache folder; a rebuild must not throw away hours of embedding for a `touch`."""
+    from autofocus.index.cache import EmbeddingCache
+    from autofocus.index.store import EmbeddingStore
+    from autofocus.kb import IndexNotFoundError, KnowledgeBase
+    from tests.test_systems_common import HashEmbedder
+
+    def open_kb(build: bool) -> KnowledgeBase:
+        return KnowledgeBase.open(skb_copy, embedder=HashEmbedder(), build_missing=build, progress=False,
+                                  cache=EmbeddingCache(None))
+
+    first = open_kb(build=True)
+    first.index("text")
+    store = first.store_dir("text")
+    assert store.parent.parent == cache_dir_for(skb_copy) / "index"
+    vectors = (store / "embeddings.f16.npy").read_bytes()
+
+    st = os.stat(skb_copy / "edges.csv")
+    os.utime(skb_copy / "edges.csv", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # `touch`
+    touched = open_kb(build=False)  # would raise IndexNotFoundError if the index had gone
+    assert touched.skb.fingerprint != first.skb.fingerprint
+    ids, _ = touched.index("text").search(touched.embed_query("Ada Lovelace"), k=3)
+    assert len(ids) == 3 and (store / "embeddings.f16.npy").read_bytes() == vectors
+    assert EmbeddingStore.open(store).manifest.skb_fingerprint == touched.skb.fingerprint
+
+    assert load_skb(skb_copy, progress=False, rebuild=True) is not None  # a forced rebuild keeps them too
+    assert (store / "embeddings.f16.npy").is_file()
+
+    nodes = skb_copy / "nodes.jsonl"
+    nodes.write_text(nodes.read_text().replace("Ada Lovelace", "Ada King"))
+    with pytest.warns(UserWarning, match=r"changed: its 1 index\(es\) \(.*/text\) may not match"):
+        changed = open_kb(build=False)
+    assert not store.exists()
+    with pytest.raises(IndexNotFoundError):
+        changed.index("text")

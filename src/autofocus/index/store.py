@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from autofocus import paths
 from autofocus.index.embedders import slug
+from autofocus.skb.cache import content_digest
 from autofocus.skb.model import SKB
 
 MANIFEST = "manifest.json"
@@ -72,22 +73,14 @@ def now() -> str:
 
 
 def skb_fingerprint(skb: SKB) -> str:
-    """The loader's fingerprint, or a content hash of types, names, documents and edges for in-memory SKBs."""
+    """What an index is keyed by: the loader's fingerprint (its source files), or for in-memory SKBs
+    ``content:`` + the SKB's content digest."""
     if skb.fingerprint:
         return skb.fingerprint
     cached = skb.__dict__.get("_content_fingerprint")
     if cached:
         return cached
-    h = hashlib.blake2b(digest_size=16)
-    h.update("\0".join(skb.node_type_names).encode())
-    for arr in (skb.node_type, skb.names.data, skb.names.offsets, skb.docs.data, skb.docs.offsets):
-        h.update(np.ascontiguousarray(arr).data)
-    for name in skb.graph.edge_types:
-        csr = skb.graph.forward[name]
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(csr.indptr).data)
-        h.update(np.ascontiguousarray(csr.indices).data)
-    fp = "content:" + h.hexdigest()
+    fp = "content:" + content_digest(skb)
     skb.__dict__["_content_fingerprint"] = fp
     return fp
 
@@ -96,13 +89,30 @@ def default_index_root(skb: SKB, source: Path | str | None = None) -> Path:
     """``<SKB cache dir>/index`` for an SKB loaded from ``source``; for in-memory SKBs a folder keyed by
     fingerprint under ``autofocus.paths.sub("index")``.
 
-    The SKB cache dir is replaced when the SKB's sources change, which takes its now stale indexes with it.
+    When the sources change, the SKB cache rebuild keeps these indexes (re-keyed by ``rekey_stores``)
+    if the content is the same, and removes them if it is not (``autofocus.skb.cache``).
     """
     if source is not None:
-        from autofocus.skb.cache import cache_dir_for
+        from autofocus.skb.cache import INDEX_DIR, cache_dir_for
 
-        return cache_dir_for(source) / "index"
+        return cache_dir_for(source) / INDEX_DIR
     return paths.sub("index") / re.sub(r"[^A-Za-z0-9._-]+", "-", skb_fingerprint(skb))
+
+
+def rekey_stores(root: Path, old_fingerprint: str, new_fingerprint: str) -> int:
+    """Point the stores under ``root`` built for ``old_fingerprint`` at ``new_fingerprint`` (the same
+    SKB content reloaded from changed sources); returns how many were re-keyed."""
+    count = 0
+    for path in sorted(Path(root).glob(f"*/*/{MANIFEST}")):
+        try:
+            manifest = Manifest.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if manifest.skb_fingerprint == old_fingerprint:
+            manifest.skb_fingerprint = new_fingerprint
+            _write_json_atomic(path, manifest.model_dump())
+            count += 1
+    return count
 
 
 def store_dir(root: Path, model: str, variant: str) -> Path:

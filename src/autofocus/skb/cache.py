@@ -16,6 +16,11 @@ The fingerprint hashes, per source file, its name, size and mtime plus its conte
 up to 4 MiB, else the first and last MiB), and the loader options (e.g. the STaRK profile).
 Any change (even ``touch``) invalidates. A cache is written to a temporary folder and renamed
 into place, so a half-written cache is never read, and a failed load writes nothing.
+
+The folder also holds the SKB's vector indexes (``index/``, see ``autofocus.index.store``), which can
+take hours to embed. A rebuild keeps them when the reloaded SKB has the same content as the cached
+one (``content_digest``: a ``touch``, a re-export of the same data, ``rebuild=True``) and re-keys
+them to the new fingerprint; when the content changed they are stale, removed with a warning.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +46,7 @@ from autofocus.skb.text import TextArray
 
 CACHE_VERSION = 1
 MANIFEST = "manifest.json"
+INDEX_DIR = "index"
 _SMALL_FILE = 4 << 20
 _HEAD_TAIL = 1 << 20
 
@@ -61,6 +68,41 @@ def source_fingerprint(files: list[Path], extra: str = "") -> str:
     return digest.hexdigest()
 
 
+def content_digest(skb: SKB) -> str:
+    """A hex digest of what the SKB holds (schema, types, names, documents, attributes, edges), with
+    dtypes normalised so that a freshly parsed SKB and its memory-mapped cache agree: equal digests
+    mean equal node documents, so an index built for one serves the other."""
+    digest = hashlib.blake2b(digest_size=16)
+
+    def add(arr: np.ndarray, dtype: type) -> None:
+        arr = np.ascontiguousarray(arr, dtype=dtype)
+        digest.update(f"{len(arr)}\0".encode())
+        digest.update(arr.data)
+
+    def add_text(text: TextArray) -> None:
+        add(text.data, np.uint8)
+        add(text.offsets, np.int64)
+
+    digest.update(json.dumps(skb.schema.model_dump(mode="json"), sort_keys=True).encode())
+    digest.update("\0".join(skb.node_type_names).encode())
+    add(skb.node_type, np.int16)
+    add_text(skb.names)
+    add_text(skb.docs)
+    for key, col in skb.columns.items():
+        digest.update(f"{key}\0{col.kind}\0".encode())
+        add(col.present, np.bool_)
+        if isinstance(col.values, TextArray):
+            add_text(col.values)
+        else:
+            add(col.values, np.float64)
+    for name in skb.graph.edge_types:
+        csr = skb.graph.forward[name]
+        digest.update(f"{name}\0".encode())
+        add(csr.indptr, np.int64)
+        add(csr.indices, np.int64)
+    return digest.hexdigest()
+
+
 def cache_dir_for(source: Path | str, cache_root: Path | None = None) -> Path:
     """``<root>/<slug>-<hash>``: one cache folder per absolute source path."""
     source = Path(source).resolve()
@@ -69,8 +111,13 @@ def cache_dir_for(source: Path | str, cache_root: Path | None = None) -> Path:
     return (cache_root or paths.sub("skb")) / f"{slug}-{key}"
 
 
-def write_cache(skb: SKB, directory: Path, *, source: str = "", files: list[Path] | None = None) -> Path:
-    """Write ``skb`` to ``directory`` atomically (temp folder + rename); returns ``directory``."""
+def write_cache(
+    skb: SKB, directory: Path, *, source: str = "", files: list[Path] | None = None, keep_index: bool = False
+) -> Path:
+    """Write ``skb`` to ``directory`` atomically (temp folder + rename); returns ``directory``.
+
+    ``keep_index`` carries the old folder's ``index/`` over; otherwise it goes with the old cache.
+    """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
@@ -102,19 +149,23 @@ def write_cache(skb: SKB, directory: Path, *, source: str = "", files: list[Path
             "schema": skb.schema.model_dump(mode="json"),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
-        _replace_dir(tmp, directory)
+        _replace_dir(tmp, directory, keep=INDEX_DIR if keep_index else None)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return directory
 
 
-def _replace_dir(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``; an old ``target`` is moved aside first and removed after."""
+def _replace_dir(new: Path, target: Path, keep: str | None = None) -> None:
+    """Move ``new`` to ``target``; an old ``target`` is moved aside first and removed after, except
+    its entry ``keep``, which moves into ``new`` (taken from the folder actually replaced, so that a
+    concurrent rebuild that won the race does not lose it)."""
     old = None
     if target.exists():
         old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
         os.rename(target, old)
+        if keep is not None and (old / keep).exists() and not (new / keep).exists():
+            os.rename(old / keep, new / keep)
     try:
         os.rename(new, target)
     except OSError:
@@ -194,5 +245,33 @@ def load_cached(
             pass  # a damaged cache is rebuilt below
     skb = loader()
     skb.fingerprint = fingerprint
-    write_cache(skb, directory, source=str(Path(source).resolve()), files=files)
+    previous = _same_content_fingerprint(directory, skb)
+    write_cache(skb, directory, source=str(Path(source).resolve()), files=files, keep_index=previous is not None)
+    if previous is not None and previous != fingerprint:
+        from autofocus.index.store import rekey_stores
+
+        rekey_stores(directory / INDEX_DIR, previous, fingerprint)
     return skb
+
+
+def _same_content_fingerprint(directory: Path, skb: SKB) -> str | None:
+    """The old cache's fingerprint when it holds indexes and the same content as ``skb`` (they stay
+    valid); None when there is nothing to keep, with a warning when the indexes are stale."""
+    stores = sorted(p.parent for p in (directory / INDEX_DIR).glob(f"*/*/{MANIFEST}"))
+    if not stores:
+        return None
+    try:
+        old = read_cache(directory)
+    except (OSError, ValueError, KeyError):
+        old = None
+    if old is not None and content_digest(old) == content_digest(skb):
+        return old.fingerprint
+    source = (read_manifest(directory) or {}).get("source") or directory.name
+    names = ", ".join(f"{p.parent.name}/{p.name}" for p in stores)
+    why = "changed" if old is not None else "was reloaded and its old cache is unreadable"
+    warnings.warn(
+        f"the SKB at {source} {why}: its {len(stores)} index(es) ({names}) may not match the new "
+        "content and are removed; `autofocus index build` rebuilds them",
+        stacklevel=3,
+    )
+    return None
