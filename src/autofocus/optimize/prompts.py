@@ -1,0 +1,402 @@
+"""DSPy prompt optimisation of chosen LLM steps of a system, the other steps left zero-shot.
+
+A system's LLM steps are its top-level sub-modules holding predictors, named as the registry names
+them (``target_type``, ``cypher``, ``query_graph``, ``triplets``, ``reranker``, ``router``,
+``validator``, ``commenter``). The optimiser is given a ``StepProgram`` whose only parameters are
+the chosen steps: each call puts them into a full program (one per thread, never copied) and runs
+it, so the non-chosen predictors are invisible to the optimiser and cannot change, and the
+optimiser's many deep copies copy prompts, not the knowledge base.
+
+Optimisers (DSPy 3.4): ``bootstrap`` (BootstrapFewShot: demos from the training questions whose
+run scored > 0), ``bootstrap-rs`` (BootstrapFewShotWithRandomSearch over ``trials`` demo sets,
+selected on the validation split), ``mipro`` (MIPROv2: instructions + demos, ``auto="light"``
+unless ``trials`` is given) and ``gepa`` (GEPA: instructions from a reflection LM reading
+``autofocus.optimize.feedback``; ``budget`` metric calls, else ``auto="light"``). There are no
+gold intermediate outputs (no gold Cypher), so no labelled demos: every demo is bootstrapped.
+
+Demos keep only the inputs that change between questions: the schema inputs every call repeats
+(KB description, labels, relationship types, attributes, candidate types) are left out of them
+unless ``full_demos``, which keeps prompts short for small local models.
+
+Example:
+    result = optimise(kb, "afr", cfg, train, val, optimizer="bootstrap", steps=["cypher"])
+    save_program(result.program, "afr", result.config, "cypher.json", result.metadata)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+
+from autofocus.config import AutofocusConfig
+from autofocus.metrics import Candidates
+from autofocus.optimize.feedback import feedback_metric
+from autofocus.optimize.saved import program_state
+from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
+from autofocus.optimize.scoring import question_scores as _question_scores
+from autofocus.usage import UsageCallback
+
+OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa")
+DEFAULT_RS_CANDIDATES = 4
+
+
+def examples(items: Iterable[Any]) -> list[dspy.Example]:
+    """QA items (``autofocus.skb.qa.QAItem``) as DSPy examples: input ``question``, label ``answer_ids``."""
+    return [
+        dspy.Example(question=it.query, answer_ids=[int(a) for a in it.answer_ids], qid=int(it.id))
+        .with_inputs("question")
+        for it in items
+    ]
+
+
+def llm_steps(program: dspy.Module) -> dict[str, list[str]]:
+    """The program's LLM steps and the full names of their predictors: ``{"reranker": ["reranker.score"]}``."""
+    steps: dict[str, list[str]] = {}
+    for name, _ in program.named_predictors():
+        steps.setdefault(name.split(".")[0].split("[")[0], []).append(name)
+    return steps
+
+
+def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence[str]) -> list[str]:
+    """Why some of ``steps`` cannot be optimised in ``program``; empty when all can."""
+    found = llm_steps(program)
+    problems = []
+    for step in steps:
+        module = getattr(program, step, None)
+        if step == "target_type" and hasattr(program, "target_type") and module is None:
+            problems.append("target_type: the SKB has one candidate type, so step 1 asks no LLM")
+        elif step == "reranker" and hasattr(program, "reranker") and module is None:
+            problems.append("reranker: the config has reranker=none")
+        elif step not in found:
+            have = ", ".join(found) or "none"
+            problems.append(f"{step}: {type(program).__name__} has no such LLM step (its LLM steps: {have})")
+        elif step == "reranker" and getattr(module, "scoring", None) == "yes_no":
+            problems.append(
+                "reranker: the pointwise reranker scores a local LM by P(yes) of its next token, which "
+                "no prompt or demo changes; use --reranker listwise/pairwise/tournament, or a hosted LM"
+            )
+        elif step == "reranker" and config.steps != "1-8":
+            problems.append(f"reranker: steps={config.steps} never reaches step 8")
+        elif hasattr(program, "query_graph") and step in ("cypher", "query_graph"):
+            used = "query_graph" if config.query_format == "typed" else "cypher"
+            if step != used:
+                problems.append(f"{step}: query_format={config.query_format} uses the {used} step instead")
+    return problems
+
+
+class _Programs:
+    """One full program per thread (programs keep per-call state); optimisers' deep copies share it."""
+
+    def __init__(self, factory: Callable[[], dspy.Module], lms: dict[str, Any]) -> None:
+        self.factory = factory
+        self.lms = lms
+        self.lm_calls = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def get(self) -> dspy.Module:
+        program = getattr(self._local, "program", None)
+        if program is None:
+            program = self._local.program = self.factory()
+        return program
+
+    def count(self, calls: int) -> None:
+        with self._lock:
+            self.lm_calls += calls
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Programs:
+        return self
+
+
+class StepProgram(dspy.Module):
+    """The chosen LLM steps of a system as a DSPy program of their own (see the module docstring)."""
+
+    def __init__(self, programs: _Programs, modules: dict[str, dspy.Module]) -> None:
+        super().__init__()
+        self._programs = programs
+        self._steps = tuple(modules)
+        for step, module in modules.items():
+            setattr(self, step, copy.deepcopy(module))
+
+    def forward(self, question: str) -> dspy.Prediction:
+        for name, predictor in self.named_predictors():
+            if predictor.lm is None:  # optimisers' reset copies drop the step's own LM
+                predictor.lm = self._programs.lms.get(name)
+        program = self._programs.get()
+        for step in self._steps:
+            setattr(program, step, getattr(self, step))
+        pred = program(question=question)
+        self._programs.count(pred.trace.lm_calls)
+        return pred
+
+
+def shared_inputs(program: dspy.Module) -> list[Any]:
+    """The input values every call of the program repeats (its schema context)."""
+    context = getattr(program, "context", None)
+    return list(dataclasses.asdict(context).values()) if dataclasses.is_dataclass(context) else []
+
+
+def compact_demos(predictor: dspy.Predict, shared: list[Any]) -> None:
+    """Drop from each demo the inputs whose value every call repeats (see the module docstring)."""
+    inputs = set(predictor.signature.input_fields)
+    out = []
+    for demo in predictor.demos:
+        d = dict(demo) if isinstance(demo, dict) else demo.toDict()
+        out.append(dspy.Example(**{k: v for k, v in d.items() if not (k in inputs and v in shared)}))
+    predictor.demos = out
+
+
+@dataclass
+class Scores:
+    """Per-question scores of one program on one split, and their means."""
+
+    rows: list[dict[str, float]]
+    errors: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def mean(self) -> dict[str, float]:
+        keys = [k for k in (*REPORTED, "lm_calls") if self.rows and k in self.rows[0]]
+        return {k: sum(r[k] for r in self.rows) / len(self.rows) for k in keys}
+
+    def summary(self) -> dict[str, Any]:
+        return {"questions": self.n, "errors": self.errors, **self.mean()}
+
+
+def evaluate(
+    program: dspy.Module,
+    data: Sequence[dspy.Example],
+    candidates: Candidates | None = None,
+    threads: int = 1,
+    on_done: Callable[[], None] | None = None,
+) -> Scores:
+    """Run ``program`` on every example (threads inherit DSPy settings) and score it (``REPORTED``)."""
+
+    def one(ex: dspy.Example) -> dict[str, float] | None:
+        try:
+            pred = program(question=ex.question)
+        except Exception:  # programs degrade rather than raise; count what still does
+            return None
+        finally:
+            if on_done is not None:
+                on_done()
+        row = _question_scores(ex.answer_ids, pred, candidates)
+        row["lm_calls"] = float(pred.trace.lm_calls)
+        return row
+
+    if threads <= 1 or len(data) <= 1:
+        rows = [one(ex) for ex in data]
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = {pool.submit(contextvars.copy_context().run, one, ex): i for i, ex in enumerate(data)}
+            out: list[dict[str, float] | None] = [None] * len(data)
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+            rows = out
+    zero = dict.fromkeys((*REPORTED, "lm_calls"), 0.0)
+    return Scores(rows=[r if r is not None else dict(zero) for r in rows], errors=sum(r is None for r in rows))
+
+
+@dataclass
+class OptimizeResult:
+    """The full system with the optimised steps (LMs as built), its config and how it was made."""
+
+    program: dspy.Module
+    system: str
+    config: AutofocusConfig
+    steps: list[str]
+    predictors: list[str]
+    metric: str
+    zero_shot: StepProgram
+    optimised: StepProgram
+    val: dict[str, Scores] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _with_usage_callback() -> list[Any]:
+    """DSPy's callbacks plus autofocus's usage counter (a ``dspy.context`` hides later ``configure`` calls)."""
+    callbacks = list(dspy.settings.get("callbacks") or [])
+    return callbacks if any(isinstance(c, UsageCallback) for c in callbacks) else [*callbacks, UsageCallback()]
+
+
+def make_optimizer(
+    name: str,
+    metric: str,
+    skb: Any,
+    candidates: Candidates | None,
+    *,
+    max_demos: int,
+    trials: int | None,
+    budget: int | None,
+    reflection_lm: Any,
+    threads: int,
+    seed: int,
+    val_size: int,
+) -> tuple[Any, dict[str, Any]]:
+    """The DSPy optimiser and the extra ``compile`` arguments it takes besides the training set."""
+    score = objective(metric, candidates)
+    if name == "bootstrap":
+        return dspy.BootstrapFewShot(metric=score, max_bootstrapped_demos=max_demos, max_labeled_demos=0,
+                                     max_rounds=1), {}
+    if name == "bootstrap-rs":
+        return dspy.BootstrapFewShotWithRandomSearch(
+            metric=score, max_bootstrapped_demos=max_demos, max_labeled_demos=0,
+            num_candidate_programs=trials or DEFAULT_RS_CANDIDATES, num_threads=threads,
+        ), {"with_valset": True}
+    if name == "mipro":
+        by_trials = {"auto": None, "num_candidates": max(2, trials // 2)} if trials else {"auto": "light"}
+        opt = dspy.MIPROv2(metric=score, prompt_model=reflection_lm, max_bootstrapped_demos=max_demos,
+                           max_labeled_demos=0, num_threads=threads, seed=seed, verbose=False, **by_trials)
+        extra: dict[str, Any] = {"with_valset": True, "requires_permission_to_run": False}
+        if trials:
+            extra |= {"num_trials": trials, "minibatch": val_size > 35}
+        return opt, extra
+    if name == "gepa":
+        if reflection_lm is None:
+            raise ValueError("GEPA needs a reflection LM (--reflection-lm): it rewrites instructions from feedback")
+        by_budget = {"max_metric_calls": budget} if budget else {"auto": "light"}
+        return dspy.GEPA(metric=feedback_metric(metric, skb, candidates), reflection_lm=reflection_lm,
+                         num_threads=threads, seed=seed, **by_budget), {"with_valset": True}
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def optimise(
+    kb: Any,
+    system: str,
+    config: AutofocusConfig | None,
+    train: Sequence[dspy.Example],
+    val: Sequence[dspy.Example],
+    *,
+    optimizer: str = "bootstrap",
+    steps: Sequence[str] = ("cypher",),
+    metric: str | None = None,
+    max_demos: int = 4,
+    trials: int | None = None,
+    budget: int | None = None,
+    reflection_lm: Any = None,
+    threads: int | None = None,
+    seed: int = 0,
+    full_demos: bool = False,
+    with_lms: bool = True,
+    on_eval: Callable[[str, int], Callable[[], None] | None] | None = None,
+) -> OptimizeResult:
+    """Optimise ``steps`` of ``system`` on ``train`` and score zero-shot vs optimised on ``val``.
+
+    Args:
+        kb: the knowledge base (``autofocus.kb.KnowledgeBase``).
+        system: registry spec (``afr``, ``focusedretriever``, ``afr:query_format=typed``, ...).
+        config: base config; the saved program keeps the resolved one.
+        train, val: ``examples(...)`` of the training and validation splits.
+        optimizer: one of ``OPTIMIZERS``.
+        steps: LLM step names to optimise (``llm_steps``); the others stay zero-shot.
+        metric: objective (``autofocus.optimize.scoring``); default ``default_metric``.
+        max_demos: bootstrapped demos per predictor (bootstrap, bootstrap-rs, mipro).
+        trials: demo sets tried (bootstrap-rs) or MIPROv2 trials (then ``auto=None``).
+        budget: GEPA's metric calls (else ``auto="light"``).
+        reflection_lm: GEPA's reflection LM, MIPROv2's proposer (default: the task LM).
+        threads: questions run in parallel (default ``config.concurrency``).
+        with_lms: give steps their configured LMs (False: ``dspy.settings.lm``, for tests).
+        on_eval: ``(label, n) -> tick`` for progress bars over the before/after evaluations.
+    """
+    from autofocus.program.registry import build_program, resolve_config
+
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if not train or not val:
+        raise ValueError(f"need training and validation questions, got {len(train)} and {len(val)}")
+    steps = list(dict.fromkeys(steps))
+    if not steps:
+        raise ValueError("no steps to optimise")
+    name, cfg = resolve_config(system, config)
+    metric = check_metric(metric or default_metric(name, steps))
+    template = build_program(system, kb, cfg, with_lms=with_lms)
+    problems = step_problems(template, cfg, steps)
+    if problems:
+        raise ValueError("cannot optimise " + "; ".join(problems))
+    run_cfg = cfg
+    if "reranker" not in steps and not needs_final_order(metric, cfg.k) and cfg.reranker != "none":
+        run_cfg = cfg.model_copy(update={"reranker": "none"})  # the objective never sees the reranker
+    lms = {n: p.lm for n, p in template.named_predictors()}
+    programs = _Programs(lambda: build_program(system, kb, run_cfg, with_lms=with_lms), lms)
+    modules = {s: getattr(template, s) for s in steps}
+    threads = threads or cfg.concurrency
+    candidates = Candidates(kb.skb.candidate_ids)
+
+    def scored(label: str, program: dspy.Module) -> Scores:
+        tick = on_eval(label, len(val)) if on_eval else None
+        return evaluate(program, val, candidates, threads, tick)
+
+    task_lm = dspy.settings.lm or next((lm for lm in lms.values() if lm is not None), None)
+    if task_lm is None:
+        raise ValueError("no LM: configure one (dspy.configure / --lm)")
+    opt, extra = make_optimizer(
+        optimizer, metric, kb.skb, candidates, max_demos=max_demos, trials=trials, budget=budget,
+        reflection_lm=reflection_lm, threads=threads, seed=seed, val_size=len(val),
+    )
+    if extra.pop("with_valset", False):
+        extra["valset"] = list(val)
+    zero_shot = StepProgram(programs, modules)
+    with dspy.context(lm=task_lm, callbacks=_with_usage_callback()):
+        before = scored("zero-shot on val", zero_shot)
+        reflections = len(getattr(reflection_lm, "history", []) or [])
+        calls_before = programs.lm_calls
+        start = time.perf_counter()
+        compiled = opt.compile(StepProgram(programs, modules), trainset=list(train), **extra)
+    wall = time.perf_counter() - start
+    optimise_calls = programs.lm_calls - calls_before
+    shared = shared_inputs(template)
+    chosen = dict(compiled.named_predictors())
+    for pname, predictor in template.named_predictors():
+        if pname in chosen:
+            lm = predictor.lm
+            predictor.load_state({**chosen[pname].dump_state(), "lm": None})
+            predictor.lm = lm
+            if not full_demos:
+                compact_demos(predictor, shared)
+    optimised = StepProgram(programs, modules)
+    with dspy.context(lm=task_lm, callbacks=_with_usage_callback()):
+        after = scored("optimised on val", optimised)
+    state = program_state(template)
+    zero_shot_instructions = {n: p.signature.instructions for n, p in zero_shot.named_predictors()}
+    metadata = {
+        "optimizer": optimizer,
+        "steps": steps,
+        "predictors": sorted(chosen),
+        "metric": metric,
+        "max_demos": max_demos,
+        "trials": trials,
+        "budget": budget,
+        "seed": seed,
+        "full_demos": full_demos,
+        "train_size": len(train),
+        "val_size": len(val),
+        "train_ids": [ex.get("qid") for ex in train],
+        "val_ids": [ex.get("qid") for ex in val],
+        "lm": {n: getattr(lm, "model", None) for n, lm in lms.items() if n in chosen},
+        "reflection_lm": getattr(reflection_lm, "model", None),
+        "wall_s": round(wall, 2),
+        "program_lm_calls": optimise_calls,
+        "reflection_lm_calls": len(getattr(reflection_lm, "history", []) or []) - reflections,
+        "demos": {n: len(state[n]["demos"]) for n in chosen},
+        "instructions_changed": sorted(
+            n for n in chosen if state[n]["signature"]["instructions"] != zero_shot_instructions[n]
+        ),
+        "val": {"zero_shot": before.summary(), "optimised": after.summary()},
+    }
+    return OptimizeResult(
+        program=template, system=system, config=cfg, steps=steps, predictors=sorted(chosen), metric=metric,
+        zero_shot=zero_shot, optimised=optimised, val={"zero_shot": before, "optimised": after},
+        metadata=metadata,
+    )
+

@@ -1,0 +1,133 @@
+"""Saved (optimised) programs: one JSON file with the system, its config and every predictor's state.
+
+DSPy's ``Module.save`` keeps prompts and demos but not the plain attributes a system is built from
+(k, alpha, the reranker, ...), and its ``load_state`` deep-copies the whole program first (here: the
+knowledge base). So a program file is our own JSON document::
+
+    {
+      "format": "autofocus-program/1",
+      "autofocus_version": "0.1.0", "dspy_version": "3.4.1",
+      "system": "afr",                       # registry spec the program is rebuilt from
+      "config": {...},                       # AutofocusConfig.model_dump()
+      "optimizer": {...},                    # how it was made: optimiser, steps, sizes, scores, wall time
+      "state": {"cypher": {...}, ...}        # program.dump_state(): per predictor demos + signature
+    }
+
+The predictors' LMs are not saved (each predictor's ``"lm"`` is null): the config names them, and a
+saved LM would carry a local server's address. Loading rebuilds the system from ``system`` and
+``config``, then loads each predictor's demos and instructions, keeping the LMs it was built with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import dspy
+from pydantic import ValidationError
+
+from autofocus import __version__
+from autofocus.config import AutofocusConfig
+
+FORMAT = "autofocus-program/1"
+
+
+class ProgramFileError(ValueError):
+    """A program file that cannot be read, or that does not fit the program it is loaded into."""
+
+
+def program_state(program: dspy.Module) -> dict[str, Any]:
+    """Every predictor's state (demos, instructions, field descriptions), without its LM."""
+    return {name: {**p.dump_state(), "lm": None} for name, p in program.named_predictors()}
+
+
+def save_program(
+    program: dspy.Module,
+    system: str,
+    config: AutofocusConfig,
+    path: Path | str,
+    optimizer: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``program`` (built as ``system`` with ``config``) to ``path``, atomically."""
+    path = Path(path)
+    doc = {
+        "format": FORMAT,
+        "autofocus_version": __version__,
+        "dspy_version": dspy.__version__,
+        "system": system,
+        "config": config.model_dump(),
+        "optimizer": optimizer or {},
+        "state": program_state(program),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def read_program(path: Path | str) -> dict[str, Any]:
+    """The program file as a dict, checked for the keys every reader needs."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProgramFileError(f"{path}: no such program file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProgramFileError(f"{path}: not a program file from `autofocus optimize` ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise ProgramFileError(f"{path}: expected format {FORMAT!r}, found {found!r}")
+    for key, kind in (("system", str), ("config", dict), ("state", dict)):
+        if not isinstance(doc.get(key), kind):
+            raise ProgramFileError(f"{path}: {key!r} is missing or not a {kind.__name__}")
+    return doc
+
+
+def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
+    """The system spec and config a saved program was optimised with."""
+    doc = read_program(path)
+    try:
+        return doc["system"], AutofocusConfig.model_validate(doc["config"])
+    except ValidationError as exc:
+        raise ProgramFileError(f"{path}: invalid config: {exc}") from None
+
+
+def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
+    """Load a saved program's prompts and demos into ``program`` (built for the same system).
+
+    Raises ``ProgramFileError`` naming the difference when the file was saved from another system
+    or its predictors do not match ``program``'s; ``program`` is left untouched then.
+    """
+    from autofocus.program.registry import parse_spec
+
+    doc = read_program(path)
+    built = getattr(program, "system", None)
+    if built is not None and parse_spec(built)[0] != parse_spec(doc["system"])[0]:
+        raise ProgramFileError(f"{path}: saved from system {doc['system']!r}, cannot load into {built!r}")
+    state = doc["state"]
+    predictors = dict(program.named_predictors())
+    missing, extra = sorted(set(predictors) - set(state)), sorted(set(state) - set(predictors))
+    if missing or extra:
+        raise ProgramFileError(
+            f"{path}: the predictors do not match the program built for {doc['system']!r}: "
+            + "; ".join(
+                part for part in (
+                    f"no saved state for {', '.join(missing)}" if missing else "",
+                    f"saved state for unknown {', '.join(extra)}" if extra else "",
+                ) if part
+            )
+        )
+    for name in predictors:
+        fields = [f for f in ("demos", "signature") if f not in state[name]]
+        if fields:
+            raise ProgramFileError(f"{path}: the state of {name!r} lacks {', '.join(fields)}")
+    for name, predictor in predictors.items():
+        lm = predictor.lm
+        predictor.load_state({**state[name], "lm": None})
+        predictor.lm = lm
+    return program

@@ -1,0 +1,103 @@
+"""Per-question scores of a program's prediction, and the objective an optimiser maximises.
+
+Two families, both with ``autofocus.metrics`` (STaRK) definitions:
+
+- end to end, on the final ranking: ``hit@k``, ``recall@k``, ``mrr`` (what the reranker changes);
+- on the grounded strand, the candidates in the pre-rerank list that the query graph produced
+  (``trace.data["strand"]`` is ``grounded`` or ``both``): ``grounded_hit@k``, ``grounded_recall@k``.
+  Steps 1 and 2 (target type, Cypher) decide this strand, and it needs no reranker to measure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from autofocus.metrics import Candidates, CandidatesLike, as_candidates, compute_metrics
+
+GROUNDED = ("grounded", "both")
+# the columns of the before/after tables, in order
+REPORTED: tuple[str, ...] = ("hit@1", "hit@5", "recall@20", "mrr", "grounded_hit@20", "grounded_recall@20")
+_NAME = re.compile(r"^(grounded_)?(hit|recall)@(\d+)$|^mrr$")
+
+Objective = Callable[..., float]
+
+
+def grounded_strand(pred: Any) -> list[int]:
+    """The pre-rerank candidates that came from the grounded set, best first."""
+    data = getattr(getattr(pred, "trace", None), "data", None) or {}
+    strand = data.get("strand") or {}
+    return [int(i) for i in data.get("pre_rerank") or [] if strand.get(str(i)) in GROUNDED]
+
+
+def check_metric(name: str) -> str:
+    """``name`` normalised, or a ``ValueError`` listing the metrics there are."""
+    norm = name.strip().lower()
+    match = _NAME.match(norm)
+    if match is None or (match.group(3) is not None and int(match.group(3)) < 1):
+        raise ValueError(
+            f"unknown metric {name!r}: use mrr, hit@K, recall@K (final ranking) or "
+            "grounded_hit@K, grounded_recall@K (grounded strand), e.g. grounded_recall@20"
+        )
+    return norm
+
+
+def question_scores(
+    gold: Iterable[int], pred: Any, candidates: Candidates | None = None, names: Iterable[str] = REPORTED
+) -> dict[str, float]:
+    """The named scores of one prediction (``ranked_ids`` + ``trace``) against the gold answers."""
+    gold = list(gold)
+    names = [check_metric(n) for n in names]
+    out: dict[str, float] = {}
+    for grounded in (False, True):
+        wanted = [n for n in names if n.startswith("grounded_") == grounded]
+        if not wanted:
+            continue
+        ranked = grounded_strand(pred) if grounded else list(getattr(pred, "ranked_ids", None) or [])
+        ks = sorted({int(n.rsplit("@", 1)[1]) for n in wanted if "@" in n}) or [1]
+        scores = compute_metrics(ranked, gold, candidates, ks=ks)
+        prefix = "grounded_" if grounded else ""
+        out.update({n: scores[n.removeprefix(prefix)] for n in wanted})
+    return out
+
+
+def objective(name: str, candidates: CandidatesLike | None = None) -> Objective:
+    """A DSPy metric ``(example, pred, trace=None, pred_name=None, pred_trace=None) -> float``.
+
+    The example needs ``answer_ids``. GEPA's extra arguments are accepted so every optimiser can use it.
+    """
+    name = check_metric(name)
+    cand = as_candidates(candidates)
+
+    def metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+               pred_trace: Any = None) -> float:
+        return question_scores(example.answer_ids, pred, cand, (name,))[name]
+
+    metric.__name__ = f"autofocus_{name.replace('@', '_at_')}"
+    return metric
+
+
+END_TO_END_STEPS = frozenset({"reranker", "router", "validator", "commenter"})
+
+
+def default_metric(system: str, steps: Iterable[str]) -> str:
+    """The objective for optimising ``steps`` of ``system`` (a registry name).
+
+    Steps that shape the query graph are judged by the grounded strand; a reranker, and HybGRAG's
+    router/critic (which pick the final list), by the final ranking. FocusedRetriever's target
+    type only steers its VSS strand, so it is judged by the pre-rerank recall.
+    """
+    steps = set(steps)
+    if steps & END_TO_END_STEPS:
+        return "mrr"
+    if system == "focusedretriever" and steps == {"target_type"}:
+        return "recall@20"
+    return "grounded_recall@20"
+
+
+def needs_final_order(metric: str, k: int) -> bool:
+    """Whether the reranker can change ``metric``: any order-sensitive score of the final ranking."""
+    if metric.startswith("grounded_"):
+        return False
+    return metric == "mrr" or int(metric.rsplit("@", 1)[1]) < k
