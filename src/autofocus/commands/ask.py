@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autofocus.cli_app import app
@@ -32,14 +33,24 @@ def ask(
     """Print the ranked answers with names and the strand each came from."""
     from autofocus.runtime import load_config, open_program
 
-    cfg = load_config(config, lm=lm, reranker=reranker, query_format=query_format, k=k)
+    options = {"reranker": reranker, "query_format": query_format, "k": k}
+    cfg = load_config(config, lm=lm, **options)
+    if program is not None and config is None:  # the saved program's config, the options on top
+        from autofocus.optimize.saved import read_program_config
+
+        saved = read_program_config(program)[1]
+        cfg = saved.model_validate({**saved.model_dump(), **{n: v for n, v in options.items() if v is not None},
+                                    **({"lm": {**saved.lm.model_dump(), "default": lm}} if lm else {})})
     kb, prog, cfg = open_program(skb, system, cfg, program)
     pred = prog(question=question)
     show_prediction(kb.skb, pred, console)
     if trace:
         show_trace(kb.skb, pred.trace, console)
     if trace_json:
-        trace_json.write_text(json.dumps(pred.trace.model_dump(), indent=2, default=str))
+        from autofocus.evaluate.traces import to_jsonable
+
+        # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
+        trace_json.write_text(json.dumps(to_jsonable(pred.trace), indent=2))
 
 
 def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
@@ -48,29 +59,31 @@ def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
     for col in ("rank", "id", "type", "name", "strand"):
         table.add_column(col)
     for rank, node in enumerate(pred.ranked_ids[:limit], 1):
-        table.add_row(str(rank), str(node), skb.type_of(node), skb.name(node)[:70], strands.get(str(node), ""))
+        table.add_row(str(rank), str(node), skb.type_of(node), escape(skb.name(node)[:70]), strands.get(str(node), ""))
     out.print(table)
 
 
 def show_trace(skb, tr, out: Console) -> None:
     d = tr.data
+    # everything below comes from the SKB or the LM: escaped, or rich reads `[author_writes_paper]` as a style
     out.print(f"[bold]target type[/]: {d.get('target_type')}   [bold]Cypher target type[/]: {d.get('cypher_target_type')}")
     if d.get("cypher"):
-        out.print("[bold]query[/]:\n" + str(d["cypher"]))
+        out.print("[bold]query[/]:\n" + escape(str(d["cypher"])))
     qg = d.get("query_graph") or {}
     for t in qg.get("triplets", []):
-        out.print(f"  triplet: ({t['head']})-[{t['rel']}]->({t['tail']}){'' if t.get('directed', True) else ' (undirected)'}")
+        arrow = f"({t['head']})-[{t['rel']}]->({t['tail']}){'' if t.get('directed', True) else ' (undirected)'}"
+        out.print(f"  triplet: {escape(arrow)}")
     for var, sc in (d.get("symbol_candidates") or {}).items():
         names = ", ".join(skb.name(i)[:30] for i in sc["ids"][:5])
-        out.print(f"  symbol {var} <- {sc['search']!r}: {names}")
+        out.print(escape(f"  symbol {var} <- {sc['search']!r}: {names}"))
     for r in d.get("grounding_rounds", []):
         out.print(f"  grounding: l = {r['cut']:>3}  |C_cypher| = {r['num_target']}")
     for node, paths in (d.get("support") or {}).items():
         for p in paths[:1]:
             hops = " ; ".join(f"{skb.name(a)[:25]} -[{rel}]- {skb.name(b)[:25]}" for _, a, rel, b in p)
-            out.print(f"  support {skb.name(int(node))[:30]}: {hops}")
+            out.print(escape(f"  support {skb.name(int(node))[:30]}: {hops}"))
     if d.get("rerank"):
-        out.print(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}")
+        out.print(escape(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}"))
     steps = Table(title="per step")
     for col in ("step", "seconds", "LM calls", "tokens in", "tokens out"):
         steps.add_column(col)
@@ -78,4 +91,4 @@ def show_trace(skb, tr, out: Console) -> None:
         steps.add_row(name, f"{s.seconds:.3f}", str(s.lm_calls), str(s.input_tokens), str(s.output_tokens))
     out.print(steps)
     for e in tr.events:
-        out.print(f"  [yellow]event[/] {e.step}: {e.kind} {e.detail[:150]}")
+        out.print(f"  [yellow]event[/] {e.step}: {e.kind} {escape(e.detail[:150])}")
