@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import dspy
+import numpy as np
 
 from autofocus.metrics import CandidatesLike
 from autofocus.optimize.scoring import objective
@@ -62,11 +63,11 @@ def query_feedback(skb: SKB, data: dict[str, Any], flags: dict[str, Any], events
         out.append(f"The query returns {returned!r} nodes but the answers are {', '.join(gold_types)}.")
     if flags.get("grounded_nonempty") is False and flags.get("has_constant") is not False:
         out.append("No node satisfies the query: an entity name, relationship or condition does not match the graph.")
-    grounded = data.get("grounded_ids")
-    if grounded:
-        size = max(int(data.get("num_grounded") or 0), len(grounded))
-        found = sorted(set(gold) & {int(i) for i in grounded})
-        if found:
+    grounded = np.asarray(data.get("grounded_ids", []), dtype=np.int64).ravel()  # a list, or the whole array
+    if grounded.size:
+        size = max(int(data.get("num_grounded") or 0), int(grounded.size))
+        found = np.intersect1d(grounded, gold)
+        if found.size:
             out.append(f"{len(found)} of the {len(gold)} correct answers satisfy the query ({size} nodes matched).")
         else:
             out.append(f"None of the correct answers satisfies the query ({size} nodes matched): "

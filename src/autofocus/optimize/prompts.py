@@ -117,6 +117,11 @@ class _Programs:
         return self
 
 
+def _sharing_lms(module: dspy.Module) -> dict[int, Any]:
+    """A ``copy.deepcopy`` memo that keeps the module's predictors' LMs as they are."""
+    return {id(p.lm): p.lm for _, p in module.named_predictors() if p.lm is not None}
+
+
 class StepProgram(dspy.Module):
     """The chosen LLM steps of a system as a DSPy program of their own (see the module docstring)."""
 
@@ -125,7 +130,16 @@ class StepProgram(dspy.Module):
         self._programs = programs
         self._steps = tuple(modules)
         for step, module in modules.items():
-            setattr(self, step, copy.deepcopy(module))
+            setattr(self, step, copy.deepcopy(module, _sharing_lms(module)))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StepProgram:
+        """Copies share the LMs (clients, not parameters; some hold locks that cannot be copied)."""
+        memo.update(_sharing_lms(self))
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            setattr(new, key, copy.deepcopy(value, memo))
+        return new
 
     def forward(self, question: str) -> dspy.Prediction:
         for name, predictor in self.named_predictors():
@@ -222,6 +236,22 @@ class OptimizeResult:
     optimised: StepProgram
     val: dict[str, Scores] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    candidates: Candidates | None = field(default=None, repr=False)
+    threads: int = 1
+    task_lm: Any = field(default=None, repr=False)
+
+    def compare(
+        self, data: Sequence[dspy.Example], split: str,
+        on_eval: Callable[[str, int], Callable[[], None] | None] | None = None,
+    ) -> dict[str, Scores]:
+        """Zero-shot and optimised programs on the same questions (e.g. the held-out test split)."""
+        out = {}
+        with dspy.context(lm=self.task_lm, callbacks=_with_usage_callback()):
+            for key, program in (("zero_shot", self.zero_shot), ("optimised", self.optimised)):
+                tick = on_eval(f"{key.replace('_', '-')} on {split}", len(data)) if on_eval else None
+                out[key] = evaluate(program, data, self.candidates, self.threads, tick)
+        self.metadata[split] = {k: v.summary() for k, v in out.items()}
+        return out
 
 
 def _with_usage_callback() -> list[Any]:
@@ -397,6 +427,6 @@ def optimise(
     return OptimizeResult(
         program=template, system=system, config=cfg, steps=steps, predictors=sorted(chosen), metric=metric,
         zero_shot=zero_shot, optimised=optimised, val={"zero_shot": before, "optimised": after},
-        metadata=metadata,
+        metadata=metadata, candidates=candidates, threads=threads, task_lm=task_lm,
     )
 

@@ -100,8 +100,10 @@ def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
 def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     """Load a saved program's prompts and demos into ``program`` (built for the same system).
 
-    Raises ``ProgramFileError`` naming the difference when the file was saved from another system
-    or its predictors do not match ``program``'s; ``program`` is left untouched then.
+    Every predictor the file's optimiser changed (``optimizer.predictors``; without that record, every
+    saved predictor) must exist in ``program``; saved zero-shot predictors that ``program`` lacks (say
+    the reranker, after ``--reranker none``) are skipped, and its predictors that the file lacks stay
+    as built. Raises ``ProgramFileError`` naming the difference; ``program`` is left untouched then.
     """
     from autofocus.program.registry import parse_spec
 
@@ -111,22 +113,22 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
         raise ProgramFileError(f"{path}: saved from system {doc['system']!r}, cannot load into {built!r}")
     state = doc["state"]
     predictors = dict(program.named_predictors())
-    missing, extra = sorted(set(predictors) - set(state)), sorted(set(state) - set(predictors))
-    if missing or extra:
+    required = (doc.get("optimizer") or {}).get("predictors") or list(state)
+    missing = [n for n in required if n not in predictors]
+    if missing:
         raise ProgramFileError(
-            f"{path}: the predictors do not match the program built for {doc['system']!r}: "
-            + "; ".join(
-                part for part in (
-                    f"no saved state for {', '.join(missing)}" if missing else "",
-                    f"saved state for unknown {', '.join(extra)}" if extra else "",
-                ) if part
-            )
+            f"{path}: the program built for {doc['system']!r} has no predictor {', '.join(missing)} "
+            f"(it has {', '.join(predictors) or 'none'}); was it built with another reranker or query format?"
         )
-    for name in predictors:
+    unsaved = [n for n in required if n not in state]
+    if unsaved:
+        raise ProgramFileError(f"{path}: no saved state for {', '.join(unsaved)}")
+    for name in predictors.keys() & state.keys():
         fields = [f for f in ("demos", "signature") if f not in state[name]]
         if fields:
             raise ProgramFileError(f"{path}: the state of {name!r} lacks {', '.join(fields)}")
-    for name, predictor in predictors.items():
+    for name in predictors.keys() & state.keys():
+        predictor = predictors[name]
         lm = predictor.lm
         predictor.load_state({**state[name], "lm": None})
         predictor.lm = lm

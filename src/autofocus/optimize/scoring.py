@@ -28,7 +28,8 @@ def grounded_strand(pred: Any) -> list[int]:
     """The pre-rerank candidates that came from the grounded set, best first."""
     data = getattr(getattr(pred, "trace", None), "data", None) or {}
     strand = data.get("strand") or {}
-    return [int(i) for i in data.get("pre_rerank") or [] if strand.get(str(i)) in GROUNDED]
+    pre_rerank = data.get("pre_rerank")
+    return [int(i) for i in (pre_rerank if pre_rerank is not None else []) if strand.get(str(i)) in GROUNDED]
 
 
 def check_metric(name: str) -> str:

@@ -1,0 +1,160 @@
+"""``autofocus optimize``: DSPy prompt optimisation of chosen LLM steps, saved as a program file.
+
+The saved file loads with ``--program FILE`` in ``ask``, ``eval`` and ``tune`` (format:
+``autofocus.optimize.saved``). Before/after scores on the validation split (and on ``--test``, a
+held-out split) are printed for the same LM and the same questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autofocus.cli_app import app
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def open_kb(skb_path: Path, embedder: str) -> Any:
+    """The knowledge base the program runs on (a seam for tests)."""
+    from autofocus.kb import KnowledgeBase
+
+    return KnowledgeBase.open(skb_path, embedder=embedder)
+
+
+def _split(skb: Path, split: str, limit: int | None) -> list[Any]:
+    from autofocus.optimize.prompts import examples
+    from autofocus.skb.qa import load_qa
+
+    try:
+        items = load_qa(skb, split)
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        err_console.print(f"[red]{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}[/]")
+        raise typer.Exit(1) from None
+    return examples(items[:limit] if limit is not None else items)
+
+
+def scores_table(title: str, scores: dict[str, Any], objective: str) -> Table:
+    """Zero-shot vs optimised: mean of every metric, and on how many questions each got better/worse."""
+    from autofocus.optimize.scoring import REPORTED
+
+    before, after = scores["zero_shot"], scores["optimised"]
+    table = Table(title=f"{title}: {before.n} questions, same LM", caption="* the objective optimised")
+    for col in ("metric", "zero-shot", "optimised", "change", "better / worse"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    mb, ma = before.mean(), after.mean()
+    for key in (*REPORTED, "lm_calls"):
+        if key not in mb:
+            continue
+        pairs = list(zip(before.rows, after.rows, strict=True))
+        better = sum(a[key] > b[key] for b, a in pairs)
+        worse = sum(a[key] < b[key] for b, a in pairs)
+        label = f"[bold]{key} *[/]" if key == objective else key
+        fmt = "{:.2f}" if key == "lm_calls" else "{:.3f}"
+        table.add_row(label, fmt.format(mb[key]), fmt.format(ma[key]), f"{ma[key] - mb[key]:+.3f}",
+                      "" if key == "lm_calls" else f"{better} / {worse}")
+    if before.errors or after.errors:
+        table.caption += f"; questions that raised (scored 0): {before.errors} zero-shot, {after.errors} optimised"
+    return table
+
+
+def _progress(enabled: bool) -> tuple[Progress, Callable[[str, int], Callable[[], None]]]:
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err_console, disable=not enabled)
+
+    def on_eval(label: str, n: int) -> Callable[[], None]:
+        task = bar.add_task(label, total=n)
+        return lambda: bar.advance(task)
+
+    return bar, on_eval
+
+
+@app.command("optimize")
+def optimize_command(
+    skb: Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)],
+    out: Annotated[Path, typer.Option(help="program file to write (JSON; load it with --program)")],
+    steps: Annotated[
+        str, typer.Option(help="comma-separated LLM steps to optimise: target_type, cypher, query_graph, "
+                          "triplets, reranker, router, validator, commenter")
+    ] = "cypher",
+    optimizer: Annotated[str, typer.Option(help="bootstrap | bootstrap-rs | mipro | gepa")] = "bootstrap",
+    system: Annotated[str, typer.Option(help="system preset, e.g. afr, focusedretriever, 4stepfocus")] = "afr",
+    train: Annotated[str, typer.Option(help="QA split the optimiser learns from")] = "train",
+    val: Annotated[str, typer.Option(help="QA split it selects on; zero-shot vs optimised are scored on it")] = "val",
+    test: Annotated[
+        str | None, typer.Option(help="held-out split to score zero-shot vs optimised on as well")
+    ] = None,
+    limit_train: Annotated[int | None, typer.Option(help="first N training questions", min=1)] = None,
+    limit_val: Annotated[int | None, typer.Option(help="first N validation questions", min=1)] = None,
+    limit_test: Annotated[int | None, typer.Option(help="first N test questions", min=1)] = None,
+    metric: Annotated[
+        str | None, typer.Option(help="objective: mrr, hit@K, recall@K, grounded_hit@K, grounded_recall@K "
+                                 "(default: grounded_recall@20 for query steps, mrr for reranker/critic)")
+    ] = None,
+    lm: Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")] = None,
+    reflection_lm: Annotated[
+        str | None, typer.Option(help="GEPA's reflection LM (required for gepa); MIPROv2's proposer")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)", exists=True)] = None,
+    max_demos: Annotated[int, typer.Option(help="bootstrapped demos per predictor", min=0)] = 4,
+    trials: Annotated[
+        int | None, typer.Option(help="bootstrap-rs: demo sets tried (default 4); mipro: trials (else auto=light)",
+                                 min=1)
+    ] = None,
+    budget: Annotated[int | None, typer.Option(help="gepa: metric calls (else auto=light)", min=1)] = None,
+    threads: Annotated[int | None, typer.Option(help="questions run in parallel (default: config)", min=1)] = None,
+    seed: Annotated[int, typer.Option(help="seed of the optimisers that sample")] = 0,
+    full_demos: Annotated[
+        bool, typer.Option("--full-demos", help="keep the schema inputs in every demo (longer prompts)")
+    ] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
+) -> None:
+    """Optimise the prompts/demos of some LLM steps with a DSPy optimiser; the other steps stay zero-shot."""
+    from autofocus.lm import get_lm
+    from autofocus.optimize.prompts import optimise
+    from autofocus.optimize.saved import save_program
+    from autofocus.program.registry import resolve_config
+    from autofocus.runtime import load_config
+
+    try:
+        _, cfg = resolve_config(system, load_config(config, lm=lm))
+    except ValueError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    chosen = [s.strip() for s in steps.split(",") if s.strip()]
+    train_set, val_set = _split(skb, train, limit_train), _split(skb, val, limit_val)
+    test_set = _split(skb, test, limit_test) if test else None
+    kb = open_kb(skb, cfg.embedder)
+    reflection = get_lm(reflection_lm, temperature=1.0, max_tokens=4096) if reflection_lm else None
+    console.print(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
+                  f"questions, selecting on {len(val_set)} {val} questions")
+    bar, on_eval = _progress(progress)
+    try:
+        with bar:
+            result = optimise(
+                kb, system, cfg, train_set, val_set, optimizer=optimizer, steps=chosen, metric=metric,
+                max_demos=max_demos, trials=trials, budget=budget, reflection_lm=reflection, threads=threads,
+                seed=seed, full_demos=full_demos, on_eval=on_eval,
+            )
+            tests = result.compare(test_set, test, on_eval) if test_set else None
+    except ValueError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    console.print(scores_table(f"{system}: {', '.join(chosen)} on {val}", result.val, result.metric))
+    if tests is not None:
+        console.print(scores_table(f"{system}: {', '.join(chosen)} on {test} (held out)", tests, result.metric))
+    meta = result.metadata
+    for name in result.predictors:
+        changed = " (new instructions)" if name in meta["instructions_changed"] else ""
+        console.print(f"  {name}: {meta['demos'][name]} demos{changed}")
+    console.print(f"{optimizer} took {meta['wall_s']:.1f} s, {meta['program_lm_calls']} program LM calls"
+                  + (f" and {meta['reflection_lm_calls']} reflection LM calls" if reflection else ""))
+    path = save_program(result.program, system, result.config, out, meta)
+    console.print(f"Saved to {path}; use it with --program {path} in ask, eval and tune")
