@@ -19,8 +19,10 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
+from autofocus.cypher.mapping import SchemaMapper
 from autofocus.program.rerank import make_reranker
 from autofocus.program.vss import step7_rank_rest
+from autofocus.query_graph import Constraint, Symbol
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
@@ -102,15 +104,23 @@ def _load_or_build(skb: SKB, variant: str, budget_tokens: int | None, root: Path
     return index
 
 
-class BM25Retriever(dspy.Module):
-    """Lexical baseline: BM25 of the question against candidate documents; no LLM."""
+class SeedSystem(dspy.Module):
+    """What every system compared with AF-Retriever holds: the knowledge base, its config (refusing
+    AF-Retriever's step ablations, see ``require_full_pipeline``) and its spec for the trace."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "bm25") -> None:
+    def __init__(self, kb: object, config: AutofocusConfig | None, system: str) -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
         require_full_pipeline(self.config, system)
+
+
+class BM25Retriever(SeedSystem):
+    """Lexical baseline: BM25 of the question against candidate documents; no LLM."""
+
+    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "bm25") -> None:
+        super().__init__(kb, config, system)
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = Trace(system=self.system, question=question)
@@ -122,16 +132,12 @@ class BM25Retriever(dspy.Module):
         return dspy.Prediction(ranked_ids=ids, trace=trace)
 
 
-class VSSRetriever(dspy.Module):
+class VSSRetriever(SeedSystem):
     """STaRK's VSS (question vs node embeddings of the candidate types) and, when ``config.reranker``
     is not ``none``, VSS + LLM reranker over its top ``k`` (STaRK reranks the top 20 pointwise)."""
 
     def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "vss") -> None:
-        super().__init__()
-        self.kb = kb
-        self.config = config or AutofocusConfig()
-        self.system = system
-        require_full_pipeline(self.config, system)
+        super().__init__(kb, config, system)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
 
     def forward(self, question: str) -> dspy.Prediction:
@@ -181,6 +187,13 @@ def candidate_filter(skb: SKB, ids: np.ndarray) -> np.ndarray:
     ids = np.asarray(ids, dtype=np.int64)
     codes = [skb.type_code(t) for t in skb.schema.answer_types]
     return ids[np.isin(skb.node_type[ids], codes)]
+
+
+def named_node(var: str, name: str, label: str, mapper: SchemaMapper) -> Symbol:
+    """A constant of a query graph: the node called ``name``, of the schema type ``label`` maps to
+    (untyped when it maps to none), as 4StepFocus's triplets and HybGRAG's topic entities name them."""
+    node_type = mapper.node_type(label).name if label else None
+    return Symbol(var=var, type=node_type, label=label, constraints=[Constraint(key="name", value=name)])
 
 
 def relation_label(raw: str) -> str:

@@ -24,14 +24,14 @@ from rapidfuzz import fuzz, process, utils
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.baselines import candidate_filter, relation_label, require_full_pipeline, rerank
+from autofocus.program.baselines import SeedSystem, candidate_filter, named_node, relation_label, rerank
 from autofocus.program.grounding import ground_triplets, support_paths
 from autofocus.program.llm_call import safe_predict
 from autofocus.program.prompts import SchemaContext
 from autofocus.program.rerank import make_reranker
 from autofocus.program.signatures_extra import RawTriplet, TripletGeneration
 from autofocus.program.vss import merge, step6_rank_grounded, step7_rank_rest
-from autofocus.query_graph import Constraint, Dropped, QueryGraph, Symbol, Triplet
+from autofocus.query_graph import Dropped, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
@@ -121,9 +121,7 @@ def triplets_to_query_graph(
             key = (node_type or "", name.lower())
             if key not in constants:
                 constants[key] = f"c{len(constants)}"
-                qg.symbols[constants[key]] = Symbol(
-                    var=constants[key], type=node_type, label=raw_type, constraints=[Constraint(key="name", value=name)]
-                )
+                qg.symbols[constants[key]] = named_node(constants[key], name, raw_type, mapper)
             return constants[key]
         var = (getattr(term, "variable", None) or "").strip() or f"?anon{len(qg.symbols)}"
         if var not in qg.symbols:
@@ -163,15 +161,11 @@ def triplets_to_query_graph(
     return qg
 
 
-class FourStepFocus(dspy.Module):
+class FourStepFocus(SeedSystem):
     """Answer a question with the four steps of 4StepFocus; returns ranked node ids and a trace."""
 
     def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "4stepfocus") -> None:
-        super().__init__()
-        self.kb = kb
-        self.config = config or AutofocusConfig()
-        self.system = system
-        require_full_pipeline(self.config, system)
+        super().__init__(kb, config, system)
         self.context = SchemaContext.from_schema(kb.skb.schema)  # type: ignore[attr-defined]
         self.triplets = dspy.Predict(TripletGeneration)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))

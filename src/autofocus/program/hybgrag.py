@@ -32,13 +32,13 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.baselines import candidate_filter, relation_label, require_full_pipeline
+from autofocus.program.baselines import SeedSystem, candidate_filter, named_node, relation_label
 from autofocus.program.llm_call import safe_predict
 from autofocus.program.prompts import SchemaContext
 from autofocus.program.signatures_extra import FEEDBACK, HybComment, HybRoute, HybValidate, TopicEntity
 from autofocus.program.symbols import retrieve_symbol_candidates
 from autofocus.program.vss import step7_rank_rest
-from autofocus.query_graph import Constraint, QueryGraph, Symbol
+from autofocus.query_graph import QueryGraph
 from autofocus.skb.documents import render_document
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
@@ -160,15 +160,11 @@ def feedback_text(error_type: str, item: str) -> str:
     return FEEDBACK.get(error_type, FEEDBACK["incorrect retrieval module"]).format(item=item or "?")
 
 
-class HybGRAG(dspy.Module):
+class HybGRAG(SeedSystem):
     """Answer a question with HybGRAG's router, retriever bank and critic loop."""
 
     def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "hybgrag") -> None:
-        super().__init__()
-        self.kb = kb
-        self.config = config or AutofocusConfig()
-        self.system = system
-        require_full_pipeline(self.config, system)
+        super().__init__(kb, config, system)
         self.context = SchemaContext.from_schema(kb.skb.schema)  # type: ignore[attr-defined]
         self.router = dspy.Predict(HybRoute)
         self.validator = dspy.Predict(HybValidate)
@@ -206,11 +202,7 @@ class HybGRAG(dspy.Module):
         skb: SKB = self.kb.skb  # type: ignore[attr-defined]
         mapper = mapper_for(skb.schema)
         labels = [f"{e.name} ({e.type})" for e in action.entities]
-        qg = QueryGraph(symbols={
-            f"e{i}": Symbol(var=f"e{i}", type=mapper.node_type(e.type).name, label=e.type,
-                            constraints=[Constraint(key="name", value=e.name)])
-            for i, e in enumerate(action.entities)
-        })
+        qg = QueryGraph(symbols={f"e{i}": named_node(f"e{i}", e.name, e.type, mapper) for i, e in enumerate(action.entities)})
         sc = retrieve_symbol_candidates(self.kb, qg, 1, variant=cfg.doc_variant_step4,
                                         strict=cfg.type_mode == "strict", exact_name_first=True)
         linked = {lab: (int(sc.constants[f"e{i}"][0]) if f"e{i}" in sc.constants else None)
