@@ -82,6 +82,9 @@ class PromptLM(DummyLM):
         self._engine_spec = _Engine(self)
         self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
 
+    def copy(self, **kwargs: Any) -> PromptLM:
+        return self  # optimisers copy LMs to vary sampling; a script answers the same
+
     def prompts(self, field: str) -> list[Messages]:
         return [m for f, m in self.calls if f == field]
 
@@ -173,6 +176,20 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
     assert pred.trace.data["cypher"] == GOOD["Grace Hopper"]
 
 
+@pytest.mark.parametrize(("chosen", "frozen"), [("cypher", "target_type"), ("target_type", "cypher")])
+def test_only_the_chosen_step_gets_demos(chosen: str, frozen: str, two_type_kb: KnowledgeBase,
+                                         tiny_skb_dir: Path) -> None:
+    """Both steps run on every training question; bootstrapping would give both demos if it saw both."""
+    train, val, _ = splits(tiny_skb_dir)
+    install_usage_callback()
+    fresh = program_state(build_program("afr", two_type_kb, config(), with_lms=False))
+    with dspy.context(lm=task_lm()):
+        result = optimise(two_type_kb, "afr", config(), train, val, steps=[chosen], with_lms=False)
+    state = program_state(result.program)
+    assert len(state[chosen]["demos"]) == 2 and result.metadata["predictors"] == [chosen]
+    assert state[frozen] == fresh[frozen] and not state[frozen]["demos"]
+
+
 def test_a_step_that_changes_nothing_fails_clearly(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
     train, val, _ = splits(tiny_skb_dir)
     with dspy.context(lm=task_lm()), pytest.raises(ValueError, match="target_type: the SKB has one candidate type"):
@@ -238,6 +255,39 @@ def test_gepa_rewrites_the_instruction_from_feedback_and_leaves_step_1_alone(
     path = save_program(result.program, "afr", result.config, tmp_path / "gepa.json", result.metadata)
     loaded = load_program_state(build_program("afr", two_type_kb, config(), with_lms=False), path)
     assert MAGIC in loaded.cypher.signature.instructions
+
+
+# --- random search and MIPROv2 --------------------------------------------------------------------
+
+
+def proposer_lm() -> PromptLM:
+    """MIPROv2's prompt model: describes data and program, proposes the instruction that helps."""
+    fields = ("observations", "summary", "program_description", "module_description", "proposed_instruction")
+    return PromptLM({f: (lambda f: lambda m: {f: MAGIC if f == "proposed_instruction" else "A description."})(f)
+                     for f in fields})
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap-rs", "mipro"])
+def test_random_search_and_mipro_select_a_prompt_that_helps(
+    optimizer: str, kb: KnowledgeBase, tiny_skb_dir: Path
+) -> None:
+    train, val, _ = splits(tiny_skb_dir)
+    install_usage_callback()
+    by_magic = optimizer == "mipro"  # MIPROv2 can win by its instruction, random search only by demos
+    lm = task_lm(helped=(lambda m: MAGIC in m[0]["content"]) if by_magic else has_demos)
+    proposer = proposer_lm()
+    with dspy.context(lm=lm):
+        result = optimise(kb, "afr", config(), train, val, optimizer=optimizer, steps=["cypher"], trials=4,
+                          max_demos=1, reflection_lm=proposer, threads=1, with_lms=False)
+    v = {k: s.mean()["grounded_recall@20"] for k, s in result.val.items()}
+    assert v == {"zero_shot": 0.0, "optimised": 1.0}
+    if by_magic:
+        assert result.metadata["instructions_changed"] == ["cypher"] and proposer.prompts("proposed_instruction")
+    else:
+        assert result.metadata["demos"] == {"cypher": 1} and not proposer.calls
+    fresh = program_state(build_program("afr", kb, result.config, with_lms=False))
+    saved = program_state(result.program)
+    assert saved["query_graph"] == fresh["query_graph"] and saved["reranker.rank"] == fresh["reranker.rank"]
 
 
 # --- scores and feedback --------------------------------------------------------------------------
