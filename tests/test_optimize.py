@@ -262,9 +262,11 @@ def test_gepa_rewrites_the_instruction_from_feedback_and_leaves_step_1_alone(
 
 def proposer_lm() -> PromptLM:
     """MIPROv2's prompt model: describes data and program, proposes the instruction that helps."""
+    def answer(field: str) -> Callable[[Messages], dict[str, str]]:
+        return lambda messages: {field: MAGIC if field == "proposed_instruction" else "A description."}
+
     fields = ("observations", "summary", "program_description", "module_description", "proposed_instruction")
-    return PromptLM({f: (lambda f: lambda m: {f: MAGIC if f == "proposed_instruction" else "A description."})(f)
-                     for f in fields})
+    return PromptLM({f: answer(f) for f in fields})
 
 
 @pytest.mark.parametrize("optimizer", ["bootstrap-rs", "mipro"])
