@@ -92,7 +92,7 @@ def _run_system(
     progress: bool,
 ) -> tuple[Any, Any]:
     """Evaluate one system into ``out``; returns its ``EvalResult`` and the loaded run."""
-    from autofocus.evaluate.report import load_run, print_summary, summarize, write_summary
+    from autofocus.evaluate.report import load_run
     from autofocus.evaluate.runner import RunMismatchError, build_manifest, run_eval
     from autofocus.index.store import skb_fingerprint
 
@@ -126,18 +126,20 @@ def _run_system(
     run = load_run(out)
     wanted = {int(it.id) for it in (items[:limit] if limit is not None else items)}
     run.records = [r for r in run.records if int(r["id"]) in wanted]
-    summary = summarize(run.records, run.manifest)
-    print_summary(summary, console, title=f"{system} on {split}")
-    write_summary(out, summary, title=f"{system} on {split}")
-    _plots(out, summary, run.records)
+    _summarise(run, f"{system} on {split}")
     return result, run
 
 
-def _plots(out: Path, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
+def _summarise(run: Any, title: str) -> None:
+    """Print a run's summary and write it (summary.md, summary.json) and its plots into the run directory."""
     from autofocus.evaluate.plots import save_run_plots
+    from autofocus.evaluate.report import print_summary, summarize, write_summary
 
-    paths = save_run_plots(out, summary, records)
-    console.print(f"Summary and plots in {out}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
+    summary = summarize(run.records, run.manifest)
+    print_summary(summary, console, title=title)
+    write_summary(run.path, summary, title=title)
+    paths = save_run_plots(run.path, summary, run.records)
+    console.print(f"Summary and plots in {run.path}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
 
 
 def _load_items(skb: Path, split: str) -> list[Any]:
@@ -241,14 +243,7 @@ def report_command(
     runs: Annotated[list[Path], typer.Argument(help="run directories; two or more adds a comparison")],
 ) -> None:
     """Print (and refresh) the summary of each run; with several, compare them with the first."""
-    from autofocus.evaluate.report import (
-        comparison_rows,
-        load_run,
-        print_comparison,
-        print_summary,
-        summarize,
-        write_summary,
-    )
+    from autofocus.evaluate.report import comparison_rows, load_run, print_comparison
 
     loaded = []
     for path in runs:
@@ -257,11 +252,7 @@ def report_command(
         except (FileNotFoundError, ValueError) as exc:
             err_console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None
-        summary = summarize(run.records, run.manifest)
-        title = f"{run.name} ({path})"
-        print_summary(summary, console, title=title)
-        write_summary(path, summary, title=title)
-        _plots(path, summary, run.records)
+        _summarise(run, f"{run.name} ({path})")
         loaded.append(run)
     if len(loaded) > 1:
         print_comparison(comparison_rows(loaded, [f"{r.name} ({r.path.name})" for r in loaded]), console)

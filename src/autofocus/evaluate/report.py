@@ -82,22 +82,19 @@ def mean_ci(x: np.ndarray, seed: int = 0) -> dict[str, Any]:
     if _is_binary(x):
         ci = stats.binomtest(int(x.sum()), n).proportion_ci(confidence_level=0.95, method="wilson")
         return {"mean": mean, "low": float(ci.low), "high": float(ci.high), "ci": "wilson"}
-    if n < 2 or np.all(x == x[0]):
-        return {"mean": mean, "low": mean, "high": mean, "ci": "bootstrap"}
-    res = stats.bootstrap(
-        (x,),
-        np.mean,
-        n_resamples=N_RESAMPLES,
-        method="percentile",
-        vectorized=True,
-        rng=np.random.default_rng(seed),
-    )
-    return {
-        "mean": mean,
-        "low": float(res.confidence_interval.low),
-        "high": float(res.confidence_interval.high),
-        "ci": "bootstrap",
-    }
+    low, high = bootstrap_ci(x, seed)
+    return {"mean": mean, "low": low, "high": high, "ci": "bootstrap"}
+
+
+def bootstrap_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap 95% interval of the mean (the mean itself when every value is the same)."""
+    if x.size < 2 or np.all(x == x[0]):
+        mean = float(x.mean())
+        return mean, mean
+    ci = stats.bootstrap(
+        (x,), np.mean, n_resamples=N_RESAMPLES, method="percentile", vectorized=True, rng=np.random.default_rng(seed)
+    ).confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 def _describe(values: Iterable[float]) -> dict[str, Any]:
@@ -295,19 +292,8 @@ def paired_test(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, Any]:
             "p": None,
             "significant": False,
         }
-    out.update(a=float(np.mean(a)), b=float(np.mean(b)), diff=float(d.mean()))
-    if np.all(d == d[0]):
-        out.update(low=out["diff"], high=out["diff"])
-    else:
-        ci = stats.bootstrap(
-            (d,),
-            np.mean,
-            n_resamples=N_RESAMPLES,
-            method="percentile",
-            vectorized=True,
-            rng=np.random.default_rng(seed),
-        ).confidence_interval
-        out.update(low=float(ci.low), high=float(ci.high))
+    low, high = bootstrap_ci(d, seed)
+    out.update(a=float(np.mean(a)), b=float(np.mean(b)), diff=float(d.mean()), low=low, high=high)
     if binary:
         b_only, a_only = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
         out["discordant"] = [a_only, b_only]

@@ -308,6 +308,20 @@ def _prepare_dir(
     return {**manifest, "sessions": []}
 
 
+def progress_bar(console: Console | None, enabled: bool = True) -> Progress:
+    """The bar of long evaluation loops: description, bar, done/total, the task's ``stats`` field
+    (running metrics), elapsed and remaining time."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    return Progress(*columns, console=console, disable=not enabled)
+
+
 def run_eval(
     program_factory: Callable[[], Callable[..., Any]],
     items: Sequence[QuestionLike],
@@ -421,15 +435,7 @@ def run_eval(
         threading.Thread(target=worker, name=f"autofocus-eval-{i}", daemon=True)
         for i in range(min(concurrency, len(todo)))
     ]
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    bar = Progress(*columns, console=console, disable=not progress)
+    bar = progress_bar(console, progress)
 
     def count(record: dict[str, Any]) -> None:
         nonlocal scored, finished, errors, hits

@@ -508,20 +508,14 @@ def _read_edges(
 def _check_counts(
     schema: Schema, schema_text: str, node_counts: np.ndarray, edge_counts: np.ndarray, issues: IssueCollector
 ) -> None:
-    for (name, info), got in zip(schema.node_types.items(), node_counts, strict=True):
-        if info.count and info.count != got:
-            issues.add(
-                SCHEMA_FILE,
-                _line_of(schema_text, name),
-                f"node type {name!r}: count {info.count}, nodes.jsonl has {got}",
-            )
-    for (name, info), got in zip(schema.edge_types.items(), edge_counts, strict=True):
-        if info.count and info.count != got:
-            issues.add(
-                SCHEMA_FILE,
-                _line_of(schema_text, name),
-                f"edge type {name!r}: count {info.count}, edges.csv has {got}",
-            )
+    for kind, infos, counts, file in (
+        ("node", schema.node_types, node_counts, NODES_FILE),
+        ("edge", schema.edge_types, edge_counts, EDGES_FILE),
+    ):
+        for (name, info), got in zip(infos.items(), counts, strict=True):
+            if info.count and info.count != got:
+                message = f"{kind} type {name!r}: count {info.count}, {file} has {got}"
+                issues.add(SCHEMA_FILE, _line_of(schema_text, name), message)
 
 
 def load_skb_dir(
