@@ -190,6 +190,39 @@ def test_only_the_chosen_step_gets_demos(chosen: str, frozen: str, two_type_kb: 
     assert state[frozen] == fresh[frozen] and not state[frozen]["demos"]
 
 
+def test_hybgrag_router_is_optimised_over_the_examples_the_system_collects(
+    tiny_skb: SKB, tiny_skb_dir: Path, tmp_path: Path
+) -> None:
+    """HybGRAG collects critic examples from the training split on first use: they stay in the
+    steps not chosen, and the router's bootstrapped demos are not overwritten by the collection."""
+    kb = make_kb(tiny_skb, tmp_path / "kb")
+    kb.source = tiny_skb_dir  # type: ignore[attr-defined]  # its QA splits: where HybGRAG collects from
+
+    def router(messages: Messages) -> dict[str, Any]:
+        question = field_value(messages[-1]["content"], "question")
+        name = next((n for n in ("Ada Lovelace", "Grace Hopper") if n in question), None)
+        entities = [{"name": name, "type": "author"}] if name else []
+        return {"topic_entities": entities, "useful_relations": ["author_writes_paper"],
+                "source": "knowledge graph" if name else "text documents"}
+
+    lm = PromptLM({"topic_entities": router, "aligned": lambda m: {"aligned": True},
+                   "error_type": lambda m: {"error_type": "missing entity", "wrong_item": ""}})
+    train, val, _ = splits(tiny_skb_dir)
+    install_usage_callback()
+    with dspy.context(lm=lm):
+        result = optimise(kb, "hybgrag", config(), train, val, steps=["router"], with_lms=False)
+    assert result.metric == "mrr"
+    state = program_state(result.program)
+    assert state["validator"]["demos"], "the system's own examples were not collected"
+    assert state["router"]["demos"] and all(d.get("augmented") for d in state["router"]["demos"])
+    collected = build_program("hybgrag", kb, result.config, with_lms=False)
+    with dspy.context(lm=lm):
+        collected.ensure_examples(Trace())
+    fresh = program_state(collected)
+    assert state["validator"] == fresh["validator"] and state["commenter"] == fresh["commenter"]
+    assert state["router"] != fresh["router"]
+
+
 def test_a_step_that_changes_nothing_fails_clearly(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
     train, val, _ = splits(tiny_skb_dir)
     with dspy.context(lm=task_lm()), pytest.raises(ValueError, match="target_type: the SKB has one candidate type"):

@@ -14,6 +14,9 @@ unless ``trials`` is given) and ``gepa`` (GEPA: instructions from a reflection L
 ``autofocus.optimize.feedback``; ``budget`` metric calls, else ``auto="light"``). There are no
 gold intermediate outputs (no gold Cypher), so no labelled demos: every demo is bootstrapped.
 
+A system that collects in-context examples on first use (HybGRAG's critic examples) collects them
+before optimising: they stay in the steps not chosen and are saved with the program.
+
 Demos keep only the inputs that change between questions: the schema inputs every call repeats
 (KB description, labels, relationship types, attributes, candidate types) are left out of them
 unless ``full_demos``, which keeps prompts short for small local models.
@@ -43,6 +46,7 @@ from autofocus.optimize.feedback import feedback_metric
 from autofocus.optimize.saved import program_state
 from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
 from autofocus.optimize.scoring import question_scores as _question_scores
+from autofocus.trace import Trace
 from autofocus.usage import UsageCallback
 
 OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa")
@@ -91,6 +95,16 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
             if step != used:
                 problems.append(f"{step}: query_format={config.query_format} uses the {used} step instead")
     return problems
+
+
+def _prepared(program: dspy.Module) -> dspy.Module:
+    """A program that sets itself up on first use (HybGRAG collects in-context examples from the
+    training split) does it now: the zero-shot system is the one with them, and the optimiser's
+    candidate steps, swapped in later, are never overwritten by that collection."""
+    prepare = getattr(program, "ensure_examples", None)
+    if callable(prepare):
+        prepare(Trace(system=getattr(program, "system", ""), question=""))
+    return program
 
 
 class _Programs:
@@ -350,7 +364,7 @@ def optimise(
         raise ValueError("no steps to optimise")
     name, cfg = resolve_config(system, config)
     metric = check_metric(metric or default_metric(name, steps))
-    template = build_program(system, kb, cfg, with_lms=with_lms)
+    template = _prepared(build_program(system, kb, cfg, with_lms=with_lms))
     problems = step_problems(template, cfg, steps)
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
@@ -358,7 +372,7 @@ def optimise(
     if "reranker" not in steps and not needs_final_order(metric, cfg.k) and cfg.reranker != "none":
         run_cfg = cfg.model_copy(update={"reranker": "none"})  # the objective never sees the reranker
     lms = {n: p.lm for n, p in template.named_predictors()}
-    programs = _Programs(lambda: build_program(system, kb, run_cfg, with_lms=with_lms), lms)
+    programs = _Programs(lambda: _prepared(build_program(system, kb, run_cfg, with_lms=with_lms)), lms)
     modules = {s: getattr(template, s) for s in steps}
     threads = threads or cfg.concurrency
     candidates = Candidates(kb.skb.candidate_ids)
