@@ -8,6 +8,7 @@ improves the grounded strand, and a saved program that loads its prompt gets the
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,7 @@ from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir
 from autofocus.trace import Trace
 from autofocus.usage import install_usage_callback
+from tests.conftest import TINY_QA
 from tests.test_systems_common import field_value, make_kb, scripted_config
 
 Messages = list[dict[str, Any]]
@@ -126,7 +128,7 @@ def splits(skb_dir: Path) -> tuple[list[dspy.Example], list[dspy.Example], list[
 
 
 def config(**overrides: Any) -> AutofocusConfig:
-    return scripted_config(k=4, **overrides)
+    return scripted_config(**{"k": 4, **overrides})
 
 
 # --- bootstrap ------------------------------------------------------------------------------------
@@ -221,6 +223,29 @@ def test_hybgrag_router_is_optimised_over_the_examples_the_system_collects(
     fresh = program_state(collected)
     assert state["validator"] == fresh["validator"] and state["commenter"] == fresh["commenter"]
     assert state["router"] != fresh["router"]
+
+
+def test_a_listwise_reranker_learns_from_demos(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
+    """Step 8 of a baseline: the final ranking (MRR) is the objective, the reranker runs."""
+    gold = {q["query"]: q["answer_ids"] for q in TINY_QA}
+
+    def rank(messages: Messages) -> dict[str, list[int]]:
+        user = messages[-1]["content"]
+        ids = sorted((int(i) for i in re.findall(r"^\[(\d+)\]", field_value(user, "candidates"), re.M)),
+                     reverse=True)
+        first = [i for i in ids if i in gold[field_value(user, "question")]] if has_demos(messages) else []
+        return {"ranking": first + [i for i in ids if i not in first]}
+
+    train, val, _ = splits(tiny_skb_dir)
+    install_usage_callback()
+    lm = PromptLM({"ranking": rank})
+    with dspy.context(lm=lm):
+        result = optimise(kb, "vss-rerank:reranker=listwise", config(k=5), train, val, steps=["reranker"],
+                          max_demos=1, with_lms=False)
+    assert result.metric == "mrr" and result.predictors == ["reranker.rank"]
+    assert result.metadata["demos"] == {"reranker.rank": 1}
+    v = {k: s.mean() for k, s in result.val.items()}
+    assert (v["zero_shot"]["mrr"], v["optimised"]["mrr"]) == (0.5, 1.0)  # [11, 3, ...] zero-shot, then 3 first
 
 
 def test_a_step_that_changes_nothing_fails_clearly(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
