@@ -20,6 +20,7 @@ from autofocus.cli_app import app
 
 console = Console()
 err_console = Console(stderr=True)
+REFLECTION_MAX_TOKENS = 1024  # a new instruction; the offline models have a 4096-token context
 
 
 def open_kb(skb_path: Path, embedder: str) -> Any:
@@ -132,7 +133,7 @@ def optimize_command(
     train_set, val_set = _split(skb, train, limit_train), _split(skb, val, limit_val)
     test_set = _split(skb, test, limit_test) if test else None
     kb = open_kb(skb, cfg.embedder)
-    reflection = get_lm(reflection_lm, temperature=1.0, max_tokens=4096) if reflection_lm else None
+    reflection = get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS) if reflection_lm else None
     console.print(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
                   f"questions, selecting on {len(val_set)} {val} questions")
     bar, on_eval = _progress(progress)

@@ -168,9 +168,11 @@ class StepProgram(dspy.Module):
 
 
 def shared_inputs(program: dspy.Module) -> list[Any]:
-    """The input values every call of the program repeats (its schema context)."""
+    """The input values every call of the program repeats: its schema context and the lists it keeps
+    (FocusedRetriever's property names)."""
     context = getattr(program, "context", None)
-    return list(dataclasses.asdict(context).values()) if dataclasses.is_dataclass(context) else []
+    values = list(dataclasses.asdict(context).values()) if dataclasses.is_dataclass(context) else []
+    return values + [v for v in vars(program).values() if isinstance(v, list) and v]
 
 
 def compact_demos(predictor: dspy.Predict, shared: list[Any]) -> None:
