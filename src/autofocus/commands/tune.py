@@ -17,14 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from autofocus.cli_app import app
@@ -43,18 +35,6 @@ def open_kb(skb_path: Path, embedder: str) -> Any:
     from autofocus.kb import KnowledgeBase
 
     return KnowledgeBase.open(skb_path, embedder=embedder)
-
-
-def _bar(description: str, total: int, enabled: bool) -> Progress:
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    return Progress(*columns, console=err_console, disable=not enabled)
 
 
 def config_hash(cfg: AutofocusConfig) -> str:
@@ -114,6 +94,7 @@ def tune_command(
     full metrics.
     """
     from autofocus.commands import eval as eval_cmd
+    from autofocus.evaluate.runner import progress_bar
     from autofocus.optimize import tune as tuning
     from autofocus.program import registry
     from autofocus.program.afr import AutofocusRetriever
@@ -179,8 +160,8 @@ def tune_command(
         if missing and not lms_attached:
             registry.apply_lms(prog, cfg)
             lms_attached.append(True)
-        with _bar(f"steps 1-2 ({label})", len(questions), progress and bool(missing)) as bar:
-            task = bar.add_task("", total=len(questions), completed=len(questions) - len(missing), stats="")
+        with progress_bar(err_console, progress and bool(missing)) as bar:
+            task = bar.add_task(f"steps 1-2 ({label})", total=len(questions), completed=len(questions) - len(missing), stats="")
             got, asked = tuning.fill_llm_outputs(
                 prog, questions, cache, concurrency=cfg.concurrency, on_done=lambda _: bar.advance(task)
             )
@@ -212,8 +193,8 @@ def tune_command(
     baseline = evaluate(cfg, rerank=spec.rerank)
     done_before = len(tuning.complete_trials(st))
     start = time.perf_counter()
-    with _bar(f"study {study}", trials, progress) as bar:
-        task = bar.add_task("", total=trials, completed=min(done_before, trials), stats="")
+    with progress_bar(err_console, progress) as bar:
+        task = bar.add_task(f"study {study}", total=trials, completed=min(done_before, trials), stats="")
 
         def on_trial(s: Any, t: Any) -> None:
             try:
@@ -284,18 +265,16 @@ def tune_command(
         for run_split, run_items, label, run_cfg in runs:
             run_dir = out / f"confirm-{run_split}-{config_hash(run_cfg)}"
             console.rule(f"confirmation: {label} settings on {run_split} -> {run_dir}")
-            result, run = eval_cmd._run_system(
+            result, _ = eval_cmd._run_system(
                 lambda _embedder: kb, "afr", run_cfg, run_items, run_dir, skb_path=skb, split=run_split,
                 limit=None, program_file=program, force_new=False, progress=progress,
             )  # fmt: skip
-            from autofocus.evaluate.report import summarize
-
-            summary = summarize(run.records, run.manifest)
+            if result.interrupted:
+                raise _fail(f"Interrupted; run the same command again to finish {run_dir}.", EXIT_INTERRUPTED)
+            summary = json.loads((run_dir / "summary.json").read_text())  # written by the evaluation
             confirmed[f"{label} on {run_split}"] = {
                 m: (summary["metrics"].get(m) or {}).get("mean") for m in SHOWN_METRICS
             } | {"run": str(run_dir)}
-            if result.interrupted:
-                raise _fail(f"Interrupted; run the same command again to finish {run_dir}.", EXIT_INTERRUPTED)
         _print_confirmed(confirmed)
 
     summary_data = {

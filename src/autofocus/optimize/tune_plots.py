@@ -36,7 +36,7 @@ def plot_alpha(
     title: str | None = None,
 ) -> Path:
     """One panel per metric, one line per split; dotted lines at the default (red) and best alpha."""
-    fig = Figure(figsize=(4.2 * len(metrics), 3.6))
+    fig = Figure(figsize=(4.2 * len(metrics), 3.8), layout="constrained")
     for col, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), col + 1)
         for label, rows in curves.items():
@@ -58,7 +58,7 @@ def plot_l_max(rows: Sequence[Mapping[str, Any]], path: Path, title: str | None 
     """Table 19 as lines over the l_max grid (evenly spaced, labelled by value; 0 = steps 1+7)."""
     labels = [str(r["l_max"]) for r in rows]
     xs = list(range(len(rows)))
-    fig = Figure(figsize=(9, 3.6))
+    fig = Figure(figsize=(9, 3.8), layout="constrained")
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for key, name in (("precision", "precision"), ("specificity", "specificity (recall)"), ("nonempty", ">0 grounded")):
         left.plot(xs, [100 * r[key] if r.get(key) is not None else float("nan") for r in rows], marker=".", label=name)
