@@ -32,6 +32,7 @@ import faiss
 import numpy as np
 
 from autofocus.index.store import EmbeddingStore, IndexIncompleteError
+from autofocus.skb.graph import sorted_unique
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class NodeIndex:
         code = None if node_type is None else self._code(node_type)
         excl = None
         if exclude is not None and len(exclude):
-            excl = np.unique(np.asarray(exclude, dtype=np.int64))
+            excl = sorted_unique(np.asarray(exclude, dtype=np.int64))
             self._check_ids(excl)
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
@@ -241,7 +242,7 @@ class NodeIndex:
             if cand.shape != self.node_type.shape:
                 raise ValueError(f"candidate mask has shape {cand.shape}, expected ({len(self.node_type)},)")
             return np.flatnonzero(cand & self._has_vector)
-        cand = np.unique(cand.astype(np.int64, copy=False))
+        cand = sorted_unique(cand.astype(np.int64, copy=False).reshape(-1))
         self._check_ids(cand)
         return cand[self._has_vector[cand]]
 
@@ -269,7 +270,10 @@ class NodeIndex:
             cand = cand[~np.isin(cand, excl, assume_unique=True)]
         if len(cand) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        codes = np.unique(self.node_type[cand]) if code is None else np.array([code])
+        if code is None:  # np.unique hashes: ~50 ms on a million ids (numpy 2.4)
+            codes = np.flatnonzero(np.bincount(self.node_type[cand], minlength=len(self.type_names)))
+        else:
+            codes = np.array([code])
         if len(cand) <= self._gather_limit(int(self._type_counts[codes].sum())):
             return _top(cand, self._dot(q, cand), k)
         found = []
@@ -286,7 +290,7 @@ class NodeIndex:
         n = len(part.ids)
         if n == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        excl_here = None if excl is None else excl[np.isin(excl, part.ids, assume_unique=True)]
+        excl_here = None if excl is None else excl[(self.node_type[excl] == code) & self._has_vector[excl]]
         n_excl = 0 if excl_here is None else len(excl_here)
         if n_excl <= max(1024, 4 * k):
             ids, scores = self._faiss_search(part, part.index, q, min(n, k + n_excl), None)
