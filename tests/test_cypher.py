@@ -170,6 +170,18 @@ def test_relationship_forms(rel: str, expected: str) -> None:
     assert qg.dropped == []
 
 
+def test_parenthesised_relationship_types_written_by_small_lms() -> None:
+    qg = parse("MATCH (a:x)-[r:(r1|r2)]->(b:y) RETURN a")
+    assert triplet_strings(qg) == ["a -[r1|r2]-> b"]
+    assert qg.dropped == []
+
+
+def test_relationship_bracket_closed_after_the_node_is_repaired_and_recorded() -> None:
+    qg = parse("MATCH (a:x)-[r:(r1)->(b:y)]-[:r2]->(c:z) RETURN c")
+    assert triplet_strings(qg) == ["a -[r1]-> b", "b -[r2]-> c"]
+    assert any("missing ']'" in r for r in reasons(qg))
+
+
 def test_chains_several_matches_commas_and_bare_references() -> None:
     qg = parse(
         "MATCH (a:x)-[:r]->(b:y)<-[:s]-(c:z)-[:t]->(d:w), (e:v)-[:u]->(a) MATCH (d)-[:q]->(f:v) RETURN f"

@@ -208,6 +208,7 @@ class _Parser:
         self.pos = 0
         self.hi = len(toks)
         self.issues: list[tuple[str, str]] = []
+        self.stray_brackets = 0  # "]" owed by a relationship whose bracket closed after its node
         # brackets with a partner; depth counts only these, so one unclosed '{' cannot hide what follows
         self.paired = self.paired_brackets(0, len(toks))
 
@@ -473,6 +474,8 @@ class _Parser:
                 break
             rels.append(rel)
             nodes.append(node)
+            if self.stray_brackets and self.at_op("]"):
+                self.stray_brackets, self.pos = self.stray_brackets - 1, self.pos + 1
         start, end = self.chars(lo, self.pos)
         return Pattern(nodes, rels, start, end), error
 
@@ -603,17 +606,26 @@ class _Parser:
                 var, self.pos = str(t.value), self.pos + 1
             if self.at_op(":"):
                 self.pos += 1
+                wrapped = self.at_op("(")  # "[r:(a|b)]": small LMs wrap the types in parentheses
+                self.pos += wrapped
                 types.append(self.label())
                 while self.at_op("|"):
                     self.pos += 1
                     if self.at_op(":"):
                         self.pos += 1
                     types.append(self.label())
+                if wrapped:
+                    self.expect(")")
             if self.at_op("*"):
                 length = self.hops()
             if self.at_op("{"):
                 props = self.props()
-            self.expect("]")
+            if self.at_op("-") and self.at_op("(", 2 if self.at_op(">", 1) else 1):
+                # "-[r:t->(c)]": the ']' belongs before the arrow; the stray one after the node is skipped
+                self.issues.append((self.span_text(lo, self.pos), "missing ']' before the arrow: assumed"))
+                self.stray_brackets += 1
+            else:
+                self.expect("]")
         if bracket and self.at_op(">"):  # "-[:r]>" with its dash lost
             right, self.pos = True, self.pos + 1
         else:
