@@ -3,6 +3,11 @@
 The saved file loads with ``--program FILE`` in ``ask``, ``eval`` and ``tune`` (format:
 ``autofocus.optimize.saved``). Before/after scores on the validation split (and on ``--test``, a
 held-out split) are printed for the same LM and the same questions.
+
+Example:
+    autofocus optimize --skb data/demo --steps cypher --optimizer bootstrap --lm local \
+        --out runs/optimize/afr-cypher.json --test test
+    autofocus eval --skb data/demo --split test --program runs/optimize/afr-cypher.json --out runs/afr-cypher-test
 """
 
 from __future__ import annotations
