@@ -31,6 +31,7 @@ from autofocus.index.embedders import l2_normalise
 from autofocus.kb import KnowledgeBase
 from autofocus.metrics import as_candidates
 from autofocus.optimize import tune
+from autofocus.optimize.saved import save_program
 from autofocus.program import registry
 from autofocus.program.afr import AutofocusRetriever, parse_mode
 from autofocus.runtime import load_config
@@ -194,6 +195,33 @@ def test_a_study_refuses_another_objective_and_seeds_reproduce(
     res = invoke(cli, scripted_lm(), *common, "--out", tmp_path / "a", "--study", "s", "--seed", "7", "--limit", "1")
     assert res.exit_code == tune_cmd.EXIT_MISMATCH
     assert "tunes something else" in res.output and "identity.questions" in res.output
+
+
+def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_values(
+    cli: CliRunner, planted_dir: Path, planted_kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    """``--program``: steps 1-2 are asked with the saved demos, the saved preset's defaults do not undo
+    tuned values, and the confirmation run loads the program too."""
+    cfg = AutofocusConfig(k=4, reranker="listwise", lm=LMConfig(default="test/scripted"), concurrency=1)
+    _, preset_cfg = registry.resolve_config("afr-code", cfg)
+    program = registry.build_program("afr-code", planted_kb, preset_cfg, with_lms=False)
+    program.cypher.demos = [dspy.Example(question="DEMO-MARKER penguins", cypher="MATCH (i:item) RETURN i")]
+    path = save_program(program, "afr-code", preset_cfg, tmp_path / "program.json", {"predictors": ["cypher"]})
+    out = tmp_path / "study"
+    lm = scripted_lm()
+    res = invoke(cli, lm, "--skb", planted_dir, "--out", out, "--program", path, "--params", "alpha,l_max",
+                 "--trials", "6", "--metric", "hit@4", "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    steps12 = [c for c in lm.calls if c[0] == "cypher"]
+    assert steps12 and all("DEMO-MARKER" in json.dumps(c[2]) for c in steps12)
+    best = load_config(out / "best_config.json")
+    assert (best.expansion, best.step6_order, best.k) == ("code", "round", 4)  # the program's preset and config
+    manifest = json.loads(next(out.glob("confirm-val-*/manifest.json")).read_text())
+    assert manifest["system"].startswith("afr-code") and manifest["program"]["path"] == str(path)
+    assert manifest["config"]["alpha"] == best.alpha and manifest["config"]["l_max"] == best.l_max
+    other = tune.config_with(best, {"alpha": 0.123, "l_max": 77})
+    assert registry.resolve_config("afr-code", other)[1].alpha == 0.65  # what building by name would do
+    assert registry.resolve_config(tune.system_spec("afr-code", other), other)[1] == other
 
 
 def test_bad_options_fail_clearly(cli: CliRunner, planted_dir: Path, tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def tune_command(
     lms_attached: list[Any] = []
 
     def make_program(c: AutofocusConfig, with_lms: bool = True) -> Any:
-        prog = registry.build_program(name, kb, c, with_lms=with_lms)
+        prog = registry.build_program(tuning.system_spec(name, c), kb, c, with_lms=with_lms)
         if program is not None:
             from autofocus.optimize.saved import load_program_state
 
@@ -266,9 +266,18 @@ def tune_command(
             run_dir = out / f"confirm-{run_split}-{config_hash(run_cfg)}"
             console.rule(f"confirmation: {label} settings on {run_split} -> {run_dir}")
             result, _ = eval_cmd._run_system(
-                lambda _embedder: kb, "afr", run_cfg, run_items, run_dir, skb_path=skb, split=run_split,
-                limit=None, program_file=program, force_new=False, progress=progress,
-            )  # fmt: skip
+                lambda _embedder: kb,
+                tuning.system_spec(name, run_cfg),
+                run_cfg,
+                run_items,
+                run_dir,
+                skb_path=skb,
+                split=run_split,
+                limit=None,
+                program_file=program,
+                force_new=False,
+                progress=progress,
+            )
             if result.interrupted:
                 raise _fail(f"Interrupted; run the same command again to finish {run_dir}.", EXIT_INTERRUPTED)
             summary = json.loads((run_dir / "summary.json").read_text())  # written by the evaluation

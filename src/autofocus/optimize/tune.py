@@ -143,6 +143,23 @@ def config_with(base: AutofocusConfig, params: Mapping[str, Any]) -> AutofocusCo
     return AutofocusConfig.model_validate({**base.model_dump(), **params})
 
 
+def system_spec(name: str, cfg: AutofocusConfig) -> str:
+    """A registry spec that builds preset ``name`` with exactly ``cfg``.
+
+    Building applies the preset's defaults over the config it is given (``afr-code`` sets alpha,
+    l_max, ...), which would undo tuned values; the spec repeats those fields as options. The
+    name stays, so saved programs of that preset still load.
+    """
+    from autofocus.program.registry import resolve_config
+
+    _, again = resolve_config(name, cfg)
+    changed = [k for k in AutofocusConfig.model_fields if getattr(again, k) != getattr(cfg, k)]
+    spec = name + (":" + ",".join(f"{k}={getattr(cfg, k)}" for k in changed) if changed else "")
+    if resolve_config(spec, cfg)[1] != cfg:
+        raise ValueError(f"cannot express this config as options of system {name!r}: {', '.join(changed)}")
+    return spec
+
+
 # --- step 1-2 outputs, once per question ----------------------------------------------------------------
 
 
