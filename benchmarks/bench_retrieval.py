@@ -208,9 +208,12 @@ class TimedKB:
         return self.kb.index(variant)
 
     def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
         t0 = time.perf_counter()
         try:
-            return self.kb.embed_query(text)
+            return self.kb.embed_queries(texts)
         finally:
             self.embed_s += time.perf_counter() - t0
 

@@ -215,6 +215,31 @@ def test_ties_break_by_node_id(tmp_path: Path) -> None:
         assert index.search(q, candidates=np.arange(150, 10, -1), k=4)[0].tolist() == [11, 12, 13, 14]
 
 
+def test_a_tie_across_the_k_boundary_returns_each_node_once(tmp_path: Path) -> None:
+    """Eleven identical vectors rank behind a few others: a top k that cuts the group holds k distinct
+    nodes, those of the group by id."""
+    rng = np.random.default_rng(0)
+    n, d = 1000, 8
+    x = l2_normalise(rng.standard_normal((n, d)).astype(np.float32))
+    x[500:510] = x[499]
+    store = EmbeddingStore.create(tmp_path / "s", model="m", dim=d, variant="text", doc_budget_tokens=8,
+                                  skb_fingerprint="fp", num_nodes=n)
+    store.write_rows(np.arange(n), x)
+    store.finish()
+    q = l2_normalise(x[499] + 0.3 * rng.standard_normal(d).astype(np.float32))[0]
+    exact = x.astype(np.float16).astype(np.float32) @ q
+    ahead = int((exact > exact[499] + 1e-5).sum())
+    assert ahead >= 5
+    for gather_max in (None, 0):
+        index = NodeIndex(EmbeddingStore.open(tmp_path / "s"), np.zeros(n, np.int16), ["a"], gather_max=gather_max)
+        for k in (ahead + 1, ahead + 3, ahead + 15):
+            for cand in (None, np.arange(n)):
+                ids = index.search(q, k=k, candidates=cand)[0].tolist()
+                assert len(ids) == len(set(ids)) == k
+                group = ids[ahead : ahead + 11]
+                assert group == list(range(499, 499 + len(group)))
+
+
 @pytest.mark.parametrize("kind", ["hnsw", "ivf"])
 def test_approximate_kinds(tmp_path: Path, kind: str) -> None:
     store, e, node_type = random_store(tmp_path, n=3000, d=16)

@@ -321,21 +321,26 @@ class NodeIndex:
         self, part: _Part, index: faiss.Index, q: np.ndarray, k: int, selector: faiss.IDSelector | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` of ``index``, plus every node tied with the k-th (FAISS's heap breaks ties arbitrarily;
-        the caller's ``_top`` then orders them by id)."""
+        the caller's ``_top`` then orders them by id).
+
+        A tie across the boundary is resolved by asking for twice as many until the tied group ends:
+        the other way, ``range_search``, scans 35x slower than a top-k search on a 1.1 M fp16 index
+        (0.9 s; it hit 1 % of the benchmark's queries, whose random vectors tie within ``TIE_EPS``).
+        """
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        kk = min(k + 1, len(part.ids))  # one more than asked: is the boundary tied?
-        scores, pos = index.search(q[None, :], kk, params=self._params(index, kk, selector))
-        valid = pos[0] >= 0
-        ids, scores = part.ids[pos[0][valid]], scores[0][valid]
-        if len(scores) <= k or scores[k] < scores[k - 1] - TIE_EPS:
-            return ids[:k], scores[:k]
-        # A tie crosses the boundary: fetch everything within TIE_EPS of it, then let ids decide.
-        boundary = float(scores[k - 1])
-        exact = part.exact if part.exact is not None else index
-        _, d, p = exact.range_search(q[None, :], boundary - TIE_EPS, params=self._params(exact, k, selector))
-        above = scores[:k] > boundary + TIE_EPS
-        return (np.concatenate([ids[:k][above], part.ids[p]]), np.concatenate([scores[:k][above], d]))
+        n = len(part.ids)
+        kk = min(k + 1, n)  # one more than asked: is the boundary tied?
+        while True:
+            scores, pos = index.search(q[None, :], kk, params=self._params(index, kk, selector))
+            valid = pos[0] >= 0
+            ids, scores = part.ids[pos[0][valid]], scores[0][valid]
+            if len(scores) <= k or scores[k] < scores[k - 1] - TIE_EPS:
+                return ids[:k], scores[:k]
+            tied = scores >= scores[k - 1] - TIE_EPS
+            if not tied[-1] or len(scores) < kk or kk == n:  # the tied group ends inside what came back
+                return ids[tied], scores[tied]
+            kk = min(2 * kk, n)
 
     # -- building and caching FAISS indexes ----------------------------------------------------------
     def _exact_part(self, code: int) -> _Part:
