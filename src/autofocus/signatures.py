@@ -46,9 +46,10 @@ class TextToCypher(dspy.Signature):
 
     kb_description: str = dspy.InputField(desc="what the knowledge base is about")
     node_labels: list[str] = dspy.InputField(desc="available node labels")
-    relationship_labels: list[str] = dspy.InputField(desc="available relationship labels as (source)-[type]->(target)")
+    relationship_labels: list[str] = dspy.InputField(desc="available relationship labels as (:source)-[:type]->(:target)")
     attribute_names: list[str] = dspy.InputField(desc="attribute names usable in WHERE, besides name")
     target_type: str = dspy.InputField(desc="the label of the node the question asks for")
+    example: str = dspy.InputField(desc="an example of the expected syntax")
     question: str = dspy.InputField()
     cypher: str = dspy.OutputField(desc="one Cypher query")
 
@@ -87,7 +88,7 @@ class TextToQueryGraph(dspy.Signature):
 
     kb_description: str = dspy.InputField(desc="what the knowledge base is about")
     node_labels: list[str] = dspy.InputField(desc="available node labels")
-    relationship_labels: list[str] = dspy.InputField(desc="available relationship labels as (source)-[type]->(target)")
+    relationship_labels: list[str] = dspy.InputField(desc="available relationship labels as (:source)-[:type]->(:target)")
     attribute_names: list[str] = dspy.InputField(desc="attribute names usable in conditions, besides name")
     target_type: str = dspy.InputField(desc="the label of the node the question asks for")
     question: str = dspy.InputField()
