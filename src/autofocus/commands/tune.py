@@ -190,6 +190,7 @@ def tune_command(
     except tuning.StudyMismatchError as exc:
         raise _fail(str(exc), EXIT_MISMATCH) from None
 
+    kb.embed_queries([q.query for q in items])  # in batches, before any trial is timed
     baseline = evaluate(cfg, rerank=spec.rerank)
     done_before = len(tuning.complete_trials(st))
     start = time.perf_counter()
