@@ -224,6 +224,24 @@ def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_valu
     assert registry.resolve_config(tune.system_spec("afr-code", other), other)[1] == other
 
 
+def test_rerank_trials_tune_k_against_llm_calls(
+    cli: CliRunner, planted_dir: Path, base_config: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "study"
+    lm = scripted_lm()
+    res = invoke(cli, lm, "--skb", planted_dir, "--out", out, "--config", base_config, "--rerank-trials",
+                 "--params", "alpha,k", "--second", "lm_calls", "--metric", "hit@1", "--trials", "5",
+                 "--no-confirm", "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Pareto front: hit@1 vs lm_calls" in res.output
+    study = optuna.load_study(study_name="afr-tune", storage=tune.default_storage(out))
+    trials = tune.complete_trials(study)
+    assert len(trials) == 5 and {t.values[1] for t in trials} == {2.0}  # step 2 (cached) + one listwise prompt
+    assert all(5 <= t.params["k"] <= 50 and t.params["k"] % 5 == 0 for t in trials)
+    # every trial and the baseline, best and sweeps reranked each question once; step 2 ran once per question
+    assert lm.fields().count("cypher") == 2 and lm.fields().count("ranking") >= 2 * (5 + 2)
+
+
 def test_bad_options_fail_clearly(cli: CliRunner, planted_dir: Path, tmp_path: Path) -> None:
     base = ("--skb", planted_dir, "--out", tmp_path / "x", "--no-progress")
     res = invoke(cli, scripted_lm(), *base, "--params", "alpha,k")
