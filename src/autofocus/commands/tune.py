@@ -179,6 +179,8 @@ def tune_command(
         prog, items, outputs, candidates, tuning.metric_ks(spec.metric), make_program, cfg.concurrency
     )
     tuned_away = set(spec.params) | {"concurrency"}
+    if not spec.rerank:  # step 8 only: free to change between runs of a pre-rerank study
+        tuned_away |= {"reranker", "context_budget_tokens"}
     spec.identity = {
         "split": split,
         "questions": hashlib.sha256(json.dumps([int(q.id) for q in items]).encode()).hexdigest()[:16],
@@ -334,8 +336,9 @@ def _print_metrics(title: str, evals: dict[str, Any]) -> None:
 
 
 def _print_front(front: list[Any], spec: Any) -> None:
+    second = "s/question" if spec.second == "latency" else "LLM calls/question"
     table = Table(title=f"Pareto front: {spec.metric} vs {spec.second}")
-    for col in ("trial", spec.metric, spec.second, "settings"):
+    for col in ("trial", spec.metric, second, "settings"):
         table.add_column(col)
     for t in front[:15]:
         settings = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items())
