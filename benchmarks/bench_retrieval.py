@@ -3,15 +3,19 @@
 The SKB (1.9 M nodes, 40 M typed edges, ``benchmarks/synthetic_skb.py``) gets two 384-d float16
 embedding stores, ``text`` (steps 4 and 6) and ``text+rel`` (step 7), as the default config uses,
 registered for the real query embedder (MiniLM, offline), so the run goes through the same
-``KnowledgeBase`` / ``NodeIndex`` objects as ``autofocus ask``. Node vectors are random unit
-vectors: search cost does not depend on what the vectors mean, and grounding (exact name hits
-first, then graph filters) does not use them.
+``KnowledgeBase`` / ``NodeIndex`` objects as ``autofocus ask``. Node vectors are random: exact
+search costs the same whatever they mean, and grounding (exact name hits first, then graph
+filters) does not use them. ``--vectors clustered`` (default: 2,000 Gaussian clusters) gives the
+approximate indexes (``--index-kind hnsw|ivf``) the neighbourhood structure real embeddings have;
+``uniform`` is their worst case. With an approximate kind, the same queries are answered again
+with exact search afterwards and recall@20 against it is reported.
 
 Queries are Cypher strings in the shapes of the paper's MAG examples (Table 24, the golden cases in
 ``tests/golden``): 1-3 triplets, 1-2 constants (names, titles, ``CONTAINS``), ``year`` filters,
-built around a sampled answer paper so that grounding has real work. Each goes through step 3
-(``parse_cypher``), step 4 (symbol candidates, ``l_max`` = 100, embedding included), step 5
-(grounding with expansion), step 6, step 7 and the merge, exactly as ``AutofocusRetriever`` runs them.
+built around a sampled answer paper so that grounding has real work. Each goes through
+``AutofocusRetriever.retrieve`` (steps 3-7 without LM calls, the path ``forward`` runs): step 3
+(``parse_cypher``), the question's embedding, step 4 (symbol candidates, ``l_max`` = 100, their
+embedding included), step 5 (grounding with expansion), step 6, step 7 and the merge.
 
 Run in two child processes: ``prepare`` (build the SKB cache and stores once, kept under
 ``~/.cache/autofocus/bench``) and ``run`` (a fresh process: open, warm up, answer the queries, report
@@ -32,7 +36,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +58,7 @@ PAPER_MAG_S = {
     "6_vss_grounded": (4.61, 4.01, 5.10),
     "7_vss_rest": (2.62, 2.70, 3.13),
 }
-STEPS = ("3_parse", "embed_question", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "merge")
+STEPS = ("3_parse", "embed_question", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "other")
 VARIANT_SEEDS = {"text": 1, "text+rel": 2}
 
 
@@ -64,10 +67,26 @@ def _ready_file(workdir: Path) -> Path:
     return workdir / "READY.json"
 
 
-def phase_prepare(workdir: Path, scale: float, seed: int) -> dict[str, Any]:
+def write_vectors(path: Path, n: int, kind: str, seed: int, dim: int = 384, chunk: int = 131072) -> None:
+    """``n`` unit float16 vectors: uniform random, or around 2,000 Gaussian centres (as bench_search.py)."""
+    if kind == "uniform":
+        synthetic_skb.write_embeddings(path, n, dim=dim, seed=seed)
+        return
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((2000, dim), dtype=np.float32)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(n, dim))
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        x = centres[rng.integers(0, len(centres), m)] + 0.9 * rng.standard_normal((m, dim), dtype=np.float32)
+        out[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    out.flush()
+    del out
+
+
+def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[str, Any]:
     """Write the SKB cache and both embedding stores once; a ``READY.json`` marks a finished build."""
     ready = _ready_file(workdir)
-    wanted = {"scale": scale, "seed": seed, "embedder": EMBEDDER, "variants": sorted(VARIANT_SEEDS)}
+    wanted = {"scale": scale, "seed": seed, "embedder": EMBEDDER, "variants": sorted(VARIANT_SEEDS), "vectors": vectors}
     if ready.is_file() and json.loads(ready.read_text()).get("spec") == wanted:
         return {"reused": True, **json.loads(ready.read_text())}
     import shutil
@@ -89,7 +108,7 @@ def phase_prepare(workdir: Path, scale: float, seed: int) -> dict[str, Any]:
     for variant, vseed in VARIANT_SEEDS.items():
         directory = store_dir(workdir / "index", name, variant)
         directory.mkdir(parents=True)
-        synthetic_skb.write_embeddings(directory / VECTORS, n, seed=seed * 10 + vseed)
+        write_vectors(directory / VECTORS, n, vectors, seed=seed * 10 + vseed)
         np.save(directory / DONE, np.ones(n, dtype=bool))
         manifest = Manifest(
             model=name, dim=384, variant=variant, doc_budget_tokens=384, skb_fingerprint=skb.fingerprint,
@@ -197,65 +216,50 @@ def make_queries(skb: Any, count: int, seed: int) -> list[dict[str, Any]]:
 
 # --- running steps 3-7 ----------------------------------------------------------------------------
 class TimedKB:
-    """The knowledge base with the time spent embedding queries counted (step 4 embeds its constants)."""
+    """The knowledge base with the time spent embedding counted: the question (one ``embed_query``,
+    before step 3) and step 4's constants (one ``embed_queries`` batch)."""
 
     def __init__(self, kb: Any) -> None:
         self.kb = kb
         self.skb = kb.skb
-        self.embed_s = 0.0
+        self.question_s = self.constants_s = 0.0
 
     def index(self, variant: str = "text") -> Any:
         return self.kb.index(variant)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_queries([text])[0]
+        t0 = time.perf_counter()
+        try:
+            return self.kb.embed_query(text)
+        finally:
+            self.question_s += time.perf_counter() - t0
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         t0 = time.perf_counter()
         try:
             return self.kb.embed_queries(texts)
         finally:
-            self.embed_s += time.perf_counter() - t0
+            self.constants_s += time.perf_counter() - t0
 
 
-def retrieve(kb: TimedKB, cfg: Any, cypher: str, question: str, target_type: str) -> tuple[dict[str, float], dict]:
-    """Steps 3-7 and the merge as ``AutofocusRetriever.forward`` runs them; returns per-step seconds and stats."""
-    from autofocus.cypher import parse_cypher
-    from autofocus.program.grounding import ground_with_expansion
-    from autofocus.program.symbols import retrieve_symbol_candidates
-    from autofocus.program.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+def retrieve(program: Any, kb: TimedKB, cypher: str, question: str, target_type: str) -> tuple[dict, dict, dict]:
+    """``AutofocusRetriever.retrieve`` (steps 3-7) for one query: per-step seconds, stats, result ids."""
+    from autofocus.trace import Trace
 
-    skb = kb.skb
-    times: dict[str, float] = {}
-
-    def timed(name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        out = fn()
-        times[name] = time.perf_counter() - t0
-        return out
-
-    qg = timed("3_parse", lambda: parse_cypher(cypher, skb.schema, mode=cfg.type_mode, target_type=target_type))
-    qvec = timed("embed_question", lambda: kb.embed_query(question))
-    grounded, round_of, stats = np.zeros(0, np.int64), {}, {"usable": qg.usable, "triplets": len(qg.triplets)}
-    if qg.usable:
-        kb.embed_s = 0.0
-        sc = timed("4_symbols", lambda: retrieve_symbol_candidates(
-            kb, qg, cfg.l_max, variant=cfg.doc_variant_step4, strict=cfg.type_mode == "strict",
-            exact_name_first=cfg.exact_name_first))  # fmt: skip
-        times["4_embed"] = kb.embed_s
-        res = timed("5_grounding", lambda: ground_with_expansion(
-            skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion))  # fmt: skip
-        grounded, round_of = res.answers, res.round_of
-        stats.update(constants=len(sc.constants), rounds=len(res.rounds), events=len(sc.events))
-    n6 = grounded_slots(cfg.alpha, cfg.k)
-    step6, _ = timed("6_vss_grounded", lambda: step6_rank_grounded(
-        kb, qvec, grounded, n6, cfg.doc_variant_step6, round_of if cfg.step6_order == "round" else None))  # fmt: skip
-    exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
-    n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
-    step7, _ = timed("7_vss_rest", lambda: step7_rank_rest(kb, qvec, [target_type], exclude, n7, cfg.doc_variant_step7))
-    merged = timed("merge", lambda: merge(step6, step7, cfg.k))
-    stats.update(grounded=len(grounded), returned=len(merged.ids))
-    return times, stats
+    trace = Trace(system="bench", question=question)
+    kb.question_s = kb.constants_s = 0.0
+    t0 = time.perf_counter()
+    found = program.retrieve(question, target_type, cypher, trace=trace)
+    total = time.perf_counter() - t0
+    times = {name: rec.seconds for name, rec in trace.steps.items()}
+    times.update(embed_question=kb.question_s, **{"4_embed": kb.constants_s}, total=total)
+    times["other"] = total - kb.question_s - sum(rec.seconds for rec in trace.steps.values())
+    rounds = found.grounding.rounds if found.grounding is not None else []
+    stats = {"usable": bool(trace.flags.get("has_constant")), "constants": len(trace.data.get("symbol_candidates", {})),
+             "rounds": len(rounds), "grounded": len(found.grounded), "returned": len(found.ids)}  # fmt: skip
+    ids = {"merged": found.ids, "step7": [i for i in found.ids if found.strand[i] != "grounded"],
+           "constants": {v: c["ids"] for v, c in trace.data.get("symbol_candidates", {}).items()}}  # fmt: skip
+    return times, stats, ids
 
 
 def _memory() -> dict[str, float]:
@@ -273,6 +277,10 @@ def _summary(values: list[float]) -> dict[str, float]:
             "mean_ms": float(ms.mean())}  # fmt: skip
 
 
+def _recall(got: list[int], truth: list[int]) -> float | None:
+    return len(set(got) & set(truth)) / len(truth) if truth else None
+
+
 def phase_run(workdir: Path, count: int, seed: int, index_kind: str, warmup: int, torch_threads: int) -> dict[str, Any]:
     import torch
 
@@ -280,6 +288,7 @@ def phase_run(workdir: Path, count: int, seed: int, index_kind: str, warmup: int
     from autofocus.index.cache import EmbeddingCache
     from autofocus.index.embedders import get_embedder
     from autofocus.kb import KnowledgeBase
+    from autofocus.program.afr import AutofocusRetriever
     from autofocus.skb.cache import read_cache
 
     if torch_threads:
@@ -293,34 +302,50 @@ def phase_run(workdir: Path, count: int, seed: int, index_kind: str, warmup: int
     embedder = get_embedder(EMBEDDER)
     embedder.embed(["warm up"])
     cold["load_embedder_s"] = time.perf_counter() - t0
-    kb = KnowledgeBase(skb, embedder, workdir / "index", index_kind=index_kind, build_missing=False,  # type: ignore[arg-type]
-                       progress=False, cache=EmbeddingCache(None))  # fmt: skip
+
+    def open_kb(kind: str) -> TimedKB:
+        kb = KnowledgeBase(skb, embedder, workdir / "index", index_kind=kind, build_missing=False,  # type: ignore[arg-type]
+                           progress=False, cache=EmbeddingCache(None))  # fmt: skip
+        for variant in VARIANT_SEEDS:
+            kb.index(variant).prepare(["paper"] if variant == "text+rel" else None)
+        return TimedKB(kb)
+
     t0 = time.perf_counter()
-    for variant in VARIANT_SEEDS:
-        kb.index(variant).prepare(["paper"] if variant == "text+rel" else None)
+    kb = open_kb(index_kind)
     cold["open_or_build_faiss_s"] = time.perf_counter() - t0
     mem_open = _memory()
-    cfg = AutofocusConfig()
-    timed_kb = TimedKB(kb)
+    program = AutofocusRetriever(kb, AutofocusConfig())
     queries = make_queries(skb, count + warmup, seed)
     t0 = time.perf_counter()
     for q in queries[:warmup]:  # first-use costs: name index, column caches, page faults
-        retrieve(timed_kb, cfg, q["cypher"], q["question"], "paper")
+        retrieve(program, kb, q["cypher"], q["question"], "paper")
     cold["warmup_queries_s"] = time.perf_counter() - t0
     rows = []
     for q in queries[warmup:]:
-        times, stats = retrieve(timed_kb, cfg, q["cypher"], q["question"], "paper")
-        rows.append({"shape": q["shape"], "times": times, "stats": stats})
+        times, stats, ids = retrieve(program, kb, q["cypher"], q["question"], "paper")
+        rows.append({"shape": q["shape"], "times": times, "stats": stats, "ids": ids})
     mem_end = _memory()
+    recall = None
+    if index_kind != "flat":  # the same queries with exact search, after the timing and the memory reading
+        exact_kb = open_kb("flat")
+        exact = AutofocusRetriever(exact_kb, AutofocusConfig())
+        per = {"merged@20": [], "step7": [], "step4_constants@20": []}
+        for q, row in zip(queries[warmup:], rows, strict=True):
+            _, _, truth = retrieve(exact, exact_kb, q["cypher"], q["question"], "paper")
+            per["merged@20"].append(_recall(row["ids"]["merged"], truth["merged"]))
+            per["step7"].append(_recall(row["ids"]["step7"], truth["step7"]))
+            per["step4_constants@20"] += [_recall(row["ids"]["constants"].get(v, []), t)
+                                          for v, t in truth["constants"].items()]  # fmt: skip
+        recall = {k: float(np.mean([x for x in v if x is not None])) for k, v in per.items()}
     return {"cold": cold, "memory": {"start": mem0, "after_open": mem_open, "after_queries": mem_end},
-            "rows": rows, "examples": [{k: q[k] for k in ("shape", "cypher")} for q in queries[warmup : warmup + len(SHAPES)]],
+            "rows": rows, "recall": recall, "examples": [{k: q[k] for k in ("shape", "cypher")} for q in queries[warmup : warmup + len(SHAPES)]],
             "index_kind": index_kind, "torch_threads": torch.get_num_threads(), "load_avg": os.getloadavg()}  # fmt: skip
 
 
 # --- report ---------------------------------------------------------------------------------------
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     steps = {s: _summary([r["times"].get(s, 0.0) for r in rows]) for s in (*STEPS, "4_embed")}
-    totals = [sum(r["times"].get(s, 0.0) for s in STEPS) for r in rows]
+    totals = [r["times"]["total"] for r in rows]
     no_embed = [t - r["times"].get("embed_question", 0) - r["times"].get("4_embed", 0) for t, r in zip(totals, rows, strict=True)]
     by_shape: dict[str, Any] = {}
     for shape in SHAPES:
@@ -357,7 +382,7 @@ def print_report(result: dict[str, Any]) -> None:
     for s in (*STEPS[:3], "4_embed", *STEPS[3:]):
         v = agg["steps"][s]
         p = agg["paper_ratio"].get(s)
-        label = "  of which embedding" if s == "4_embed" else s
+        label = {"4_embed": "  of which embedding", "other": "other (merge, trace)"}.get(s, s)
         t.add_row(label, f"{v['median_ms']:.2f}", f"{v['p95_ms']:.2f}", f"{v['max_ms']:.1f}",
                   f"{p['paper_median_s']:.2f} s" if p else "", f"{p['ratio']:,.0f}x" if p else "")  # fmt: skip
     p47 = agg["paper_ratio"]["4-7"]
@@ -382,6 +407,8 @@ def print_report(result: dict[str, Any]) -> None:
         f"after opening: {m['after_open']['rss_mb']:,.0f} MB"
     )
     console.print("Cold start: " + ", ".join(f"{k} {v:.2f}" for k, v in run["cold"].items()))
+    if run.get("recall"):
+        console.print("Recall against exact search: " + ", ".join(f"{k} {v:.3f}" for k, v in run["recall"].items()))
     console.print(f"Grounded strand non-empty for {agg['grounded_nonempty']:.0%} of queries; "
                   f"load average during the run {tuple(round(x, 2) for x in run['load_avg'])} on {result['machine']['cpus']} CPUs")  # fmt: skip
     met = agg["target_met"]
@@ -403,6 +430,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="queries run first and not counted")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--index-kind", choices=["flat", "hnsw", "ivf"], default="flat", help="unfiltered searches")
+    parser.add_argument("--vectors", choices=["clustered", "uniform"], default="clustered", help="node vectors")
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="intra-op threads of the query embedder (0: torch's default, all cores; on a busy "
                              "machine its spinning threads made one embedding 5x slower at the median)")
@@ -410,14 +438,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--phase", choices=["prepare", "run"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    workdir = args.workdir or paths.sub("bench") / f"retrieval-mag-{args.scale:g}-seed{args.seed}"
+    workdir = args.workdir or paths.sub("bench") / f"retrieval-mag-{args.scale:g}-seed{args.seed}-{args.vectors}"
     if args.phase == "prepare":
-        print(json.dumps(phase_prepare(workdir, args.scale, args.seed)))
+        print(json.dumps(phase_prepare(workdir, args.scale, args.seed, args.vectors)))
         return
     if args.phase == "run":
         print(json.dumps(phase_run(workdir, args.queries, args.seed, args.index_kind, args.warmup, args.torch_threads)))
         return
-    common = ["--scale", str(args.scale), "--seed", str(args.seed), "--workdir", str(workdir)]
+    common = ["--scale", str(args.scale), "--seed", str(args.seed), "--workdir", str(workdir), "--vectors", args.vectors]
     result: dict[str, Any] = {
         "command": " ".join(["python benchmarks/bench_retrieval.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "ram_gb": psutil.virtual_memory().total / 2**30,
