@@ -42,6 +42,9 @@ class TextToCypher(dspy.Signature):
     - Date format: format dates as YYYY-MM-DD.
     - Give named entities as {name: "..."} properties of their node.
     - At the end of the query, RETURN y.name for the target node (y:target_type).
+    Example of the syntax (replace the placeholders with the available labels and the question's names):
+    MATCH (y:TARGET_LABEL)-[:RELATIONSHIP_LABEL]->(b:NODE_LABEL {name: "NAME FROM THE QUESTION"})
+    RETURN y.name
     Only return one Cypher query, no additional information."""
 
     kb_description: str = dspy.InputField(desc="what the knowledge base is about")
@@ -49,7 +52,6 @@ class TextToCypher(dspy.Signature):
     relationship_labels: list[str] = dspy.InputField(desc="available relationship labels as (:source)-[:type]->(:target)")
     attribute_names: list[str] = dspy.InputField(desc="attribute names usable in WHERE, besides name")
     target_type: str = dspy.InputField(desc="the label of the node the question asks for")
-    example: str = dspy.InputField(desc="an example of the expected syntax")
     question: str = dspy.InputField()
     cypher: str = dspy.OutputField(desc="one Cypher query")
 
