@@ -105,7 +105,9 @@ def planted_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("planted")
     nodes = [{"id": i, "type": "tag", "name": n} for i, n in TAGS.items()]
     nodes += [{"id": i, "type": "item", "name": f"i{i}", "text": d} for i, d in DOCS.items()]
-    write_skb_dir(path, SCHEMA, sorted(nodes, key=lambda n: n["id"]), EDGES, QA, {"val": [0, 1], "test": [1, 0]})
+    write_skb_dir(
+        path, SCHEMA, sorted(nodes, key=lambda n: n["id"]), EDGES, QA, {"val": [0, 1], "test": [1, 0]}
+    )
     return path
 
 
@@ -113,7 +115,9 @@ def planted_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def planted_kb(planted_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> KnowledgeBase:
     skb = load_skb_dir(planted_dir, progress=False)
     root = tmp_path_factory.mktemp("planted_index")
-    return KnowledgeBase(skb, KeywordEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None))
+    return KnowledgeBase(
+        skb, KeywordEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None)
+    )
 
 
 @pytest.fixture
@@ -126,7 +130,9 @@ def base_config(tmp_path: Path) -> Path:
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, planted_kb: KnowledgeBase) -> CliRunner:
     monkeypatch.setattr(tune_cmd, "open_kb", lambda path, embedder: planted_kb)
-    monkeypatch.setattr(registry, "apply_lms", lambda program, config: None)  # the scripted LM comes from context
+    monkeypatch.setattr(
+        registry, "apply_lms", lambda program, config: None
+    )  # the scripted LM comes from context
     install_usage_callback()
     return CliRunner()
 
@@ -152,7 +158,9 @@ def test_study_finds_the_planted_alpha_asks_the_llm_once_and_resumes(
     best = load_config(out / "best_config.json")  # what `ask`/`eval --config` read
     assert 0.375 <= best.alpha < 0.625 and best.k == 4 and best.reranker == "listwise"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["pre_rerank"]["defaults"]["hit@4"] == 0.5 and summary["pre_rerank"]["tuned"]["hit@4"] == 1.0
+    assert (
+        summary["pre_rerank"]["defaults"]["hit@4"] == 0.5 and summary["pre_rerank"]["tuned"]["hit@4"] == 1.0
+    )
     assert summary["complete_trials"] == 12 and summary["trials_this_run"] == 12
     for name in ("alpha.png", "l_max.png", "history.png", "alpha.csv", "alpha.md", "l_max.csv", "summary.md"):
         assert (out / name).is_file(), name
@@ -175,7 +183,10 @@ def test_study_finds_the_planted_alpha_asks_the_llm_once_and_resumes(
     assert len(confirm_dirs) == 2 and all((out / d / "traces.jsonl").is_file() for d in confirm_dirs)
     assert (out / "alpha_test.csv").is_file()
     # the confirmation runs the whole program (step 8 too); the test split's questions were cached already
-    assert lm2.fields().count("ranking") == 4 and len((out / tune.LLM_OUTPUTS_FILE).read_text().splitlines()) == 2
+    assert (
+        lm2.fields().count("ranking") == 4
+        and len((out / tune.LLM_OUTPUTS_FILE).read_text().splitlines()) == 2
+    )
 
 
 def test_a_study_refuses_another_objective_and_seeds_reproduce(
@@ -187,12 +198,17 @@ def test_a_study_refuses_another_objective_and_seeds_reproduce(
         res = invoke(cli, scripted_lm(), *common, "--out", tmp_path / name, "--study", "s", "--seed", "7")
         assert res.exit_code == 0, res.output
     params = [
-        [t.params for t in optuna.load_study(study_name="s", storage=tune.default_storage(tmp_path / n)).trials]
+        [
+            t.params
+            for t in optuna.load_study(study_name="s", storage=tune.default_storage(tmp_path / n)).trials
+        ]
         for n in ("a", "b")
     ]
     assert params[0] == params[1] and len({json.dumps(p, sort_keys=True) for p in params[0]}) > 1
 
-    res = invoke(cli, scripted_lm(), *common, "--out", tmp_path / "a", "--study", "s", "--seed", "7", "--limit", "1")
+    res = invoke(
+        cli, scripted_lm(), *common, "--out", tmp_path / "a", "--study", "s", "--seed", "7", "--limit", "1"
+    )
     assert res.exit_code == tune_cmd.EXIT_MISMATCH
     assert "tunes something else" in res.output and "identity.questions" in res.output
 
@@ -206,7 +222,9 @@ def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_valu
     _, preset_cfg = registry.resolve_config("afr-code", cfg)
     program = registry.build_program("afr-code", planted_kb, preset_cfg, with_lms=False)
     program.cypher.demos = [dspy.Example(question="DEMO-MARKER penguins", cypher="MATCH (i:item) RETURN i")]
-    path = save_program(program, "afr-code", preset_cfg, tmp_path / "program.json", {"predictors": ["cypher"]})
+    path = save_program(
+        program, "afr-code", preset_cfg, tmp_path / "program.json", {"predictors": ["cypher"]}
+    )
     out = tmp_path / "study"
     lm = scripted_lm()
     res = invoke(cli, lm, "--skb", planted_dir, "--out", out, "--program", path, "--params", "alpha,l_max",
@@ -215,7 +233,11 @@ def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_valu
     steps12 = [c for c in lm.calls if c[0] == "cypher"]
     assert steps12 and all("DEMO-MARKER" in json.dumps(c[2]) for c in steps12)
     best = load_config(out / "best_config.json")
-    assert (best.expansion, best.step6_order, best.k) == ("code", "round", 4)  # the program's preset and config
+    assert (best.expansion, best.step6_order, best.k) == (
+        "code",
+        "round",
+        4,
+    )  # the program's preset and config
     manifest = json.loads(next(out.glob("confirm-val-*/manifest.json")).read_text())
     assert manifest["system"].startswith("afr-code") and manifest["program"]["path"] == str(path)
     assert manifest["config"]["alpha"] == best.alpha and manifest["config"]["l_max"] == best.l_max
@@ -236,7 +258,9 @@ def test_rerank_trials_tune_k_against_llm_calls(
     assert "Pareto front: hit@1 vs lm_calls" in res.output
     study = optuna.load_study(study_name="afr-tune", storage=tune.default_storage(out))
     trials = tune.complete_trials(study)
-    assert len(trials) == 5 and {t.values[1] for t in trials} == {2.0}  # step 2 (cached) + one listwise prompt
+    assert len(trials) == 5 and {t.values[1] for t in trials} == {
+        2.0
+    }  # step 2 (cached) + one listwise prompt
     assert all(5 <= t.params["k"] <= 50 and t.params["k"] % 5 == 0 for t in trials)
     # every trial and the baseline, best and sweeps reranked each question once; step 2 ran once per question
     assert lm.fields().count("cypher") == 2 and lm.fields().count("ranking") >= 2 * (5 + 2)
@@ -309,11 +333,15 @@ def test_evaluation_matches_forward_and_sweeps_cover_the_grids(
     assert {r["hit@4"] for r in rows if not 0.375 <= r["alpha"] < 0.625} == {0.5}
     table = tune.sweep_l_max(ev, cfg)
     assert [r["l_max"] for r in table] == list(tune.L_MAX_GRID)
-    assert table[0]["processed"] == 0.0 and table[0]["steps1-7"]["hit@4"] == 1.0  # l_max 0: VSS over all items
+    assert (
+        table[0]["processed"] == 0.0 and table[0]["steps1-7"]["hit@4"] == 1.0
+    )  # l_max 0: VSS over all items
     assert table[-1]["steps1-6"]["hit@4"] == 0.5  # the grounded strand alone finds A only
 
 
-def test_retrieve_is_stateless_across_threads(planted_kb: KnowledgeBase, planted_program: AutofocusRetriever) -> None:
+def test_retrieve_is_stateless_across_threads(
+    planted_kb: KnowledgeBase, planted_program: AutofocusRetriever
+) -> None:
     configs = [AutofocusConfig(k=4, alpha=a, l_max=lm, expansion=e)
                for a in (0.0, 0.5, 1.0) for lm in (1, 3, 50) for e in ("paper", "code")]  # fmt: skip
     expected = [planted_program.retrieve(q, "item", CYPHER[q], c).ids for c in configs for q in CYPHER]
@@ -345,7 +373,9 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     assert got[0].cypher == CYPHER["red walrus"] and got[0].target_type == "item" and got[0].lm_calls == 1
 
     real_ask = tune.ask_llm
-    down = tune.LLMOutput(1, "zebra", "item", None, events=["llm_error: LMTransportError: connection refused"])
+    down = tune.LLMOutput(
+        1, "zebra", "item", None, events=["llm_error: LMTransportError: connection refused"]
+    )
     monkeypatch.setattr(tune, "ask_llm", lambda program, item: down)
     got, asked = tune.fill_llm_outputs(planted_program, items, cache, concurrency=2)
     assert asked == 1 and got[1] is down and tune.transient(down)  # used now, not saved
@@ -362,7 +392,9 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     cfg = AutofocusConfig()
     typed = cfg.model_copy(update={"query_format": "typed"})
     assert tune.llm_identity("afr", cfg, "f") != tune.llm_identity("afr", typed, "f")
-    assert tune.llm_identity("afr", cfg, "f") == tune.llm_identity("afr", cfg.model_copy(update={"alpha": 0.1}), "f")
+    assert tune.llm_identity("afr", cfg, "f") == tune.llm_identity(
+        "afr", cfg.model_copy(update={"alpha": 0.1}), "f"
+    )
 
 
 def test_params_and_ranges_are_validated() -> None:
@@ -376,7 +408,9 @@ def test_params_and_ranges_are_validated() -> None:
             tune.parse_range(bad)
     base = AutofocusConfig(l_max=1_500_000, k=20)
     assert tune.in_space(base, ["alpha", "l_max", "k", "doc_variant_step7"], (1, 300)) == {
-        "alpha": pytest.approx(2 / 3), "k": 20, "doc_variant_step7": "text+rel"
+        "alpha": pytest.approx(2 / 3),
+        "k": 20,
+        "doc_variant_step7": "text+rel",
     }
 
 
@@ -406,7 +440,9 @@ def test_grounding_metrics_use_the_whole_grounded_set(tmp_path: Path) -> None:
         ["item", "tag"], [0] * n_items + [1], [(i, "has", n_items) for i in range(n_items)],
         {"has": ("item", "tag")}, names=[f"item {i}" for i in range(n_items)] + ["red"], candidate_types=["item"],
     )  # fmt: skip
-    kb = KnowledgeBase(skb, HashEmbedder(), tmp_path, build_missing=True, progress=False, cache=EmbeddingCache(None))
+    kb = KnowledgeBase(
+        skb, HashEmbedder(), tmp_path, build_missing=True, progress=False, cache=EmbeddingCache(None)
+    )
     cfg = AutofocusConfig(k=5, reranker="none")
     program = registry.build_program("afr", kb, cfg, with_lms=False)
     lm = ScriptedLM({

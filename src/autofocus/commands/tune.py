@@ -51,14 +51,18 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 def tune_command(
     skb: Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)],
     split: Annotated[str, typer.Option(help="QA split the study optimises on")] = "val",
-    trials: Annotated[int, typer.Option(help="complete trials the study should hold (a rerun tops up)", min=1)] = 200,
+    trials: Annotated[
+        int, typer.Option(help="complete trials the study should hold (a rerun tops up)", min=1)
+    ] = 200,
     study: Annotated[str, typer.Option(help="study name (several machines may share one)")] = "afr-tune",
     storage: Annotated[
         str | None, typer.Option(help="Optuna storage URL, e.g. sqlite:///x.db or postgresql://...")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="output folder (default runs/tune-<study>)")] = None,
     metric: Annotated[str, typer.Option(help="objective: hit@k, recall@k or mrr (pre-rerank)")] = "hit@20",
-    second: Annotated[str, typer.Option(help="second objective for a Pareto front: none|latency|lm_calls")] = "none",
+    second: Annotated[
+        str, typer.Option(help="second objective for a Pareto front: none|latency|lm_calls")
+    ] = "none",
     params: Annotated[
         str | None, typer.Option(help="comma list of settings to tune (default: alpha,l_max,expansion,...)")
     ] = None,
@@ -73,8 +77,12 @@ def tune_command(
     program: Annotated[
         Path | None, typer.Option(help="optimised program from `autofocus optimize`", exists=True)
     ] = None,
-    lm: Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="questions asked in parallel (threads)", min=1)] = None,
+    lm: Annotated[
+        str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="questions asked in parallel (threads)", min=1)
+    ] = None,
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="evaluate the best config with the reranker")
     ] = True,
@@ -161,7 +169,12 @@ def tune_command(
             registry.apply_lms(prog, cfg)
             lms_attached.append(True)
         with progress_bar(err_console, progress and bool(missing)) as bar:
-            task = bar.add_task(f"steps 1-2 ({label})", total=len(questions), completed=len(questions) - len(missing), stats="")
+            task = bar.add_task(
+                f"steps 1-2 ({label})",
+                total=len(questions),
+                completed=len(questions) - len(missing),
+                stats="",
+            )
             got, asked = tuning.fill_llm_outputs(
                 prog, questions, cache, concurrency=cfg.concurrency, on_done=lambda _: bar.advance(task)
             )
@@ -169,7 +182,11 @@ def tune_command(
         console.print(
             f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now"
             + (f", [yellow]{failed} LM failures (asked again next run)[/]" if failed else "")
-            + (f" ({cache.other_identities} cached lines of other LMs/prompts ignored)" if cache.other_identities else "")
+            + (
+                f" ({cache.other_identities} cached lines of other LMs/prompts ignored)"
+                if cache.other_identities
+                else ""
+            )
         )
         return got
 
@@ -210,7 +227,9 @@ def tune_command(
         try:
             ran = tuning.run_study(st, spec, evaluate, cfg, trials, callback=on_trial)
         except KeyboardInterrupt:
-            raise _fail(f"Interrupted; run the same command again to resume study {study!r}.", EXIT_INTERRUPTED) from None
+            raise _fail(
+                f"Interrupted; run the same command again to resume study {study!r}.", EXIT_INTERRUPTED
+            ) from None
     elapsed = time.perf_counter() - start
     if ran:
         console.print(
@@ -224,33 +243,20 @@ def tune_command(
     tuned = evaluate(best_cfg, rerank=spec.rerank)
 
     # sensitivity: alpha (Fig. 2) on the tuning split (and the test split), l_max (Table 19)
-    from autofocus.optimize import tune_plots as plots
-
-    curves = {split: tuning.sweep_alpha(evaluate, best_cfg)}
+    evaluators = {split: evaluate}
     if test_items:
         test_outputs = outputs_for(test_items, test_split or "test")
-        test_eval = tuning.ConfigEvaluator(prog, test_items, test_outputs, candidates, tuning.metric_ks(spec.metric))
-        curves[test_split or "test"] = tuning.sweep_alpha(test_eval, best_cfg)
-    alpha_cols = ["alpha", *SHOWN_METRICS, "seconds"]
-    for label, rows in curves.items():
-        stem = out / ("alpha" if label == split else f"alpha_{label}")
-        tuning.write_table([{**r, "split": label} for r in rows], alpha_cols, stem)
-    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.alpha, best_alpha=best_cfg.alpha)
-    l_sweep = tuning.sweep_l_max(evaluate, best_cfg)
-    l_rows = [tuning.flat(r) for r in l_sweep]
-    l_cols = ["l_max", "processed", "precision", "specificity", "nonempty",
-              "steps1-6 hit@20", "steps1-6 recall@20", "steps1-7 hit@20", "steps1-7 recall@20"]  # fmt: skip
-    tuning.write_table(l_rows, l_cols, out / "l_max")
-    plots.plot_l_max(l_sweep, out / plots.L_MAX_PNG)
-    values = [t.values[0] for t in sorted(tuning.complete_trials(st), key=lambda t: t.number)]
-    plots.plot_history(values, out / plots.HISTORY_PNG, spec.metric, baseline=baseline.metrics[spec.metric])
-    imp = tuning.importances(st, spec)
-    if imp:
-        plots.plot_importance(imp, out / plots.IMPORTANCE_PNG)
+        ks = tuning.metric_ks(spec.metric)
+        evaluators[test_split or "test"] = tuning.ConfigEvaluator(
+            prog, test_items, test_outputs, candidates, ks
+        )
+    l_rows, imp = _sensitivity(out, evaluators, cfg, best_cfg, st, baseline.metrics[spec.metric], spec.metric)
 
     _print_settings(cfg, best_cfg, spec.params)
-    _print_metrics(f"{split}, {'after reranking' if spec.rerank else 'pre-rerank'} ({len(items)} questions)",
-                   {"defaults": baseline, "tuned": tuned})
+    _print_metrics(
+        f"{split}, {'after reranking' if spec.rerank else 'pre-rerank'} ({len(items)} questions)",
+        {"defaults": baseline, "tuned": tuned},
+    )
     front = tuning.pareto_front(st) if spec.multi else []
     if front:
         _print_front(front, spec)
@@ -268,25 +274,10 @@ def tune_command(
         for run_split, run_items, label, run_cfg in runs:
             run_dir = out / f"confirm-{run_split}-{config_hash(run_cfg)}"
             console.rule(f"confirmation: {label} settings on {run_split} -> {run_dir}")
-            result, _ = eval_cmd._run_system(
-                lambda _embedder: kb,
-                tuning.system_spec(name, run_cfg),
-                run_cfg,
-                run_items,
-                run_dir,
-                skb_path=skb,
-                split=run_split,
-                limit=None,
-                program_file=program,
-                force_new=False,
-                progress=progress,
+            spec_of_run = tuning.system_spec(name, run_cfg)
+            confirmed[f"{label} on {run_split}"] = _confirm(
+                kb, spec_of_run, run_cfg, run_items, run_dir, skb, run_split, program, progress
             )
-            if result.interrupted:
-                raise _fail(f"Interrupted; run the same command again to finish {run_dir}.", EXIT_INTERRUPTED)
-            summary = json.loads((run_dir / "summary.json").read_text())  # written by the evaluation
-            confirmed[f"{label} on {run_split}"] = {
-                m: (summary["metrics"].get(m) or {}).get("mean") for m in SHOWN_METRICS
-            } | {"run": str(run_dir)}
         _print_confirmed(confirmed)
 
     summary_data = {
@@ -297,7 +288,10 @@ def tune_command(
         "best_trial": best.number,
         "best_params": best.params,
         "best_config": str(out / tuning.BEST_CONFIG_FILE),
-        "pre_rerank" if not spec.rerank else "reranked": {"defaults": baseline.as_dict(), "tuned": tuned.as_dict()},
+        "pre_rerank" if not spec.rerank else "reranked": {
+            "defaults": baseline.as_dict(),
+            "tuned": tuned.as_dict(),
+        },
         "pareto_front": [{"trial": t.number, "values": t.values, "params": t.params} for t in front],
         "importances": imp,
         "confirmation": confirmed,
@@ -310,6 +304,66 @@ def tune_command(
         f"Best settings: {out / tuning.BEST_CONFIG_FILE} (use with `autofocus eval --config` or `ask --config`); "
         f"tables and plots in {out}"
     )
+
+
+def _sensitivity(
+    out: Path,
+    evaluators: dict[str, Any],
+    cfg: AutofocusConfig,
+    best: AutofocusConfig,
+    study: Any,
+    baseline: float,
+    metric: str,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Sweep alpha on each split and l_max on the first (tables and PNGs); history and importances."""
+    from autofocus.optimize import tune as tuning
+    from autofocus.optimize import tune_plots as plots
+
+    first = next(iter(evaluators))
+    curves = {label: tuning.sweep_alpha(ev, best) for label, ev in evaluators.items()}
+    for label, rows in curves.items():
+        tuning.write_table(
+            rows,
+            ["alpha", *SHOWN_METRICS, "seconds"],
+            out / ("alpha" if label == first else f"alpha_{label}"),
+        )
+    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.alpha, best_alpha=best.alpha)
+    sweep = tuning.sweep_l_max(evaluators[first], best)
+    rows = [tuning.flat(r) for r in sweep]
+    cols = ["l_max", "processed", "precision", "specificity", "nonempty",
+            "steps1-6 hit@20", "steps1-6 recall@20", "steps1-7 hit@20", "steps1-7 recall@20"]  # fmt: skip
+    tuning.write_table(rows, cols, out / "l_max")
+    plots.plot_l_max(sweep, out / plots.L_MAX_PNG)
+    values = [t.values[0] for t in sorted(tuning.complete_trials(study), key=lambda t: t.number)]
+    plots.plot_history(values, out / plots.HISTORY_PNG, metric, baseline=baseline)
+    imp = tuning.importances(study)
+    if imp:
+        plots.plot_importance(imp, out / plots.IMPORTANCE_PNG)
+    return rows, imp
+
+
+def _confirm(
+    kb: Any,
+    system: str,
+    cfg: AutofocusConfig,
+    items: list[Any],
+    run_dir: Path,
+    skb: Path,
+    split: str,
+    program: Path | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """A resumable evaluation run of ``cfg`` with every step (the reranker too); its mean metrics."""
+    from autofocus.commands import eval as eval_cmd
+
+    result, _ = eval_cmd._run_system(
+        lambda _embedder: kb, system, cfg, items, run_dir, skb_path=skb, split=split, limit=None,
+        program_file=program, force_new=False, progress=progress,
+    )  # fmt: skip
+    if result.interrupted:
+        raise _fail(f"Interrupted; run the same command again to finish {run_dir}.", EXIT_INTERRUPTED)
+    summary = json.loads((run_dir / "summary.json").read_text())  # written by the evaluation
+    return {m: (summary["metrics"].get(m) or {}).get("mean") for m in SHOWN_METRICS} | {"run": str(run_dir)}
 
 
 def _print_settings(cfg: AutofocusConfig, best: AutofocusConfig, names: list[str]) -> None:
@@ -341,7 +395,9 @@ def _print_front(front: list[Any], spec: Any) -> None:
     for col in ("trial", spec.metric, second, "settings"):
         table.add_column(col)
     for t in front[:15]:
-        settings = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items())
+        settings = ", ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items()
+        )
         table.add_row(str(t.number), f"{t.values[0]:.3f}", f"{t.values[1]:.4g}", settings)
     console.print(table)
 
@@ -350,7 +406,15 @@ def _print_l_max(rows: list[dict[str, Any]]) -> None:
     from autofocus.optimize.tune import fmt
 
     table = Table(title="l_max sensitivity (cf. paper Table 19; tuned settings otherwise)")
-    cols = ["l_max", "processed", "precision", "specificity", "nonempty", "steps1-7 hit@20", "steps1-7 recall@20"]
+    cols = [
+        "l_max",
+        "processed",
+        "precision",
+        "specificity",
+        "nonempty",
+        "steps1-7 hit@20",
+        "steps1-7 recall@20",
+    ]
     for c in cols:
         table.add_column(c, justify="right")
     for r in rows:
@@ -392,7 +456,9 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
         lines += ["", "## Confirmation runs (with the reranker)", "",
                   "| settings | " + " | ".join(SHOWN_METRICS) + " | run |", "|---|" + "---|" * (len(SHOWN_METRICS) + 1)]  # fmt: skip
         for label, row in data["confirmation"].items():
-            lines.append(f"| {label} | " + " | ".join(fmt(row.get(m)) for m in SHOWN_METRICS) + f" | {row['run']} |")
+            lines.append(
+                f"| {label} | " + " | ".join(fmt(row.get(m)) for m in SHOWN_METRICS) + f" | {row['run']} |"
+            )
     if data["importances"]:
         lines += ["", "## Parameter importance", "", "| setting | importance |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in data["importances"].items()]

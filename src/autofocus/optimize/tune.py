@@ -289,7 +289,13 @@ class Evaluation:
     n: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.metrics, **self.grounding, "seconds": self.seconds, "lm_calls": self.lm_calls, "n": self.n}
+        return {
+            **self.metrics,
+            **self.grounding,
+            "seconds": self.seconds,
+            "lm_calls": self.lm_calls,
+            "n": self.n,
+        }
 
 
 def metric_ks(metric: str) -> tuple[int, ...]:
@@ -367,7 +373,9 @@ class ConfigEvaluator:
             if self.make_program is None:
                 raise ValueError("reranking trials need make_program (a program per config)")
             program = self.make_program(cfg)
-            rows = map_concurrently(lambda it: self._one(program, cfg, it, True), self.items, self.concurrency)
+            rows = map_concurrently(
+                lambda it: self._one(program, cfg, it, True), self.items, self.concurrency
+            )
         else:
             rows = [self._one(self.program, cfg, it, False) for it in self.items]
         names = list(rows[0]["metrics"]) if rows else []
@@ -414,7 +422,9 @@ class StudySpec:
         self.metric = self.metric.strip().lower()
         metric_ks(self.metric)
         if self.second not in SECOND_OBJECTIVES:
-            raise ValueError(f"second objective must be one of {', '.join(SECOND_OBJECTIVES)}, got {self.second!r}")
+            raise ValueError(
+                f"second objective must be one of {', '.join(SECOND_OBJECTIVES)}, got {self.second!r}"
+            )
         if self.second == "lm_calls" and not self.rerank:
             raise ValueError(
                 "pre-rerank trials make the same LLM calls whatever the settings (steps 1-2, asked once): "
@@ -568,7 +578,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial:
     return front[0]
 
 
-def importances(study: optuna.Study, spec: StudySpec) -> dict[str, float]:
+def importances(study: optuna.Study) -> dict[str, float]:
     """Optuna's parameter importances for the first objective ({} with too few trials or one value)."""
     trials = complete_trials(study)
     if len(trials) < 4 or len({t.values[0] for t in trials}) < 2:
@@ -606,7 +616,9 @@ def sweep_l_max(
         at = config_with(cfg, {"l_max": int(l_max)})
         strand = evaluate(config_with(at, {"steps": "1-6", "alpha": 1.0}))
         full = evaluate(at)
-        rows.append({"l_max": int(l_max), **strand.grounding, "steps1-6": strand.metrics, "steps1-7": full.metrics})
+        rows.append(
+            {"l_max": int(l_max), **strand.grounding, "steps1-6": strand.metrics, "steps1-7": full.metrics}
+        )
     return rows
 
 

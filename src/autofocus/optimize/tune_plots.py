@@ -60,8 +60,17 @@ def plot_l_max(rows: Sequence[Mapping[str, Any]], path: Path, title: str | None 
     xs = list(range(len(rows)))
     fig = Figure(figsize=(9, 3.8), layout="constrained")
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    for key, name in (("precision", "precision"), ("specificity", "specificity (recall)"), ("nonempty", ">0 grounded")):
-        left.plot(xs, [100 * r[key] if r.get(key) is not None else float("nan") for r in rows], marker=".", label=name)
+    for key, name in (
+        ("precision", "precision"),
+        ("specificity", "specificity (recall)"),
+        ("nonempty", ">0 grounded"),
+    ):
+        left.plot(
+            xs,
+            [100 * r[key] if r.get(key) is not None else float("nan") for r in rows],
+            marker=".",
+            label=name,
+        )
     left.set_title("grounded set (steps 1-5)")
     for part, style in (("steps1-6", "--"), ("steps1-7", "-")):
         for metric in ("hit@20", "recall@20"):

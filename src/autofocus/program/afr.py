@@ -57,8 +57,12 @@ def derive_target_type(
         return types[0]
     with trace.step("1_target_type"):
         pred, raw = safe_predict(
-            predictor, trace, "1_target_type",
-            kb_description=context.kb_description, candidate_types=types, question=question,
+            predictor,
+            trace,
+            "1_target_type",
+            kb_description=context.kb_description,
+            candidate_types=types,
+            question=question,
         )
     if pred is not None:
         return str(pred.target_type)
@@ -138,7 +142,9 @@ class AutofocusRetriever(dspy.Module):
         return y_type, cypher
 
     # --- step 3 -----------------------------------------------------------------------------------
-    def parse(self, cypher: str | None, target_type: str | None, cfg: AutofocusConfig, trace: Trace) -> QueryGraph | None:
+    def parse(
+        self, cypher: str | None, target_type: str | None, cfg: AutofocusConfig, trace: Trace
+    ) -> QueryGraph | None:
         if not cypher:
             trace.flags["valid_cypher"] = False
             return None
@@ -154,7 +160,9 @@ class AutofocusRetriever(dspy.Module):
         return qg
 
     # --- steps 4 and 5 ----------------------------------------------------------------------------
-    def ground(self, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace) -> tuple[QueryGraph, GroundingResult] | None:
+    def ground(
+        self, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace
+    ) -> tuple[QueryGraph, GroundingResult] | None:
         """Symbol candidates and grounding; None when the graph has nothing to ground."""
         skb = self.kb.skb  # type: ignore[attr-defined]
         if not qg.usable:
@@ -162,18 +170,25 @@ class AutofocusRetriever(dspy.Module):
             return None
         with trace.step("4_symbols"):
             sc = retrieve_symbol_candidates(
-                self.kb, qg, cfg.l_max, variant=cfg.doc_variant_step4,
-                strict=cfg.type_mode == "strict", exact_name_first=cfg.exact_name_first,
+                self.kb,
+                qg,
+                cfg.l_max,
+                variant=cfg.doc_variant_step4,
+                strict=cfg.type_mode == "strict",
+                exact_name_first=cfg.exact_name_first,
             )
         for kind, detail in sc.events:
             trace.event("4_symbols", kind, detail)
         trace.data["symbol_candidates"] = {
-            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()} for v, ids in sc.constants.items()
+            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()}
+            for v, ids in sc.constants.items()
         }
         trace.data["filters"] = sc.applied_filters
         with trace.step("5_grounding"):
             if cfg.edge_mode == "lenient":
-                qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
+                qg = qg.model_copy(
+                    update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]}
+                )
             result = ground_with_expansion(
                 skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
             )
@@ -221,7 +236,11 @@ class AutofocusRetriever(dspy.Module):
                     step6 = order[:n6]
                 else:
                     step6, s6 = step6_rank_grounded(
-                        self.kb, qvec, grounded, n6, cfg.doc_variant_step6,
+                        self.kb,
+                        qvec,
+                        grounded,
+                        n6,
+                        cfg.doc_variant_step6,
                         round_of if cfg.step6_order == "round" else None,
                     )
                     scores.update(zip(step6, s6, strict=True))
@@ -251,12 +270,17 @@ class AutofocusRetriever(dspy.Module):
         if cfg.steps == "1-8" and self.reranker is not None and ranked:
             with trace.step("8_rerank"):
                 ranked = self.reranker(
-                    question=question, candidates=ranked, skb=skb, target_type=y_type,
-                    retrieved=found.neighbourhood(), trace=trace,
+                    question=question,
+                    candidates=ranked,
+                    skb=skb,
+                    target_type=y_type,
+                    retrieved=found.neighbourhood(),
+                    trace=trace,
                 )
         if found.grounding is not None and found.query_graph is not None:
             trace.data["support"] = {
                 str(i): support_paths(skb, found.query_graph, found.grounding.final_sets, i)
-                for i in ranked[: cfg.k] if found.strand.get(i) in ("grounded", "both")
+                for i in ranked[: cfg.k]
+                if found.strand.get(i) in ("grounded", "both")
             }
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
