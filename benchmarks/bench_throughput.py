@@ -14,7 +14,8 @@ script never starts a local model.
 
 Besides questions/minute it reports, from a DSPy callback on the client side, how many LM calls were
 in flight on average (the sum of call durations over the wall time): with a remote server that is
-the number the server was kept busy with.
+the number the server was kept busy with. Each level's rankings are compared with the first level's:
+with a deterministic server, concurrency must not change any answer (no state shared by threads).
 
     .venv/bin/python benchmarks/bench_throughput.py                               # fake server, 300 ms
     .venv/bin/python benchmarks/bench_throughput.py --reranker pointwise --limit 32
@@ -122,6 +123,7 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
         "lm_call_s_median": float(np.median(meter.durations)) if meter.durations else None,
         "mean_calls_in_flight": sum(meter.durations) / wall, "peak_calls_in_flight": meter.peak,
         "hit@1": float(np.mean([r["metrics"]["hit@1"] for r in records if r["status"] == "ok"] or [0])),
+        "ranked": {str(r["id"]): r.get("ranked") for r in records},
     }  # fmt: skip
 
 
@@ -149,7 +151,7 @@ def main() -> None:
     from autofocus.runtime import load_config
     from autofocus.skb.qa import load_qa
 
-    console = Console()
+    console = Console(width=max(Console().width, 110))
     if not args.skb.exists() and args.skb == ROOT / "data" / "demo":
         from autofocus.demo.build import build_demo_skb
 
@@ -177,6 +179,8 @@ def main() -> None:
             for c in levels:
                 cfg = load_config(None, lm=lm, reranker=args.reranker, concurrency=c)
                 rows.append(run_level(kb_for, args.system, cfg, items, Path(tmp) / f"c{c}", meter))
+                same = [rows[-1]["ranked"].get(q) == r for q, r in rows[0]["ranked"].items()]
+                rows[-1]["same_ranking_as_first_level"] = f"{sum(same)}/{len(same)}"  # threads share no state
                 console.print(f"concurrency {c}: {rows[-1]['questions_per_min']:.1f} questions/min")
     finally:
         if server is not None:
@@ -193,14 +197,15 @@ def main() -> None:
     where = f"stand-in server, {args.latency * 1e3:.0f} ms per request" if server else f"{base_url} ({lm})"
     table = Table(title=f"autofocus eval throughput: {args.system} (reranker {args.reranker or 'auto'}), "
                         f"{len(items)} {args.split} questions, {where}")  # fmt: skip
-    for col in ("concurrency", "questions/min", "speed-up", "s/question median (p95)", "LM calls/question",
-                "LM calls in flight: mean (peak)", "errors"):  # fmt: skip
+    for col in ("concurrency", "questions/min", "speed-up", "s/question (p95)", "LM calls/q", "in flight (peak)",
+                "errors", "same ranking"):  # fmt: skip
         table.add_column(col, justify="right")
     base = rows[0]["questions_per_min"] if rows else 1.0
     for r in rows:
         table.add_row(str(r["concurrency"]), f"{r['questions_per_min']:.1f}", f"{r['questions_per_min'] / base:.1f}x",
                       f"{r['question_s_median']:.2f} ({r['question_s_p95']:.2f})", f"{r['lm_calls_per_question']:.1f}",
-                      f"{r['mean_calls_in_flight']:.1f} ({r['peak_calls_in_flight']})", str(r["errors"]))  # fmt: skip
+                      f"{r['mean_calls_in_flight']:.1f} ({r['peak_calls_in_flight']})", str(r["errors"]),
+                      r["same_ranking_as_first_level"])  # fmt: skip
     console.print(table)
     console.print(f"load average {tuple(round(x, 2) for x in os.getloadavg())} on {os.cpu_count()} CPUs; wrote {args.out}")
 
