@@ -127,9 +127,12 @@ def test_expansion_stops_at_k_and_schedule():
 
 
 def test_expansion_cut_sequences():
-    assert list(expansion_cuts(100, "paper")) == [1, 2, 3, 5, 9, 27]
+    assert list(expansion_cuts(100, "paper")) == [1, 2, 3, 5, 9, 27, 100]
+    assert list(expansion_cuts(33, "paper")) == [1, 2, 3, 5, 9, 27, 33]
+    assert list(expansion_cuts(27, "paper")) == [1, 2, 3, 5, 9, 27]
     assert list(expansion_cuts(100, "code")) == [1, 2, 3, 5, 8, 12, 18, 27, 41, 62, 93]
-    assert list(expansion_cuts(1, "paper")) == []
+    assert list(expansion_cuts(1, "paper")) == [1]
+    assert list(expansion_cuts(0, "paper")) == []
     assert list(expansion_cuts(3, "code")) == [1, 2, 3]
 
 

@@ -30,20 +30,25 @@ class GroundingResult:
 def expansion_cuts(l_max: int, schedule: str = "paper") -> Iterator[int]:
     """The numbers of candidates per constant tried in successive rounds.
 
-    ``paper``: ``l <- l^1.5 + 0.5`` from ``l = 1`` while ``l < l_max`` (Algorithm 1), using the first
-    ``ceil(l)`` candidates: 1, 2, 3, 5, 9, 27 for ``l_max = 100``.
+    ``paper``: ``l <- l^1.5 + 0.5`` from ``l = 1`` (Algorithm 1), using the first ``ceil(l)``
+    candidates, then a last round at ``l_max`` itself: 1, 2, 3, 5, 9, 27, 100 for ``l_max = 100``.
+    Algorithm 1 writes ``l < l_max``, which would ground nothing at ``l_max = 1`` and never reach
+    ``l_max``; Table 19 grounds at ``l_max = 1`` and differs between 33 and 100, so the bound is
+    inclusive and ``l_max`` is the ceiling of the scope, as the text says.
     ``code``: the authors' ``l <- int(1.5 l + 0.5)`` while ``l <= l_max``: 1, 2, 3, 5, 8, 12, 18, ...
     Rounds whose cut equals the previous one are skipped (they would ground the same sets).
     """
     last = 0
     if schedule == "paper":
         level = 1.0
-        while level < l_max:
-            cut = min(math.ceil(level), l_max)
+        while level <= l_max:
+            cut = math.ceil(level)
             if cut != last:
                 yield cut
                 last = cut
             level = level**1.5 + 0.5
+        if 0 < last < l_max:
+            yield l_max
     elif schedule == "code":
         level_i = 1
         while level_i <= l_max:
