@@ -273,3 +273,10 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
     assert json.loads((out / "summary.json").read_text())["metrics"]["hit@1"]["mean"] == 1.0
     assert json.loads((out / "manifest.json").read_text())["config"]["lm"]["default"] == "openai/fake-model"
     assert len(server.requests) == 3 + 3 * 3
+
+
+def test_target_type_salvage_ignores_dspy_field_markers() -> None:
+    from autofocus.program.afr import closest_type
+
+    assert closest_type("[[ ## target_type ## ]]\ndrug", ["target", "drug"]) == "drug"
+    assert closest_type("drug", ["target", "drug"]) == "drug"

@@ -37,7 +37,8 @@ from autofocus.trace import Trace
 def closest_type(raw: str, types: list[str]) -> str | None:
     """Salvage a node type from free text: exact, normalised, contained, then closest."""
     norm = {re.sub(r"[^a-z0-9]", "", t.lower()): t for t in types}
-    text = raw.strip().strip("\"'`.").lower()
+    text = re.sub(r"\[\[\s*##.*?##\s*\]\]", " ", raw)  # DSPy's field markers are not the answer
+    text = text.strip().strip("\"'`.").lower()
     key = re.sub(r"[^a-z0-9]", "", text)
     if key in norm:
         return norm[key]
