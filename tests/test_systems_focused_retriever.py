@@ -71,7 +71,8 @@ def test_scope_expansion_grows_k_hat_until_k_answers(kb: KnowledgeBase) -> None:
     assert all(r["num_target"] < 4 for r in rounds[:-1]) and rounds[-1]["num_target"] >= 4
     capped = run("focusedretriever:reranker=none,l_max=1", kb, cypher_lm(cypher), "Papers of A. Lovelace?",
                  scripted_config(k=4))
-    assert capped.trace.data.get("grounding_rounds", []) == []  # k-hat_max = 1: the loop never starts (k-hat < 1)
+    # k-hat_max = 1: one round with the best candidate only (the bound is inclusive, see expansion_cuts)
+    assert [r["cut"] for r in capped.trace.data["grounding_rounds"]] == [1]
 
 
 def test_target_type_is_predicted_after_the_cypher_for_the_vss_strand_only(tmp_path_factory: pytest.TempPathFactory,
