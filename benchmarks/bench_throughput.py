@@ -131,7 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skb", type=Path, default=ROOT / "data" / "demo", help="SKB (built if it is the demo path and missing)")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--limit", type=int, default=48, help="questions per level")
+    parser.add_argument("--limit", type=int, default=None, help="questions per level (default: the whole split)")
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--system", default="afr")
     parser.add_argument("--reranker", default=None, help="auto (default: listwise for a hosted LM), pointwise, ...")
