@@ -46,6 +46,9 @@ class AutofocusConfig(BaseModel):
     doc_budget_tokens: int = Field(384, ge=32)
     steps: str = "1-8"
     concurrency: int = Field(4, ge=1)
+    lm_concurrency: int | None = Field(
+        None, ge=1, description="LM calls in flight per LM for the whole process (None: `concurrency`)"
+    )
     embedder: str = "local:all-MiniLM-L6-v2"
     lm: LMConfig = Field(default_factory=LMConfig)
     seed: int = 0
@@ -63,6 +66,11 @@ class AutofocusConfig(BaseModel):
         if v not in allowed:
             raise ValueError(f"steps must be one of {sorted(allowed)} (the paper's ablations), got {v!r}")
         return v
+
+    @property
+    def lm_in_flight(self) -> int:
+        """The per-LM cap: question threads and their fan-out share it instead of multiplying."""
+        return self.lm_concurrency if self.lm_concurrency is not None else self.concurrency
 
     @property
     def last_step(self) -> int:

@@ -1,8 +1,11 @@
-"""LM usage accounting per step and per question, cache hits included.
+"""LM usage accounting per step and per question, cache hits included; a cap on LM calls in flight.
 
 A DSPy callback sees every LM call in the calling thread; context variables route the counts to
 the step that is running. Tokens are estimated as characters / 4 so that numbers stay comparable
 whether an answer came from the server, a scripted LM or the DSPy cache (which reports no usage).
+
+Question threads and each question's own fan-out (pointwise scores, pairwise comparisons) multiply;
+a second callback holds one semaphore per LM so that the calls a server sees at once stay capped.
 """
 
 from __future__ import annotations
@@ -83,15 +86,93 @@ def add_usage(calls: int, input_tokens: int = 0, output_tokens: int = 0) -> None
         usage.add(calls=calls, input_tokens=input_tokens, output_tokens=output_tokens)
 
 
+def lm_key(lm: Any) -> str:
+    """What identifies a server: the LM's model string and its ``api_base`` if any."""
+    model = str(getattr(lm, "model", "") or type(lm).__name__)
+    kwargs = getattr(lm, "kwargs", None)
+    api_base = kwargs.get("api_base") if isinstance(kwargs, dict) else None
+    return f"{model}@{api_base}" if api_base else model
+
+
+class InFlightLimit(BaseCallback):
+    """At most ``limit`` calls in flight per LM across all threads; ``None`` means no cap.
+
+    DSPy runs ``on_lm_end`` in a ``finally`` (also when the call raises), so each slot taken in
+    ``on_lm_start`` is given back. A new limit applies to calls that start afterwards.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self._limit = limit
+        self._semaphores: dict[str, threading.BoundedSemaphore] = {}
+        self._held: dict[str, threading.BoundedSemaphore] = {}
+
+    @property
+    def limit(self) -> int | None:
+        return self._limit
+
+    def set_limit(self, limit: int | None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"LM concurrency must be >= 1 or None, got {limit}")
+        with self._lock:
+            if limit != self._limit:
+                self._limit = limit
+                self._semaphores = {}  # calls holding an old semaphore release into it
+
+    def _semaphore(self, lm: Any) -> threading.BoundedSemaphore | None:
+        with self._lock:
+            if self._limit is None:
+                return None
+            key = lm_key(lm)
+            if key not in self._semaphores:
+                self._semaphores[key] = threading.BoundedSemaphore(self._limit)
+            return self._semaphores[key]
+
+    @contextmanager
+    def slot(self, lm: Any) -> Iterator[None]:
+        """Hold one of ``lm``'s slots for LM work done outside ``dspy.LM.__call__``."""
+        sem = self._semaphore(lm)
+        if sem is None:
+            yield
+            return
+        with sem:
+            yield
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        sem = self._semaphore(instance)
+        if sem is None:
+            return
+        sem.acquire()
+        with self._lock:
+            self._held[call_id] = sem
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
+        with self._lock:
+            sem = self._held.pop(call_id, None)
+        if sem is not None:
+            sem.release()
+
+
+LM_LIMIT = InFlightLimit()
 _installed = threading.Lock()
 
 
 def install_usage_callback() -> None:
-    """Register the callback once in DSPy's global settings (idempotent)."""
+    """Register the usage callback and ``LM_LIMIT`` once in DSPy's global settings (idempotent).
+
+    ``dspy.configure`` may only be called from one thread: call this before starting workers.
+    """
     with _installed:
         callbacks = list(dspy.settings.get("callbacks") or [])
-        if not any(isinstance(c, UsageCallback) for c in callbacks):
-            dspy.configure(callbacks=[*callbacks, UsageCallback()])
+        missing = [c for c in (UsageCallback(), LM_LIMIT) if not any(isinstance(x, type(c)) for x in callbacks)]
+        if missing:
+            dspy.configure(callbacks=[*callbacks, *missing])
+
+
+def limit_lm_concurrency(limit: int | None) -> None:
+    """Cap the calls in flight per LM for the whole process (``None``: no cap); installs the callbacks."""
+    LM_LIMIT.set_limit(limit)
+    install_usage_callback()
 
 
 def map_concurrently(fn: Callable[[T], R], items: Iterable[T], max_workers: int) -> list[R]:

@@ -181,7 +181,9 @@ ConfigOpt = Annotated[Path | None, typer.Option(help="config JSON (e.g. from `au
 StepsOpt = Annotated[str | None, typer.Option(help="ablation: 1+7, 1-5, 1-6, 1-7 or 1-8")]
 LmOpt = Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")]
 RerankerOpt = Annotated[str | None, typer.Option(help="auto|none|pointwise|listwise|pairwise|tournament")]
-ConcurrencyOpt = Annotated[int | None, typer.Option(help="questions run in parallel (threads)", min=1)]
+ConcurrencyOpt = Annotated[
+    int | None, typer.Option(help="questions run in parallel (threads); also LM calls in flight per LM", min=1)
+]
 ForceOpt = Annotated[
     bool, typer.Option("--force-new", help="move an existing run in --out aside and start again")
 ]

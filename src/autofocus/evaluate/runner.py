@@ -147,7 +147,7 @@ def build_manifest(
 
 
 # config fields that change how fast a run goes, not its results
-EXECUTION_ONLY = frozenset({"concurrency"})
+EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency"})
 
 
 def _identity(manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import dspy
 
 from autofocus.local_lm.server import LocalServerError, open_direct, server_for_api_base
+from autofocus.usage import LM_LIMIT
 
 YES = ("Yes", "yes", " Yes", " yes", "YES")
 NO = ("No", "no", " No", " no", "NO")
@@ -93,7 +94,7 @@ def yes_probabilities(
         headers={"Content-Type": "application/json"}, method="POST",
     )  # fmt: skip
     try:
-        with open_direct(req, timeout) as resp:
+        with LM_LIMIT.slot(lm), open_direct(req, timeout) as resp:  # one request in flight, like an LM call
             payload = json.load(resp)
     except urllib.error.HTTPError as exc:
         raise LocalServerError(f"yes/no scoring failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc

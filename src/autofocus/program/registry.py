@@ -53,8 +53,11 @@ def resolve_config(spec: str, base: AutofocusConfig | None = None) -> tuple[str,
 
 
 def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
-    """Give each LLM sub-module the LM its step is configured with (``config.lm``)."""
+    """Give each LLM sub-module the LM its step is configured with (``config.lm``), capped per LM."""
     from autofocus.lm import get_lm
+    from autofocus.usage import limit_lm_concurrency
+
+    limit_lm_concurrency(config.lm_in_flight)
 
     step_of = {"target_type": "target_type", "cypher": "cypher", "query_graph": "cypher", "triplets": "cypher",
                "router": "cypher", "commenter": "cypher", "validator": "rerank", "reranker": "rerank"}
