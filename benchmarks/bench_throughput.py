@@ -137,11 +137,14 @@ def main() -> None:
     parser.add_argument("--reranker", default=None, help="auto (default: listwise for a hosted LM), pointwise, ...")
     parser.add_argument("--latency", type=float, default=0.3, help="seconds per request of the stand-in server")
     parser.add_argument("--base-url", default=None, help="a real OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    parser.add_argument("--lm", default=None, help="LM spec for --base-url, e.g. openai/<model alias>")
+    parser.add_argument("--lm", default=None, help="LM spec for --base-url, e.g. openai/<model alias>; or local")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    if (args.base_url is None) != (args.lm is None):
-        parser.error("--base-url and --lm go together")
+    from autofocus.lm import get_lm, is_local_spec
+
+    local = args.lm is not None and is_local_spec(args.lm)
+    if (args.base_url is None) != (args.lm is None) and not local:
+        parser.error("--base-url and --lm go together (or --lm local: the offline model's managed server)")
 
     import dspy
     from rich.console import Console
@@ -166,6 +169,9 @@ def main() -> None:
     if args.base_url is None:
         server = FakeOpenAIServer(scripted_reply, latency=args.latency).start()
         base_url, lm = server.api_base, "openai/fake-model"
+    elif local and args.base_url is None:  # autofocus's own llama.cpp server, started here, stopped at exit
+        served = get_lm(args.lm)
+        base_url, lm = served.kwargs["api_base"], served.model
     else:
         base_url, lm = args.base_url, args.lm
     os.environ["AUTOFOCUS_LM_API_BASE"] = base_url
