@@ -166,12 +166,12 @@ def main() -> None:
     items = load_qa(args.skb, args.split)[: args.limit]
     levels = [int(c) for c in args.concurrency.split(",")]
     server = None
-    if args.base_url is None:
-        server = FakeOpenAIServer(scripted_reply, latency=args.latency).start()
-        base_url, lm = server.api_base, "openai/fake-model"
-    elif local and args.base_url is None:  # autofocus's own llama.cpp server, started here, stopped at exit
+    if local and args.base_url is None:  # autofocus's own llama.cpp server, started here, stopped at exit
         served = get_lm(args.lm)
         base_url, lm = served.kwargs["api_base"], served.model
+    elif args.base_url is None:
+        server = FakeOpenAIServer(scripted_reply, latency=args.latency).start()
+        base_url, lm = server.api_base, "openai/fake-model"
     else:
         base_url, lm = args.base_url, args.lm
     os.environ["AUTOFOCUS_LM_API_BASE"] = base_url

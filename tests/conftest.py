@@ -186,3 +186,12 @@ def tiny_skb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_skb(tiny_skb_dir: Path) -> SKB:
     """``tiny_skb_dir`` loaded (no cache); shared, so do not mutate it."""
     return load_skb_dir(tiny_skb_dir, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_lm_cap_left_behind() -> Iterator[None]:
+    """The in-flight cap is process-wide by design; one test's config must not throttle the next."""
+    from autofocus.usage import LM_LIMIT
+
+    yield
+    LM_LIMIT.set_limit(None)
