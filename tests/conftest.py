@@ -190,8 +190,9 @@ def tiny_skb(tiny_skb_dir: Path) -> SKB:
 
 @pytest.fixture(autouse=True)
 def _no_lm_cap_left_behind() -> Iterator[None]:
-    """The in-flight cap is process-wide by design; one test's config must not throttle the next."""
-    from autofocus.usage import LM_LIMIT
+    """The in-flight cap and the cancel flag are process-wide by design; one test must not leave them set."""
+    from autofocus.usage import LM_LIMIT, cancel_pending
 
     yield
     LM_LIMIT.set_limit(None)
+    cancel_pending(False)

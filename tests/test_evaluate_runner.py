@@ -314,3 +314,24 @@ def test_a_partly_listed_grounded_set_is_flagged(tiny_skb: SKB) -> None:
     rec = evaluate_one(Partial(), QAItem(7, "q", [0, 2]), Candidates(tiny_skb.candidate_ids), tiny_skb)
     assert rec["derived"]["grounded_size"] == 4000 and rec["derived"]["grounded_ids_partial"] is True
     assert rec["derived"]["grounded_recall"] == 0.5 and rec["derived"]["grounded_precision"] == 1 / 4000
+
+
+def test_queued_concurrent_work_is_cancelled_after_an_interrupt() -> None:
+    from autofocus.usage import Cancelled, cancel_pending, map_concurrently
+
+    started: list[int] = []
+
+    def slow(i: int) -> int:
+        started.append(i)
+        if i == 0:
+            cancel_pending()  # what an interrupted run does while this question's calls are queued
+        time.sleep(0.05)
+        return i
+
+    try:
+        with pytest.raises(Cancelled):
+            map_concurrently(slow, range(8), max_workers=2)
+        assert len(started) < 8
+    finally:
+        cancel_pending(False)
+    assert map_concurrently(slow, [1, 2, 3], max_workers=2) == [1, 2, 3]

@@ -175,12 +175,37 @@ def limit_lm_concurrency(limit: int | None) -> None:
     install_usage_callback()
 
 
+class Cancelled(RuntimeError):
+    """Raised by queued work that had not started when its run was given up (Ctrl-C in ``eval``)."""
+
+
+_cancelled = threading.Event()
+
+
+def cancel_pending(cancel: bool = True) -> None:
+    """Make queued ``map_concurrently`` work raise ``Cancelled`` instead of calling the LM.
+
+    An interrupted eval drops the questions still running; without this, Python's exit would
+    first run every LM call already queued in their thread pools (minutes on a local server).
+    """
+    if cancel:
+        _cancelled.set()
+    else:
+        _cancelled.clear()
+
+
 def map_concurrently(fn: Callable[[T], R], items: Iterable[T], max_workers: int) -> list[R]:
     """``map`` over threads that inherit the caller's context (usage scopes, DSPy settings)."""
     items = list(items)
     if max_workers <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
+
+    def guarded(ctx: contextvars.Context, x: T) -> R:
+        if _cancelled.is_set():
+            raise Cancelled("the run was interrupted")
+        return ctx.run(fn, x)
+
     contexts = [contextvars.copy_context() for _ in items]
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        futures = [pool.submit(ctx.run, fn, x) for ctx, x in zip(contexts, items, strict=True)]
+        futures = [pool.submit(guarded, ctx, x) for ctx, x in zip(contexts, items, strict=True)]
         return [f.result() for f in futures]

@@ -355,7 +355,7 @@ def run_eval(
     stops the run, keeps the finished lines and returns with ``interrupted=True``. Questions
     still running then are dropped and run again on resume.
     """
-    from autofocus.usage import install_usage_callback
+    from autofocus.usage import cancel_pending, install_usage_callback
 
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -392,6 +392,7 @@ def run_eval(
     run_manifest["sessions"].append(session)
     _write_json(out_dir / MANIFEST_FILE, run_manifest)
     install_usage_callback()
+    cancel_pending(False)
 
     hits = sum(r["metrics"]["hit@1"] for r in done_before.values())
     scored = len(done_before)
@@ -477,6 +478,8 @@ def run_eval(
     finally:
         with gate:
             stop.set()
+        if interrupted or failure is not None:
+            cancel_pending()  # the dropped questions' queued LM calls must not hold up the exit
         writer.close()
         while not results.empty():  # lines written before ``stop`` that were not counted yet
             kind, payload = results.get_nowait()
