@@ -63,7 +63,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, tiny_skb: SKB, tmp_path: Path) -> CliRu
     fake_kb = SimpleNamespace(
         skb=tiny_skb, store_dir=lambda variant: index_root / variant, embedder=SimpleNamespace(name="emb")
     )
-    monkeypatch.setattr(eval_cmd, "open_kb", lambda path, embedder: fake_kb)
+    monkeypatch.setattr(eval_cmd, "open_kb", lambda path, embedder, *_: fake_kb)
     CALLS.clear()
     return CliRunner()
 

@@ -129,7 +129,7 @@ def base_config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, planted_kb: KnowledgeBase) -> CliRunner:
-    monkeypatch.setattr(tune_cmd, "open_kb", lambda path, embedder: planted_kb)
+    monkeypatch.setattr(tune_cmd, "open_kb", lambda path, embedder, *_: planted_kb)
     monkeypatch.setattr(
         registry, "apply_lms", lambda program, config: None
     )  # the scripted LM comes from context

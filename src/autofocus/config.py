@@ -50,6 +50,9 @@ class AutofocusConfig(BaseModel):
         None, ge=1, description="LM calls in flight per LM for the whole process (None: `concurrency`)"
     )
     embedder: str = "local:all-MiniLM-L6-v2"
+    index_kind: Literal["flat", "hnsw", "ivf"] = Field(
+        "flat", description="FAISS index of whole-type searches (steps 4, 7): flat is exact; hnsw is approximate"
+    )
     lm: LMConfig = Field(default_factory=LMConfig)
     seed: int = 0
     # other systems (program/four_step_focus.py, program/hybgrag.py); FocusedRetriever's k-hat_max is l_max

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import dspy
+from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
-from autofocus.usage import install_usage_callback
+
+if TYPE_CHECKING:  # commands import this module at start-up; DSPy loads only when a program is built
+    import dspy
 
 
 def load_config(config_file: Path | None = None, lm: str | None = None, **overrides: Any) -> AutofocusConfig:
@@ -21,6 +21,13 @@ def load_config(config_file: Path | None = None, lm: str | None = None, **overri
     return AutofocusConfig.model_validate(data)
 
 
+def open_kb(skb_path: Path | str, embedder: str, index_kind: str = "flat") -> Any:
+    """The knowledge base a program runs on; the commands' seam for tests, which use small fakes."""
+    from autofocus.kb import KnowledgeBase
+
+    return KnowledgeBase.open(skb_path, embedder=embedder, index_kind=index_kind)
+
+
 def open_program(
     skb_path: Path | str,
     system: str = "afr",
@@ -29,8 +36,8 @@ def open_program(
     with_lms: bool = True,
 ) -> tuple[Any, dspy.Module, AutofocusConfig]:
     """Open the KB and build the system; ``program_file`` loads optimised prompts/demos (and its config)."""
-    from autofocus.kb import KnowledgeBase
     from autofocus.program.registry import build_program, resolve_config
+    from autofocus.usage import install_usage_callback
 
     install_usage_callback()
     if program_file is not None:
@@ -39,7 +46,7 @@ def open_program(
         saved_system, saved_cfg = read_program_config(program_file)
         system, config = saved_system, config or saved_cfg
     _, cfg = resolve_config(system, config)
-    kb = KnowledgeBase.open(skb_path, embedder=cfg.embedder)
+    kb = open_kb(skb_path, cfg.embedder, cfg.index_kind)
     program = build_program(system, kb, cfg, with_lms=with_lms)
     if program_file is not None:
         from autofocus.optimize.saved import load_program_state

@@ -14,19 +14,13 @@ from rich.console import Console
 
 from autofocus.cli_app import app
 from autofocus.config import AutofocusConfig
+from autofocus.runtime import open_kb
 
 console = Console()
 err_console = Console(stderr=True)
 
 EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
-
-
-def open_kb(skb_path: Path, embedder: str) -> Any:
-    """The knowledge base a program runs on (a seam for tests, which use a small fake)."""
-    from autofocus.kb import KnowledgeBase
-
-    return KnowledgeBase.open(skb_path, embedder=embedder)
 
 
 def prepare_system(
@@ -40,7 +34,7 @@ def prepare_system(
     from autofocus.program.registry import build_program, resolve_config
 
     _, cfg = resolve_config(system, config)
-    kb = kb_for(cfg.embedder)
+    kb = kb_for(cfg.embedder, cfg.index_kind)
 
     def factory() -> Any:
         program = build_program(system, kb, cfg)
@@ -65,14 +59,14 @@ def index_checksums(kb: Any, cfg: AutofocusConfig) -> dict[str, str | None]:
 
 def _kb_cache(skb_path: Path) -> Callable[[str], Any]:
     """Open the SKB once per embedder, however many systems share it."""
-    opened: dict[str, Any] = {}
+    opened: dict[tuple[str, str], Any] = {}
     lock = threading.Lock()
 
-    def kb_for(embedder: str) -> Any:
+    def kb_for(embedder: str, index_kind: str = "flat") -> Any:
         with lock:
-            if embedder not in opened:
-                opened[embedder] = open_kb(skb_path, embedder)
-            return opened[embedder]
+            if (embedder, index_kind) not in opened:
+                opened[embedder, index_kind] = open_kb(skb_path, embedder, index_kind)
+            return opened[embedder, index_kind]
 
     return kb_for
 

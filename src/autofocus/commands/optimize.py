@@ -22,17 +22,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.runtime import open_kb
 
 console = Console()
 err_console = Console(stderr=True)
 REFLECTION_MAX_TOKENS = 1024  # a new instruction; the offline models have a 4096-token context
-
-
-def open_kb(skb_path: Path, embedder: str) -> Any:
-    """The knowledge base the program runs on (a seam for tests)."""
-    from autofocus.kb import KnowledgeBase
-
-    return KnowledgeBase.open(skb_path, embedder=embedder)
 
 
 def _split(skb: Path, split: str, limit: int | None) -> list[Any]:
@@ -137,7 +131,7 @@ def optimize_command(
     chosen = [s.strip() for s in steps.split(",") if s.strip()]
     train_set, val_set = _split(skb, train, limit_train), _split(skb, val, limit_val)
     test_set = _split(skb, test, limit_test) if test else None
-    kb = open_kb(skb, cfg.embedder)
+    kb = open_kb(skb, cfg.embedder, cfg.index_kind)
     reflection = get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS) if reflection_lm else None
     console.print(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
                   f"questions, selecting on {len(val_set)} {val} questions")

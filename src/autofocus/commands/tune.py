@@ -21,6 +21,7 @@ from rich.table import Table
 
 from autofocus.cli_app import app
 from autofocus.config import AutofocusConfig
+from autofocus.runtime import open_kb
 
 console = Console()
 err_console = Console(stderr=True)
@@ -28,13 +29,6 @@ err_console = Console(stderr=True)
 EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
 SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
-
-
-def open_kb(skb_path: Path, embedder: str) -> Any:
-    """The knowledge base (a seam for tests, which use a cheap embedder)."""
-    from autofocus.kb import KnowledgeBase
-
-    return KnowledgeBase.open(skb_path, embedder=embedder)
 
 
 def config_hash(cfg: AutofocusConfig) -> str:
@@ -131,7 +125,7 @@ def tune_command(
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or tuning.default_storage(out)
 
-    kb = open_kb(skb, cfg.embedder)
+    kb = open_kb(skb, cfg.embedder, cfg.index_kind)
     lms_attached: list[Any] = []
 
     def make_program(c: AutofocusConfig, with_lms: bool = True) -> Any:
@@ -357,7 +351,7 @@ def _confirm(
     from autofocus.commands import eval as eval_cmd
 
     result, _ = eval_cmd._run_system(
-        lambda _embedder: kb, system, cfg, items, run_dir, skb_path=skb, split=split, limit=None,
+        lambda *_: kb, system, cfg, items, run_dir, skb_path=skb, split=split, limit=None,
         program_file=program, force_new=False, progress=progress,
     )  # fmt: skip
     if result.interrupted:
