@@ -90,7 +90,7 @@ def field_value(user: str, name: str) -> str:
 
 def scripted_config(**overrides: Any) -> AutofocusConfig:
     """A config whose LM spec is not the offline one (so pointwise scoring uses the signature)."""
-    return AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, **overrides)
+    return AutofocusConfig(lm=LMConfig(default="test/scripted"), **{"concurrency": 1, **overrides})
 
 
 def run(spec: str, kb: KnowledgeBase, lm: ScriptedLM, question: str, config: AutofocusConfig | None = None,

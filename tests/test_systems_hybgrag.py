@@ -9,6 +9,7 @@ import dspy
 import numpy as np
 import pytest
 
+from autofocus.index.cache import EmbeddingCache
 from autofocus.kb import KnowledgeBase
 from autofocus.program.hybgrag import KG, TEXT, Action, Retrieval, ego_graph, oracle_feedback, reasoning_paths
 from autofocus.program.registry import build_program
@@ -16,7 +17,7 @@ from autofocus.program.signatures_extra import TopicEntity
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir
-from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config
+from tests.test_systems_common import HashEmbedder, ScriptedLM, field_value, make_kb, run, scripted_config
 
 WRITES = "author_writes_paper"
 
@@ -178,6 +179,27 @@ def test_commenter_examples_are_collected_on_the_training_split(tiny_skb_dir: Pa
     assert any(ada_neurips in m["content"] for m in route_prompt[:-1])  # an accepted route as a demonstration
 
 
+def test_concurrent_collection_keeps_the_serial_order(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    kb = make_kb(load_skb_dir(tiny_skb_dir, progress=False), tmp_path)
+    train = load_qa(tiny_skb_dir, "train")
+
+    def router(u: str) -> dict[str, Any]:  # wrong at first, right after feedback: every question yields a comment
+        if "incorrect" in field_value(u, "feedback"):
+            return route(source=TEXT)
+        return route(("Alan Turing", "author"))
+
+    collected = []
+    for threads in (1, 3):
+        lm = ScriptedLM({"topic_entities": router})
+        program = build_program("hybgrag:critic_examples=30,critic_rounds=2", kb,
+                                scripted_config(concurrency=threads), with_lms=False)
+        with dspy.context(lm=lm):
+            program.collect_examples(train)
+        collected.append([(d.question, d.error_type) for d in program.commenter.demos]
+                         + [d.question for d in program.router.demos] + [d.aligned for d in program.validator.demos])
+    assert collected[0] == collected[1] and len(collected[0]) >= 4
+
+
 def test_zero_shot_commenter_without_a_training_split(kb: KnowledgeBase) -> None:
     lm = ScriptedLM({
         "topic_entities": lambda u: route(("Alan Turing", "author")),
@@ -193,8 +215,9 @@ def test_zero_shot_commenter_without_a_training_split(kb: KnowledgeBase) -> None
 
 
 def test_examples_are_collected_once_from_the_kb_source_on_first_use(tiny_skb_dir: Path, tmp_path: Path) -> None:
-    kb = make_kb(load_skb_dir(tiny_skb_dir, progress=False), tmp_path)
-    kb.source = tiny_skb_dir  # type: ignore[attr-defined]  # where the SKB was loaded from: its QA splits
+    kb = KnowledgeBase.open(tiny_skb_dir, HashEmbedder(), tmp_path, build_missing=True, progress=False,
+                            cache=EmbeddingCache(None))
+    assert kb.source == tiny_skb_dir  # where the SKB was loaded from: its QA splits
     lm = ScriptedLM({"topic_entities": lambda u: route(source=TEXT), "aligned": lambda u: {"aligned": True}})
     program = build_program("hybgrag", kb, scripted_config(), with_lms=False)
     with dspy.context(lm=lm):

@@ -51,8 +51,10 @@ class KnowledgeBase:
         self, skb: SKB, embedder: Embedder, index_root: Path, *, index_kind: IndexKind = "flat",
         ann_params: AnnParams | None = None, doc_budget_tokens: int | None = None, documents: DocumentFn | None = None,
         build_missing: bool | None = None, progress: bool = True, cache: EmbeddingCache | None = None,
+        source: Path | None = None,
     ) -> None:
         self.skb = skb
+        self.source = source  # the SKB directory it was loaded from: programs read its QA splits (HybGRAG's examples)
         self.embedder = embedder
         self.index_root = Path(index_root)
         self.index_kind = index_kind
@@ -87,7 +89,7 @@ class KnowledgeBase:
         return cls(
             skb, get_embedder(embedder), root, index_kind=index_kind, ann_params=ann_params,
             doc_budget_tokens=doc_budget_tokens, documents=documents, build_missing=build_missing,
-            progress=progress, cache=cache,
+            progress=progress, cache=cache, source=source,
         )
 
     def store_dir(self, variant: str) -> Path:

@@ -42,6 +42,7 @@ from autofocus.query_graph import QueryGraph
 from autofocus.skb.documents import render_document
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
+from autofocus.usage import map_concurrently
 
 KG, TEXT = "knowledge graph", "text documents"
 MAX_PATHS = 5
@@ -331,45 +332,57 @@ class HybGRAG(SeedSystem):
         feedback that led to an accepted next attempt, accepted router actions and validator verdicts.
 
         Questions are visited in a seeded random order (the paper samples random experiences), at most
-        ``5 * critic_examples`` of them. Returns the number of commenter examples.
+        ``5 * critic_examples`` of them, ``concurrency`` at a time; the examples are merged in that order,
+        so the result does not depend on thread timing. Returns the number of commenter examples.
         """
         cfg = self.config
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
-        rng = np.random.default_rng(cfg.seed)
-        order = rng.permutation(len(items))[: max(10, 5 * cfg.critic_examples)]
+        order = np.random.default_rng(cfg.seed).permutation(len(items))[: max(10, 5 * cfg.critic_examples)].tolist()
         comments: list[dspy.Example] = []
         routes: list[dspy.Example] = []
         verdicts: dict[tuple[str, bool], dspy.Example] = {}
-        for pos in order.tolist():
+        batch = max(1, cfg.concurrency)
+        for start in range(0, len(order), batch):
             if len(comments) >= cfg.critic_examples:
                 break
-            item = items[pos]
-            question, gold = str(item.query), {int(a) for a in item.answer_ids}  # type: ignore[attr-defined]
-            trace = Trace(system=self.system, question=question)
-            history, previous = "", None
-            for t in range(cfg.critic_rounds):
-                action = self.route(question, history, trace)
-                retrieval = self.retrieve(question, action, trace)
-                ok = bool(retrieval.ids) and retrieval.ids[0] in gold
-                if retrieval.ids and (skb.type_of(retrieval.ids[0]), ok) not in verdicts:
-                    verdicts[(skb.type_of(retrieval.ids[0]), ok)] = dspy.Example(
-                        question=question, document=self.validation_context(retrieval), aligned=ok)
-                if ok:
-                    if previous is not None:
-                        comments.append(previous)
-                    if len(routes) < ROUTER_DEMOS:
-                        routes.append(dspy.Example(  # the schema fields are the same for all: left out
-                            question=question, feedback=history, topic_entities=action.entities,
-                            useful_relations=action.relations, source=action.source))
-                    break
-                error, wrong = oracle_feedback(action, retrieval, gold)
-                previous = dspy.Example(
-                    question=question, topic_entities=[f"{e.name} ({e.type})" for e in action.entities],
-                    useful_relations=action.relations, retrieval_module=action.source if action.source in (KG, TEXT)
-                    else TEXT, observation=retrieval.observation(skb), error_type=error, wrong_item=wrong)
-                history += (f"Attempt {t + 1}: {action.describe()}.\n"
-                            f"The retrieved document is incorrect. Feedback: {feedback_text(error, wrong)}\n")
+            chunk = [items[pos] for pos in order[start:start + batch]]
+            for comment, route, seen in map_concurrently(self._experience, chunk, batch):
+                if comment is not None:
+                    comments.append(comment)
+                if route is not None and len(routes) < ROUTER_DEMOS:
+                    routes.append(route)
+                for key, example in seen:
+                    verdicts.setdefault(key, example)
         self.commenter.demos = comments[: cfg.critic_examples]
         self.router.demos = routes
         self.validator.demos = [verdicts[key] for key in sorted(verdicts)]  # at most a yes and a no per type
         return len(self.commenter.demos)
+
+    def _experience(self, item: object) -> tuple[dspy.Example | None, dspy.Example | None,
+                                                 list[tuple[tuple[str, bool], dspy.Example]]]:
+        """One training question: (the commenter example whose feedback led to success, the accepted
+        router action, validator verdicts keyed by (top type, correct))."""
+        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        question, gold = str(item.query), {int(a) for a in item.answer_ids}  # type: ignore[attr-defined]
+        trace = Trace(system=self.system, question=question)
+        history, previous = "", None
+        verdicts: list[tuple[tuple[str, bool], dspy.Example]] = []
+        for t in range(self.config.critic_rounds):
+            action = self.route(question, history, trace)
+            retrieval = self.retrieve(question, action, trace)
+            ok = bool(retrieval.ids) and retrieval.ids[0] in gold
+            if retrieval.ids:
+                verdicts.append(((skb.type_of(retrieval.ids[0]), ok), dspy.Example(
+                    question=question, document=self.validation_context(retrieval), aligned=ok)))
+            if ok:
+                route = dspy.Example(  # the schema fields are the same for all: left out
+                    question=question, feedback=history, topic_entities=action.entities,
+                    useful_relations=action.relations, source=action.source)
+                return previous, route, verdicts
+            error, wrong = oracle_feedback(action, retrieval, gold)
+            previous = dspy.Example(
+                question=question, topic_entities=[f"{e.name} ({e.type})" for e in action.entities],
+                useful_relations=action.relations, retrieval_module=action.source if action.source in (KG, TEXT)
+                else TEXT, observation=retrieval.observation(skb), error_type=error, wrong_item=wrong)
+            history += (f"Attempt {t + 1}: {action.describe()}.\n"
+                        f"The retrieved document is incorrect. Feedback: {feedback_text(error, wrong)}\n")
+        return None, None, verdicts
