@@ -197,8 +197,7 @@ def test_hybgrag_router_is_optimised_over_the_examples_the_system_collects(
 ) -> None:
     """HybGRAG collects critic examples from the training split on first use: they stay in the
     steps not chosen, and the router's bootstrapped demos are not overwritten by the collection."""
-    kb = make_kb(tiny_skb, tmp_path / "kb")
-    kb.source = tiny_skb_dir  # type: ignore[attr-defined]  # its QA splits: where HybGRAG collects from
+    kb = make_kb(tiny_skb, tmp_path / "kb", source=tiny_skb_dir)  # its QA splits: where HybGRAG collects from
 
     def router(messages: Messages) -> dict[str, Any]:
         question = field_value(messages[-1]["content"], "question")

@@ -44,9 +44,10 @@ class HashEmbedder:
         return l2_normalise(out)
 
 
-def make_kb(skb: SKB, root: Path) -> KnowledgeBase:
+def make_kb(skb: SKB, root: Path, source: Path | None = None) -> KnowledgeBase:
     """The real KnowledgeBase (real documents, stores and FAISS search) with the hashing embedder."""
-    return KnowledgeBase(skb, HashEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None))
+    return KnowledgeBase(skb, HashEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None),
+                         source=source)
 
 
 class _ScriptEngine(DummyEngine):
