@@ -55,6 +55,8 @@ class _ScriptEngine(DummyEngine):
         owner: ScriptedLM = self.owner
         outputs = messages[0]["content"].split("Your output fields are:")[1].split("All interactions")[0]
         user = messages[-1]["content"]
+        if owner.max_messages is not None and len(messages) > owner.max_messages:
+            raise dspy.lm15.ContextLengthError(f"prompt of {len(messages)} messages exceeds the context window")
         field = next((f for f in owner.handlers if f"`{f}`" in outputs), None)
         if field is None:
             raise AssertionError(f"no scripted answer for a signature with outputs: {outputs.strip()}")
@@ -69,12 +71,14 @@ class _ScriptEngine(DummyEngine):
 class ScriptedLM(DummyLM):
     """Answers each call by the signature asked: ``handlers[first output field](last user message)``.
 
-    ``calls`` records ``(field, user message, all messages)`` in call order.
+    ``calls`` records ``(field, user message, all messages)`` in call order; a prompt of more than
+    ``max_messages`` messages is refused as a real server refuses one over its context window.
     """
 
-    def __init__(self, handlers: dict[str, Handler]) -> None:
+    def __init__(self, handlers: dict[str, Handler], max_messages: int | None = None) -> None:
         super().__init__([])
         self.handlers = handlers
+        self.max_messages = max_messages
         self.calls: list[tuple[str, str, list[dict[str, Any]]]] = []
         self.lock = threading.Lock()
         self._engine_spec = _ScriptEngine(self)

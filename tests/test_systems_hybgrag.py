@@ -13,7 +13,7 @@ from autofocus.index.cache import EmbeddingCache
 from autofocus.kb import KnowledgeBase
 from autofocus.program.hybgrag import KG, TEXT, Action, Retrieval, ego_graph, oracle_feedback, reasoning_paths
 from autofocus.program.registry import build_program
-from autofocus.program.signatures_extra import TopicEntity
+from autofocus.program.signatures_extra import FEEDBACK, TopicEntity
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir
@@ -198,6 +198,26 @@ def test_concurrent_collection_keeps_the_serial_order(tiny_skb_dir: Path, tmp_pa
         collected.append([(d.question, d.error_type) for d in program.commenter.demos]
                          + [d.question for d in program.router.demos] + [d.aligned for d in program.validator.demos])
     assert collected[0] == collected[1] and len(collected[0]) >= 4
+
+
+def test_commenter_examples_over_the_context_window_are_halved_until_they_fit(kb: KnowledgeBase) -> None:
+    lm = ScriptedLM({
+        "topic_entities": lambda u: route(("Alan Turing", "author")),
+        "aligned": lambda u: {"aligned": False},
+        "error_type": lambda u: {"error_type": "no intersection", "wrong_item": ""},
+    }, max_messages=2 + 2 * 3)  # system, three demonstrations (user + assistant each), the question
+    program = build_program("hybgrag:critic_rounds=2", kb, scripted_config(), with_lms=False)
+    program.commenter.demos = [
+        dspy.Example(question=f"q{i}", topic_entities=["A (author)"], useful_relations=[WRITES],
+                     retrieval_module=KG, observation="intersection: 0 candidates", error_type="no intersection",
+                     wrong_item="") for i in range(8)]
+    with dspy.context(lm=lm):
+        pred = program(question="Which papers did Alan Turing write?")
+    [comment] = [messages for field, _, messages in lm.calls if field == "error_type"]
+    assert len(comment) == 2 + 2 * 2  # 8 -> 4 (refused) -> 2 demonstrations
+    [event] = [e for e in pred.trace.events if e.kind == "demos_trimmed"]
+    assert event.step == "commenter" and "kept 2 of 8" in event.detail
+    assert pred.trace.data["rounds"][0]["feedback"] == FEEDBACK["no intersection"]  # the LM's, not the fallback
 
 
 def test_zero_shot_commenter_without_a_training_split(kb: KnowledgeBase) -> None:
