@@ -6,6 +6,7 @@ import _thread
 import contextvars
 import io
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -288,7 +289,13 @@ def test_ctrl_c_in_the_main_thread_keeps_finished_lines(tmp_path: Path) -> None:
             return super().forward(question)
 
     first: list[int] = []
-    res = run_eval(lambda: PressesCtrlC(first), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    # interrupt_main() does nothing unless Python's own SIGINT handler is installed; a library loaded by an
+    # earlier test in this worker may have replaced it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        res = run_eval(lambda: PressesCtrlC(first), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert res.interrupted and res.finished == 2
     second: list[int] = []
     run_eval(factory(second), ITEMS, tmp_path, manifest=manifest(), progress=False)
