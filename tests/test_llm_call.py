@@ -6,7 +6,7 @@ import dspy
 import pytest
 from dspy.utils.exceptions import AdapterParseError
 
-from autofocus.program.llm_call import too_long
+from autofocus.program.llm_call import is_context_overflow
 
 
 class Ask(dspy.Signature):
@@ -21,5 +21,5 @@ class Ask(dspy.Signature):
     (RuntimeError("Connection refused"), False),
     (AdapterParseError("ChatAdapter", Ask, "my context window is full", "no [[ ## answer ## ]]"), False),
 ])
-def test_only_context_window_errors_count_as_too_long(exc: Exception, expected: bool) -> None:
-    assert too_long(exc) is expected
+def test_only_context_window_errors_count_as_overflow(exc: Exception, expected: bool) -> None:
+    assert is_context_overflow(exc) is expected

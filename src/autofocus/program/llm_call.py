@@ -11,13 +11,18 @@ from dspy.utils.exceptions import AdapterParseError
 from autofocus.trace import Trace
 
 # what litellm, llama.cpp and hosted APIs say when a prompt is too long, when it is not typed as such
-_TOO_LONG = re.compile(r"context[ _](window|length)|maximum context|too many tokens|prompt is too long", re.I)
+_OVERFLOW = re.compile(
+    r"context.{0,20}(length|window|size)|maximum context|too many tokens|input (sequence|length) is too long"
+    r"|requested (input length|tokens)|exceeds? .{0,30}context|prompt is too long",
+    re.IGNORECASE,
+)
 
 
-def too_long(exc: BaseException) -> bool:
+def is_context_overflow(exc: BaseException) -> bool:
+    """Whether an LM error says the prompt did not fit (DSPy's typed error or a server's wording)."""
     if isinstance(exc, AdapterParseError):  # its message quotes the LM's answer, which may say anything
         return False
-    return isinstance(exc, dspy.ContextWindowExceededError) or bool(_TOO_LONG.search(str(exc)))
+    return isinstance(exc, dspy.ContextWindowExceededError) or bool(_OVERFLOW.search(str(exc)))
 
 
 def safe_predict(predictor: dspy.Module, trace: Trace, step: str, **inputs: Any) -> tuple[dspy.Prediction | None, str | None]:
@@ -33,7 +38,7 @@ def safe_predict(predictor: dspy.Module, trace: Trace, step: str, **inputs: Any)
         try:
             pred = predictor(**inputs) if keep == len(demos) else predictor(**inputs, demos=demos[:keep])
         except Exception as exc:
-            if keep > 0 and too_long(exc):
+            if keep > 0 and is_context_overflow(exc):
                 keep //= 2
                 continue
             raw = getattr(exc, "lm_response", None)

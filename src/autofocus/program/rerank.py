@@ -37,6 +37,7 @@ import dspy
 
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec, yes_probabilities
+from autofocus.program.llm_call import is_context_overflow
 from autofocus.program.sorting import binary_insertion_sort, check_tournament, tournament_sort
 from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.skb.documents import describe_node
@@ -59,22 +60,12 @@ YES_NO_INSTRUCTIONS = (
     "candidate satisfies the query, otherwise No. Answer with Yes or No only."
 )
 
-_OVERFLOW = re.compile(
-    r"context.{0,20}(length|window|size)|maximum context|too many tokens|input (sequence|length) is too long"
-    r"|requested (input length|tokens)|exceeds? .{0,30}context",
-    re.IGNORECASE,
-)
 _INT = re.compile(r"(?<![\w.])(\d+)(?!\w|\.\d)")
 _NUMBER = re.compile(r"(?<![\w.])(\d*\.\d+|\d+)(?![\w.]?\d)")
 
 
 def estimate_tokens(messages: Messages) -> int:
     return sum(len(str(m.get("content", ""))) for m in messages) // CHARS_PER_TOKEN
-
-
-def is_context_overflow(exc: BaseException) -> bool:
-    """Whether an LM error says the prompt did not fit (DSPy's typed error or a server's wording)."""
-    return isinstance(exc, dspy.ContextWindowExceededError) or bool(_OVERFLOW.search(str(exc)))
 
 
 def salvage_ids(text: str) -> list[int]:
