@@ -39,7 +39,7 @@ from scipy.special import ndtr
 from scipy.stats import kendalltau
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.rerank import ListwiseReranker, PairwiseReranker, Reranker, TournamentReranker
+from autofocus.program.steps.rerank import ListwiseReranker, PairwiseReranker, Reranker, TournamentReranker
 from autofocus.skb.graph import TypedGraph
 from autofocus.skb.model import SKB
 from autofocus.skb.schema import NodeTypeInfo, Schema

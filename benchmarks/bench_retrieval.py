@@ -347,7 +347,7 @@ def phase_run(
     from autofocus.index.cache import EmbeddingCache
     from autofocus.index.embedders import get_embedder
     from autofocus.kb import KnowledgeBase
-    from autofocus.program.afr import AutofocusRetriever
+    from autofocus.program.systems.afr import AutofocusRetriever
     from autofocus.skb.cache import read_cache
 
     if torch_threads:

@@ -276,7 +276,7 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
 
 
 def test_target_type_salvage_ignores_dspy_field_markers() -> None:
-    from autofocus.program.afr import closest_type
+    from autofocus.program.systems.afr import closest_type
 
     assert closest_type("[[ ## target_type ## ]]\ndrug", ["target", "drug"]) == "drug"
     assert closest_type("drug", ["target", "drug"]) == "drug"

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import autofocus.commands.eval as eval_cmd
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig
-from autofocus.program import registry
+from autofocus.program.systems import registry
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 

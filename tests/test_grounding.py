@@ -8,7 +8,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autofocus.program.grounding import expansion_cuts, ground_triplets, ground_with_expansion, support_paths
+from autofocus.program.steps.grounding import (
+    expansion_cuts,
+    ground_triplets,
+    ground_with_expansion,
+    support_paths,
+)
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from tests.skb_factory import make_skb
 

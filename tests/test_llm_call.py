@@ -6,7 +6,7 @@ import dspy
 import pytest
 from dspy.utils.exceptions import AdapterParseError
 
-from autofocus.program.llm_call import is_context_overflow
+from autofocus.program.steps.llm_call import is_context_overflow
 
 
 class Ask(dspy.Signature):

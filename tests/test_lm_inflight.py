@@ -13,7 +13,7 @@ from dspy.utils.dummies import DummyLM
 
 from autofocus.config import AutofocusConfig
 from autofocus.evaluate.runner import manifest_diff
-from autofocus.program.registry import apply_lms
+from autofocus.program.systems.registry import apply_lms
 from autofocus.usage import LM_LIMIT, limit_lm_concurrency, lm_key, map_concurrently
 
 THREADS, FANOUT, SLEEP_S = 16, 8, 0.025

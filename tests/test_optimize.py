@@ -33,7 +33,7 @@ from autofocus.optimize.saved import (
     save_program,
 )
 from autofocus.optimize.scoring import default_metric, grounded_strand, objective, question_scores
-from autofocus.program.registry import build_program
+from autofocus.program.systems.registry import build_program
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir

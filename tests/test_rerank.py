@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.rerank import (
+from autofocus.program.steps.rerank import (
     ListwiseReranker,
     PairwiseReranker,
     PointwiseReranker,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autofocus.program.sorting import binary_insertion_sort, round_robin_sort, tournament_sort
+from autofocus.program.steps.sorting import binary_insertion_sort, round_robin_sort, tournament_sort
 
 
 class Comparator:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autofocus.cypher import parse_cypher
-from autofocus.program.symbols import _all_strings, _exact_name_ids, retrieve_symbol_candidates
+from autofocus.program.steps.symbols import _all_strings, _exact_name_ids, retrieve_symbol_candidates
 from autofocus.skb.text import TextArray
 from tests.skb_factory import make_skb
 from tests.test_systems_common import make_kb

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from autofocus.kb import KnowledgeBase
-from autofocus.program.baselines import BM25Index, bm25_index
-from autofocus.program.registry import build_program
+from autofocus.program.systems.baselines import BM25Index, bm25_index
+from autofocus.program.systems.registry import build_program
 from autofocus.skb.documents import render_documents
 from autofocus.skb.model import SKB
 from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config

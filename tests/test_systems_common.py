@@ -20,7 +20,7 @@ from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.index.cache import EmbeddingCache
 from autofocus.index.embedders import l2_normalise
 from autofocus.kb import KnowledgeBase
-from autofocus.program.registry import build_program, resolve_config, systems
+from autofocus.program.systems.registry import build_program, resolve_config, systems
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 from autofocus.usage import install_usage_callback

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from autofocus.kb import KnowledgeBase
-from autofocus.program.four_step_focus import NameMatcher, triplets_to_query_graph
-from autofocus.program.signatures_extra import RawTriplet
+from autofocus.program.systems.four_step_focus import NameMatcher, triplets_to_query_graph
+from autofocus.signatures.seed_systems import RawTriplet
 from autofocus.skb.model import SKB
 from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir

@@ -11,9 +11,17 @@ import pytest
 
 from autofocus.index.cache import EmbeddingCache
 from autofocus.kb import KnowledgeBase
-from autofocus.program.hybgrag import KG, TEXT, Action, Retrieval, ego_graph, oracle_feedback, reasoning_paths
-from autofocus.program.registry import build_program
-from autofocus.program.signatures_extra import FEEDBACK, TopicEntity
+from autofocus.program.systems.hybgrag import (
+    KG,
+    TEXT,
+    Action,
+    Retrieval,
+    ego_graph,
+    oracle_feedback,
+    reasoning_paths,
+)
+from autofocus.program.systems.registry import build_program
+from autofocus.signatures.seed_systems import FEEDBACK, TopicEntity
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir

@@ -36,7 +36,7 @@ def open_program(
     with_lms: bool = True,
 ) -> tuple[Any, dspy.Module, AutofocusConfig]:
     """Open the KB and build the system; ``program_file`` loads optimised prompts/demos (and its config)."""
-    from autofocus.program.registry import build_program, resolve_config
+    from autofocus.program.systems.registry import build_program, resolve_config
     from autofocus.usage import install_usage_callback
 
     install_usage_callback()

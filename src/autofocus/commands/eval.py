@@ -31,7 +31,7 @@ def prepare_system(
     The factory builds one program per evaluation thread: programs may keep per-call state,
     and ``dspy.Module.deepcopy`` would copy the whole knowledge base.
     """
-    from autofocus.program.registry import build_program, resolve_config
+    from autofocus.program.systems.registry import build_program, resolve_config
 
     _, cfg = resolve_config(system, config)
     kb = kb_for(cfg.embedder, cfg.index_kind)

@@ -120,7 +120,7 @@ def optimize_command(
     from autofocus.lm import get_lm
     from autofocus.optimize.prompts import optimise
     from autofocus.optimize.saved import save_program
-    from autofocus.program.registry import resolve_config
+    from autofocus.program.systems.registry import resolve_config
     from autofocus.runtime import load_config
 
     try:

@@ -98,8 +98,8 @@ def tune_command(
     from autofocus.commands import eval as eval_cmd
     from autofocus.evaluate.runner import progress_bar
     from autofocus.optimize import tune as tuning
-    from autofocus.program import registry
-    from autofocus.program.afr import AutofocusRetriever
+    from autofocus.program.systems import registry
+    from autofocus.program.systems.afr import AutofocusRetriever
 
     saved_cfg = None
     if program is not None:

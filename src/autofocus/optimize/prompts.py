@@ -355,7 +355,7 @@ def optimise(
         with_lms: give steps their configured LMs (False: ``dspy.settings.lm``, for tests).
         on_eval: ``(label, n) -> tick`` for progress bars over the before/after evaluations.
     """
-    from autofocus.program.registry import build_program, resolve_config
+    from autofocus.program.systems.registry import build_program, resolve_config
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")

@@ -105,7 +105,7 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     the reranker, after ``--reranker none``) are skipped, and its predictors that the file lacks stay
     as built. Raises ``ProgramFileError`` naming the difference; ``program`` is left untouched then.
     """
-    from autofocus.program.registry import parse_spec
+    from autofocus.program.systems.registry import parse_spec
 
     doc = read_program(path)
     built = getattr(program, "system", None)

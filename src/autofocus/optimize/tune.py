@@ -150,7 +150,7 @@ def system_spec(name: str, cfg: AutofocusConfig) -> str:
     l_max, ...), which would undo tuned values; the spec repeats those fields as options. The
     name stays, so saved programs of that preset still load.
     """
-    from autofocus.program.registry import resolve_config
+    from autofocus.program.systems.registry import resolve_config
 
     _, again = resolve_config(name, cfg)
     changed = [k for k in AutofocusConfig.model_fields if getattr(again, k) != getattr(cfg, k)]

@@ -81,13 +81,13 @@ def build_program(spec: str, kb: object, config: AutofocusConfig | None = None, 
 def _load_builtin() -> None:
     if _SYSTEMS:
         return
-    from autofocus.program.afr import AutofocusRetriever
+    from autofocus.program.systems.afr import AutofocusRetriever
 
     register("afr", lambda kb, cfg, spec: AutofocusRetriever(kb, cfg, system=spec))
-    from autofocus.program.baselines import BM25Retriever, VSSRetriever
-    from autofocus.program.focused_retriever import FocusedRetriever
-    from autofocus.program.four_step_focus import FourStepFocus
-    from autofocus.program.hybgrag import HybGRAG
+    from autofocus.program.systems.baselines import BM25Retriever, VSSRetriever
+    from autofocus.program.systems.focused_retriever import FocusedRetriever
+    from autofocus.program.systems.four_step_focus import FourStepFocus
+    from autofocus.program.systems.hybgrag import HybGRAG
 
     def afr(kb: object, cfg: AutofocusConfig, spec: str) -> dspy.Module:
         return AutofocusRetriever(kb, cfg, system=spec)

@@ -24,14 +24,20 @@ from rapidfuzz import fuzz, process, utils
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.baselines import SeedSystem, candidate_filter, named_node, relation_label, rerank
-from autofocus.program.grounding import ground_triplets, support_paths
-from autofocus.program.llm_call import safe_predict
-from autofocus.program.prompts import SchemaContext
-from autofocus.program.rerank import make_reranker
-from autofocus.program.signatures_extra import RawTriplet, TripletGeneration
-from autofocus.program.vss import merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.steps.grounding import ground_triplets, support_paths
+from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.steps.vss import merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.systems.baselines import (
+    SeedSystem,
+    candidate_filter,
+    named_node,
+    relation_label,
+    rerank,
+)
 from autofocus.query_graph import Dropped, QueryGraph, Symbol, Triplet
+from autofocus.signatures.seed_systems import RawTriplet, TripletGeneration
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 

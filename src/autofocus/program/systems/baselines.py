@@ -20,8 +20,8 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher.mapping import SchemaMapper
-from autofocus.program.rerank import make_reranker
-from autofocus.program.vss import step7_rank_rest
+from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.vss import step7_rank_rest
 from autofocus.query_graph import Constraint, Symbol
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace

@@ -21,17 +21,17 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
-from autofocus.program.afr import derive_target_type
-from autofocus.program.baselines import candidate_filter, require_full_pipeline, rerank
-from autofocus.program.grounding import ground_with_expansion, support_paths
-from autofocus.program.llm_call import safe_predict
-from autofocus.program.prompts import SchemaContext
-from autofocus.program.rerank import make_reranker
-from autofocus.program.signatures_extra import DeriveCypher
-from autofocus.program.symbols import retrieve_symbol_candidates
-from autofocus.program.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.steps.grounding import ground_with_expansion, support_paths
+from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.steps.symbols import retrieve_symbol_candidates
+from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.systems.afr import derive_target_type
+from autofocus.program.systems.baselines import candidate_filter, require_full_pipeline, rerank
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import target_type_signature
+from autofocus.signatures.seed_systems import DeriveCypher
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 

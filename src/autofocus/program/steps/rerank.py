@@ -7,7 +7,7 @@
 - ``PairwiseReranker``: binary insertion sort, one ``PairwiseCompare`` call per comparison, all
   sequential (the paper's best on first hits, ~58 sequential calls for k = 20).
 - ``TournamentReranker``: pairwise comparisons in few concurrent rounds
-  (``autofocus.program.sorting.tournament_sort``: ~5 rounds, ~80 calls for k = 20).
+  (``autofocus.program.steps.sorting.tournament_sort``: ~5 rounds, ~80 calls for k = 20).
 
 Every candidate is described by ``describe_node`` with all relations; when a prompt would exceed
 ``config.context_budget_tokens`` (estimated as characters / 4, as ``autofocus.usage`` counts),
@@ -37,8 +37,8 @@ import dspy
 
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec, yes_probabilities
-from autofocus.program.llm_call import is_context_overflow
-from autofocus.program.sorting import binary_insertion_sort, check_tournament, tournament_sort
+from autofocus.program.steps.llm_call import is_context_overflow
+from autofocus.program.steps.sorting import binary_insertion_sort, check_tournament, tournament_sort
 from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.skb.documents import describe_node
 from autofocus.skb.model import SKB

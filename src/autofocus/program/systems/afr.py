@@ -22,13 +22,13 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
-from autofocus.program.grounding import GroundingResult, ground_with_expansion, support_paths
-from autofocus.program.llm_call import safe_predict
-from autofocus.program.prompts import SchemaContext
-from autofocus.program.rerank import make_reranker
-from autofocus.program.symbols import retrieve_symbol_candidates
-from autofocus.program.typed_query import spec_to_cypher
-from autofocus.program.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.steps.grounding import GroundingResult, ground_with_expansion, support_paths
+from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.steps.symbols import retrieve_symbol_candidates
+from autofocus.program.steps.typed_query import spec_to_cypher
+from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
 from autofocus.trace import Trace

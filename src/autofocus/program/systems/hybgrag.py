@@ -32,13 +32,13 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.baselines import SeedSystem, candidate_filter, named_node, relation_label
-from autofocus.program.llm_call import safe_predict
-from autofocus.program.prompts import SchemaContext
-from autofocus.program.signatures_extra import FEEDBACK, HybComment, HybRoute, HybValidate, TopicEntity
-from autofocus.program.symbols import retrieve_symbol_candidates
-from autofocus.program.vss import step7_rank_rest
+from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.steps.symbols import retrieve_symbol_candidates
+from autofocus.program.steps.vss import step7_rank_rest
+from autofocus.program.systems.baselines import SeedSystem, candidate_filter, named_node, relation_label
 from autofocus.query_graph import QueryGraph
+from autofocus.signatures.seed_systems import FEEDBACK, HybComment, HybRoute, HybValidate, TopicEntity
 from autofocus.skb.documents import render_document
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace

@@ -1,6 +1,6 @@
 """DSPy signatures of the LLM steps of the other seed systems: 4StepFocus, FocusedRetriever, HybGRAG.
 
-AF-Retriever's own signatures live in ``autofocus.signatures``; steps a system shares with AF
+AF-Retriever's own signatures live in ``autofocus.signatures.afr``; steps a system shares with AF
 (target type, rerankers) reuse those, so that ``autofocus compare`` hits the DSPy cache for them.
 The docstrings paraphrase each paper's prompt without any dataset-specific example.
 """

@@ -1,0 +1,48 @@
+"""DSPy signatures of every LLM step: AF-Retriever's (``afr``, the paper's appendix A.2 prompts) and
+those of the other systems it is compared with (``seed_systems``)."""
+
+from autofocus.signatures.afr import (
+    EdgeSpec,
+    ListwiseRank,
+    NodeSpec,
+    PairwiseCompare,
+    PointwiseScore,
+    QuerySpec,
+    TargetType,
+    TextToCypher,
+    TextToQueryGraph,
+    target_type_signature,
+)
+from autofocus.signatures.seed_systems import (
+    FEEDBACK,
+    DeriveCypher,
+    HybComment,
+    HybRoute,
+    HybValidate,
+    RawTriplet,
+    TopicEntity,
+    TripletGeneration,
+    TripletTerm,
+)
+
+__all__ = [
+    "FEEDBACK",
+    "DeriveCypher",
+    "EdgeSpec",
+    "HybComment",
+    "HybRoute",
+    "HybValidate",
+    "ListwiseRank",
+    "NodeSpec",
+    "PairwiseCompare",
+    "PointwiseScore",
+    "QuerySpec",
+    "RawTriplet",
+    "TargetType",
+    "TextToCypher",
+    "TextToQueryGraph",
+    "TopicEntity",
+    "TripletGeneration",
+    "TripletTerm",
+    "target_type_signature",
+]
