@@ -18,7 +18,7 @@ import numpy as np
 
 from autofocus.query_graph import Constraint, QueryGraph, Symbol
 from autofocus.skb.model import SKB, Column
-from autofocus.skb.text import TextArray
+from autofocus.skb.names import exact_name_ids
 
 NAME_KEYS = ("name", "title", "displayname")
 _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
@@ -92,7 +92,7 @@ def _string_values(skb: SKB, key: str, col: Column) -> np.ndarray:
     """Lower-cased column text as a numpy StringDType array, built once per column."""
     cache = skb.__dict__.setdefault("_lower_text_cache", {})
     if key not in cache:
-        cache[key] = np.strings.lower(np.array(_all_strings(col.values), dtype=np.dtypes.StringDType()))  # type: ignore[arg-type]
+        cache[key] = np.strings.lower(np.array(col.values.strings(), dtype=np.dtypes.StringDType()))  # type: ignore[arg-type]
     return cache[key]
 
 
@@ -220,36 +220,6 @@ def _embed_all(kb: object, texts: list[str]) -> dict[str, np.ndarray]:
     return dict(zip(texts, vecs, strict=True))
 
 
-def _all_strings(text: TextArray) -> list[str]:
-    """Every string of a ``TextArray``, decoded in one pass over its blob (2 us a string by indexing)."""
-    data, offsets = np.asarray(text.data), np.asarray(text.offsets)
-    blob = data[offsets[0] : offsets[-1]]
-    if len(text) == 0 or (blob == 0).any():  # NUL separates the strings below
-        return list(text)
-    return bytes(np.insert(blob, offsets[1:-1] - offsets[0], 0)).decode("utf-8").split("\0")
-
-
-def _name_hashes(skb: SKB) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted hashes of the lower-cased names and the node of each; built once per SKB (~1 s at
-    1.9 M nodes, 30 MB, where a dict of names took 8 s and 480 MB)."""
-    cached = skb.__dict__.get("_name_hash_index")
-    if cached is None:
-        names = _all_strings(skb.names)
-        hashes = np.fromiter((hash(n.strip().lower()) for n in names), dtype=np.int64, count=len(names))
-        order = np.argsort(hashes, kind="stable")
-        cached = skb.__dict__["_name_hash_index"] = (hashes[order], order)
-    return cached
-
-
-def _exact_name_ids(skb: SKB, name: str) -> np.ndarray:
-    """Nodes whose display name equals ``name`` case-insensitively (sorted ids)."""
-    key = name.strip().lower()
-    hashes, order = _name_hashes(skb)
-    h = hash(key)
-    ids = np.sort(order[np.searchsorted(hashes, h, "left") : np.searchsorted(hashes, h, "right")])
-    return np.asarray([i for i in ids.tolist() if skb.name(i).strip().lower() == key], dtype=np.int64)  # collisions
-
-
 def _rank_constant(
     kb: object, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool
 ) -> np.ndarray:
@@ -259,7 +229,7 @@ def _rank_constant(
     ids = np.asarray(ids, dtype=np.int64)
     if not exact_name_first:
         return ids
-    exact = _exact_name_ids(skb, c.name)
+    exact = exact_name_ids(skb, c.name)
     allowed = c.mask if c.mask is not None else c.type_mask
     if allowed is not None and len(exact):
         exact = exact[allowed[exact]]
