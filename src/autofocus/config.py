@@ -42,6 +42,9 @@ class AutofocusConfig(BaseModel):
     step6_order: Literal["vss", "round"] = "vss"  # round: the reference code's expansion-round-first order
     step7_exclude: Literal["grounded", "none"] = "grounded"  # grounded: Algorithm 1 line 12; none: dedup at merge
     exact_name_first: bool = True  # step 4: exact (case-insensitive) name matches before VSS hits
+    exact_name_only: bool = Field(
+        False, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
+    )
     repair: bool = Field(True, description="step 3b: repair labels, relationships, directions and hops the schema rejects")
     relax: list[RelaxRung] = Field(
         default_factory=lambda: ["filters", "triplets", "constants", "edges"],

@@ -15,6 +15,8 @@ import numpy as np
 from autofocus.skb.model import SKB
 
 _NON_ALNUM = re.compile(r"[\W_]+")
+_SEGMENT = re.compile(r".*[./:\\|>]")  # qualified names: json.JSONDecoder, a/b/c, pkg::name, A > B
+SUFFIX_MAX = 3  # a short name that ends more qualified names than this names none of them
 
 
 def exact_key(name: str) -> str:
@@ -24,6 +26,11 @@ def exact_key(name: str) -> str:
 def normalised_key(name: str) -> str:
     """Case, spaces and punctuation removed: ``Value-Error`` and ``value error`` meet ``ValueError``."""
     return _NON_ALNUM.sub("", name.lower())
+
+
+def suffix_key(name: str) -> str:
+    """The last segment of a qualified name, normalised: ``tarfile.ExtractError`` -> ``extracterror``."""
+    return normalised_key(_SEGMENT.sub("", name.strip()))
 
 
 def _hash_index(skb: SKB, tag: str, key: Callable[[str], str]) -> tuple[np.ndarray, np.ndarray]:
@@ -56,10 +63,26 @@ def normalised_name_ids(skb: SKB, name: str) -> np.ndarray:
     return _lookup(skb, name, "_name_norm_index", normalised_key)
 
 
+def suffix_name_ids(skb: SKB, name: str) -> np.ndarray:
+    """Nodes whose qualified name ends in ``name`` (``ExtractError`` -> ``tarfile.ExtractError``), when
+    at most ``SUFFIX_MAX`` do: a name shared by many is no identification."""
+    if not normalised_key(name) or _SEGMENT.match(name.strip()):
+        return np.zeros(0, np.int64)
+    ids = _lookup(skb, name, "_name_suffix_index", suffix_key)
+    return ids if len(ids) <= SUFFIX_MAX else np.zeros(0, np.int64)
+
+
+def named_ids(skb: SKB, name: str) -> tuple[np.ndarray, str]:
+    """The nodes ``name`` identifies, by the first tier that finds any: exact, normalised, suffix."""
+    for how, find in (("exact", exact_name_ids), ("normalised", normalised_name_ids), ("suffix", suffix_name_ids)):
+        ids = find(skb, name)
+        if len(ids):
+            return ids, how
+    return np.zeros(0, np.int64), "none"
+
+
 def labels_named(skb: SKB, name: str) -> tuple[dict[str, int], str]:
     """Node types that have a node called ``name`` (with how many), and how the name matched."""
-    for how, ids in (("exact", exact_name_ids(skb, name)), ("normalised", normalised_name_ids(skb, name))):
-        if len(ids):
-            codes, counts = np.unique(skb.node_type[ids], return_counts=True)
-            return {skb.node_type_names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}, how
-    return {}, "none"
+    ids, how = named_ids(skb, name)
+    codes, counts = np.unique(skb.node_type[ids], return_counts=True)
+    return {skb.node_type_names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}, how

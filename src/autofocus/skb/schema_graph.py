@@ -9,7 +9,6 @@ is computed with numpy over the CSR arrays, once per SKB.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -107,27 +106,24 @@ class SchemaGraph:
             r.rel == rel and (src is None or r.src == src) and (dst is None or r.dst == dst) for r in self.relations
         )
 
-    def paths(self, src: str, dst: str, max_hops: int = 2) -> list[list[Hop]]:
-        """Shortest label paths from ``src`` to ``dst`` (edges in either direction), up to ``max_hops``."""
-        best: list[list[Hop]] = []
-        queue: deque[tuple[str, list[Hop]]] = deque([(src, [])])
-        while queue:
-            label, path = queue.popleft()
-            if best and len(path) >= len(best[0]):
-                continue
-            if len(path) >= max_hops:
-                continue
+    def paths(self, src: str, dst: str, hops: int = 2) -> list[list[Hop]]:
+        """Every label path of exactly ``hops`` relationships from ``src`` to ``dst``, each followed
+        in either direction (the triples are few, so a depth-first walk is cheap)."""
+        out: list[list[Hop]] = []
+
+        def walk(label: str, path: list[Hop]) -> None:
+            if len(path) == hops:
+                if label == dst:
+                    out.append(path)
+                return
             for r in self.touching(label):
-                for forward, nxt in ((True, r.dst), (False, r.src)):
-                    if (r.src if forward else r.dst) != label:
-                        continue
-                    step = [*path, Hop(r.rel, forward, nxt)]
-                    if nxt == dst:
-                        if not best or len(step) == len(best[0]):
-                            best.append(step)
-                    else:
-                        queue.append((nxt, step))
-        return best
+                if r.src == label:
+                    walk(r.dst, [*path, Hop(r.rel, True, r.dst)])
+                if r.dst == label:
+                    walk(r.src, [*path, Hop(r.rel, False, r.src)])
+
+        walk(src, [])
+        return out
 
     def describe_label(self, label: str, max_relations: int = 6) -> str:
         """One line on what distinguishes a label: its relationships and an example node."""

@@ -24,7 +24,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounding import GroundingResult, component_of, ground_with_expansion
-from autofocus.program.steps.repair import Repair, repair_query
+from autofocus.program.steps.repair import Repair, Repaired, repair_query
 from autofocus.program.steps.symbols import NAME_KEYS, retrieve_symbol_candidates
 from autofocus.query_graph import QueryGraph
 from autofocus.skb.schema_graph import schema_graph
@@ -73,17 +73,18 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
     return qg
 
 
-def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace) -> tuple[QueryGraph, list[Repair]]:
+def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace) -> Repaired:
     """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``)."""
     skb = kb.skb
     with trace.step("3_repair"):
-        repaired, repairs = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type)
+        result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question)
+    repaired, repairs = result.query, result.repairs
     for r in repairs:
         trace.event("3_repair", r.kind, r.detail)
     trace.flags["repaired"] = bool(repairs)
     if repairs:
         trace.data["repaired_query_graph"] = repaired.model_dump()
-    return repaired, repairs
+    return result
 
 
 def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Trace,
@@ -93,21 +94,31 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     if qg is None:
         return empty
     repairs: list[Repair] = []
+    alternatives: list[tuple[QueryGraph, list[Repair]]] = []
     if cfg.repair:
-        qg, repairs = repair_step(kb, qg, target_type, trace)
+        repaired = repair_step(kb, qg, target_type, trace)
+        qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False
         empty.repairs = repairs
         return empty
     result = _ground_once(kb, qg, cfg, trace, record=True)
     strand = Strand(result.answers, qg, result, repairs)
+    for alt, alt_repairs in alternatives if strand.empty else []:
+        strand.relaxed.append("reading: " + "; ".join(r.detail for r in alt_repairs if r.kind == "path"))
+        trace.event("5_relax", "reading", strand.relaxed[-1])
+        result = _ground_once(kb, alt, cfg, trace, record=False)
+        if len(result.answers):
+            strand = Strand(result.answers, alt, result, alt_repairs, strand.relaxed)
+            qg = alt
+            break
     if strand.empty and cfg.relax:
-        for rung, relaxed in relaxations(qg, cfg.relax):
+        for rung, relaxed, widened in relaxations(qg, cfg.relax):
             if len(strand.relaxed) >= cfg.relax_max_rungs:
                 break
             strand.relaxed.append(rung)
             trace.event("5_relax", rung.split(":")[0], rung)
-            result = _ground_once(kb, relaxed, cfg, trace, record=False)
+            result = _ground_once(kb, relaxed, cfg, trace, record=False, widened=widened)
             if len(result.answers):
                 strand = Strand(result.answers, relaxed, result, repairs, strand.relaxed)
                 trace.data["relaxed_query_graph"] = relaxed.model_dump()
@@ -121,12 +132,13 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     return strand
 
 
-def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, record: bool) -> GroundingResult:
+def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, record: bool,
+                 widened: frozenset[str] = frozenset()) -> GroundingResult:
     """Steps 4 and 5 for one version of the query."""
     with trace.step("4_symbols"):
         sc = retrieve_symbol_candidates(
             kb, qg, cfg.l_max, variant=cfg.doc_variant_step4, strict=cfg.type_mode == "strict",
-            exact_name_first=cfg.exact_name_first,
+            exact_name_first=cfg.exact_name_first, exact_name_only=cfg.exact_name_only, widened=widened,
         )
     if record:
         for kind, detail in sc.events:
@@ -159,9 +171,11 @@ def _distances(qg: QueryGraph) -> dict[str, int]:
     return dist  # type: ignore[return-value]
 
 
-def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGraph]]:
-    """Ever looser versions of ``qg``, one rung at a time (see the module docstring)."""
+def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGraph, frozenset[str]]]:
+    """Ever looser versions of ``qg``, one rung at a time (see the module docstring), with the constants
+    widened so far (searched among name-similar nodes of any type)."""
     cur = qg
+    widened: frozenset[str] = frozenset()
     for rung in order:
         if rung == "filters":
             dist = _distances(cur)
@@ -170,7 +184,7 @@ def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGr
                 kept = [c for c in sym.constraints if c.key.lower() in NAME_KEYS]
                 if len(kept) < len(sym.constraints):
                     cur = _with_symbol(cur, var, constraints=kept)
-                    yield f"filters: {var} without {', '.join(c.key for c in sym.constraints if c not in kept)}", cur
+                    yield f"filters: {var} without {', '.join(c.key for c in sym.constraints if c not in kept)}", cur, widened
         elif rung == "triplets":
             while len(cur.triplets) > 1:
                 dist = _distances(cur)
@@ -182,21 +196,21 @@ def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGr
                                             if v != trial.target) and trial.usable:
                         t = cur.triplets[i]
                         cur = trial
-                        yield f"triplets: dropped ({t.head})-[:{t.rel or 'any'}]-({t.tail})", cur
+                        yield f"triplets: dropped ({t.head})-[:{t.rel or 'any'}]-({t.tail})", cur, widened
                         break
                 else:
                     break
         elif rung == "constants":
             dist = _distances(cur)
-            for var in sorted((v for v, s in cur.symbols.items() if s.is_constant and s.type is not None),
-                              key=lambda v: -dist.get(v, 99)):
+            for var in sorted((v for v, s in cur.symbols.items() if s.is_constant), key=lambda v: -dist.get(v, 99)):
                 cur = _with_symbol(cur, var, type=None)
-                yield f"constants: {var} ({cur.symbols[var].name_value()!r}) of any type", cur
+                widened = widened | {var}
+                yield f"constants: {var} ({cur.symbols[var].name_value()!r}) among similar names of any type", cur, widened
         elif rung == "edges":
             if any(t.rel is not None for t in cur.triplets):
                 cur = cur.model_copy(update={"triplets": [t.model_copy(update={"rel": None, "rel_alternatives": []})
                                                           for t in cur.triplets]})
-                yield "edges: any relationship type", cur
+                yield "edges: any relationship type", cur, widened
         else:
             raise ValueError(f"unknown relaxation rung {rung!r} (filters, triplets, constants, edges)")
 

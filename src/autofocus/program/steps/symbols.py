@@ -18,7 +18,7 @@ import numpy as np
 
 from autofocus.query_graph import Constraint, QueryGraph, Symbol
 from autofocus.skb.model import SKB, Column
-from autofocus.skb.names import exact_name_ids
+from autofocus.skb.names import named_ids
 
 NAME_KEYS = ("name", "title", "displayname")
 _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
@@ -159,6 +159,8 @@ def retrieve_symbol_candidates(
     variant: str = "text",
     strict: bool = True,
     exact_name_first: bool = True,
+    exact_name_only: bool = False,
+    widened: frozenset[str] = frozenset(),
 ) -> SymbolCandidates:
     """Candidates for every symbol of the query graph (see module docstring).
 
@@ -202,7 +204,8 @@ def retrieve_symbol_candidates(
     for c in searches:
         ranked = np.zeros(0, np.int64)
         if c.search in vectors and (c.mask is None or c.mask.any()):
-            ranked = _rank_constant(kb, skb, vectors[c.search], c, l_max, variant, exact_name_first)
+            ranked = _rank_constant(kb, skb, vectors[c.search], c, l_max, variant, exact_name_first,
+                                    exact_name_only and c.var not in widened)
         if len(ranked) == 0:
             out.events.append(("constant_without_candidates", f"{c.var}: {c.search}"))
             out.variables[c.var] = None
@@ -221,18 +224,22 @@ def _embed_all(kb: object, texts: list[str]) -> dict[str, np.ndarray]:
 
 
 def _rank_constant(
-    kb: object, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool
+    kb: object, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool,
+    exact_name_only: bool = False,
 ) -> np.ndarray:
-    """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), exact name hits first."""
+    """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), the nodes its name identifies first
+    (``skb.names.named_ids``); with ``exact_name_only`` those alone, when there are any."""
+    named = np.zeros(0, np.int64)
+    if exact_name_first:
+        named, _ = named_ids(skb, c.name)
+        allowed = c.mask if c.mask is not None else c.type_mask
+        if allowed is not None and len(named):
+            named = named[allowed[named]]
+        if exact_name_only and 0 < len(named) <= l_max:
+            return named
     index = kb.index(variant)  # type: ignore[attr-defined]
     ids, _ = index.search(qvec, node_type=c.node_type, candidates=c.mask, k=l_max)
     ids = np.asarray(ids, dtype=np.int64)
-    if not exact_name_first:
+    if len(named) == 0:
         return ids
-    exact = exact_name_ids(skb, c.name)
-    allowed = c.mask if c.mask is not None else c.type_mask
-    if allowed is not None and len(exact):
-        exact = exact[allowed[exact]]
-    if len(exact) == 0:
-        return ids
-    return np.concatenate([exact, ids[~np.isin(ids, exact)]])[:l_max]
+    return np.concatenate([named, ids[~np.isin(ids, named)]])[:l_max]
