@@ -59,6 +59,14 @@ class AutofocusConfig(BaseModel):
     alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
     alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
     alpha_disagree: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: factor when step 2's target label is not step 1's")
+    target_type_scoring: Literal["auto", "generate"] = Field(
+        "auto", description="step 1: auto scores every candidate type where the LM exposes probabilities"
+    )
+    target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
+    target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    constrain: Literal["auto", "grammar", "off"] = Field(
+        "auto", description="step 2: constrain decoding to the schema's triples (auto: where the LM takes a grammar)"
+    )
     step7_types: Literal["step1", "agree"] = Field(
         "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"
     )

@@ -179,7 +179,7 @@ def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGr
     for rung in order:
         if rung == "filters":
             dist = _distances(cur)
-            for var in sorted(cur.symbols, key=lambda v: -dist.get(v, 99)):
+            for var in sorted(dist, key=lambda v: -dist[v]):
                 sym = cur.symbols[var]
                 kept = [c for c in sym.constraints if c.key.lower() in NAME_KEYS]
                 if len(kept) < len(sym.constraints):
@@ -202,7 +202,7 @@ def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGr
                     break
         elif rung == "constants":
             dist = _distances(cur)
-            for var in sorted((v for v, s in cur.symbols.items() if s.is_constant), key=lambda v: -dist.get(v, 99)):
+            for var in sorted((v for v in dist if cur.symbols[v].is_constant), key=lambda v: -dist[v]):
                 cur = _with_symbol(cur, var, type=None)
                 widened = widened | {var}
                 yield f"constants: {var} ({cur.symbols[var].name_value()!r}) among similar names of any type", cur, widened

@@ -34,6 +34,7 @@ from autofocus.skb.schema_graph import Hop, SchemaGraph
 # worth as much as a perfectly named relationship; step 1 counts less than the query's own label.
 W_NAME_EXACT, W_NAME_NEAR = 2.0, 1.5  # near: up to case and punctuation, or the end of a qualified name
 W_LABEL = 1.0
+W_TARGET_LABEL = 1.5  # relabelling the target changes what is asked: it takes more evidence
 W_STEP1 = 0.75
 W_REL = 2.0  # per triplet, times the relationship-name similarity
 FLIP_PENALTY = 0.3  # a reversed direction costs this much of a triplet's score
@@ -142,16 +143,17 @@ def label_evidence(
     notes: list[Repair] = []
     for var, sym in qg.symbols.items():
         ev: dict[str, float] = {}
+        weight = W_TARGET_LABEL if var == qg.target else W_LABEL
         for written in (sym.label or "").split(":"):
             if not written:
                 continue
             if written in labels:
-                ev[written] = max(ev.get(written, 0.0), W_LABEL)
+                ev[written] = max(ev.get(written, 0.0), weight)
                 continue
             scores = mapper.node_scores(written)
             best = max(scores, key=scores.__getitem__, default=None)
             if best is not None and scores[best] >= MIN_LABEL_SIMILARITY:
-                ev[best] = max(ev.get(best, 0.0), W_LABEL * scores[best])
+                ev[best] = max(ev.get(best, 0.0), weight * scores[best])
                 if scores[best] < 0.95:
                     notes.append(Repair("label", f"{var}: unknown label {written!r} read as {best!r}"))
         name = sym.name_value()
@@ -194,7 +196,7 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
         for flipped, r in direct
     ]
     best = max(options, key=lambda c: c.score)
-    exact = rel_scores.get(best.rel or "", 0.0) >= 1.0
+    exact = rel_scores.get(best.rel or "", 0.0) >= 0.95  # the name written, up to form
     return best, (None if exact or best_path is None or best_path.score <= 0 else best_path)
 
 

@@ -21,16 +21,21 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
+from autofocus.lm import is_local_spec
+from autofocus.local_lm.scoring import choice_probabilities
+from autofocus.program.steps.constrain import cypher_grammar, grammar_config
 from autofocus.program.steps.grounded_strand import Strand, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerank import estimate_tokens, make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
+from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
+from autofocus.usage import add_usage
 
 
 def closest_type(raw: str, types: list[str]) -> str | None:
@@ -55,20 +60,39 @@ def derive_target_type(
     types = context.candidate_types
     if predictor is None:
         return types[0]
+    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}  # type: ignore[attr-defined]
     with trace.step("1_target_type"):
-        pred, raw = safe_predict(
-            predictor,
-            trace,
-            "1_target_type",
-            kb_description=context.kb_description,
-            candidate_types=types,
-            question=question,
-        )
+        pred, raw = safe_predict(predictor, trace, "1_target_type", **inputs)
     if pred is not None:
         return str(pred.target_type)
     salvaged = closest_type(raw, types) if raw else None
     trace.event("1_target_type", "salvaged" if salvaged else "invalid", raw or "")
     return salvaged
+
+
+def score_target_types(
+    predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int
+) -> list[str] | None:
+    """Step 1 from the LM's probabilities: every candidate type scored as the whole answer to step 1's
+    prompt; the types within ``threshold`` of the best (most likely first, at most ``most``). None where
+    the LM exposes no probabilities, so the caller lets it write its answer instead."""
+    lm = predictor.lm or dspy.settings.lm
+    types = context.candidate_types
+    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
+    adapter = dspy.settings.adapter or dspy.ChatAdapter()
+    with trace.step("1_target_type"):
+        messages = adapter.format(predictor.signature, predictor.demos, inputs)
+        try:
+            probs = choice_probabilities(lm, messages, types, assistant_prefix="[[ ## target_type ## ]]\n", suffix="\n\n")
+        except Exception as exc:  # the generated answer takes over
+            trace.event("1_target_type", "scoring_error", f"{type(exc).__name__}: {exc}"[:300])
+            return None
+        if probs is None:
+            return None
+        add_usage(calls=1, input_tokens=estimate_tokens(messages), output_tokens=len(types))
+    ranked = sorted(zip(types, probs, strict=True), key=lambda tp: -tp[1])
+    trace.data["target_type_probs"] = {t: round(p, 4) for t, p in ranked}
+    return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
 
 
 @dataclass
@@ -103,32 +127,52 @@ class AutofocusRetriever(dspy.Module):
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
-        schema = kb.skb.schema  # type: ignore[attr-defined]
-        self.context = SchemaContext.from_schema(schema)
+        self.context = SchemaContext.from_skb(kb.skb)  # type: ignore[attr-defined]
         types = self.context.candidate_types
-        self.target_type = dspy.Predict(target_type_signature(types)) if len(types) > 1 else None
+        self.target_type = dspy.Predict(target_type_signature(types, described=True)) if len(types) > 1 else None
         self.cypher = dspy.Predict(TextToCypher)
         self.query_graph = dspy.Predict(TextToQueryGraph)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+        self._grammar: str | None = None
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
-    def predict_target_type(self, question: str, trace: Trace) -> str | None:
+    def predict_target_type(self, question: str, trace: Trace) -> str | list[str] | None:
+        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
+        cfg = self.config
+        if self.target_type is not None and cfg.target_type_scoring == "auto":
+            kept = score_target_types(self.target_type, self.context, question, trace,
+                                      cfg.target_type_threshold, cfg.target_type_max)
+            if kept:
+                return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
 
-    def derive_query(self, question: str, target_type: str | None, trace: Trace) -> str | None:
+    def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace) -> str | None:
         """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed."""
-        inputs = self.context.query_inputs(question, target_type)
+        types = _as_types(target_type)
+        inputs = self.context.query_inputs(question, " or ".join(types) if types else None)
         with trace.step("2_query"):
             if self.config.query_format == "typed":
                 pred, _ = safe_predict(self.query_graph, trace, "2_query", **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
-                pred, raw = safe_predict(self.cypher, trace, "2_query", **inputs)
+                config = self._cypher_constraint()
+                pred, raw = safe_predict(self.cypher, trace, "2_query", config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
+                if config:
+                    trace.data["constrained"] = "grammar"
         trace.data["cypher"] = cypher
         return cypher
 
-    def llm_steps(self, question: str, trace: Trace) -> tuple[str | None, str | None]:
+    def _cypher_constraint(self) -> dict[str, object]:
+        """Per-call LM config that constrains step 2 to the schema's triples (``program.steps.constrain``)."""
+        mode = self.config.constrain
+        if mode == "off" or (mode == "auto" and not is_local_spec(self.config.lm.for_step("cypher"))):
+            return {}
+        if self._grammar is None:
+            self._grammar = cypher_grammar(schema_graph(self.kb.skb), self.context.attribute_names)  # type: ignore[attr-defined]
+        return grammar_config(self._grammar)
+
+    def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
         """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation."""
         y_type = self.predict_target_type(question, trace)
         trace.data["target_type"] = y_type
