@@ -13,6 +13,10 @@ knowledge base). So a program file is our own JSON document::
       "state": {"cypher": {...}, ...}        # program.dump_state(): per predictor demos + signature
     }
 
+The systems' own ``save("prog.json")`` and ``load("prog.json")`` (``program.systems.base``) write and
+read this format, so DSPy's convention holds; ``autofocus.open(skb, program="prog.json")`` rebuilds
+the saved system with the saved config.
+
 The predictors' LMs are not saved (each predictor's ``"lm"`` is null): the config names them, and a
 saved LM would carry a local server's address. Loading rebuilds the system from ``system`` and
 ``config``, then loads each predictor's demos and instructions, keeping the LMs it was built with.
@@ -86,6 +90,15 @@ def read_program(path: Path | str) -> dict[str, Any]:
         if not isinstance(doc.get(key), kind):
             raise ProgramFileError(f"{path}: {key!r} is missing or not a {kind.__name__}")
     return doc
+
+
+def is_program_file(path: Path | str) -> bool:
+    """Whether ``path`` is a program file of this format (not, say, a DSPy ``Module.save`` state file)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
 
 
 def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dspy
 import numpy as np
@@ -29,9 +30,13 @@ from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
 from autofocus.trace import Trace
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 
 def closest_type(raw: str, types: list[str]) -> str | None:
@@ -97,7 +102,7 @@ class Retrieval:
         return {int(i) for ids in sets for i in ids}
 
 
-class AutofocusRetriever(dspy.Module):
+class AutofocusRetriever(RetrievalProgram):
     """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace.
 
     ``llm_steps`` (steps 1-2) depends on the question and the LMs only; ``retrieve`` (steps 3-7)
@@ -105,12 +110,12 @@ class AutofocusRetriever(dspy.Module):
     first once per question and the second once per trial, from any thread.
     """
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "afr") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "afr") -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
-        schema = kb.skb.schema  # type: ignore[attr-defined]
+        schema = kb.skb.schema
         self.context = SchemaContext.from_schema(schema)
         types = self.context.candidate_types
         self.target_type = dspy.Predict(target_type_signature(types)) if len(types) > 1 else None
@@ -149,7 +154,7 @@ class AutofocusRetriever(dspy.Module):
         if not cypher:
             trace.flags["valid_cypher"] = False
             return None
-        schema = self.kb.skb.schema  # type: ignore[attr-defined]
+        schema = self.kb.skb.schema
         with trace.step("3_parse"):
             qg = parse_cypher(cypher, schema, mode=parse_mode(cfg), target_type=target_type)
         trace.data["query_graph"] = qg.model_dump()
@@ -165,7 +170,7 @@ class AutofocusRetriever(dspy.Module):
         self, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace
     ) -> tuple[QueryGraph, GroundingResult] | None:
         """Symbol candidates and grounding; None when the graph has nothing to ground."""
-        skb = self.kb.skb  # type: ignore[attr-defined]
+        skb = self.kb.skb
         if not qg.usable:
             trace.flags["grounded_nonempty"] = False
             return None
@@ -213,8 +218,8 @@ class AutofocusRetriever(dspy.Module):
         """Steps 3-7 for given step 1-2 outputs under ``config`` (default: the program's); no LM calls."""
         cfg = config or self.config
         trace = trace if trace is not None else Trace(system=self.system, question=question)
-        skb = self.kb.skb  # type: ignore[attr-defined]
-        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+        skb = self.kb.skb
+        qvec = self.kb.embed_query(question)
 
         grounded = np.zeros(0, np.int64)
         round_of: dict[int, int] = {}
@@ -264,7 +269,7 @@ class AutofocusRetriever(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb = self.kb.skb  # type: ignore[attr-defined]
+        skb = self.kb.skb
         y_type, cypher = self.llm_steps(question, trace)
         found = self.retrieve(question, y_type, cypher, cfg, trace)
         ranked = found.ids
