@@ -116,9 +116,8 @@ def assemble(
 
     from autofocus.program.systems import registry
     from autofocus.program.systems.base import RetrievalProgram
-    from autofocus.usage import install_usage_callback, limit_lm_concurrency
+    from autofocus.usage import limit_lm_concurrency
 
-    install_usage_callback()  # here, on the caller's thread: dspy.configure refuses other threads
     _, cfg = registry.resolve_config(system, config)
     program = registry.build_program(system, kb, cfg, with_lms=False)
     for attr, value in (("kb", kb), ("config", cfg), ("system", system)):
@@ -151,6 +150,9 @@ def open_program(
     """Open the knowledge base of ``skb`` (a path, or a knowledge base already open) and ``assemble``
     ``system`` on it; ``program_file`` brings its system, its config (unless ``config`` is given)
     and its prompts and demos. The knowledge base is ``program.kb``, the config ``program.config``."""
+    from autofocus.usage import install_usage_callback
+
+    install_usage_callback()  # on the caller's thread: dspy.configure refuses the others
     system, cfg = resolve_system(system, config, program_file)
     kb = open_kb(skb, cfg.embedder, cfg.index_kind) if isinstance(skb, str | Path) else skb
     return assemble(system, kb, cfg, program_file=program_file, lms=lms)

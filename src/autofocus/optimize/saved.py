@@ -33,7 +33,7 @@ from typing import Any
 import dspy
 from pydantic import ValidationError
 
-from autofocus import __version__
+from autofocus._version import __version__
 from autofocus.config import AutofocusConfig
 
 FORMAT = "autofocus-program/1"
@@ -110,6 +110,11 @@ def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
         raise ProgramFileError(f"{path}: invalid config: {exc}") from None
 
 
+def _system_name(spec: str) -> str:
+    """The system of a registry spec, without its options (``afr:k=10`` -> ``afr``)."""
+    return spec.partition(":")[0].strip()
+
+
 def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     """Load a saved program's prompts and demos into ``program`` (built for the same system).
 
@@ -118,11 +123,9 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     the reranker, after ``--reranker none``) are skipped, and its predictors that the file lacks stay
     as built. Raises ``ProgramFileError`` naming the difference; ``program`` is left untouched then.
     """
-    from autofocus.program.systems.registry import parse_spec
-
     doc = read_program(path)
     built = getattr(program, "system", None)
-    if built is not None and parse_spec(built)[0] != parse_spec(doc["system"])[0]:
+    if built is not None and _system_name(built) != _system_name(doc["system"]):
         raise ProgramFileError(f"{path}: saved from system {doc['system']!r}, cannot load into {built!r}")
     state = doc["state"]
     predictors = dict(program.named_predictors())
