@@ -74,3 +74,17 @@ def test_documents_point_only_inside_the_repository(doc: str) -> None:
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
         if not target.startswith(("http://", "https://")):
             assert ((DOCS / doc).parent / target).exists(), f"{doc} links to {target}, which is not in the repo"
+
+
+def test_the_module_map_names_every_module() -> None:
+    """``docs/modules.md`` stays current: every module of the package has its row."""
+    package = ROOT / "src" / "autofocus"
+    text = (DOCS / "modules.md").read_text()
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        name = ".".join(path.relative_to(package).with_suffix("").parts)
+        if f"`{name}`" not in text:
+            missing.append(name)
+    assert missing == []
