@@ -23,7 +23,7 @@ from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_
 from tests.skb_factory import make_skb
 from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config
 
-STEPS = ["1_target_type", "2_query", "3_parse", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "8_rerank"]
+STEPS = ["1_target_type", "2_query", "3_parse", "3_repair", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "8_rerank"]
 
 # movies 0-5, people 6-8, genres 9-10; Mira Sol (6) acted in 0 and 2; movie 5 is a biopic *about* her
 NAMES = ["Quiet Harbour", "Neon Circuit", "Paper Lanterns", "Iron Orchard", "Salt and Stone", "Mira Sol: A Life",
@@ -120,9 +120,10 @@ def test_all_eight_steps_ground_the_answers_and_trace_every_step(kb: KnowledgeBa
     assert tr.data["support"]["2"] == [[("m", 2, "acted_in", 6)]] and tr.data["support"]["0"] == [[("m", 0, "acted_in", 6)]]
     # every step timed, LM calls and tokens where the LM was asked
     assert list(tr.steps) == STEPS and all(s.seconds > 0 for s in tr.steps.values())
-    assert [tr.steps[s].lm_calls for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 4]
+    assert [tr.steps[s].lm_calls for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 0, 4]
     assert all(tr.steps[s].input_tokens > 0 for s in ("1_target_type", "2_query", "8_rerank"))
-    assert tr.flags == {"valid_cypher": True, "has_triplet": True, "has_constant": True, "grounded_nonempty": True}
+    assert tr.flags == {"valid_cypher": True, "has_triplet": True, "has_constant": True, "repaired": False,
+                        "grounded_nonempty": True}
 
 
 def test_listwise_reranking_takes_the_lms_order(kb: KnowledgeBase) -> None:
@@ -188,9 +189,9 @@ def test_step_ablations_give_their_strands(kb: KnowledgeBase, steps: str) -> Non
     pred = run(f"afr-steps{steps}", kb, lm, QUESTION, scripted_config(k=4))
     expected = {
         "1+7": (by_score(kb, "text+rel", MOVIES)[:4], ["vss"] * 4, ["1_target_type", "7_vss_rest"]),
-        "1-5": ([0, 2, 3, 4], ["grounded"] * 4, STEPS[:6]),  # grounding order: round, then id
-        "1-6": (by_score(kb, "text", [0, 2, 3, 4])[:3], ["grounded"] * 3, STEPS[:6]),
-        "1-7": (retrieval_order(kb), ["grounded"] * 3 + ["vss"], STEPS[:7]),
+        "1-5": ([0, 2, 3, 4], ["grounded"] * 4, STEPS[:7]),  # grounding order: round, then id
+        "1-6": (by_score(kb, "text", [0, 2, 3, 4])[:3], ["grounded"] * 3, STEPS[:7]),
+        "1-7": (retrieval_order(kb), ["grounded"] * 3 + ["vss"], STEPS[:8]),
     }[steps]
     assert (pred.ranked_ids, strands(pred), list(pred.trace.steps)) == expected
     assert lm.fields() == (["target_type"] if steps == "1+7" else ["target_type", "cypher"])
@@ -257,7 +258,7 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
     assert [b["model"] for b in server.requests] == ["fake-model"] * 3  # target type, Cypher, listwise rerank
     assert server_field(server.requests[1], "target_type") == "paper"
     trace = json.loads(trace_file.read_text())
-    assert [trace["steps"][s]["lm_calls"] for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 1]
+    assert [trace["steps"][s]["lm_calls"] for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 0, 1]
     assert trace["data"]["rerank"]["method"] == "listwise" and trace["data"]["strand"]["11"] == "grounded"
     assert trace["data"]["grounded_ids"] == [0, 1, 3, 11]  # the numpy grounded set (l = 2) as a JSON list
 

@@ -33,8 +33,9 @@ from autofocus.kb import KnowledgeBase
 from autofocus.metrics import as_candidates
 from autofocus.optimize import tune
 from autofocus.optimize.saved import save_program
+from autofocus.program.steps.grounded_strand import parse_mode
 from autofocus.program.systems import registry
-from autofocus.program.systems.afr import AutofocusRetriever, parse_mode
+from autofocus.program.systems.afr import AutofocusRetriever
 from autofocus.runtime import load_config
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir

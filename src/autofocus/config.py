@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
 Expansion = Literal["paper", "code"]
+RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 
 
 class LMConfig(BaseModel):
@@ -41,6 +42,26 @@ class AutofocusConfig(BaseModel):
     step6_order: Literal["vss", "round"] = "vss"  # round: the reference code's expansion-round-first order
     step7_exclude: Literal["grounded", "none"] = "grounded"  # grounded: Algorithm 1 line 12; none: dedup at merge
     exact_name_first: bool = True  # step 4: exact (case-insensitive) name matches before VSS hits
+    exact_name_only: bool = Field(
+        False, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
+    )
+    repair: bool = Field(True, description="step 3b: repair labels, relationships, directions and hops the schema rejects")
+    relax: list[RelaxRung] = Field(
+        default_factory=lambda: ["filters", "triplets", "constants", "edges"],
+        description="step 5: relaxations tried in order while grounding is empty ([] = the paper's: none)",
+    )
+    relax_max_rungs: int = Field(6, ge=0, description="at most this many relaxations per question")
+    alpha_rule: Literal["fixed", "evidence"] = Field(
+        "evidence", description="fixed: alpha*k slots (paper); evidence: fewer for weaker grounding evidence"
+    )
+    alpha_relaxed: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor per relaxation")
+    alpha_repaired: float = Field(1.0, ge=0.0, le=1.0, description="evidence rule: alpha factor for a repaired query")
+    alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
+    alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
+    alpha_disagree: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: factor when step 2's target label is not step 1's")
+    step7_types: Literal["step1", "agree"] = Field(
+        "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"
+    )
     reranker: Reranker = "auto"
     context_budget_tokens: int = Field(3500, ge=256)
     doc_budget_tokens: int = Field(384, ge=32)

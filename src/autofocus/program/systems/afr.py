@@ -22,12 +22,11 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.cypher import parse_cypher
-from autofocus.program.steps.grounding import GroundingResult, ground_with_expansion, support_paths
+from autofocus.program.steps.grounded_strand import Strand, ground_strand, parse_step
+from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
-from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.base import RetrievalProgram
@@ -77,12 +76,6 @@ def derive_target_type(
     return salvaged
 
 
-def parse_mode(config: AutofocusConfig) -> str:
-    """Parse strictly if either switch is strict, so that no guessed type becomes a hard filter
-    (``autofocus.cypher.builder``); steps 4 and 5 then apply ``type_mode`` and ``edge_mode``."""
-    return "strict" if "strict" in (config.type_mode, config.edge_mode) else "lenient"
-
-
 @dataclass
 class Retrieval:
     """Steps 3-7 of one question: the pre-rerank list and what step 8 and the trace need."""
@@ -90,7 +83,7 @@ class Retrieval:
     ids: list[int]  # pre-rerank order, at most k
     strand: dict[int, str]  # id -> "grounded" | "vss" | "both"
     grounded: np.ndarray  # the whole grounded set C_cypher (the trace keeps its size and first ids)
-    query_graph: QueryGraph | None = None  # as grounded (edge types dropped in lenient edge mode)
+    query_graph: QueryGraph | None = None  # as grounded: repaired and relaxed
     grounding: GroundingResult | None = None  # None when step 5 did not run
 
     def neighbourhood(self, limit: int = 1000) -> set[int]:
@@ -147,95 +140,36 @@ class AutofocusRetriever(RetrievalProgram):
         cypher = self.derive_query(question, y_type, trace) if self.config.steps != "1+7" else None
         return y_type, cypher
 
-    # --- step 3 -----------------------------------------------------------------------------------
-    def parse(
-        self, cypher: str | None, target_type: str | None, cfg: AutofocusConfig, trace: Trace
-    ) -> QueryGraph | None:
-        if not cypher:
-            trace.flags["valid_cypher"] = False
-            return None
-        schema = self.kb.skb.schema
-        with trace.step("3_parse"):
-            qg = parse_cypher(cypher, schema, mode=parse_mode(cfg), target_type=target_type)
-        trace.data["query_graph"] = qg.model_dump()
-        trace.flags["valid_cypher"] = bool(qg.symbols)
-        trace.flags["has_triplet"] = bool(qg.triplets)
-        trace.flags["has_constant"] = qg.usable
-        for d in qg.dropped:
-            trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
-        return qg
-
-    # --- steps 4 and 5 ----------------------------------------------------------------------------
-    def ground(
-        self, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace
-    ) -> tuple[QueryGraph, GroundingResult] | None:
-        """Symbol candidates and grounding; None when the graph has nothing to ground."""
-        skb = self.kb.skb
-        if not qg.usable:
-            trace.flags["grounded_nonempty"] = False
-            return None
-        with trace.step("4_symbols"):
-            sc = retrieve_symbol_candidates(
-                self.kb,
-                qg,
-                cfg.l_max,
-                variant=cfg.doc_variant_step4,
-                strict=cfg.type_mode == "strict",
-                exact_name_first=cfg.exact_name_first,
-            )
-        for kind, detail in sc.events:
-            trace.event("4_symbols", kind, detail)
-        trace.data["symbol_candidates"] = {
-            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()}
-            for v, ids in sc.constants.items()
-        }
-        trace.data["filters"] = sc.applied_filters
-        with trace.step("5_grounding"):
-            if cfg.edge_mode == "lenient":
-                qg = qg.model_copy(
-                    update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]}
-                )
-            result = ground_with_expansion(
-                skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
-            )
-        trace.data["grounding_rounds"] = result.rounds
-        # the whole set, so that evaluation scores grounding over all of it; traces.jsonl keeps its
-        # size and first ids (``evaluate.traces.to_jsonable``)
-        trace.data["grounded_ids"] = result.answers
-        trace.data["num_grounded"] = len(result.answers)
-        trace.flags["grounded_nonempty"] = len(result.answers) > 0
-        return qg, result
-
     # --- steps 3-7 --------------------------------------------------------------------------------
     def retrieve(
         self,
         question: str,
-        target_type: str | None,
+        target_type: str | list[str] | None,
         cypher: str | None,
         config: AutofocusConfig | None = None,
         trace: Trace | None = None,
     ) -> Retrieval:
-        """Steps 3-7 for given step 1-2 outputs under ``config`` (default: the program's); no LM calls."""
+        """Steps 3-7 for given step 1-2 outputs under ``config`` (default: the program's); no LM calls.
+
+        ``target_type`` is step 1's type, or the types it kept (most likely first).
+        """
         cfg = config or self.config
         trace = trace if trace is not None else Trace(system=self.system, question=question)
-        skb = self.kb.skb
+        types1 = _as_types(target_type)
+        primary = types1[0] if types1 else None
         qvec = self.kb.embed_query(question)
 
-        grounded = np.zeros(0, np.int64)
-        round_of: dict[int, int] = {}
-        used: tuple[QueryGraph, GroundingResult] | None = None
+        strand = Strand(np.zeros(0, np.int64))
         if cfg.steps != "1+7":
-            qg = self.parse(cypher, target_type, cfg, trace)
-            if qg is not None:
-                trace.data["cypher_target_type"] = qg.target_type
-                used = self.ground(qg, cfg, trace)
-                if used is not None:
-                    grounded, round_of = used[1].answers, used[1].round_of
+            qg = parse_step(self.kb, cypher, primary, cfg, trace)
+            strand = ground_strand(self.kb, qg, cfg, trace, primary)
+        grounded = strand.answers
+        round_of = strand.grounding.round_of if strand.grounding is not None else {}
 
         step6: list[int] = []
         scores: dict[int, float] = {}
         if cfg.steps != "1+7":
-            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(cfg.alpha, cfg.k)
+            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(self.grounded_alpha(strand, types1, cfg, trace), cfg.k)
             with trace.step("6_vss_grounded"):
                 if cfg.steps == "1-5":
                     order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
@@ -252,7 +186,7 @@ class AutofocusRetriever(RetrievalProgram):
                     scores.update(zip(step6, s6, strict=True))
         step7: list[int] = []
         if cfg.steps in ("1+7", "1-7", "1-8"):
-            types = [target_type] if target_type in skb.node_type_names else self.context.candidate_types
+            types = self.step7_types(types1, strand, cfg, trace)
             exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
             n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
             with trace.step("7_vss_rest"):
@@ -262,8 +196,44 @@ class AutofocusRetriever(RetrievalProgram):
         merged = merge(step6, step7, cfg.k, scores)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
-        qg_used, grounding = used if used is not None else (None, None)
-        return Retrieval(merged.ids, merged.strand, grounded, qg_used, grounding)
+        return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding)
+
+    def step7_types(self, types1: list[str], strand: Strand, cfg: AutofocusConfig, trace: Trace) -> list[str]:
+        """The types step 7 searches: step 1's, and the query's own target label when grounding found
+        answers of it (the graph agrees with step 2), so one wrong guess does not exclude the other."""
+        known = self.kb.skb.node_type_names
+        types = [t for t in types1 if t in known]
+        if not types:  # step 1 gave nothing usable: every candidate type
+            types = list(self.context.candidate_types)
+        label = strand.query_graph.target_type if strand.query_graph is not None else None
+        if cfg.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
+            types.append(label)  # type: ignore[arg-type]
+            trace.event("7_vss_rest", "types_disagree", f"step 1: {', '.join(types1) or 'none'}; query: {label}")
+        trace.data["step7_types"] = types
+        return types
+
+    def grounded_alpha(self, strand: Strand, types1: list[str], cfg: AutofocusConfig, trace: Trace) -> float:
+        """The grounded strand's share of the k slots: the paper's fixed alpha, or (``alpha_rule``
+        "evidence") less of it for a relaxed query, a huge grounded set or steps 1 and 2 disagreeing."""
+        if cfg.alpha_rule == "fixed" or strand.empty:
+            return cfg.alpha
+        factor, why = 1.0, []
+        if strand.relaxed:
+            factor *= cfg.alpha_relaxed ** len(strand.relaxed)
+            why.append(f"relaxed x{len(strand.relaxed)}")
+        if strand.repairs:
+            factor *= cfg.alpha_repaired
+            why.append("repaired")
+        if len(strand.answers) > cfg.alpha_large_size:
+            factor *= cfg.alpha_large
+            why.append(f"|C|={len(strand.answers)}")
+        label = strand.query_graph.target_type if strand.query_graph is not None else None
+        if types1 and label is not None and label not in types1:
+            factor *= cfg.alpha_disagree
+            why.append(f"query asks for {label}")
+        alpha = cfg.alpha * factor
+        trace.data["alpha"] = {"value": alpha, "why": why}
+        return alpha
 
     # --- the whole program ------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
@@ -290,3 +260,9 @@ class AutofocusRetriever(RetrievalProgram):
                 if found.strand.get(i) in ("grounded", "both")
             }
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
+
+
+def _as_types(target_type: str | list[str] | None) -> list[str]:
+    if target_type is None:
+        return []
+    return [target_type] if isinstance(target_type, str) else list(target_type)
