@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 import autofocus.commands.tune as tune_cmd
+from autofocus import runtime
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.cypher import parse_cypher
@@ -130,7 +131,7 @@ def base_config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, planted_kb: KnowledgeBase) -> CliRunner:
-    monkeypatch.setattr(tune_cmd, "open_kb", lambda path, embedder, *_: planted_kb)
+    monkeypatch.setattr(runtime, "open_kb", lambda path, embedder, *_: planted_kb)
     monkeypatch.setattr(
         registry, "apply_lms", lambda program, config: None
     )  # the scripted LM comes from context

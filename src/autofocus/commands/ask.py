@@ -31,21 +31,14 @@ def ask(
     trace_json: Annotated[Path | None, typer.Option(help="write the trace as JSON here")] = None,
 ) -> None:
     """Print the ranked answers with names and the strand each came from."""
-    from autofocus.runtime import load_config, open_program
+    import autofocus
 
-    options = {"reranker": reranker, "query_format": query_format, "k": k}
-    cfg = load_config(config, lm=lm, **options)
-    if program is not None and config is None:  # the saved program's config, the options on top
-        from autofocus.optimize.saved import read_program_config
-
-        saved = read_program_config(program)[1]
-        cfg = saved.model_validate({**saved.model_dump(), **{n: v for n, v in options.items() if v is not None},
-                                    **({"lm": {**saved.lm.model_dump(), "default": lm}} if lm else {})})
-    kb, prog, cfg = open_program(skb, system, cfg, program)
+    cfg = autofocus.load_config(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
+    prog = autofocus.open(skb, system, config=cfg, program=program)
     pred = prog(question=question)
-    show_prediction(kb.skb, pred, console)
+    show_prediction(prog.kb.skb, pred, console)
     if trace:
-        show_trace(kb.skb, pred.trace, console)
+        show_trace(prog.kb.skb, pred.trace, console)
     if trace_json:
         from autofocus.evaluate.traces import to_jsonable
 

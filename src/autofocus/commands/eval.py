@@ -1,20 +1,18 @@
-"""``autofocus eval``, ``autofocus report`` and ``autofocus compare``: resumable runs and their summaries."""
+"""``autofocus eval``, ``autofocus report`` and ``autofocus compare``: resumable runs and their summaries.
+
+Argument handling and printing only; the runs are ``autofocus.evaluate.program_runs``.
+"""
 
 from __future__ import annotations
 
-import json
-import re
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from autofocus import runtime
 from autofocus.cli_app import app
-from autofocus.config import AutofocusConfig
-from autofocus.runtime import open_kb
 
 console = Console()
 err_console = Console(stderr=True)
@@ -23,149 +21,20 @@ EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
 
 
-def prepare_system(
-    kb_for: Callable[[str], Any], system: str, config: AutofocusConfig, program_file: Path | None = None
-) -> tuple[str, AutofocusConfig, Any, Callable[[], Any]]:
-    """Resolve a system spec to ``(system, config, kb, program factory)``; a saved program brings its state.
-
-    The factory builds one program per evaluation thread: programs may keep per-call state,
-    and ``dspy.Module.deepcopy`` would copy the whole knowledge base.
-    """
-    from autofocus.program.systems.registry import build_program, resolve_config
-
-    _, cfg = resolve_config(system, config)
-    kb = kb_for(cfg.embedder, cfg.index_kind)
-
-    def factory() -> Any:
-        program = build_program(system, kb, cfg)
-        if program_file is not None:
-            from autofocus.optimize.saved import load_program_state
-
-            load_program_state(program, program_file)
-        return program
-
-    return system, cfg, kb, factory
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``message`` in red on stderr; the ``typer.Exit`` to raise."""
+    err_console.print(f"[red]{message}[/]")
+    return typer.Exit(code)
 
 
-def index_checksums(kb: Any, cfg: AutofocusConfig) -> dict[str, str | None]:
-    """The embeddings checksum of each index the config uses, from the index manifests already on disk."""
-    out: dict[str, str | None] = {}
-    for variant in sorted({cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}):
-        path = kb.store_dir(variant) / "manifest.json"
-        if path.is_file():
-            out[f"{kb.embedder.name}/{variant}"] = json.loads(path.read_text()).get("sha256")
-    return out
-
-
-def _kb_cache(skb_path: Path) -> Callable[[str], Any]:
-    """Open the SKB once per embedder, however many systems share it."""
-    opened: dict[tuple[str, str], Any] = {}
-    lock = threading.Lock()
-
-    def kb_for(embedder: str, index_kind: str = "flat") -> Any:
-        with lock:
-            if (embedder, index_kind) not in opened:
-                opened[embedder, index_kind] = open_kb(skb_path, embedder, index_kind)
-            return opened[embedder, index_kind]
-
-    return kb_for
-
-
-def _run_system(
-    kb_for: Callable[[str], Any],
-    system: str,
-    cfg: AutofocusConfig,
-    items: list[Any],
-    out: Path,
-    *,
-    skb_path: Path,
-    split: str,
-    limit: int | None,
-    program_file: Path | None,
-    force_new: bool,
-    progress: bool,
-) -> tuple[Any, Any]:
-    """Evaluate one system into ``out``; returns its ``EvalResult`` and the loaded run."""
-    from autofocus.evaluate.report import load_run
-    from autofocus.evaluate.runner import RunMismatchError, build_manifest, run_eval
-    from autofocus.index.store import skb_fingerprint
-
-    system, cfg, kb, factory = prepare_system(kb_for, system, cfg, program_file)
-    manifest = build_manifest(
-        system=system,
-        config=cfg,
-        split=split,
-        limit=limit,
-        skb_path=skb_path,
-        skb_fingerprint=skb_fingerprint(kb.skb),
-        index_checksums=index_checksums(kb, cfg),
-        program_file=program_file,
-    )
-    try:
-        result = run_eval(
-            factory,
-            items,
-            out,
-            manifest=manifest,
-            concurrency=cfg.concurrency,
-            limit=limit,
-            resume=not force_new,
-            progress=progress,
-            skb=kb.skb,
-            console=err_console,
-        )
-    except RunMismatchError as exc:
-        err_console.print(f"[red]{exc}[/]")
-        raise typer.Exit(EXIT_MISMATCH) from None
-    run = load_run(out)
-    wanted = {int(it.id) for it in (items[:limit] if limit is not None else items)}
-    run.records = [r for r in run.records if int(r["id"]) in wanted]
-    _summarise(run, f"{system} on {split}")
-    return result, run
-
-
-def _summarise(run: Any, title: str) -> None:
-    """Print a run's summary and write it (summary.md, summary.json) and its plots into the run directory."""
-    from autofocus.evaluate.plots import save_run_plots
-    from autofocus.evaluate.report import print_summary, summarize, write_summary
-
-    summary = summarize(run.records, run.manifest)
-    print_summary(summary, console, title=title)
-    write_summary(run.path, summary, title=title)
-    paths = save_run_plots(run.path, summary, run.records)
-    console.print(f"Summary and plots in {run.path}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
-
-
-def _load_items(skb: Path, split: str) -> list[Any]:
-    from autofocus.skb.qa import load_qa
+def load_split(skb: Path, split: str) -> list[Any]:
+    """The split's questions, or exit 1 naming what is wrong."""
+    from autofocus.evaluate.program_runs import SplitError, load_split
 
     try:
-        return load_qa(skb, split)
-    except (KeyError, FileNotFoundError, ValueError) as exc:  # unknown split, no QA file, malformed QA
-        err_console.print(f"[red]{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}[/]")
-        raise typer.Exit(1) from None
-
-
-def _config(
-    config: Path | None,
-    lm: str | None,
-    steps: str | None,
-    reranker: str | None,
-    concurrency: int | None,
-    base: AutofocusConfig | None = None,
-) -> AutofocusConfig:
-    """``--config`` (else ``base``, a saved program's config, else the defaults) with the options on top."""
-    from autofocus.runtime import load_config
-
-    if config is not None or base is None:
-        return load_config(config, lm=lm, steps=steps, reranker=reranker, concurrency=concurrency)
-    data = base.model_dump()
-    data.update(
-        {k: v for k, v in {"steps": steps, "reranker": reranker, "concurrency": concurrency}.items() if v}
-    )
-    if lm:
-        data["lm"] = {**data["lm"], "default": lm}
-    return AutofocusConfig.model_validate(data)
+        return load_split(skb, split)
+    except SplitError as exc:
+        raise fail(str(exc)) from None
 
 
 SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
@@ -209,27 +78,19 @@ def eval_command(
     With ``--program``, the saved program's system and config are used (``--config`` replaces the
     config; the other options apply on top) and its prompts/demos are loaded into every copy.
     """
-    saved_cfg = None
-    if program is not None:
-        from autofocus.optimize.saved import read_program_config
+    from autofocus.evaluate.program_runs import evaluate_program
+    from autofocus.evaluate.runner import RunMismatchError
 
-        system, saved_cfg = read_program_config(program)
-    cfg = _config(config, lm, steps, reranker, concurrency, base=saved_cfg)
-    items = _load_items(skb, split)
-    result, _ = _run_system(
-        _kb_cache(skb),
-        system,
-        cfg,
-        items,
-        out,
-        skb_path=skb,
-        split=split,
-        limit=limit,
-        program_file=program,
-        force_new=force_new,
-        progress=progress,
-    )
-    if result.interrupted:
+    cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
+                              concurrency=concurrency)  # fmt: skip
+    items = load_split(skb, split)
+    prog = runtime.open_program(skb, system, cfg, program, lms="lazy")
+    try:
+        done = evaluate_program(prog, split, out, questions=items, limit=limit, resume=not force_new,
+                                progress=progress, console=console, progress_console=err_console)  # fmt: skip
+    except RunMismatchError as exc:
+        raise fail(str(exc), EXIT_MISMATCH) from None
+    if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {out}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
 
@@ -239,6 +100,7 @@ def report_command(
     runs: Annotated[list[Path], typer.Argument(help="run directories; two or more adds a comparison")],
 ) -> None:
     """Print (and refresh) the summary of each run; with several, compare them with the first."""
+    from autofocus.evaluate.program_runs import summarise_run
     from autofocus.evaluate.report import comparison_rows, load_run, print_comparison
 
     loaded = []
@@ -246,22 +108,11 @@ def report_command(
         try:
             run = load_run(path)
         except (FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]{exc}[/]")
-            raise typer.Exit(1) from None
-        _summarise(run, f"{run.name} ({path})")
+            raise fail(str(exc)) from None
+        summarise_run(run, f"{run.name} ({path})", console)
         loaded.append(run)
     if len(loaded) > 1:
         print_comparison(comparison_rows(loaded, [f"{r.name} ({r.path.name})" for r in loaded]), console)
-
-
-def split_systems(text: str) -> list[str]:
-    """Split ``--systems``; a preset's own options stay attached: ``afr:k=10,alpha=0.5,vss`` is two systems."""
-    return [s.strip() for s in re.split(r",(?![^,=:]*=)", text) if s.strip()]
-
-
-def run_dir_name(system: str) -> str:
-    """A directory name for a system spec (``afr:steps=1-7`` -> ``afr_steps=1-7``)."""
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", system).strip("_") or "system"
 
 
 @app.command("compare")
@@ -281,47 +132,24 @@ def compare_command(
     progress: ProgressOpt = True,
 ) -> None:
     """Run several systems on the same questions and print one table, with paired tests against the first."""
-    from autofocus.evaluate.report import (
-        comparison_csv,
-        comparison_markdown,
-        comparison_rows,
-        print_comparison,
-    )
+    from autofocus.evaluate.program_runs import compare_systems, run_dir_name, split_systems
+    from autofocus.evaluate.report import print_comparison
+    from autofocus.evaluate.runner import RunMismatchError
 
     specs = split_systems(systems)
     if len(specs) < 2:
-        err_console.print("[red]--systems needs at least two systems, e.g. afr,afr:steps=1-7[/]")
-        raise typer.Exit(1)
-    dirs = [run_dir_name(s) for s in specs]
-    if len(set(dirs)) != len(dirs):
-        err_console.print(f"[red]--systems has repeated systems: {', '.join(specs)}[/]")
-        raise typer.Exit(1)
-    cfg = _config(config, lm, None, None, concurrency)
-    items = _load_items(skb, split)
-    kb_for = _kb_cache(skb)
-    runs = []
-    for spec, sub in zip(specs, dirs, strict=True):
-        console.rule(f"{spec} -> {out / sub}")
-        result, run = _run_system(
-            kb_for,
-            spec,
-            cfg,
-            items,
-            out / sub,
-            skb_path=skb,
-            split=split,
-            limit=limit,
-            program_file=None,
-            force_new=force_new,
-            progress=progress,
-        )
-        runs.append(run)
-        if result.interrupted:
-            err_console.print(f"[yellow]Interrupted during {spec}; run the same command again to finish.[/]")
-            raise typer.Exit(EXIT_INTERRUPTED)
-    rows = comparison_rows(runs, specs)
-    print_comparison(rows, console)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "comparison.md").write_text(comparison_markdown(rows))
-    (out / "comparison.csv").write_text(comparison_csv(rows))
-    console.print(f"Comparison in {out / 'comparison.md'} and {out / 'comparison.csv'}")
+        raise fail("--systems needs at least two systems, e.g. afr,afr:steps=1-7")
+    if len({run_dir_name(s) for s in specs}) != len(specs):
+        raise fail(f"--systems has repeated systems: {', '.join(specs)}")
+    cfg = runtime.load_config(config, lm, concurrency=concurrency)
+    load_split(skb, split)  # fails here, before any system starts
+    try:
+        done = compare_systems(skb, specs, split, out, config=cfg, limit=limit, resume=not force_new,
+                               progress=progress, console=console, progress_console=err_console)  # fmt: skip
+    except RunMismatchError as exc:
+        raise fail(str(exc), EXIT_MISMATCH) from None
+    if done.interrupted:
+        err_console.print(f"[yellow]Interrupted during {done.interrupted}; run the same command again to finish.[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    print_comparison(done.rows, console)
+    console.print(f"Comparison in {Path(out) / 'comparison.md'} and {Path(out) / 'comparison.csv'}")

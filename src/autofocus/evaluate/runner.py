@@ -114,7 +114,7 @@ def build_manifest(
     """Everything needed to reproduce or refuse to mix runs; LMs default to the config's ``lm``."""
     import dspy
 
-    import autofocus
+    from autofocus._version import __version__
 
     cfg = (
         config.model_dump(mode="json")
@@ -133,7 +133,7 @@ def build_manifest(
         if program_file
         else None,
         "versions": {
-            "autofocus": autofocus.__version__,
+            "autofocus": __version__,
             "dspy": dspy.__version__,
             "numpy": np.__version__,
             "python": sys.version.split()[0],

@@ -31,7 +31,7 @@ from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 
 if TYPE_CHECKING:
-    from autofocus.kb import KnowledgeBase as KB
+    from autofocus.kb import KnowledgeBaseLike as KB
 
 
 @dataclass

@@ -13,12 +13,16 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autofocus.query_graph import Constraint, QueryGraph, Symbol
 from autofocus.skb.model import SKB, Column
 from autofocus.skb.names import named_ids
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 NAME_KEYS = ("name", "title", "displayname")
 _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
@@ -153,7 +157,7 @@ class _ConstantSearch:
 
 
 def retrieve_symbol_candidates(
-    kb: object,
+    kb: KnowledgeBaseLike,
     qg: QueryGraph,
     l_max: int,
     variant: str = "text",
@@ -167,7 +171,7 @@ def retrieve_symbol_candidates(
     The constants' search strings are embedded in one batch (one model call, or one request to a
     hosted embedder, instead of one per constant).
     """
-    skb: SKB = kb.skb  # type: ignore[attr-defined]
+    skb: SKB = kb.skb
     out = SymbolCandidates()
     searches: list[_ConstantSearch] = []
     for var, sym in qg.symbols.items():
@@ -214,17 +218,17 @@ def retrieve_symbol_candidates(
     return out
 
 
-def _embed_all(kb: object, texts: list[str]) -> dict[str, np.ndarray]:
+def _embed_all(kb: KnowledgeBaseLike, texts: list[str]) -> dict[str, np.ndarray]:
     """Search string -> query vector, in one batch when the knowledge base can embed several."""
     if not texts:
         return {}
     batch = getattr(kb, "embed_queries", None)
-    vecs = batch(texts) if batch is not None else [kb.embed_query(t) for t in texts]  # type: ignore[attr-defined]
+    vecs = batch(texts) if batch is not None else [kb.embed_query(t) for t in texts]
     return dict(zip(texts, vecs, strict=True))
 
 
 def _rank_constant(
-    kb: object, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool,
+    kb: KnowledgeBaseLike, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool,
     exact_name_only: bool = False,
 ) -> np.ndarray:
     """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), the nodes its name identifies first
@@ -237,7 +241,7 @@ def _rank_constant(
             named = named[allowed[named]]
         if exact_name_only and 0 < len(named) <= l_max:
             return named
-    index = kb.index(variant)  # type: ignore[attr-defined]
+    index = kb.index(variant)
     ids, _ = index.search(qvec, node_type=c.node_type, candidates=c.mask, k=l_max)
     ids = np.asarray(ids, dtype=np.int64)
     if len(named) == 0:

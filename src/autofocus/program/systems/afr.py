@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dspy
 import numpy as np
@@ -31,11 +32,15 @@ from autofocus.program.steps.rerank import estimate_tokens, make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from autofocus.usage import add_usage
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 
 def closest_type(raw: str, types: list[str]) -> str | None:
@@ -114,7 +119,7 @@ class Retrieval:
         return {int(i) for ids in sets for i in ids}
 
 
-class AutofocusRetriever(dspy.Module):
+class AutofocusRetriever(RetrievalProgram):
     """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace.
 
     ``llm_steps`` (steps 1-2) depends on the question and the LMs only; ``retrieve`` (steps 3-7)
@@ -122,12 +127,12 @@ class AutofocusRetriever(dspy.Module):
     first once per question and the second once per trial, from any thread.
     """
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "afr") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "afr") -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
-        self.context = SchemaContext.from_skb(kb.skb)  # type: ignore[attr-defined]
+        self.context = SchemaContext.from_skb(kb.skb)
         types = self.context.candidate_types
         self.target_type = dspy.Predict(target_type_signature(types, described=True)) if len(types) > 1 else None
         self.cypher = dspy.Predict(TextToCypher)
@@ -196,12 +201,12 @@ class AutofocusRetriever(dspy.Module):
         trace = trace if trace is not None else Trace(system=self.system, question=question)
         types1 = _as_types(target_type)
         primary = types1[0] if types1 else None
-        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+        qvec = self.kb.embed_query(question)
 
         strand = Strand(np.zeros(0, np.int64))
         if cfg.steps != "1+7":
-            qg = parse_step(self.kb, cypher, primary, cfg, trace)  # type: ignore[arg-type]
-            strand = ground_strand(self.kb, qg, cfg, trace, primary)  # type: ignore[arg-type]
+            qg = parse_step(self.kb, cypher, primary, cfg, trace)
+            strand = ground_strand(self.kb, qg, cfg, trace, primary)
         grounded = strand.answers
         round_of = strand.grounding.round_of if strand.grounding is not None else {}
 
@@ -240,7 +245,7 @@ class AutofocusRetriever(dspy.Module):
     def step7_types(self, types1: list[str], strand: Strand, cfg: AutofocusConfig, trace: Trace) -> list[str]:
         """The types step 7 searches: step 1's, and the query's own target label when grounding found
         answers of it (the graph agrees with step 2), so one wrong guess does not exclude the other."""
-        known = self.kb.skb.node_type_names  # type: ignore[attr-defined]
+        known = self.kb.skb.node_type_names
         types = [t for t in types1 if t in known]
         if not types:  # step 1 gave nothing usable: every candidate type
             types = list(self.context.candidate_types)
@@ -278,7 +283,7 @@ class AutofocusRetriever(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb = self.kb.skb  # type: ignore[attr-defined]
+        skb = self.kb.skb
         y_type, cypher = self.llm_steps(question, trace)
         found = self.retrieve(question, y_type, cypher, cfg, trace)
         ranked = found.ids

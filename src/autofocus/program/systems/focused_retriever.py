@@ -16,6 +16,8 @@ of k = 20 is 0.6), strict/lenient parsing is ``type_mode``, the reranker is ``re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dspy
 import numpy as np
 
@@ -28,6 +30,7 @@ from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.afr import derive_target_type
+from autofocus.program.systems.base import RetrievalProgram
 from autofocus.program.systems.baselines import candidate_filter, require_full_pipeline, rerank
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import target_type_signature
@@ -35,11 +38,14 @@ from autofocus.signatures.seed_systems import DeriveCypher
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
-class FocusedRetriever(dspy.Module):
+
+class FocusedRetriever(RetrievalProgram):
     """Answer a question with FocusedRetriever's Cypher, grounding, merge and rerank steps."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
@@ -48,7 +54,7 @@ class FocusedRetriever(dspy.Module):
         if self.config.query_format != "cypher":
             raise ValueError(f"{system}: FocusedRetriever derives Cypher; query_format={self.config.query_format} "
                              "is an AF-Retriever option")
-        schema = kb.skb.schema  # type: ignore[attr-defined]
+        schema = kb.skb.schema
         self.context = SchemaContext.from_schema(schema)
         self.properties = sorted({t.name_field for t in schema.node_types.values()} | set(self.context.attribute_names))
         types = self.context.candidate_types
@@ -58,7 +64,7 @@ class FocusedRetriever(dspy.Module):
 
     # --- lines 1-2 --------------------------------------------------------------------------------
     def derive_query_graph(self, question: str, trace: Trace) -> QueryGraph | None:
-        schema = self.kb.skb.schema  # type: ignore[attr-defined]
+        schema = self.kb.skb.schema
         with trace.step("2_query"):
             pred, raw = safe_predict(
                 self.cypher, trace, "2_query", question=question, node_labels=self.context.node_labels,
@@ -84,7 +90,7 @@ class FocusedRetriever(dspy.Module):
     def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray], QueryGraph]:
         """C_cypher (candidate types only), the final candidate set of every symbol and the graph grounded."""
         cfg = self.config
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         if not qg.usable:
             trace.flags["grounded_nonempty"] = False
             return np.zeros(0, np.int64), {}, qg
@@ -119,12 +125,12 @@ class FocusedRetriever(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         grounded, final = np.zeros(0, np.int64), {}
         qg = self.derive_query_graph(question, trace)
         if qg is not None:
             grounded, final, qg = self.ground(qg, trace)
-        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+        qvec = self.kb.embed_query(question)
         with trace.step("6_vss_grounded"):
             y_cypher, s6 = step6_rank_grounded(self.kb, qvec, grounded, grounded_slots(cfg.alpha, cfg.k),
                                                cfg.doc_variant_step6)

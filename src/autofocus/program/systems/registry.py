@@ -7,12 +7,16 @@ an ordinary, serialisable config plus a program class.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import dspy
 
 from autofocus.config import AutofocusConfig
 
-ProgramFactory = Callable[[object, AutofocusConfig, str], dspy.Module]
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
+
+ProgramFactory = Callable[["KnowledgeBaseLike", AutofocusConfig, str], dspy.Module]
 
 _SYSTEMS: dict[str, tuple[ProgramFactory, dict[str, object]]] = {}
 
@@ -68,7 +72,7 @@ def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
                               max_tokens=config.lm.max_tokens))
 
 
-def build_program(spec: str, kb: object, config: AutofocusConfig | None = None, *, with_lms: bool = True) -> dspy.Module:
+def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, *, with_lms: bool = True) -> dspy.Module:
     """Build a system by spec; ``with_lms=False`` leaves LMs to ``dspy.configure`` (tests, scripted LMs)."""
     name, cfg = resolve_config(spec, config)
     factory = _SYSTEMS[name][0]
@@ -89,7 +93,7 @@ def _load_builtin() -> None:
     from autofocus.program.systems.four_step_focus import FourStepFocus
     from autofocus.program.systems.hybgrag import HybGRAG
 
-    def afr(kb: object, cfg: AutofocusConfig, spec: str) -> dspy.Module:
+    def afr(kb: KnowledgeBaseLike, cfg: AutofocusConfig, spec: str) -> dspy.Module:
         return AutofocusRetriever(kb, cfg, system=spec)
 
     # AF-Retriever's ablations (paper Table 5), rerankers (Table 6) and the authors' code settings
