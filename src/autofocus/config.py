@@ -43,7 +43,7 @@ class AutofocusConfig(BaseModel):
     step7_exclude: Literal["grounded", "none"] = "grounded"  # grounded: Algorithm 1 line 12; none: dedup at merge
     exact_name_first: bool = True  # step 4: exact (case-insensitive) name matches before VSS hits
     exact_name_only: bool = Field(
-        False, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
+        True, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
     )
     repair: bool = Field(True, description="step 3b: repair labels, relationships, directions and hops the schema rejects")
     relax: list[RelaxRung] = Field(

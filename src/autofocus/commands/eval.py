@@ -72,6 +72,10 @@ def eval_command(
     ] = None,
     force_new: ForceOpt = False,
     progress: ProgressOpt = True,
+    replay: Annotated[
+        Path | None,
+        typer.Option(help="reuse the step 1-2 outputs of this run directory (no LM calls for them)", exists=True),
+    ] = None,
 ) -> None:
     """Evaluate a system on a QA split: traces.jsonl + manifest.json, resumable, then the summary.
 
@@ -87,7 +91,8 @@ def eval_command(
     prog = runtime.open_program(skb, system, cfg, program, lms="lazy")
     try:
         done = evaluate_program(prog, split, out, questions=items, limit=limit, resume=not force_new,
-                                progress=progress, console=console, progress_console=err_console)  # fmt: skip
+                                progress=progress, console=console, progress_console=err_console,
+                                replay=replay)  # fmt: skip
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
     if done.interrupted:

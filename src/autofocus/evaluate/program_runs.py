@@ -122,6 +122,7 @@ def evaluate_program(
     console: Console | None = None,
     progress_console: Console | None = None,
     title: str | None = None,
+    replay: Path | str | None = None,
 ) -> ProgramRun:
     """Run ``program`` (from ``autofocus.open``/``runtime.assemble``) on a QA split into ``out``.
 
@@ -135,6 +136,9 @@ def evaluate_program(
         concurrency: questions in parallel (default ``program.config.concurrency``).
         console: prints the summary there (None: quiet); ``progress_console`` gets the progress bar
             and notes (default stderr).
+        replay: a run directory whose step 1-2 outputs (target type, query) are reused instead of
+            asking the LM, so steps 3-8 can be compared under another config at no LM cost; questions
+            the run lacks are asked as usual.
 
     Raises ``evaluate.runner.RunMismatchError`` when ``out`` holds a different run, ``SplitError``
     for a split that cannot be loaded. A Ctrl-C keeps the finished questions and returns with
@@ -149,6 +153,10 @@ def evaluate_program(
     program_file = getattr(program, "program_file", None)
     items = list(questions) if questions is not None else load_split(kb.source, split)
     out = Path(out)
+    if replay is not None:
+        if not hasattr(program, "recorded"):
+            raise ValueError(f"{system}: replaying step 1-2 outputs needs a program with steps 1-2 (afr)")
+        program.recorded = recorded_llm_steps(Path(replay))
     manifest = build_manifest(
         system=system,
         config=cfg,
@@ -158,6 +166,7 @@ def evaluate_program(
         skb_fingerprint=skb_fingerprint(kb.skb),
         index_checksums=index_checksums(kb, cfg),
         program_file=program_file,
+        extra={"replay": str(replay)} if replay is not None else None,
     )
     result = run_eval(
         lambda: program_copy(program),
@@ -176,6 +185,22 @@ def evaluate_program(
     run.records = [r for r in run.records if int(r["id"]) in wanted]
     summary = summarise_run(run, title or f"{system} on {split}", console)
     return ProgramRun(result, run, summary)
+
+
+def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
+    """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory."""
+    from autofocus.evaluate.traces import read_traces
+
+    path = run_dir / "traces.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no traces.jsonl to replay")
+    records, _ = read_traces(path)
+    out: dict[str, tuple[Any, str | None]] = {}
+    for rec in records:
+        data = (rec.get("trace") or {}).get("data") or {}
+        if rec.get("status") == "ok" and "target_type" in data:
+            out[rec["query"]] = (data.get("target_type"), data.get("cypher"))
+    return out
 
 
 def split_systems(text: str) -> list[str]:

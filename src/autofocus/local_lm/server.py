@@ -163,7 +163,7 @@ class LocalServer:
         if not self.is_running():
             return False
         try:  # a shared server may be busy with other runs' requests: give it time to answer
-            return self.alias in self.models(timeout=30.0 if self.external else 2.0)
+            return self.alias in self.models(timeout=600.0 if self.external else 2.0)
         except (OSError, ValueError, KeyError):
             return False
 

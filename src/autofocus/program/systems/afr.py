@@ -139,6 +139,7 @@ class AutofocusRetriever(RetrievalProgram):
         self.query_graph = dspy.Predict(TextToQueryGraph)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
         self._grammar: str | None = None
+        self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace) -> str | list[str] | None:
@@ -178,7 +179,13 @@ class AutofocusRetriever(RetrievalProgram):
         return grammar_config(self._grammar)
 
     def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
-        """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation."""
+        """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation. With
+        ``recorded`` outputs of another run (``autofocus eval --replay``), those instead of the LM's."""
+        if self.recorded is not None and question in self.recorded:
+            y_type, cypher = self.recorded[question]
+            trace.event("2_query", "replayed", "steps 1-2 from a recorded run")
+            trace.data["target_type"], trace.data["cypher"] = y_type, cypher
+            return y_type, cypher if self.config.steps != "1+7" else None
         y_type = self.predict_target_type(question, trace)
         trace.data["target_type"] = y_type
         cypher = self.derive_query(question, y_type, trace) if self.config.steps != "1+7" else None
