@@ -94,7 +94,7 @@ def retrieval_order(kb: KnowledgeBase) -> list[int]:
 
 def test_all_eight_steps_ground_the_answers_and_trace_every_step(kb: KnowledgeBase) -> None:
     lm = scripted()
-    pred = run("afr:reranker=pointwise", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=pointwise", kb, lm, QUESTION, config4())
     tr = pred.trace
     # step 1 chose among the candidate types; step 2 was told its choice
     assert lm.fields() == ["target_type", "cypher"] + ["score"] * 4
@@ -128,7 +128,7 @@ def test_all_eight_steps_ground_the_answers_and_trace_every_step(kb: KnowledgeBa
 
 def test_listwise_reranking_takes_the_lms_order(kb: KnowledgeBase) -> None:
     lm = scripted()
-    pred = run("afr:reranker=listwise", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=listwise", kb, lm, QUESTION, config4())
     assert lm.fields() == ["target_type", "cypher", "ranking"]
     assert pred.ranked_ids == retrieval_order(kb)[::-1] and pred.trace.steps["8_rerank"].lm_calls == 1
     assert pred.trace.data["rerank"]["fixed"] == {"unknown": 0, "duplicate": 0, "missing": 0}
@@ -136,7 +136,7 @@ def test_listwise_reranking_takes_the_lms_order(kb: KnowledgeBase) -> None:
 
 def test_a_target_type_in_prose_is_salvaged(kb: KnowledgeBase) -> None:
     lm = scripted(target_type=lambda u: {"target_type": "Movies, I think"})
-    pred = run("afr:reranker=none", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=none", kb, lm, QUESTION, config4())
     assert pred.trace.data["target_type"] == "movie" and field_value(lm.calls[-1][1], "target_type") == "movie"
     assert events(pred)[:2] == [("1_target_type", "llm_error"), ("1_target_type", "salvaged")]
     assert pred.trace.steps["1_target_type"].lm_calls == lm.fields().count("target_type") >= 1  # adapter retries count
@@ -145,12 +145,25 @@ def test_a_target_type_in_prose_is_salvaged(kb: KnowledgeBase) -> None:
 
 def test_an_unusable_target_type_searches_every_candidate_type(kb: KnowledgeBase) -> None:
     lm = scripted(target_type=lambda u: {"target_type": "banana"})
-    pred = run("afr:reranker=none", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=none", kb, lm, QUESTION, config4())
     assert pred.trace.data["target_type"] is None and ("1_target_type", "invalid") in events(pred)
     assert field_value(lm.calls[-1][1], "target_type") == "any"
     # grounding still works (the Cypher names its own types); the VSS slot may now hold a person
     assert pred.ranked_ids[:3] == by_score(kb, "text", [0, 2, 3, 4])[:3]
     assert pred.ranked_ids[3:] == by_score(kb, "text+rel", [1, 5, *PEOPLE])[:1]
+
+
+def config4() -> AutofocusConfig:
+    """k = 4 and the paper's scope expansion past a constant's exact name, which these cases follow."""
+    return scripted_config(k=4, exact_name_only=False)
+
+
+def test_an_exact_name_is_the_constant_unless_relaxed(kb: KnowledgeBase) -> None:
+    pred = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4))
+    tr = pred.trace
+    assert tr.data["symbol_candidates"]["p"]["ids"] == [6]  # Mira Sol alone: no name-similar people
+    assert [(r["cut"], r["num_target"]) for r in tr.data["grounding_rounds"]] == [(1, 2)]
+    assert tr.data["grounded_ids"].tolist() == [0, 2] and strands(pred)[:2] == ["grounded", "grounded"]
 
 
 def raise_503(user: str) -> dict[str, Any]:
@@ -164,7 +177,7 @@ def raise_503(user: str) -> dict[str, Any]:
     ids=["prose", "lm-error"],
 )  # fmt: skip
 def test_no_usable_cypher_falls_back_to_vss(kb: KnowledgeBase, answer: dict[str, Any], event: tuple[str, str]) -> None:
-    pred = run("afr:reranker=none", kb, scripted(**answer), QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=none", kb, scripted(**answer), QUESTION, config4())
     assert event in events(pred) and pred.trace.flags["valid_cypher"] is False
     assert pred.ranked_ids == by_score(kb, "text+rel", MOVIES)[:4] and strands(pred) == ["vss"] * 4
     assert "4_symbols" not in pred.trace.steps and "5_grounding" not in pred.trace.steps
@@ -178,7 +191,7 @@ def test_no_usable_cypher_falls_back_to_vss(kb: KnowledgeBase, answer: dict[str,
 def test_malformed_rerank_output_keeps_the_retrieval_order(
     kb: KnowledgeBase, reranker: str, answer: dict[str, Any], kind: str
 ) -> None:
-    pred = run(f"afr:reranker={reranker}", kb, scripted(**answer), QUESTION, scripted_config(k=4))
+    pred = run(f"afr:reranker={reranker}", kb, scripted(**answer), QUESTION, config4())
     assert pred.ranked_ids == pred.trace.data["pre_rerank"] == retrieval_order(kb)
     assert ("8_rerank", "llm_error") in events(pred) and ("8_rerank", kind) in events(pred)
 
@@ -186,7 +199,7 @@ def test_malformed_rerank_output_keeps_the_retrieval_order(
 @pytest.mark.parametrize("steps", ["1+7", "1-5", "1-6", "1-7"])
 def test_step_ablations_give_their_strands(kb: KnowledgeBase, steps: str) -> None:
     lm = scripted()
-    pred = run(f"afr-steps{steps}", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run(f"afr-steps{steps}", kb, lm, QUESTION, config4())
     expected = {
         "1+7": (by_score(kb, "text+rel", MOVIES)[:4], ["vss"] * 4, ["1_target_type", "7_vss_rest"]),
         "1-5": ([0, 2, 3, 4], ["grounded"] * 4, STEPS[:7]),  # grounding order: round, then id
@@ -260,7 +273,8 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
     trace = json.loads(trace_file.read_text())
     assert [trace["steps"][s]["lm_calls"] for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 0, 1]
     assert trace["data"]["rerank"]["method"] == "listwise" and trace["data"]["strand"]["11"] == "grounded"
-    assert trace["data"]["grounded_ids"] == [0, 1, 3, 11]  # the numpy grounded set (l = 2) as a JSON list
+    # the numpy grounded set as a JSON list: Ada Lovelace's papers (her exact name is the constant, no expansion)
+    assert trace["data"]["grounded_ids"] == [0, 11]
 
     out = tmp_path / "run"
     res = cli.invoke(app, ["eval", "--skb", str(two_type_skb), "--split", "train", "--out", str(out), "--system", "afr",

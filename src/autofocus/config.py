@@ -64,6 +64,9 @@ class AutofocusConfig(BaseModel):
     )
     target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
     target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    prompt_schema: Literal["graph", "declared"] = Field(
+        "graph", description="steps 1-2 see the triples the graph has and each type's relations (graph) or schema.json (declared)"
+    )
     constrain: Literal["auto", "grammar", "off"] = Field(
         "auto", description="step 2: constrain decoding to the schema's triples (auto: where the LM takes a grammar)"
     )

@@ -132,9 +132,10 @@ class AutofocusRetriever(RetrievalProgram):
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
-        self.context = SchemaContext.from_skb(kb.skb)
+        graph = self.config.prompt_schema == "graph"
+        self.context = SchemaContext.from_skb(kb.skb) if graph else SchemaContext.from_schema(kb.skb.schema)
         types = self.context.candidate_types
-        self.target_type = dspy.Predict(target_type_signature(types, described=True)) if len(types) > 1 else None
+        self.target_type = dspy.Predict(target_type_signature(types, described=graph)) if len(types) > 1 else None
         self.cypher = dspy.Predict(TextToCypher)
         self.query_graph = dspy.Predict(TextToQueryGraph)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))

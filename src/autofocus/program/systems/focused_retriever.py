@@ -1,9 +1,9 @@
 """FocusedRetriever (paper 000, Algorithm 1), AF-Retriever's predecessor, on autofocus's components.
 
     line 1      DERIVE_CYPHER       self.cypher       (FR's prompt: labels, properties, relations; no target type)
-    line 2      REGEX               autofocus.cypher.parse_cypher (target type from the RETURN variable)
-    line 3      SYMBOL_CANDIDATES   program.symbols.retrieve_symbol_candidates, top k-hat_max per constant
-    lines 4-9   GROUND_TRIPLETS     program.grounding.ground_with_expansion, k-hat <- k-hat^1.5 + 0.5
+    line 2      REGEX               program.steps.grounded_strand.parse_step (target type from the RETURN variable)
+    lines 3-9   SYMBOL_CANDIDATES + GROUND_TRIPLETS: program.steps.grounded_strand.ground_strand (repair and
+                relaxation off in the preset), top k-hat_max per constant, k-hat <- k-hat^1.5 + 0.5
     line 10     VSS on C_cypher     program.vss.step6_rank_grounded, the alpha best by similarity
     line 11     DERIVE_TARGET_TYPE  self.target_type  (AF's step-1 signature; used by the VSS strand only)
     line 12     VSS on the rest     program.vss.step7_rank_rest over C(y'.type) minus C_cypher
@@ -22,12 +22,11 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.cypher import parse_cypher
-from autofocus.program.steps.grounding import ground_with_expansion, support_paths
+from autofocus.program.steps.grounded_strand import ground_strand, parse_step
+from autofocus.program.steps.grounding import support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
-from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.afr import derive_target_type
 from autofocus.program.systems.base import RetrievalProgram
@@ -64,7 +63,6 @@ class FocusedRetriever(RetrievalProgram):
 
     # --- lines 1-2 --------------------------------------------------------------------------------
     def derive_query_graph(self, question: str, trace: Trace) -> QueryGraph | None:
-        schema = self.kb.skb.schema
         with trace.step("2_query"):
             pred, raw = safe_predict(
                 self.cypher, trace, "2_query", question=question, node_labels=self.context.node_labels,
@@ -72,50 +70,18 @@ class FocusedRetriever(RetrievalProgram):
             )
         cypher = str(pred.cypher) if pred is not None else raw
         trace.data["cypher"] = cypher
-        if not cypher:
-            trace.flags["valid_cypher"] = False
-            return None
-        with trace.step("3_parse"):
-            qg = parse_cypher(cypher, schema, mode=self.config.type_mode, target_type=None)
-        trace.data["query_graph"] = qg.model_dump()
-        trace.data["cypher_target_type"] = qg.target_type
-        trace.flags["valid_cypher"] = bool(qg.symbols)
-        trace.flags["has_triplet"] = bool(qg.triplets)
-        trace.flags["has_constant"] = qg.usable
-        for d in qg.dropped:
-            trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
-        return qg
+        return parse_step(self.kb, cypher, None, self.config, trace)
 
     # --- lines 3-9 --------------------------------------------------------------------------------
     def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray], QueryGraph]:
         """C_cypher (candidate types only), the final candidate set of every symbol and the graph grounded."""
-        cfg = self.config
-        skb: SKB = self.kb.skb
-        if not qg.usable:
-            trace.flags["grounded_nonempty"] = False
-            return np.zeros(0, np.int64), {}, qg
-        with trace.step("4_symbols"):
-            sc = retrieve_symbol_candidates(
-                self.kb, qg, cfg.l_max, variant=cfg.doc_variant_step4, strict=cfg.type_mode == "strict",
-                exact_name_first=cfg.exact_name_first,
-            )
-        for kind, detail in sc.events:
-            trace.event("4_symbols", kind, detail)
-        trace.data["symbol_candidates"] = {
-            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()} for v, ids in sc.constants.items()
-        }
-        with trace.step("5_grounding"):
-            if cfg.edge_mode == "lenient":
-                qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
-            result = ground_with_expansion(
-                skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
-            )
-        grounded = candidate_filter(skb, result.answers)
-        trace.data["grounding_rounds"] = result.rounds
-        trace.data["grounded_ids"] = grounded[:1000].tolist()
+        strand = ground_strand(self.kb, qg, self.config, trace)
+        grounded = candidate_filter(self.kb.skb, strand.answers)
+        trace.data["grounded_ids"] = grounded
         trace.data["num_grounded"] = len(grounded)
         trace.flags["grounded_nonempty"] = len(grounded) > 0
-        return grounded, result.final_sets, qg
+        final = strand.grounding.final_sets if strand.grounding is not None else {}
+        return grounded, final, strand.query_graph or qg
 
     # --- line 11 ----------------------------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace) -> str | None:

@@ -82,6 +82,13 @@ def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | No
     return program
 
 
+# what autofocus adds to AF-Retriever's grounded strand, switched off (the papers' methods as published)
+PAPER: dict[str, object] = {
+    "repair": False, "relax": [], "exact_name_only": False, "alpha_rule": "fixed", "step7_types": "step1",
+    "target_type_scoring": "generate", "constrain": "off", "prompt_schema": "declared",
+}  # fmt: skip
+
+
 def _load_builtin() -> None:
     if _SYSTEMS:
         return
@@ -96,13 +103,15 @@ def _load_builtin() -> None:
     def afr(kb: KnowledgeBaseLike, cfg: AutofocusConfig, spec: str) -> dspy.Module:
         return AutofocusRetriever(kb, cfg, system=spec)
 
-    # AF-Retriever's ablations (paper Table 5), rerankers (Table 6) and the authors' code settings
+    # AF-Retriever as the paper has it (no repair, relaxation, type scoring, constrained decoding, graph-derived
+    # prompts or evidence-weighted slots), its ablations (paper Table 5), rerankers (Table 6) and the authors' code
+    register("afr-paper", afr, **PAPER)
     for steps in ("1+7", "1-5", "1-6", "1-7"):
         register(f"afr-steps{steps}", afr, steps=steps)
     for method in ("pointwise", "listwise", "pairwise", "tournament"):
         register(f"afr-{method}", afr, reranker=method)
     register("afr-code", afr, l_max=3, expansion="code", step6_order="round", step7_exclude="none", alpha=0.65,
-             exact_name_first=False, reranker="listwise")
+             reranker="listwise", **{**PAPER, "exact_name_first": False})
     # the other systems of the seed papers, with their papers' defaults
     register("bm25", lambda kb, cfg, spec: BM25Retriever(kb, cfg, system=spec), reranker="none")
     register("vss", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="none")
@@ -110,5 +119,5 @@ def _load_builtin() -> None:
     register("4stepfocus", lambda kb, cfg, spec: FourStepFocus(kb, cfg, system=spec), reranker="pointwise",
              edge_mode="lenient")
     register("focusedretriever", lambda kb, cfg, spec: FocusedRetriever(kb, cfg, system=spec), reranker="pairwise",
-             alpha=0.6, l_max=1_500_000, expansion="paper")
+             alpha=0.6, l_max=1_500_000, expansion="paper", **PAPER)
     register("hybgrag", lambda kb, cfg, spec: HybGRAG(kb, cfg, system=spec), reranker="none")
