@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from autofocus import runtime
 from autofocus.cli_app import app
@@ -103,8 +105,10 @@ def eval_command(
 @app.command("report")
 def report_command(
     runs: Annotated[list[Path], typer.Argument(help="run directories; two or more adds a comparison")],
+    by: Annotated[str | None, typer.Option(help="also break the runs down by this QA-file column, e.g. kind")] = None,
 ) -> None:
     """Print (and refresh) the summary of each run; with several, compare them with the first."""
+    from autofocus.evaluate.groups import grouped_rows
     from autofocus.evaluate.program_runs import summarise_run
     from autofocus.evaluate.report import comparison_rows, load_run, print_comparison
 
@@ -116,8 +120,22 @@ def report_command(
             raise fail(str(exc)) from None
         summarise_run(run, f"{run.name} ({path})", console)
         loaded.append(run)
+    names = [f"{r.name} ({r.path.name})" for r in loaded]
     if len(loaded) > 1:
-        print_comparison(comparison_rows(loaded, [f"{r.name} ({r.path.name})" for r in loaded]), console)
+        print_comparison(comparison_rows(loaded, names), console)
+    if by is not None:
+        try:
+            rows = grouped_rows(loaded, by, names)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        table = Table(title=f"By {by} (%)")
+        for col in ("group", "run", "n", "hit@1", "hit@20", "MRR", "non-empty grounding", "gold grounded"):
+            table.add_column(col, justify="left" if col in ("group", "run") else "right")
+        for r in rows:
+            pct = [f"{100 * v:.1f}" if v is not None else "-" for v in
+                   (r["hit@1"], r["hit@20"], r["mrr"], r["nonempty"], r["gold_grounded"])]  # fmt: skip
+            table.add_row(escape(r["group"]), escape(r["run"]), str(r["n"]), *pct)
+        console.print(table)
 
 
 @app.command("compare")

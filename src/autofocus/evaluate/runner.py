@@ -224,6 +224,9 @@ def _derived(
         pred = {predicted} if isinstance(predicted, str) else set(predicted)
         out["gold_types"] = gold_types
         out["target_type_correct"] = bool(pred & set(gold_types)) if gold_types else None
+        searched = data.get("step7_types")  # the types step 7 searched (step 1's, in runs that predate it)
+        searched = pred if searched is None else set(searched)
+        out["step7_type_correct"] = bool(searched & set(gold_types)) if gold_types else None
     return out
 
 
