@@ -17,6 +17,7 @@ from dspy.clients.cache import Cache
 from typer.testing import CliRunner
 
 from autofocus.cli import app
+from autofocus.config import AutofocusConfig
 from autofocus.kb import KnowledgeBase
 from autofocus.skb.writer import write_skb_dir
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
