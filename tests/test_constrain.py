@@ -8,7 +8,7 @@ import dspy
 import pytest
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.steps.constrain import cypher_grammar, grammar_config
+from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.systems import afr
 from autofocus.program.systems.afr import AutofocusRetriever, score_target_types
@@ -63,12 +63,12 @@ def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb) -> None:
 
     kb = _KB()
     kb.skb = skb
-    assert AutofocusRetriever(kb, AutofocusConfig())._cypher_constraint()["extra_body"]["grammar"]  # local by default
+    assert AutofocusRetriever(kb, AutofocusConfig())._step2_constraint()["extra_body"]["grammar"]  # local by default
     hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})
-    assert AutofocusRetriever(kb, hosted)._cypher_constraint() == {}
+    assert AutofocusRetriever(kb, hosted)._step2_constraint() == {}
     forced = AutofocusConfig.model_validate({"lm": {"default": "openai/m"}, "constrain": "grammar"})
-    assert AutofocusRetriever(kb, forced)._cypher_constraint()
-    assert AutofocusRetriever(kb, AutofocusConfig(constrain="off"))._cypher_constraint() == {}
+    assert AutofocusRetriever(kb, forced)._step2_constraint()
+    assert AutofocusRetriever(kb, AutofocusConfig(constrain="off"))._step2_constraint() == {}
 
 
 def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +90,15 @@ def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.Monk
     assert "json.loads raise" in seen["prompt"] and "e.g." in seen["prompt"] and seen["prefix"].startswith("[[ ## target_type")
     assert trace.data["target_type_probs"]["class"] == 0.5
     assert score_target_types(step1, context, trace.question, trace, threshold=0.9, most=2) == ["class"]
+
+
+def test_the_typed_format_grammar_names_only_labels_and_relationships_of_the_graph(skb) -> None:
+    sg = schema_graph(skb)
+    grammar = query_spec_grammar(sg, ["num_params"])
+    labels = re.search(r"^label ::= (.*)$", grammar, re.M).group(1)
+    rels = re.search(r"^rel ::= (.*)$", grammar, re.M).group(1)
+    assert set(re.findall(r'\\"(.+?)\\"', labels)) == set(TYPES)
+    assert set(re.findall(r'\\"(.+?)\\"', rels)) == {r.rel for r in sg.relations}
+    assert grammar.startswith('root ::= "[[ ## query ## ]]"')
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup-lm` only")
+    llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)

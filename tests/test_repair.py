@@ -202,3 +202,19 @@ def test_the_strand_repairs_then_relaxes_until_something_grounds(skb) -> None:
     assert strand.answers.tolist() in ([4], [8])
     assert trace.flags["grounded_nonempty"] is True and trace.data["relaxed"] == strand.relaxed
     assert ("5_relax", "triplets") in [(e.step, e.kind) for e in trace.events]
+
+
+def test_votes_keep_what_most_grounding_samples_agree_on(skb) -> None:
+    from autofocus.program.steps.grounded_strand import ground_by_votes
+
+    defined = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "json"}) RETURN y'  # {4}
+    subclass = 'MATCH (y:exception)-[:exception_subclass_of_exception]->(b:exception {name: "ValueError"}) RETURN y'  # {4}
+    other = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "os"}) RETURN y'  # {8}
+    trace = Trace(question="Which exception of json subclasses ValueError?")
+    strand = ground_by_votes(_KB(skb), [defined, subclass, other, "not a query"], AutofocusConfig(relax=[]), trace,
+                             "exception")
+    assert strand.answers.tolist() == [4]  # 2 of the 3 grounding samples; the unparsable one does not vote
+    assert trace.data["votes"] == {"samples": 4, "grounding": 3, "kept": 1, "sizes": [1, 1, 1, 0]}
+    assert trace.flags["grounded_nonempty"] is True and trace.data["grounded_ids"].tolist() == [4]
+    lone = ground_by_votes(_KB(skb), ["not a query", other], AutofocusConfig(relax=[]), Trace(question="q"), "exception")
+    assert lone.answers.tolist() == [8]  # one grounding sample is a majority of one

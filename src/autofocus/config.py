@@ -64,6 +64,13 @@ class AutofocusConfig(BaseModel):
     )
     target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
     target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    query_samples: int = Field(
+        1, ge=1, description="step 2: >1 samples this many queries and grounds the nodes most of them agree on"
+    )
+    query_temperature: float = Field(0.7, ge=0.0, le=2.0, description="step 2: temperature of the extra samples")
+    query_votes: float = Field(
+        0.5, gt=0.0, le=1.0, description="self-consistency: keep nodes grounded by at least this share of the samples that ground"
+    )
     prompt_schema: Literal["graph", "declared"] = Field(
         "graph", description="steps 1-2 see the triples the graph has and each type's relations (graph) or schema.json (declared)"
     )

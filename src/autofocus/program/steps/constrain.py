@@ -65,6 +65,35 @@ def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher"
     return "\n".join(lines) + "\n"
 
 
+def query_spec_grammar(sg: SchemaGraph, attributes: list[str], field: str = "query") -> str:
+    """GBNF for the typed query format (``signatures.QuerySpec`` as JSON) with labels and relationship
+    types from the graph; which labels a relationship joins is left to step 3b's repair (JSON cannot
+    tie an edge's type to its endpoints' labels)."""
+
+    def seq(*parts: str) -> str:
+        """Literal text and rule names in order: a part in angle brackets is a rule."""
+        return " ".join(p[1:-1] if p.startswith("<") and p.endswith(">") else _lit(p) for p in parts)
+
+    lines = _field(field, "spec")
+    lines += [
+        "spec ::= " + seq('{"target": ', "<var>", ', "nodes": [', "<node>")
+        + f" ({seq(', ', '<node>')}){{0,{MAX_HOPS + 1}}} "
+        + seq('], "edges": [') + f" (edge ({seq(', ', '<edge>')}){{0,{MAX_HOPS}}})? " + seq("]}"),
+        "node ::= " + seq('{"var": ', "<var>", ', "label": ', "<label>", ', "name": ')
+        + " (str | " + _lit("null") + ") " + seq(', "where": [')
+        + f" (cond ({seq(', ', '<cond>')}){{0,{MAX_CONDITIONS - 1}}})? " + seq("]}"),
+        "edge ::= " + seq('{"head": ', "<var>", ', "rel": ', "<rel>", ', "tail": ', "<var>", "}"),
+        "var ::= " + _lit('"') + " [a-z] [a-z0-9_]{0,7} " + _lit('"'),
+        "str ::= " + _lit('"') + ' [^"\\n\\\\]{1,120} ' + _lit('"'),
+        "label ::= " + " | ".join(_lit(json.dumps(lab, ensure_ascii=False)) for lab in sg.labels),
+        "rel ::= " + " | ".join(_lit(json.dumps(rel, ensure_ascii=False)) for rel in sg.rel_names),
+        "cond ::= " + _lit('"') + " attr " + _lit(" ") + " op " + _lit(" ") + ' [^"\\n\\\\]{1,60} ' + _lit('"'),
+        "attr ::= " + " | ".join(_lit(a) for a in (sorted(set(attributes)) or ["name"])),
+        'op ::= "=" | "<" | ">" | "<=" | ">=" | "CONTAINS"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def grammar_config(grammar: str) -> dict[str, object]:
     """The per-call DSPy config that hands a grammar to a llama.cpp server."""
     return {"extra_body": {"grammar": grammar}}

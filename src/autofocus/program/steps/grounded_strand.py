@@ -132,6 +132,33 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     return strand
 
 
+def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Trace,
+                    target_type: str | None = None) -> Strand:
+    """Self-consistency (``query_samples`` > 1): ground every sampled query and keep the nodes that at
+    least ``query_votes`` of the grounding samples agree on, so one bad sample neither empties the
+    strand nor fills it with its own mistakes. The first (greedy) sample's trace is kept in full."""
+    strands: list[Strand] = []
+    for i, cypher in enumerate(queries):
+        sub = trace if i == 0 else Trace(system=trace.system, question=trace.question)
+        strand = ground_strand(kb, parse_step(kb, cypher, target_type, cfg, sub), cfg, sub, target_type)
+        strands.append(strand)
+        if i:
+            for name, rec in sub.steps.items():
+                trace.steps.setdefault(name, type(rec)()).seconds += rec.seconds
+    voters = [s for s in strands if not s.empty]
+    if not voters:
+        return strands[0]
+    ids, votes = np.unique(np.concatenate([s.answers for s in voters]), return_counts=True)
+    keep = ids[votes >= max(1.0, cfg.query_votes * len(voters))]
+    best = max(voters, key=lambda s: int(np.isin(s.answers, keep).sum()))  # its query graph explains the answers
+    trace.data["votes"] = {"samples": len(queries), "grounding": len(voters), "kept": len(keep),
+                           "sizes": [len(s.answers) for s in strands]}  # fmt: skip
+    trace.data["grounded_ids"] = keep
+    trace.data["num_grounded"] = len(keep)
+    trace.flags["grounded_nonempty"] = len(keep) > 0
+    return Strand(keep, best.query_graph, best.grounding, best.repairs, best.relaxed)
+
+
 def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, record: bool,
                  widened: frozenset[str] = frozenset()) -> GroundingResult:
     """Steps 4 and 5 for one version of the query."""

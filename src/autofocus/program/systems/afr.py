@@ -24,8 +24,8 @@ import numpy as np
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec
 from autofocus.local_lm.scoring import choice_probabilities
-from autofocus.program.steps.constrain import cypher_grammar, grammar_config
-from autofocus.program.steps.grounded_strand import Strand, ground_strand, parse_step
+from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
+from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.rerank import estimate_tokens, make_reranker
@@ -153,30 +153,34 @@ class AutofocusRetriever(RetrievalProgram):
                 return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
 
-    def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace) -> str | None:
-        """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed."""
+    def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
+                     sample: int = 0) -> str | None:
+        """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed.
+        ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency)."""
         types = _as_types(target_type)
         inputs = self.context.query_inputs(question, " or ".join(types) if types else None)
+        config = self._step2_constraint()
+        if sample:
+            config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
         with trace.step("2_query"):
             if self.config.query_format == "typed":
-                pred, _ = safe_predict(self.query_graph, trace, "2_query", **inputs)
+                pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
-                config = self._cypher_constraint()
                 pred, raw = safe_predict(self.cypher, trace, "2_query", config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
-                if config:
-                    trace.data["constrained"] = "grammar"
-        trace.data["cypher"] = cypher
+        if "extra_body" in config:
+            trace.data["constrained"] = "grammar"
         return cypher
 
-    def _cypher_constraint(self) -> dict[str, object]:
-        """Per-call LM config that constrains step 2 to the schema's triples (``program.steps.constrain``)."""
+    def _step2_constraint(self) -> dict[str, object]:
+        """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``)."""
         mode = self.config.constrain
         if mode == "off" or (mode == "auto" and not is_local_spec(self.config.lm.for_step("cypher"))):
             return {}
         if self._grammar is None:
-            self._grammar = cypher_grammar(schema_graph(self.kb.skb), self.context.attribute_names)  # type: ignore[attr-defined]
+            build = query_spec_grammar if self.config.query_format == "typed" else cypher_grammar
+            self._grammar = build(schema_graph(self.kb.skb), self.context.attribute_names)
         return grammar_config(self._grammar)
 
     def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
@@ -189,7 +193,11 @@ class AutofocusRetriever(RetrievalProgram):
             return y_type, cypher if self.config.steps != "1+7" else None
         y_type = self.predict_target_type(question, trace)
         trace.data["target_type"] = y_type
-        cypher = self.derive_query(question, y_type, trace) if self.config.steps != "1+7" else None
+        if self.config.steps == "1+7":
+            return y_type, None
+        queries = [self.derive_query(question, y_type, trace, sample=i) for i in range(self.config.query_samples)]
+        cypher = queries[0] if len(queries) == 1 else [q or "" for q in queries]
+        trace.data["cypher"] = cypher
         return y_type, cypher
 
     # --- steps 3-7 --------------------------------------------------------------------------------
@@ -197,7 +205,7 @@ class AutofocusRetriever(RetrievalProgram):
         self,
         question: str,
         target_type: str | list[str] | None,
-        cypher: str | None,
+        cypher: str | list[str] | None,
         config: AutofocusConfig | None = None,
         trace: Trace | None = None,
     ) -> Retrieval:
@@ -212,7 +220,9 @@ class AutofocusRetriever(RetrievalProgram):
         qvec = self.kb.embed_query(question)
 
         strand = Strand(np.zeros(0, np.int64))
-        if cfg.steps != "1+7":
+        if cfg.steps != "1+7" and isinstance(cypher, list):
+            strand = ground_by_votes(self.kb, cypher, cfg, trace, primary)
+        elif cfg.steps != "1+7":
             qg = parse_step(self.kb, cypher, primary, cfg, trace)
             strand = ground_strand(self.kb, qg, cfg, trace, primary)
         grounded = strand.answers
