@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
@@ -218,3 +220,22 @@ def test_votes_keep_what_most_grounding_samples_agree_on(skb) -> None:
     assert trace.flags["grounded_nonempty"] is True and trace.data["grounded_ids"].tolist() == [4]
     lone = ground_by_votes(_KB(skb), ["not a query", other], AutofocusConfig(relax=[]), Trace(question="q"), "exception")
     assert lone.answers.tolist() == [8]  # one grounding sample is a majority of one
+
+
+_TOKENS = ["MATCH", "(", ")", "-[", "]->", "<-[", "]-", ":", "{name: ", "}", '"ValueError"', '"json"', "y", "b",
+           "module", "exception", "Exceptions", "class_subclass_of_class", "raises", "defined_in", "WHERE", "y.num >= 3",
+           "RETURN y", ",", "NOT", "OR", "`gene/protein`", "*2", "|", "ValueError", "\n", "  "]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(_TOKENS), max_size=30), question=st.text(max_size=80))
+def test_hostile_queries_still_give_a_strand(skb, parts: list[str], question: str) -> None:
+    """Whatever the LM writes, steps 3-5 return a (possibly empty) grounded set and never raise."""
+    cfg = AutofocusConfig()
+    trace = Trace(question=question)
+    from autofocus.program.steps.grounded_strand import parse_step
+
+    qg = parse_step(_KB(skb), " ".join(parts), "exception", cfg, trace)
+    strand = ground_strand(_KB(skb), qg, cfg, trace, "exception")
+    assert strand.answers.dtype.kind == "i" and set(strand.answers.tolist()) <= set(range(skb.num_nodes))
+    assert len(strand.relaxed) <= cfg.relax_max_rungs + 2  # the second readings, then the ladder's rungs

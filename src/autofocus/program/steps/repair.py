@@ -43,6 +43,7 @@ UNGROUNDABLE = -2.0  # a triplet between two labels that nothing connects
 MIN_LABEL_SIMILARITY = 0.4  # an unknown label below this similarity to every label is ignored
 MAX_OPTIONS = 6  # labels tried per variable
 MAX_ASSIGNMENTS = 20_000
+MAX_ALTERNATIVES = 2  # second readings tried before relaxing (each costs a grounding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +259,7 @@ def repair_query(
         for i, (_, alt) in enumerate(choices)
         if alt is not None
     ]
-    return Repaired(*_apply(qg, assign, first, notes), alternatives)
+    return Repaired(*_apply(qg, assign, first, notes), alternatives[:MAX_ALTERNATIVES])
 
 
 def _product(sizes: object) -> int:
