@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import dspy
@@ -102,3 +103,29 @@ def test_the_typed_format_grammar_names_only_labels_and_relationships_of_the_gra
     assert grammar.startswith('root ::= "[[ ## query ## ]]"')
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup-lm` only")
     llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
+
+
+def test_typed_queries_ask_hosted_lms_for_json_schema_enums(skb) -> None:
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    answer = {"query": {"target": "y", "nodes": [{"var": "y", "label": "exception", "name": None, "where": []},
+                                                  {"var": "b", "label": "exception", "name": "ValueError", "where": []}],
+                        "edges": [{"head": "y", "rel": "exception_subclass_of_exception", "tail": "b"}]}}
+
+    class _KB:
+        pass
+
+    kb = _KB()
+    kb.skb = skb
+    with FakeOpenAIServer(lambda body: json.dumps(answer)) as srv:
+        cfg = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}, "query_format": "typed"})
+        program = AutofocusRetriever(kb, cfg)
+        assert program.step2_mode() == "json_schema"
+        lm = dspy.LM("openai/gpt-4o-mini", api_base=srv.api_base, api_key="k", cache=False)
+        trace = Trace(question="Which exceptions subclass ValueError?")
+        with dspy.context(lm=lm):
+            cypher = program.derive_query(trace.question, "exception", trace)
+        schema = json.dumps(srv.requests[-1]["response_format"])
+        assert '"enum"' in schema and "exception_subclass_of_exception" in schema and '"module"' in schema
+    assert "exception_subclass_of_exception" in cypher and trace.data["constrained"] == "json_schema"
+    assert AutofocusRetriever(kb, AutofocusConfig(query_format="typed")).step2_mode() == "grammar"  # local LM

@@ -74,8 +74,10 @@ class AutofocusConfig(BaseModel):
     prompt_schema: Literal["graph", "declared"] = Field(
         "graph", description="steps 1-2 see the triples the graph has and each type's relations (graph) or schema.json (declared)"
     )
-    constrain: Literal["auto", "grammar", "off"] = Field(
-        "auto", description="step 2: constrain decoding to the schema's triples (auto: where the LM takes a grammar)"
+    constrain: Literal["auto", "grammar", "json_schema", "off"] = Field(
+        "auto",
+        description="step 2: constrain decoding to the schema: a grammar (llama.cpp), JSON-schema enums (typed "
+        "format, structured outputs) or off; auto picks what the step's LM takes",
     )
     step7_types: Literal["step1", "agree"] = Field(
         "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"

@@ -34,7 +34,7 @@ from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
-from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
+from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from autofocus.usage import add_usage
@@ -137,7 +137,11 @@ class AutofocusRetriever(RetrievalProgram):
         types = self.context.candidate_types
         self.target_type = dspy.Predict(target_type_signature(types, described=graph)) if len(types) > 1 else None
         self.cypher = dspy.Predict(TextToCypher)
-        self.query_graph = dspy.Predict(TextToQueryGraph)
+        sg = schema_graph(kb.skb)
+        self.query_graph = dspy.Predict(
+            typed_query_signature(sg.labels, sg.rel_names) if self.step2_mode() == "json_schema" and sg.rel_names
+            else TextToQueryGraph
+        )
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
         self._grammar: str | None = None
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
@@ -164,19 +168,30 @@ class AutofocusRetriever(RetrievalProgram):
             config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
         with trace.step("2_query"):
             if self.config.query_format == "typed":
-                pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
+                adapter = dspy.JSONAdapter() if self.step2_mode() == "json_schema" else dspy.settings.adapter
+                with dspy.context(adapter=adapter):
+                    pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
                 pred, raw = safe_predict(self.cypher, trace, "2_query", config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
-        if "extra_body" in config:
-            trace.data["constrained"] = "grammar"
+        if self.step2_mode() != "off":
+            trace.data["constrained"] = self.step2_mode()
         return cypher
+
+    def step2_mode(self) -> str:
+        """How step 2 is constrained: a GBNF grammar (llama.cpp servers), JSON-schema structured outputs
+        with enums (the typed format on LMs that support them), or not at all (repair alone)."""
+        mode = self.config.constrain
+        if mode != "auto":
+            return mode
+        if is_local_spec(self.config.lm.for_step("cypher")):
+            return "grammar"
+        return "json_schema" if self.config.query_format == "typed" else "off"
 
     def _step2_constraint(self) -> dict[str, object]:
         """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``)."""
-        mode = self.config.constrain
-        if mode == "off" or (mode == "auto" and not is_local_spec(self.config.lm.for_step("cypher"))):
+        if self.step2_mode() != "grammar":
             return {}
         if self._grammar is None:
             build = query_spec_grammar if self.config.query_format == "typed" else cypher_grammar
