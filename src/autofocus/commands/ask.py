@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.cypher.render import to_cypher
+from autofocus.query_graph import QueryGraph
 
 console = Console()
 
@@ -59,13 +61,29 @@ def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
 def show_trace(skb, tr, out: Console) -> None:
     d = tr.data
     # everything below comes from the SKB or the LM: escaped, or rich reads `[author_writes_paper]` as a style
-    out.print(f"[bold]target type[/]: {d.get('target_type')}   [bold]Cypher target type[/]: {d.get('cypher_target_type')}")
+    probs = d.get("target_type_probs")
+    scored = f"   (P: {', '.join(f'{t} {p:.2f}' for t, p in probs.items())})" if probs else ""
+    out.print(f"[bold]target type[/]: {escape(str(d.get('target_type')))}{escape(scored)}   "
+              f"[bold]Cypher target type[/]: {d.get('cypher_target_type')}")  # fmt: skip
     if d.get("cypher"):
-        out.print("[bold]query[/]:\n" + escape(str(d["cypher"])))
-    qg = d.get("query_graph") or {}
+        constrained = f" (decoding constrained: {d['constrained']})" if d.get("constrained") else ""
+        out.print(f"[bold]query[/]{constrained}:\n" + escape(str(d["cypher"])))
+    for e in tr.events:
+        if e.step == "3_repair":
+            out.print(f"  [green]repair[/] {e.kind}: {escape(e.detail[:200])}")
+    # the query as grounded: after repair and any relaxation (``program.steps.grounded_strand``)
+    grounded = d.get("relaxed_query_graph") or d.get("repaired_query_graph")
+    if grounded:
+        out.print("[bold]query as grounded[/]:\n" + escape(to_cypher(QueryGraph.model_validate(grounded))))
+    for rung in d.get("relaxed") or []:
+        out.print(f"  [yellow]relaxed[/] {escape(rung[:200])}")
+    qg = grounded or d.get("query_graph") or {}
     for t in qg.get("triplets", []):
         arrow = f"({t['head']})-[{t['rel']}]->({t['tail']}){'' if t.get('directed', True) else ' (undirected)'}"
         out.print(f"  triplet: {escape(arrow)}")
+    if d.get("alpha"):
+        why = ", ".join(d["alpha"]["why"]) or "full evidence"
+        out.print(escape(f"  grounded slots: alpha = {d['alpha']['value']:.2f} ({why}); step 7 searched {d.get('step7_types')}"))
     for var, sc in (d.get("symbol_candidates") or {}).items():
         names = ", ".join(skb.name(i)[:30] for i in sc["ids"][:5])
         out.print(escape(f"  symbol {var} <- {sc['search']!r}: {names}"))
@@ -84,4 +102,5 @@ def show_trace(skb, tr, out: Console) -> None:
         steps.add_row(name, f"{s.seconds:.3f}", str(s.lm_calls), str(s.input_tokens), str(s.output_tokens))
     out.print(steps)
     for e in tr.events:
-        out.print(f"  [yellow]event[/] {e.step}: {e.kind} {escape(e.detail[:150])}")
+        if e.step != "3_repair":
+            out.print(f"  [yellow]event[/] {e.step}: {e.kind} {escape(e.detail[:150])}")
