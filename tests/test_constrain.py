@@ -87,6 +87,10 @@ def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.Monk
     step1.lm = dspy.LM("openai/m", api_base="http://127.0.0.1:1/v1", api_key="k")
     trace = Trace(question="Which errors does json.loads raise?")
     kept = score_target_types(step1, context, trace.question, trace, threshold=0.3, most=2)
+    weighed = Trace(question=trace.question)  # an embedding prior that favours exceptions outweighs the LM's class
+    assert score_target_types(step1, context, trace.question, weighed, 0.3, 2,
+                              prior=lambda: {"exception": 1.0, "class": 0.1}) == ["exception"]
+    assert weighed.data["target_type_lm_probs"]["class"] == 0.5 and weighed.data["target_type_probs"]["exception"] > 0.8
     assert kept == ["class", "exception"]
     assert "json.loads raise" in seen["prompt"] and "e.g." in seen["prompt"] and seen["prefix"].startswith("[[ ## target_type")
     assert trace.data["target_type_probs"]["class"] == 0.5

@@ -14,7 +14,9 @@ steps 3-7 are the deterministic functions of this package.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,11 +78,13 @@ def derive_target_type(
 
 
 def score_target_types(
-    predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int
+    predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int,
+    prior: Callable[[], dict[str, float]] | None = None,
 ) -> list[str] | None:
     """Step 1 from the LM's probabilities: every candidate type scored as the whole answer to step 1's
-    prompt; the types within ``threshold`` of the best (most likely first, at most ``most``). None where
-    the LM exposes no probabilities, so the caller lets it write its answer instead."""
+    prompt, times the weights ``prior()`` returns (e.g. ``vss_type_prior``) and renormalised; the types within ``threshold``
+    of the best (most likely first, at most ``most``). None where the LM exposes no probabilities, so
+    the caller lets it write its answer instead."""
     lm = predictor.lm or dspy.settings.lm
     types = context.candidate_types
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
@@ -95,9 +99,25 @@ def score_target_types(
         if probs is None:
             return None
         add_usage(calls=1, input_tokens=estimate_tokens(messages), output_tokens=len(types))
+        weights = prior() if prior is not None else None
+    if weights:
+        trace.data["target_type_lm_probs"] = {t: round(p, 4) for t, p in zip(types, probs, strict=True)}
+        probs = [p * weights.get(t, 0.0) for t, p in zip(types, probs, strict=True)]
+        total = sum(probs) or 1.0
+        probs = [p / total for p in probs]
     ranked = sorted(zip(types, probs, strict=True), key=lambda tp: -tp[1])
     trace.data["target_type_probs"] = {t: round(p, 4) for t, p in ranked}
     return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
+
+
+def vss_type_prior(kb: KnowledgeBaseLike, question: str, types: list[str], k: int, variant: str) -> dict[str, float]:
+    """How the question's ``k`` nearest candidate nodes split over the types (add-one smoothed): a small LM
+    reads "which methods can throw KeyError?" as asking for an exception, the embeddings do not."""
+    skb = kb.skb
+    mask = np.isin(skb.node_type, [skb.type_code(t) for t in types])
+    ids, _ = kb.index(variant).search(kb.embed_query(question), candidates=mask, k=k)
+    counts = np.bincount(skb.node_type[np.asarray(ids, dtype=np.int64)], minlength=len(skb.node_type_names))
+    return {t: (int(counts[skb.type_code(t)]) + 1) / (len(ids) + len(types)) for t in types}
 
 
 @dataclass
@@ -151,8 +171,12 @@ class AutofocusRetriever(RetrievalProgram):
         """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
         cfg = self.config
         if self.target_type is not None and cfg.target_type_scoring == "auto":
+            prior = None
+            if cfg.target_type_prior_k:
+                prior = functools.partial(vss_type_prior, self.kb, question, self.context.candidate_types,
+                                          cfg.target_type_prior_k, cfg.doc_variant_step7)
             kept = score_target_types(self.target_type, self.context, question, trace,
-                                      cfg.target_type_threshold, cfg.target_type_max)
+                                      cfg.target_type_threshold, cfg.target_type_max, prior)
             if kept:
                 return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
@@ -161,8 +185,8 @@ class AutofocusRetriever(RetrievalProgram):
                      sample: int = 0) -> str | None:
         """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed.
         ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency)."""
-        types = _as_types(target_type)
-        inputs = self.context.query_inputs(question, " or ".join(types) if types else None)
+        types = _as_types(target_type)  # step 2 asks for the most likely type, as in the paper; step 7 searches all kept
+        inputs = self.context.query_inputs(question, types[0] if types else None)
         config = self._step2_constraint()
         if sample:
             config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
