@@ -64,7 +64,8 @@ def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb) -> None:
 
     kb = _KB()
     kb.skb = skb
-    assert AutofocusRetriever(kb, AutofocusConfig())._step2_constraint()["extra_body"]["grammar"]  # local by default
+    grammar = AutofocusRetriever(kb, AutofocusConfig())._step2_constraint(["exception"])["extra_body"]["grammar"]
+    assert "target ::= l-exception-y" in grammar and "RETURN \" \"y\"" in grammar  # local by default, from step 1's type
     hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})
     assert AutofocusRetriever(kb, hosted)._step2_constraint() == {}
     forced = AutofocusConfig.model_validate({"lm": {"default": "openai/m"}, "constrain": "grammar"})

@@ -163,7 +163,7 @@ class AutofocusRetriever(RetrievalProgram):
             else TextToQueryGraph
         )
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
-        self._grammar: str | None = None
+        self._grammars: dict[tuple[str, ...], str] = {}  # step 2 grammars by step 1's types
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
@@ -187,7 +187,7 @@ class AutofocusRetriever(RetrievalProgram):
         ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency)."""
         types = _as_types(target_type)  # step 2 asks for the most likely type, as in the paper; step 7 searches all kept
         inputs = self.context.query_inputs(question, types[0] if types else None)
-        config = self._step2_constraint()
+        config = self._step2_constraint(types)
         if sample:
             config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
         with trace.step("2_query"):
@@ -213,14 +213,20 @@ class AutofocusRetriever(RetrievalProgram):
             return "grammar"
         return "json_schema" if self.config.query_format == "typed" else "off"
 
-    def _step2_constraint(self) -> dict[str, object]:
-        """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``)."""
+    def _step2_constraint(self, types: list[str] | None = None) -> dict[str, object]:
+        """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``); a Cypher
+        query starts at step 1's type(s)."""
         if self.step2_mode() != "grammar":
             return {}
-        if self._grammar is None:
-            build = query_spec_grammar if self.config.query_format == "typed" else cypher_grammar
-            self._grammar = build(schema_graph(self.kb.skb), self.context.attribute_names)
-        return grammar_config(self._grammar)
+        sg = schema_graph(self.kb.skb)
+        targets = tuple(t for t in types or [] if t in sg.labels)
+        key = ("typed",) if self.config.query_format == "typed" else targets
+        if key not in self._grammars:
+            self._grammars[key] = (
+                query_spec_grammar(sg, self.context.attribute_names) if self.config.query_format == "typed"
+                else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None)
+            )
+        return grammar_config(self._grammars[key])
 
     def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
         """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation. With
