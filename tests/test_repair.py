@@ -136,7 +136,10 @@ def test_an_unnamed_symbol_is_bound_to_the_entity_the_question_names_next_to_its
     result = repaired(skb, cypher, "function", question="Which functions of json, not of os, are in the os module?")
     assert result.query.symbols["m"].name_value() == "os"  # "the os module" beats the earlier "json"
     plain = repaired(skb, cypher, "function", question="Which functions does json define?")
-    assert plain.query.symbols["m"].name_value() == "json"
+    assert plain.query.symbols["m"].name_value() is None  # a plain word away from "module" is no name
+    named = repaired(skb, 'MATCH (y:function)-[:function_defined_in_module]->(m:module {name: "json"}) RETURN y',
+                     "function", question="Which functions does json.JSONDecoder use?")
+    assert named.query.symbols["m"].name_value() == "json"  # json.JSONDecoder is a class, not a longer module name
     target = repaired(skb, "MATCH (y:module)<-[:function_defined_in_module]-(f:function) RETURN y", "module",
                       question="Which module defines json.loads?")
     assert target.query.symbols["y"].name_value() is None  # the target is what is asked: never bound
@@ -255,3 +258,11 @@ def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:
     assert [r.kind for r in result.repairs] == ["unsupported"]
     kept = repaired(skb, cypher, "function", question="Which functions raise KeyError?")
     assert kept.query.symbols["b"].name_value() == "KeyError" and kept.repairs == []
+
+
+def test_a_constant_takes_the_longer_name_the_question_gives(skb) -> None:
+    cypher = 'MATCH (y:class)-[:class_defined_in_module]->(m:module {name: "os"}) RETURN y'
+    extended = make_skb(TYPES, [*NODE_TYPE, 0], EDGES, EDGE_TYPES, names=[*NAMES, "os.path"])
+    result = repaired(extended, cypher, "class", question="Which classes does os.path define?")
+    assert result.query.symbols["m"].name_value() == "os.path"
+    assert result.repairs[0].kind == "bind" and "'os' -> 'os.path'" in result.repairs[0].detail

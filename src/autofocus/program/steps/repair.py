@@ -20,8 +20,10 @@ written comes back unchanged.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rapidfuzz import fuzz
@@ -126,22 +128,45 @@ def drop_unsupported(qg: QueryGraph, question: str) -> tuple[QueryGraph, list[Re
     return (qg.model_copy(update={"symbols": symbols}), repairs) if repairs else (qg, [])
 
 
+def _extends(short: str, text: str) -> bool:
+    """``text`` is ``short`` plus more of a qualified name (``os`` -> ``os.path``, not ``osmium``)."""
+    return len(text) > len(short) and text.lower().startswith(short) and not text[len(short)].isalnum()
+
+
+_IDENTIFIER = re.compile(r"[._\d/:]|[a-z][A-Z]")  # json.loads, base64, snake_case, camelCase: a name, not a word
+
+
 def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) -> tuple[QueryGraph, list[Repair]]:
-    """Give unnamed symbols the names the query meant: a label that is really a node's name
-    (``(b:ValueError)``), or a node of the symbol's label that the question mentions verbatim (the LM
-    wrote ``(b:module)`` for "functions of base64"). The target is what is asked for: never bound."""
+    """Give symbols the names the query meant: a label that is really a node's name (``(b:ValueError)``);
+    for an unnamed symbol, a node of its label that the question names (the LM wrote ``(b:module)`` for
+    "functions of base64"); for a named one, a longer name the question gives for the same kind of node
+    (``os`` where the question says ``os.path``). A question's word counts as a name only next to the
+    label's own word ("the logging module") or when it looks like one (``base64``, ``json.loads``), so
+    "a list of words" binds no class ``list``. The target is what is asked for: never bound."""
     labels = set(skb.node_type_names)
     taken = {s.name_value() for s in qg.symbols.values() if s.is_constant}
     in_triplet = {v for t in qg.triplets for v in (t.head, t.tail)}
-    mentions: list[tuple[str, set[str]]] | None = None
-    words: dict[str, str] = {}
+    words = _label_words(labels)
+    mentions = question_mentions(question, set(words)) if question else []
     symbols, repairs = dict(qg.symbols), []
+
+    def named_here(label: str, accept: Callable[[str], bool]) -> tuple[str, str] | None:
+        found = []
+        for text, near in mentions:
+            beside = any(words[w] == label for w in near)
+            if text in taken or not accept(text) or not (beside or _IDENTIFIER.search(text)):
+                continue
+            ids, how = named_ids(skb, text)
+            if len(ids) and (skb.node_type[ids] == skb.type_code(label)).any():
+                found.append((beside, len(text), text, how))
+        return max(found)[2:] if found else None
+
     for var, sym in qg.symbols.items():
-        if sym.is_constant or var == qg.target or var not in in_triplet:
+        if var == qg.target or var not in in_triplet:
             continue
         written = sym.label or ""
         typed = written in labels or (written and max(mapper.node_scores(written).values(), default=0) >= 0.95)
-        if written and not typed and len(named_ids(skb, written)[0]):
+        if not sym.is_constant and written and not typed and len(named_ids(skb, written)[0]):
             symbols[var] = sym.model_copy(update={"label": None, "constraints": [*sym.constraints, Constraint(key="name", value=written)]})
             repairs.append(Repair("bind", f"{var}: label {written!r} is the name of a node, not a label"))
             taken.add(written)
@@ -149,19 +174,19 @@ def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) ->
         label = sym.type if sym.type in labels else None
         if label is None:
             continue
-        if mentions is None:
-            words = _label_words(labels)
-            mentions = question_mentions(question, set(words))
-        found = []
-        for text, near in mentions:
-            ids, how = named_ids(skb, text)
-            if text not in taken and len(ids) and (skb.node_type[ids] == skb.type_code(label)).any():
-                found.append((any(words[w] == label for w in near), text, how))
-        if found:  # a mention next to the label's own word ("the io module") first, else the longest
-            _, text, how = max(found, key=lambda f: f[0])
-            symbols[var] = sym.model_copy(update={"constraints": [*sym.constraints, Constraint(key="name", value=text)]})
-            repairs.append(Repair("bind", f"{var}: the question names the {label} {text!r} ({how} match)"))
-            taken.add(text)
+        name = sym.name_value()
+        if name is None:
+            hit = named_here(label, lambda text: True)
+        else:  # a longer mention that starts with the name the LM wrote: "os" -> "os.path"
+            hit = named_here(label, functools.partial(_extends, name.strip().lower()))
+        if hit is None:
+            continue
+        text, how = hit
+        kept = [c for c in sym.constraints if not (name is not None and c.key.lower() in ("name", "title") and c.value == name)]
+        symbols[var] = sym.model_copy(update={"constraints": [*kept, Constraint(key="name", value=text)]})
+        what = f"the question names the {label} {text!r}" if name is None else f"{name!r} -> {text!r}, as the question names the {label}"
+        repairs.append(Repair("bind", f"{var}: {what} ({how} match)"))
+        taken.add(text)
     if not repairs:
         return qg, []
     return qg.model_copy(update={"symbols": symbols}), repairs
