@@ -33,7 +33,7 @@ from autofocus.optimize.saved import (
     save_program,
 )
 from autofocus.optimize.scoring import default_metric, grounded_strand, objective, question_scores
-from autofocus.program.systems.registry import build_program
+from autofocus.program.systems.registry import PAPER, build_program
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir
@@ -128,7 +128,9 @@ def splits(skb_dir: Path) -> tuple[list[dspy.Example], list[dspy.Example], list[
 
 
 def config(**overrides: Any) -> AutofocusConfig:
-    return scripted_config(**{"k": 4, **overrides})
+    """The paper's strand (``afr-paper``): the tiny SKB's questions are written so that its zero-shot
+    queries leave something for the optimisers to win."""
+    return scripted_config(**{"k": 4, **PAPER, **overrides})
 
 
 # --- bootstrap ------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from autofocus.optimize.saved import save_program
 from autofocus.program.steps.grounded_strand import parse_mode
 from autofocus.program.systems import registry
 from autofocus.program.systems.afr import AutofocusRetriever
+from autofocus.program.systems.registry import PAPER
 from autofocus.runtime import load_config
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir
@@ -90,6 +91,12 @@ CYPHER = {
 }
 
 
+
+def paper_config(**overrides: Any) -> AutofocusConfig:
+    """The planted SKB is built around the paper's strand (scope expansion past exact names, fixed alpha):
+    the tuner's tests run it with autofocus's additions switched off, as ``--system afr-paper`` does."""
+    return AutofocusConfig(**{**PAPER, **overrides})
+
 def question_of(user: str) -> str:
     return field_value(user, "question").split("\n\nRespond with")[0].strip()
 
@@ -125,7 +132,7 @@ def planted_kb(planted_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> K
 @pytest.fixture
 def base_config(tmp_path: Path) -> Path:
     path = tmp_path / "base.json"
-    AutofocusConfig(k=4, reranker="listwise", lm=LMConfig(default="test/scripted"), concurrency=2).save(path)
+    paper_config(k=4, reranker="listwise", lm=LMConfig(default="test/scripted"), concurrency=2).save(path)
     return path
 
 
@@ -220,7 +227,7 @@ def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_valu
 ) -> None:
     """``--program``: steps 1-2 are asked with the saved demos, the saved preset's defaults do not undo
     tuned values, and the confirmation run loads the program too."""
-    cfg = AutofocusConfig(k=4, reranker="listwise", lm=LMConfig(default="test/scripted"), concurrency=1)
+    cfg = paper_config(k=4, reranker="listwise", lm=LMConfig(default="test/scripted"), concurrency=1)
     _, preset_cfg = registry.resolve_config("afr-code", cfg)
     program = registry.build_program("afr-code", planted_kb, preset_cfg, with_lms=False)
     program.cypher.demos = [dspy.Example(question="DEMO-MARKER penguins", cypher="MATCH (i:item) RETURN i")]
@@ -290,7 +297,7 @@ def items(planted_dir: Path) -> list[Any]:
 
 @pytest.fixture
 def planted_program(planted_kb: KnowledgeBase) -> AutofocusRetriever:
-    return registry.build_program("afr", planted_kb, AutofocusConfig(k=4, reranker="none"), with_lms=False)
+    return registry.build_program("afr", planted_kb, paper_config(k=4, reranker="none"), with_lms=False)
 
 
 def evaluator(kb: KnowledgeBase, program: AutofocusRetriever, items: list[Any]) -> tune.ConfigEvaluator:
@@ -304,7 +311,7 @@ def test_two_objectives_give_a_pareto_front_and_the_best_metric_wins(
 ) -> None:
     spec = tune.StudySpec(metric="hit@4", second="latency", params=["alpha", "expansion"], seed=1)
     study = tune.open_study("mo", tune.default_storage(tmp_path), spec)
-    base = AutofocusConfig(k=4, reranker="none")
+    base = paper_config(k=4, reranker="none")
     ran = tune.run_study(study, spec, evaluator(planted_kb, planted_program, items), base, n_trials=10)
     assert ran == 10 and study.metric_names == ["hit@4", "latency"]
     front = tune.pareto_front(study)
@@ -318,7 +325,7 @@ def test_evaluation_matches_forward_and_sweeps_cover_the_grids(
     planted_kb: KnowledgeBase, planted_program: AutofocusRetriever, items: list[Any]
 ) -> None:
     ev = evaluator(planted_kb, planted_program, items)
-    cfg = AutofocusConfig(k=4, reranker="none", alpha=0.5)
+    cfg = paper_config(k=4, reranker="none", alpha=0.5)
     res = ev(cfg)
     assert res.metrics["hit@4"] == 1.0 and res.n == 2 and res.lm_calls == 1.0
     # both questions are grounded (4 items each); A's answer is among its grounded items, B's is not
@@ -344,7 +351,7 @@ def test_evaluation_matches_forward_and_sweeps_cover_the_grids(
 def test_retrieve_is_stateless_across_threads(
     planted_kb: KnowledgeBase, planted_program: AutofocusRetriever
 ) -> None:
-    configs = [AutofocusConfig(k=4, alpha=a, l_max=lm, expansion=e)
+    configs = [paper_config(k=4, alpha=a, l_max=lm, expansion=e)
                for a in (0.0, 0.5, 1.0) for lm in (1, 3, 50) for e in ("paper", "code")]  # fmt: skip
     expected = [planted_program.retrieve(q, "item", CYPHER[q], c).ids for c in configs for q in CYPHER]
     got: list[list[int]] = [[] for _ in expected]
@@ -428,7 +435,7 @@ def test_parsing_is_strict_when_either_mode_is(tiny_skb: Any, tmp_path: Path) ->
     kb = make_kb(tiny_skb, tmp_path)
     cypher = "MATCH (p:paper)-[:paper_published_in_venue]->(f:field {name: 'Information Retrieval'}) RETURN p"
     assert parse_cypher(cypher, tiny_skb.schema, mode="lenient").triplets[0].rel == "paper_published_in_venue"
-    cfg = AutofocusConfig(type_mode="lenient", edge_mode="strict", k=4, reranker="none")
+    cfg = paper_config(type_mode="lenient", edge_mode="strict", k=4, reranker="none")
     program = registry.build_program("afr", kb, cfg, with_lms=False)
     trace = Trace()
     found = program.retrieve("Information Retrieval papers", "paper", cypher, cfg, trace)
@@ -445,7 +452,7 @@ def test_grounding_metrics_use_the_whole_grounded_set(tmp_path: Path) -> None:
     kb = KnowledgeBase(
         skb, HashEmbedder(), tmp_path, build_missing=True, progress=False, cache=EmbeddingCache(None)
     )
-    cfg = AutofocusConfig(k=5, reranker="none")
+    cfg = paper_config(k=5, reranker="none")
     program = registry.build_program("afr", kb, cfg, with_lms=False)
     lm = ScriptedLM({
         "target_type": lambda u: {"target_type": "item"},
