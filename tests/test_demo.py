@@ -357,3 +357,29 @@ def test_cli_builds_the_small_variant(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "method_defined_in_class" in result.output and "relational" in result.output
     assert load_skb_dir(tmp_path / "skb", progress=False).num_nodes > 300
+
+
+def test_collection_ignores_what_other_libraries_attach_to_the_standard_library(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Imports and test runners change the stdlib at run time (``transformers`` adds methods to
+    ``logging.Logger``, pytest sets ``sys.last_type``); the demo must come out as a fresh process builds it."""
+    import json as json_module
+    import logging
+    import platform
+
+    modules = ("json", "logging", "platform", "sys")
+    clean = collect_stdlib(modules)
+
+    def warning_once(self: Any, msg: str) -> None:
+        """A method some library adds."""
+
+    def decode(self: Any, s: str) -> Any:
+        """A replacement some library installs."""
+
+    monkeypatch.setattr(logging.Logger, "warning_once", warning_once, raising=False)
+    monkeypatch.setattr(json_module.JSONDecoder, "extra", warning_once, raising=False)
+    monkeypatch.setattr(json_module.JSONDecoder, "decode", decode)
+    monkeypatch.setattr(platform, "added_function", decode, raising=False)  # a module without __all__
+    monkeypatch.setattr(sys, "last_type", ValueError, raising=False)
+    assert collect_stdlib(modules) == clean
