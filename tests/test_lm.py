@@ -14,7 +14,19 @@ import dspy
 import pytest
 
 from autofocus.config import LMConfig
-from autofocus.lm import STEPS, get_lm, lm_for_step, lms_for_config, yes_probability
+from autofocus.lm import (
+    DEFAULT_RETRIES,
+    HOSTED_TIMEOUT_S,
+    LOCAL_TIMEOUT_S,
+    RETRIES_ENV,
+    STEPS,
+    TIMEOUT_ENV,
+    get_lm,
+    lm_for_step,
+    lms_for_config,
+    wait_settings,
+    yes_probability,
+)
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
 
 
@@ -158,3 +170,29 @@ def test_cli_lm_list_and_check(monkeypatch: pytest.MonkeyPatch) -> None:
     assert srv.request_count == 2 and srv.headers[0]["Authorization"] == "Bearer EMPTY"  # keyless server
     missing = runner.invoke(app, ["lm", "check", "--lm", "local"])
     assert missing.exit_code == 1 and "autofocus lm setup" in " ".join(missing.output.split())
+
+
+def test_timeout_and_retries_come_from_arguments_then_environment_then_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(RETRIES_ENV, raising=False)
+    lm = get_lm("openai/x", api_base="http://127.0.0.1:9/v1")
+    assert (lm.kwargs["timeout"], lm.num_retries) == (HOSTED_TIMEOUT_S, DEFAULT_RETRIES)
+    assert wait_settings(None, None, local=True) == (LOCAL_TIMEOUT_S, DEFAULT_RETRIES)
+    monkeypatch.setenv(TIMEOUT_ENV, "7.5")
+    monkeypatch.setenv(RETRIES_ENV, "0")
+    lm = get_lm("openai/x", api_base="http://127.0.0.1:9/v1")
+    assert (lm.kwargs["timeout"], lm.num_retries) == (7.5, 0)
+    assert wait_settings(None, None, local=True) == (7.5, 0)
+    lm = get_lm("openai/x", api_base="http://127.0.0.1:9/v1", timeout=3, num_retries=1)
+    assert (lm.kwargs["timeout"], lm.num_retries) == (3, 1)
+    monkeypatch.setenv(TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="AUTOFOCUS_LM_TIMEOUT='soon'"):
+        get_lm("openai/x")
+
+
+def test_the_configs_timeout_and_retries_reach_every_lm() -> None:
+    config = LMConfig(default="openai/x", rerank="openai/y", timeout_s=4.0, num_retries=0)
+    lms = lms_for_config(config, api_base="http://127.0.0.1:9/v1")
+    assert {(lm.kwargs["timeout"], lm.num_retries) for lm in lms.values()} == {(4.0, 0)}
