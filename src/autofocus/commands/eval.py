@@ -10,17 +10,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from autofocus.cli_app import app
 from autofocus.config import AutofocusConfig
+from autofocus.console import make_console, print_error, safe
 from autofocus.runtime import open_kb
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 EXIT_MISMATCH = 2
+EXIT_DEGRADED = 3
 EXIT_INTERRUPTED = 130
+# what a damaged SKB, QA file or index raises while a command opens it
+OPEN_ERRORS = (KeyError, FileNotFoundError, ValueError)
 
 
 def prepare_system(
@@ -84,13 +87,18 @@ def _run_system(
     program_file: Path | None,
     force_new: bool,
     progress: bool,
+    max_degraded: float = 1.0,
 ) -> tuple[Any, Any]:
     """Evaluate one system into ``out``; returns its ``EvalResult`` and the loaded run."""
     from autofocus.evaluate.report import load_run
     from autofocus.evaluate.runner import RunMismatchError, build_manifest, run_eval
     from autofocus.index.store import skb_fingerprint
 
-    system, cfg, kb, factory = prepare_system(kb_for, system, cfg, program_file)
+    try:
+        system, cfg, kb, factory = prepare_system(kb_for, system, cfg, program_file)
+    except OPEN_ERRORS as exc:  # SKBFormatError is a ValueError
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     manifest = build_manifest(
         system=system,
         config=cfg,
@@ -108,6 +116,7 @@ def _run_system(
             out,
             manifest=manifest,
             concurrency=cfg.concurrency,
+            deadline_s=cfg.question_deadline_s,
             limit=limit,
             resume=not force_new,
             progress=progress,
@@ -115,16 +124,31 @@ def _run_system(
             console=err_console,
         )
     except RunMismatchError as exc:
-        err_console.print(f"[red]{exc}[/]")
+        err_console.print(f"[red]{safe(exc)}[/]")
         raise typer.Exit(EXIT_MISMATCH) from None
     run = load_run(out)
     wanted = {int(it.id) for it in (items[:limit] if limit is not None else items)}
     run.records = [r for r in run.records if int(r["id"]) in wanted]
-    _summarise(run, f"{system} on {split}")
+    summary = _summarise(run, f"{system} on {split}")
+    if not result.interrupted:
+        _fail_if_degraded(summary, max_degraded, out)
     return result, run
 
 
-def _summarise(run: Any, title: str) -> None:
+def _fail_if_degraded(summary: dict[str, Any], max_degraded: float, out: Path) -> None:
+    """Exit with ``EXIT_DEGRADED`` when more than ``max_degraded`` of the run's questions are degraded."""
+    degraded = summary["degraded"]
+    if degraded["share"] > max_degraded:
+        causes = "; ".join(f"{k} ({v})" for k, v in list(degraded["causes"].items())[:3])
+        err_console.print(
+            f"[red]{degraded['questions']} of {summary['n']} questions ({100 * degraded['share']:.0f}%) are degraded, "
+            f"above --max-degraded {100 * max_degraded:g}%: the LM failed ({safe(causes)}). These results are "
+            f"not the method's. Fix the LM and run the same command again: {safe(out)} retries them.[/]"
+        )
+        raise typer.Exit(EXIT_DEGRADED)
+
+
+def _summarise(run: Any, title: str) -> dict[str, Any]:
     """Print a run's summary and write it (summary.md, summary.json) and its plots into the run directory."""
     from autofocus.evaluate.plots import save_run_plots
     from autofocus.evaluate.report import print_summary, summarize, write_summary
@@ -133,16 +157,23 @@ def _summarise(run: Any, title: str) -> None:
     print_summary(summary, console, title=title)
     write_summary(run.path, summary, title=title)
     paths = save_run_plots(run.path, summary, run.records)
-    console.print(f"Summary and plots in {run.path}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
+    console.print(
+        f"Summary and plots in {safe(run.path)}: summary.md, summary.json, {', '.join(p.name for p in paths)}"
+    )
+    return summary
 
 
 def _load_items(skb: Path, split: str) -> list[Any]:
+    """The split's questions; the SKB is opened too, so that a damaged one, or a gold answer that is
+    not one of its nodes (it would score 0 silently), stops the command with the file and line."""
+    from autofocus.skb.io import load_skb
     from autofocus.skb.qa import load_qa
 
     try:
-        return load_qa(skb, split)
-    except (KeyError, FileNotFoundError, ValueError) as exc:  # unknown split, no QA file, malformed QA
-        err_console.print(f"[red]{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}[/]")
+        num_nodes = load_skb(skb).num_nodes  # builds the cache the KB then memory-maps
+        return load_qa(skb, split, num_nodes=num_nodes)
+    except OPEN_ERRORS as exc:  # damaged SKB, unknown split, no QA file, malformed QA
+        print_error(err_console, exc)
         raise typer.Exit(1) from None
 
 
@@ -153,19 +184,23 @@ def _config(
     reranker: str | None,
     concurrency: int | None,
     base: AutofocusConfig | None = None,
+    waits: dict[str, float | None] | None = None,
 ) -> AutofocusConfig:
-    """``--config`` (else ``base``, a saved program's config, else the defaults) with the options on top."""
-    from autofocus.runtime import load_config
+    """``--config`` (else ``base``, a saved program's config, else the defaults) with the options on top;
+    ``waits``: ``--lm-timeout``, ``--lm-retries``, ``--deadline``."""
+    from autofocus.runtime import load_config, with_waits
 
     if config is not None or base is None:
-        return load_config(config, lm=lm, steps=steps, reranker=reranker, concurrency=concurrency)
-    data = base.model_dump()
-    data.update(
-        {k: v for k, v in {"steps": steps, "reranker": reranker, "concurrency": concurrency}.items() if v}
-    )
-    if lm:
-        data["lm"] = {**data["lm"], "default": lm}
-    return AutofocusConfig.model_validate(data)
+        cfg = load_config(config, lm=lm, steps=steps, reranker=reranker, concurrency=concurrency)
+    else:
+        data = base.model_dump()
+        data.update(
+            {k: v for k, v in {"steps": steps, "reranker": reranker, "concurrency": concurrency}.items() if v}
+        )
+        if lm:
+            data["lm"] = {**data["lm"], "default": lm}
+        cfg = AutofocusConfig.model_validate(data)
+    return with_waits(cfg, **(waits or {}))
 
 
 SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
@@ -182,6 +217,24 @@ ForceOpt = Annotated[
     bool, typer.Option("--force-new", help="move an existing run in --out aside and start again")
 ]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
+LmTimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--lm-timeout", help="seconds to wait for one LM answer (env AUTOFOCUS_LM_TIMEOUT; default 120, local 900)",
+                 min=0.001),
+]
+LmRetriesOpt = Annotated[
+    int | None, typer.Option("--lm-retries", help="retries of a failed LM request (env AUTOFOCUS_LM_RETRIES; default 2)", min=0)
+]
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option("--deadline", help="seconds per question; after it, no more LM calls and the question is degraded "
+                 "(default 1800)", min=0.001),
+]
+MaxDegradedOpt = Annotated[
+    float,
+    typer.Option("--max-degraded", help="fail (exit 3) when more than this share of questions is degraded by LM "
+                 "failures", min=0.0, max=1.0),
+]
 
 
 @app.command("eval")
@@ -203,6 +256,10 @@ def eval_command(
     ] = None,
     force_new: ForceOpt = False,
     progress: ProgressOpt = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
+    max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Evaluate a system on a QA split: traces.jsonl + manifest.json, resumable, then the summary.
 
@@ -214,7 +271,8 @@ def eval_command(
         from autofocus.optimize.saved import read_program_config
 
         system, saved_cfg = read_program_config(program)
-    cfg = _config(config, lm, steps, reranker, concurrency, base=saved_cfg)
+    waits = {"lm_timeout": lm_timeout, "lm_retries": lm_retries, "deadline": deadline}
+    cfg = _config(config, lm, steps, reranker, concurrency, base=saved_cfg, waits=waits)
     items = _load_items(skb, split)
     result, _ = _run_system(
         _kb_cache(skb),
@@ -228,9 +286,10 @@ def eval_command(
         program_file=program,
         force_new=force_new,
         progress=progress,
+        max_degraded=max_degraded,
     )
     if result.interrupted:
-        err_console.print(f"[yellow]Interrupted; run the same command again to finish {out}.[/]")
+        err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
@@ -246,7 +305,7 @@ def report_command(
         try:
             run = load_run(path)
         except (FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]{exc}[/]")
+            print_error(err_console, exc)
             raise typer.Exit(1) from None
         _summarise(run, f"{run.name} ({path})")
         loaded.append(run)
@@ -279,6 +338,10 @@ def compare_command(
     concurrency: ConcurrencyOpt = None,
     force_new: ForceOpt = False,
     progress: ProgressOpt = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
+    max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Run several systems on the same questions and print one table, with paired tests against the first."""
     from autofocus.evaluate.report import (
@@ -294,14 +357,15 @@ def compare_command(
         raise typer.Exit(1)
     dirs = [run_dir_name(s) for s in specs]
     if len(set(dirs)) != len(dirs):
-        err_console.print(f"[red]--systems has repeated systems: {', '.join(specs)}[/]")
+        err_console.print(f"[red]--systems has repeated systems: {safe(', '.join(specs))}[/]")
         raise typer.Exit(1)
-    cfg = _config(config, lm, None, None, concurrency)
+    waits = {"lm_timeout": lm_timeout, "lm_retries": lm_retries, "deadline": deadline}
+    cfg = _config(config, lm, None, None, concurrency, waits=waits)
     items = _load_items(skb, split)
     kb_for = _kb_cache(skb)
     runs = []
     for spec, sub in zip(specs, dirs, strict=True):
-        console.rule(f"{spec} -> {out / sub}")
+        console.rule(safe(f"{spec} -> {out / sub}"))
         result, run = _run_system(
             kb_for,
             spec,
@@ -314,14 +378,15 @@ def compare_command(
             program_file=None,
             force_new=force_new,
             progress=progress,
+            max_degraded=max_degraded,
         )
         runs.append(run)
         if result.interrupted:
-            err_console.print(f"[yellow]Interrupted during {spec}; run the same command again to finish.[/]")
+            err_console.print(f"[yellow]Interrupted during {safe(spec)}; run the same command again to finish.[/]")
             raise typer.Exit(EXIT_INTERRUPTED)
     rows = comparison_rows(runs, specs)
     print_comparison(rows, console)
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.md").write_text(comparison_markdown(rows))
     (out / "comparison.csv").write_text(comparison_csv(rows))
-    console.print(f"Comparison in {out / 'comparison.md'} and {out / 'comparison.csv'}")
+    console.print(f"Comparison in {safe(out / 'comparison.md')} and {safe(out / 'comparison.csv')}")

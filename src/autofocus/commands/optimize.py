@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.console import make_console, print_error, safe
 from autofocus.runtime import open_kb
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 REFLECTION_MAX_TOKENS = 1024  # a new instruction; the offline models have a 4096-token context
 
 
@@ -36,7 +36,7 @@ def _split(skb: Path, split: str, limit: int | None) -> list[Any]:
     try:
         items = load_qa(skb, split)
     except (KeyError, FileNotFoundError, ValueError) as exc:
-        err_console.print(f"[red]{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}[/]")
+        print_error(err_console, exc)
         raise typer.Exit(1) from None
     return examples(items[:limit] if limit is not None else items)
 
@@ -126,15 +126,15 @@ def optimize_command(
     try:
         _, cfg = resolve_config(system, load_config(config, lm=lm))
     except ValueError as exc:
-        err_console.print(f"[red]{exc}[/]")
+        print_error(err_console, exc)
         raise typer.Exit(1) from None
     chosen = [s.strip() for s in steps.split(",") if s.strip()]
     train_set, val_set = _split(skb, train, limit_train), _split(skb, val, limit_val)
     test_set = _split(skb, test, limit_test) if test else None
     kb = open_kb(skb, cfg.embedder, cfg.index_kind)
     reflection = get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS) if reflection_lm else None
-    console.print(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
-                  f"questions, selecting on {len(val_set)} {val} questions")
+    console.print(safe(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
+                       f"questions, selecting on {len(val_set)} {val} questions"))
     bar, on_eval = _progress(progress)
     try:
         with bar:
@@ -145,11 +145,11 @@ def optimize_command(
             )
             tests = result.compare(test_set, test, on_eval) if test_set else None
     except ValueError as exc:
-        err_console.print(f"[red]{exc}[/]")
+        print_error(err_console, exc)
         raise typer.Exit(1) from None
-    console.print(scores_table(f"{system}: {', '.join(chosen)} on {val}", result.val, result.metric))
+    console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {val}"), result.val, result.metric))
     if tests is not None:
-        console.print(scores_table(f"{system}: {', '.join(chosen)} on {test} (held out)", tests, result.metric))
+        console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {test} (held out)"), tests, result.metric))
     meta = result.metadata
     for name in result.predictors:
         changed = " (new instructions)" if name in meta["instructions_changed"] else ""
@@ -157,4 +157,4 @@ def optimize_command(
     console.print(f"{optimizer} took {meta['wall_s']:.1f} s, {meta['program_lm_calls']} program LM calls"
                   + (f" and {meta['reflection_lm_calls']} reflection LM calls" if reflection else ""))
     path = save_program(result.program, system, result.config, out, meta)
-    console.print(f"Saved to {path}; use it with --program {path} in ask, eval and tune")
+    console.print(safe(f"Saved to {path}; use it with --program {path} in ask, eval and tune"))

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from autofocus.cli_app import app
 from autofocus.config import AutofocusConfig
+from autofocus.console import make_console, safe
 from autofocus.runtime import open_kb
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
@@ -37,7 +37,7 @@ def config_hash(cfg: AutofocusConfig) -> str:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]{message}[/]")
+    err_console.print(f"[red]{safe(message)}[/]")
     return typer.Exit(code)
 
 
@@ -228,7 +228,7 @@ def tune_command(
     if ran:
         console.print(
             f"{ran} trial(s) in {elapsed:.1f} s ({elapsed / ran:.3f} s per trial over {len(items)} questions); "
-            f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})"
+            + safe(f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})")
         )
 
     best = tuning.best_trial(st)
@@ -294,10 +294,10 @@ def tune_command(
     }
     (out / "summary.json").write_text(json.dumps(summary_data, indent=2, default=str) + "\n")
     (out / "summary.md").write_text(_markdown(summary_data, cfg, best_cfg, spec.params))
-    console.print(
+    console.print(safe(
         f"Best settings: {out / tuning.BEST_CONFIG_FILE} (use with `autofocus eval --config` or `ask --config`); "
         f"tables and plots in {out}"
-    )
+    ))
 
 
 def _sensitivity(
