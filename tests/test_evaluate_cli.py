@@ -152,6 +152,17 @@ def test_eval_fails_loudly_when_too_many_questions_are_degraded(
     assert res.exit_code == 0, res.output
 
 
+def test_lm_waits_are_options_that_a_resume_may_change(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "scripted", "--no-progress")
+    res = invoke(cli, *base, "--lm-timeout", "30", "--lm-retries", "1", "--deadline", "600", "--limit", "1")
+    assert res.exit_code == 0, res.output
+    config = json.loads((out / "manifest.json").read_text())["config"]
+    assert (config["lm"]["timeout_s"], config["lm"]["num_retries"], config["question_deadline_s"]) == (30, 1, 600)
+    res = invoke(cli, *base, "--lm-timeout", "90")  # how long to wait is not part of what was run
+    assert res.exit_code == 0, res.output
+
+
 def test_eval_on_damaged_files_names_the_place_without_a_traceback(
     cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path
 ) -> None:

@@ -8,7 +8,6 @@ import io
 import json
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -325,15 +324,23 @@ def test_to_jsonable_handles_numpy_models_sets_and_long_lists() -> None:
     json.dumps(out, allow_nan=False)
 
 
+def test_long_strings_in_a_trace_are_cut_and_say_so() -> None:
+    out = to_jsonable({"cypher": "M" * 1_000_000, "short": "MATCH (n) RETURN n"})
+    assert out["short"] == "MATCH (n) RETURN n"
+    assert len(out["cypher"]) < 10_100 and out["cypher"].endswith(" …[cut: 990,000 more characters]")
+
+
 def test_ctrl_c_in_the_main_thread_keeps_finished_lines(tmp_path: Path) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("interrupt_main() reaches the process's main thread, which is not running this test")
+
+    returned = threading.Event()
 
     class PressesCtrlC(Scripted):
         def forward(self, question: str) -> dspy.Prediction:
             if len(self.calls) == 2:
                 _thread.interrupt_main()  # what a terminal's SIGINT does to the waiting main thread
-                time.sleep(3)  # the main thread must get the CPU first, even on a loaded machine
+                returned.wait(30)  # this question is still running when the run gives up
             return super().forward(question)
 
     first: list[int] = []
@@ -343,6 +350,7 @@ def test_ctrl_c_in_the_main_thread_keeps_finished_lines(tmp_path: Path) -> None:
     try:
         res = run_eval(lambda: PressesCtrlC(first), ITEMS, tmp_path, manifest=manifest(), progress=False)
     finally:
+        returned.set()
         signal.signal(signal.SIGINT, previous)
     assert res.interrupted and res.finished == 2
     second: list[int] = []
@@ -375,18 +383,20 @@ def test_queued_concurrent_work_is_cancelled_after_an_interrupt() -> None:
     from autofocus.usage import Cancelled, cancel_pending, map_concurrently
 
     started: list[int] = []
+    cancelled = threading.Event()
 
     def slow(i: int) -> int:
         started.append(i)
         if i == 0:
             cancel_pending()  # what an interrupted run does while this question's calls are queued
-        time.sleep(0.05)
+            cancelled.set()
+        cancelled.wait(30)  # a call in flight finishes; the queued ones must not start
         return i
 
     try:
         with pytest.raises(Cancelled):
             map_concurrently(slow, range(8), max_workers=2)
-        assert len(started) < 8
+        assert 0 in started and set(started) <= {0, 1}  # only the calls already in flight ran
     finally:
         cancel_pending(False)
     assert map_concurrently(slow, [1, 2, 3], max_workers=2) == [1, 2, 3]

@@ -8,7 +8,7 @@ from typing import Any
 import dspy
 import numpy as np
 import pytest
-from dspy.utils.exceptions import LMServerError
+from dspy.utils.exceptions import LMAuthError
 
 from autofocus.index.cache import EmbeddingCache
 from autofocus.kb import KnowledgeBase
@@ -263,7 +263,7 @@ def test_examples_are_collected_once_from_the_kb_source_on_first_use(tiny_skb_di
 
 
 def _down(u: str) -> dict[str, Any]:
-    raise LMServerError("503 service unavailable")
+    raise LMAuthError("401 invalid key")  # an outage DSPy does not retry (with backoff)
 
 
 def test_a_validator_without_a_verdict_stops_the_loop_without_accepting(kb: KnowledgeBase) -> None:

@@ -389,7 +389,7 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     assert not tune.transient(malformed)  # the same prompt would get the same answer: kept
 
     def down(u: str) -> dict[str, Any]:
-        raise dspy.utils.exceptions.LMServerError("502 bad gateway")
+        raise dspy.utils.exceptions.LMAuthError("401 invalid key")  # not retried with backoff
 
     with dspy.context(lm=ScriptedLM({"cypher": down})):
         asked_now = tune.ask_llm(planted_program, items[0])
