@@ -1,6 +1,6 @@
 """Questions per minute of ``autofocus eval`` against one OpenAI-compatible server at several concurrencies.
 
-Runs what ``autofocus eval`` runs (``prepare_system`` -> ``build_manifest`` -> ``run_eval`` with the real
+Runs what ``autofocus eval`` runs (``runtime.assemble`` -> ``build_manifest`` -> ``run_eval`` with the real
 program from the registry, its LMs from ``config.lm``) over the first ``--limit`` questions of a split,
 once per concurrency (``--concurrency 1,4,16``), with the DSPy answer cache off so every level makes
 its own LM calls. Question embeddings are warmed by an untimed first pass, so each level sees the same
@@ -99,12 +99,20 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
     """One ``autofocus eval`` run at ``cfg.concurrency``; returns wall time, throughput and call stats."""
     import numpy as np
 
-    from autofocus.commands.eval import index_checksums, prepare_system
+    from autofocus import runtime
+    from autofocus.evaluate.program_runs import index_checksums
     from autofocus.evaluate.runner import build_manifest, run_eval
     from autofocus.evaluate.traces import read_traces
     from autofocus.index.store import skb_fingerprint
+    from autofocus.program.systems.base import program_copy
 
-    system, cfg, kb, factory = prepare_system(kb_for, system, cfg)
+    system, cfg = runtime.resolve_system(system, cfg)
+    kb = kb_for(cfg.embedder, cfg.index_kind)
+    program = runtime.assemble(system, kb, cfg, lms="lazy")  # each thread's copy attaches its LMs
+
+    def factory() -> Any:
+        return program_copy(program)
+
     manifest = build_manifest(system=system, config=cfg, split="bench", skb_fingerprint=skb_fingerprint(kb.skb),
                               index_checksums=index_checksums(kb, cfg))  # fmt: skip
     meter.reset()
@@ -150,8 +158,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from autofocus.commands.eval import _kb_cache
-    from autofocus.runtime import load_config
+    from autofocus.runtime import kb_opener, load_config
     from autofocus.skb.qa import load_qa
 
     console = Console(width=max(Console().width, 110))
@@ -175,7 +182,7 @@ def main() -> None:
     else:
         base_url, lm = args.base_url, args.lm
     os.environ["AUTOFOCUS_LM_API_BASE"] = base_url
-    kb_for = _kb_cache(args.skb)
+    kb_for = kb_opener(args.skb)
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:

@@ -140,6 +140,7 @@ def _isolated_autofocus_home(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     home = tmp_path_factory.mktemp("autofocus_home")
     old = os.environ.get("AUTOFOCUS_HOME")
     os.environ["AUTOFOCUS_HOME"] = str(home)
+    os.environ.pop("AUTOFOCUS_LLM_SERVER", None)  # a shared LM server of the user's must not serve the tests
     yield home
     if old is None:
         os.environ.pop("AUTOFOCUS_HOME", None)

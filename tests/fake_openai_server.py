@@ -27,6 +27,7 @@ from typing import Any
 Reply = str | dict[str, Any]
 Script = Callable[[dict[str, Any]], Reply] | list[Reply]
 SCORING_PATH = "/v1/autofocus/next_token_logprobs"
+SEQUENCE_PATH = "/v1/autofocus/sequence_logprobs"
 
 
 def chat_adapter_reply(**fields: Any) -> str:
@@ -53,6 +54,7 @@ class FakeOpenAIServer:
         model_ids: ids listed by ``GET /v1/models``.
         port: 0 picks a free port.
         p_yes: ``messages -> P(yes)`` for the scoring route (absent: the route answers 404).
+        choice_logprobs: ``(messages, candidate) -> log P`` for the sequence route (absent: 404).
     """
 
     def __init__(
@@ -64,9 +66,11 @@ class FakeOpenAIServer:
         model_ids: Iterable[str] = ("fake-model",),
         port: int = 0,
         p_yes: Callable[[list[dict[str, Any]]], float] | None = None,
+        choice_logprobs: Callable[[list[dict[str, Any]], str], float] | None = None,
     ) -> None:
         self._script = script
         self.p_yes = p_yes
+        self.choice_logprobs = choice_logprobs
         self._replies = list(script) if isinstance(script, list) else None
         self.latency = latency
         self.fail_429 = fail_429
@@ -172,6 +176,9 @@ class FakeOpenAIServer:
                 if self.path == SCORING_PATH:
                     self._score(body)
                     return
+                if self.path == SEQUENCE_PATH:
+                    self._sequences(body)
+                    return
                 if limited:
                     err = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
                     self._send(429, err, {"Retry-After": "0"})
@@ -208,6 +215,14 @@ class FakeOpenAIServer:
                     },
                 )
 
+            def _sequences(self, body: dict[str, Any]) -> None:
+                if server.choice_logprobs is None:
+                    self._send(404, {"detail": "Not Found"})
+                    return
+                results = [{"logprobs": [server.choice_logprobs(messages, c) for c in body["candidates"]],
+                            "prompt_tokens": 10, "reused_tokens": 0} for messages in body["conversations"]]
+                self._send(200, {"results": results})
+
             def _score(self, body: dict[str, Any]) -> None:
                 if server.p_yes is None:
                     self._send(404, {"detail": "Not Found"})
@@ -232,11 +247,17 @@ def main() -> None:
     parser.add_argument("--model_alias", default="fake-model")
     parser.add_argument("--reply", default=chat_adapter_reply(answer="fake"))
     parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
+    parser.add_argument("--choices", default=None, help='JSON {"candidate prefix": logprob} for the sequence route')
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
     time.sleep(args.startup_delay)
     p_yes = None if args.p_yes is None else (lambda messages: args.p_yes)
-    server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes)
+    choices = None
+    if args.choices is not None:
+        table = json.loads(args.choices)
+        choices = lambda messages, cand: next((lp for k, lp in table.items() if cand.startswith(k)), -20.0)  # noqa: E731
+    server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
+                              choice_logprobs=choices)
     print(f"listening on {server.base_url}", flush=True)
     server._httpd.serve_forever()
 

@@ -17,13 +17,14 @@ from dspy.clients.cache import Cache
 from typer.testing import CliRunner
 
 from autofocus.cli import app
+from autofocus.config import AutofocusConfig
 from autofocus.kb import KnowledgeBase
 from autofocus.skb.writer import write_skb_dir
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
 from tests.skb_factory import make_skb
 from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config
 
-STEPS = ["1_target_type", "2_query", "3_parse", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "8_rerank"]
+STEPS = ["1_target_type", "2_query", "3_parse", "3_repair", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "8_rerank"]
 
 # movies 0-5, people 6-8, genres 9-10; Mira Sol (6) acted in 0 and 2; movie 5 is a biopic *about* her
 NAMES = ["Quiet Harbour", "Neon Circuit", "Paper Lanterns", "Iron Orchard", "Salt and Stone", "Mira Sol: A Life",
@@ -94,7 +95,7 @@ def retrieval_order(kb: KnowledgeBase) -> list[int]:
 
 def test_all_eight_steps_ground_the_answers_and_trace_every_step(kb: KnowledgeBase) -> None:
     lm = scripted()
-    pred = run("afr:reranker=pointwise", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=pointwise", kb, lm, QUESTION, config4())
     tr = pred.trace
     # step 1 chose among the candidate types; step 2 was told its choice
     assert lm.fields() == ["target_type", "cypher"] + ["score"] * 4
@@ -120,14 +121,15 @@ def test_all_eight_steps_ground_the_answers_and_trace_every_step(kb: KnowledgeBa
     assert tr.data["support"]["2"] == [[("m", 2, "acted_in", 6)]] and tr.data["support"]["0"] == [[("m", 0, "acted_in", 6)]]
     # every step timed, LM calls and tokens where the LM was asked
     assert list(tr.steps) == STEPS and all(s.seconds > 0 for s in tr.steps.values())
-    assert [tr.steps[s].lm_calls for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 4]
+    assert [tr.steps[s].lm_calls for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 0, 4]
     assert all(tr.steps[s].input_tokens > 0 for s in ("1_target_type", "2_query", "8_rerank"))
-    assert tr.flags == {"valid_cypher": True, "has_triplet": True, "has_constant": True, "grounded_nonempty": True}
+    assert tr.flags == {"valid_cypher": True, "has_triplet": True, "has_constant": True, "repaired": False,
+                        "grounded_nonempty": True}
 
 
 def test_listwise_reranking_takes_the_lms_order(kb: KnowledgeBase) -> None:
     lm = scripted()
-    pred = run("afr:reranker=listwise", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=listwise", kb, lm, QUESTION, config4())
     assert lm.fields() == ["target_type", "cypher", "ranking"]
     assert pred.ranked_ids == retrieval_order(kb)[::-1] and pred.trace.steps["8_rerank"].lm_calls == 1
     assert pred.trace.data["rerank"]["fixed"] == {"unknown": 0, "duplicate": 0, "missing": 0}
@@ -135,7 +137,7 @@ def test_listwise_reranking_takes_the_lms_order(kb: KnowledgeBase) -> None:
 
 def test_a_target_type_in_prose_is_salvaged(kb: KnowledgeBase) -> None:
     lm = scripted(target_type=lambda u: {"target_type": "Movies, I think"})
-    pred = run("afr:reranker=none", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=none", kb, lm, QUESTION, config4())
     assert pred.trace.data["target_type"] == "movie" and field_value(lm.calls[-1][1], "target_type") == "movie"
     assert events(pred)[:2] == [("1_target_type", "llm_error"), ("1_target_type", "salvaged")]
     assert pred.trace.steps["1_target_type"].lm_calls == lm.fields().count("target_type") >= 1  # adapter retries count
@@ -144,12 +146,25 @@ def test_a_target_type_in_prose_is_salvaged(kb: KnowledgeBase) -> None:
 
 def test_an_unusable_target_type_searches_every_candidate_type(kb: KnowledgeBase) -> None:
     lm = scripted(target_type=lambda u: {"target_type": "banana"})
-    pred = run("afr:reranker=none", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=none", kb, lm, QUESTION, config4())
     assert pred.trace.data["target_type"] is None and ("1_target_type", "invalid") in events(pred)
     assert field_value(lm.calls[-1][1], "target_type") == "any"
     # grounding still works (the Cypher names its own types); the VSS slot may now hold a person
     assert pred.ranked_ids[:3] == by_score(kb, "text", [0, 2, 3, 4])[:3]
     assert pred.ranked_ids[3:] == by_score(kb, "text+rel", [1, 5, *PEOPLE])[:1]
+
+
+def config4() -> AutofocusConfig:
+    """k = 4 and the paper's scope expansion past a constant's exact name, which these cases follow."""
+    return scripted_config(k=4, exact_name_only=False)
+
+
+def test_an_exact_name_is_the_constant_unless_relaxed(kb: KnowledgeBase) -> None:
+    pred = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4))
+    tr = pred.trace
+    assert tr.data["symbol_candidates"]["p"]["ids"] == [6]  # Mira Sol alone: no name-similar people
+    assert [(r["cut"], r["num_target"]) for r in tr.data["grounding_rounds"]] == [(1, 2)]
+    assert tr.data["grounded_ids"].tolist() == [0, 2] and strands(pred)[:2] == ["grounded", "grounded"]
 
 
 def raise_503(user: str) -> dict[str, Any]:
@@ -163,7 +178,7 @@ def raise_503(user: str) -> dict[str, Any]:
     ids=["prose", "lm-error"],
 )  # fmt: skip
 def test_no_usable_cypher_falls_back_to_vss(kb: KnowledgeBase, answer: dict[str, Any], event: tuple[str, str]) -> None:
-    pred = run("afr:reranker=none", kb, scripted(**answer), QUESTION, scripted_config(k=4))
+    pred = run("afr:reranker=none", kb, scripted(**answer), QUESTION, config4())
     assert event in events(pred) and pred.trace.flags["valid_cypher"] is False
     assert pred.ranked_ids == by_score(kb, "text+rel", MOVIES)[:4] and strands(pred) == ["vss"] * 4
     assert "4_symbols" not in pred.trace.steps and "5_grounding" not in pred.trace.steps
@@ -177,7 +192,7 @@ def test_no_usable_cypher_falls_back_to_vss(kb: KnowledgeBase, answer: dict[str,
 def test_malformed_rerank_output_keeps_the_retrieval_order(
     kb: KnowledgeBase, reranker: str, answer: dict[str, Any], kind: str
 ) -> None:
-    pred = run(f"afr:reranker={reranker}", kb, scripted(**answer), QUESTION, scripted_config(k=4))
+    pred = run(f"afr:reranker={reranker}", kb, scripted(**answer), QUESTION, config4())
     assert pred.ranked_ids == pred.trace.data["pre_rerank"] == retrieval_order(kb)
     assert ("8_rerank", "llm_error") in events(pred) and ("8_rerank", kind) in events(pred)
 
@@ -185,12 +200,12 @@ def test_malformed_rerank_output_keeps_the_retrieval_order(
 @pytest.mark.parametrize("steps", ["1+7", "1-5", "1-6", "1-7"])
 def test_step_ablations_give_their_strands(kb: KnowledgeBase, steps: str) -> None:
     lm = scripted()
-    pred = run(f"afr-steps{steps}", kb, lm, QUESTION, scripted_config(k=4))
+    pred = run(f"afr-steps{steps}", kb, lm, QUESTION, config4())
     expected = {
         "1+7": (by_score(kb, "text+rel", MOVIES)[:4], ["vss"] * 4, ["1_target_type", "7_vss_rest"]),
-        "1-5": ([0, 2, 3, 4], ["grounded"] * 4, STEPS[:6]),  # grounding order: round, then id
-        "1-6": (by_score(kb, "text", [0, 2, 3, 4])[:3], ["grounded"] * 3, STEPS[:6]),
-        "1-7": (retrieval_order(kb), ["grounded"] * 3 + ["vss"], STEPS[:7]),
+        "1-5": ([0, 2, 3, 4], ["grounded"] * 4, STEPS[:7]),  # grounding order: round, then id
+        "1-6": (by_score(kb, "text", [0, 2, 3, 4])[:3], ["grounded"] * 3, STEPS[:7]),
+        "1-7": (retrieval_order(kb), ["grounded"] * 3 + ["vss"], STEPS[:8]),
     }[steps]
     assert (pred.ranked_ids, strands(pred), list(pred.trace.steps)) == expected
     assert lm.fields() == (["target_type"] if steps == "1+7" else ["target_type", "cypher"])
@@ -257,9 +272,10 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
     assert [b["model"] for b in server.requests] == ["fake-model"] * 3  # target type, Cypher, listwise rerank
     assert server_field(server.requests[1], "target_type") == "paper"
     trace = json.loads(trace_file.read_text())
-    assert [trace["steps"][s]["lm_calls"] for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 1]
+    assert [trace["steps"][s]["lm_calls"] for s in STEPS] == [1, 1, 0, 0, 0, 0, 0, 0, 1]
     assert trace["data"]["rerank"]["method"] == "listwise" and trace["data"]["strand"]["11"] == "grounded"
-    assert trace["data"]["grounded_ids"] == [0, 1, 3, 11]  # the numpy grounded set (l = 2) as a JSON list
+    # the numpy grounded set as a JSON list: Ada Lovelace's papers (her exact name is the constant, no expansion)
+    assert trace["data"]["grounded_ids"] == [0, 11]
 
     out = tmp_path / "run"
     res = cli.invoke(app, ["eval", "--skb", str(two_type_skb), "--split", "train", "--out", str(out), "--system", "afr",

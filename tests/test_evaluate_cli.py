@@ -1,7 +1,7 @@
 """``autofocus eval / report / compare`` wiring, with a scripted system registered in the real registry.
 
 The knowledge base is the tiny SKB loaded for real; its indexes are left out (the scripted program
-needs none) through the ``open_kb`` seam, with one index manifest on disk for the checksums.
+needs none) through the ``autofocus.runtime.open_kb`` seam, with one index manifest on disk for the checksums.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 import autofocus.commands.eval as eval_cmd
+from autofocus import runtime
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig
+from autofocus.evaluate.program_runs import run_dir_name, split_systems
 from autofocus.program.systems import registry
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
@@ -57,15 +59,16 @@ INTERRUPT_ON_CALL = 0
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, tiny_skb: SKB, tmp_path: Path) -> CliRunner:
+def cli(monkeypatch: pytest.MonkeyPatch, tiny_skb: SKB, tiny_skb_dir: Path, tmp_path: Path) -> CliRunner:
     monkeypatch.setitem(registry._SYSTEMS, "scripted", (lambda kb, cfg, spec: ScriptedSystem(kb, cfg, spec), {}))
     index_root = tmp_path / "index"
     (index_root / "text").mkdir(parents=True)
     (index_root / "text" / "manifest.json").write_text(json.dumps({"sha256": "abc123"}))
     fake_kb = SimpleNamespace(
-        skb=tiny_skb, store_dir=lambda variant: index_root / variant, embedder=SimpleNamespace(name="emb")
+        skb=tiny_skb, store_dir=lambda variant: index_root / variant, embedder=SimpleNamespace(name="emb"),
+        source=tiny_skb_dir,
     )
-    monkeypatch.setattr(eval_cmd, "open_kb", lambda path, embedder, *_: fake_kb)
+    monkeypatch.setattr(runtime, "open_kb", lambda path, embedder, *_: fake_kb)
     CALLS.clear()
     return CliRunner()
 
@@ -235,9 +238,9 @@ def test_compare_runs_each_system_on_the_same_questions(cli: CliRunner, tiny_skb
 
 
 def test_split_systems_and_dir_names() -> None:
-    assert eval_cmd.split_systems("afr,afr:steps=1-7, vss") == ["afr", "afr:steps=1-7", "vss"]
-    assert eval_cmd.split_systems("afr:reranker=pairwise,alpha=0.5,vss") == ["afr:reranker=pairwise,alpha=0.5", "vss"]
-    assert eval_cmd.run_dir_name("afr:reranker=pairwise,alpha=0.5") == "afr_reranker=pairwise_alpha=0.5"
+    assert split_systems("afr,afr:steps=1-7, vss") == ["afr", "afr:steps=1-7", "vss"]
+    assert split_systems("afr:reranker=pairwise,alpha=0.5,vss") == ["afr:reranker=pairwise,alpha=0.5", "vss"]
+    assert run_dir_name("afr:reranker=pairwise,alpha=0.5") == "afr_reranker=pairwise_alpha=0.5"
 
 
 def test_eval_with_a_saved_program_uses_its_system_config_and_state(

@@ -124,7 +124,8 @@ def test_summary_numbers(tmp_path: Path) -> None:
     assert ep["grounding"] == {
         "questions": 1, "mean_recall": 0.5, "mean_precision": 0.1, "median_size": 10.0, "partial": 0,
     }
-    assert ep["target_type"] == {"known": 2, "correct": 1}
+    assert ep["target_type"] == {"known": 2, "correct": 1, "lost": 0}  # the wrong type still found gold
+
     assert s["events"] == {"2_query:malformed": {"events": 3, "questions": 2}}
     json.dumps(s)  # the summary is plain JSON
 
@@ -284,3 +285,32 @@ def test_metric_curves(tmp_path: Path) -> None:
                                         xlabel="l_max", ylabel="hit@1", xscale="log")).shape[0] > 50
     with pytest.raises(ValueError, match="has 2 values for 4 x values"):
         plot_metric_curves(x, {"mrr": [0.1, 0.2]}, tmp_path / "bad.png", xlabel="a", ylabel="b")
+
+
+def test_questions_lost_to_the_types_step7_searched() -> None:
+    def rec(qid: int, searched_right: bool, hit: float) -> dict:
+        return {"id": qid, "status": "ok", "metrics": {"hit@20": hit, "mrr": hit},
+                "derived": {"target_type_correct": False, "step7_type_correct": searched_right}}
+
+    ep = summarize([rec(1, False, 0.0), rec(2, False, 1.0), rec(3, True, 0.0)])["error_propagation"]
+    assert ep["target_type"]["lost"] == 1
+
+
+def test_runs_break_down_by_a_column_of_the_qa_file(tmp_path) -> None:
+    from autofocus.evaluate.groups import grouped_rows
+    from autofocus.evaluate.report import Run
+
+    (tmp_path / "qa.csv").write_text("id,query,answer_ids,kind\n1,a,[1],relational\n2,b,[2],textual\n3,c,[3],textual\n")
+    manifest = {"system": "afr", "skb": {"path": str(tmp_path)}}
+
+    def rec(qid: int, hit: float, grounded: bool | None) -> dict:
+        flags = {} if grounded is None else {"grounded_nonempty": grounded}
+        return {"id": qid, "status": "ok", "metrics": {"hit@1": hit, "hit@20": hit, "mrr": hit},
+                "trace": {"flags": flags}, "derived": {}}
+
+    run = Run(tmp_path, manifest, [rec(1, 1.0, True), rec(2, 0.0, None), rec(3, 1.0, True)])
+    rows = grouped_rows([run], "kind")
+    assert [(r["group"], r["n"], r["hit@1"], r["nonempty"]) for r in rows] == [
+        ("relational", 1, 1.0, 1.0), ("textual", 2, 0.5, 0.5)]  # a question grounding did not reach counts as empty
+    with pytest.raises(ValueError, match="no QA file has a column 'template'"):
+        grouped_rows([run], "template")

@@ -96,8 +96,9 @@ def test_writes_one_trace_line_per_question_and_a_manifest(tmp_path: Path, tiny_
     assert r0["derived"] == {
         "grounded_size": 3, "gold_in_grounded": True, "grounded_recall": 1.0,
         "grounded_precision": pytest.approx(2 / 3), "gold_types": ["paper"], "target_type_correct": True,
+        "step7_type_correct": True,  # no step7_types traced: step 7 searched step 1's type
     }
-    assert recs[2]["derived"]["target_type_correct"] is False
+    assert recs[2]["derived"]["target_type_correct"] is False and recs[2]["derived"]["step7_type_correct"] is False
     assert recs[1]["derived"]["gold_in_grounded"] is False and recs[1]["derived"]["grounded_recall"] == 0.0
     assert set(r0["trace"]["steps"]) == {"1_target_type", "5_grounding"}
     assert r0["trace"]["data"]["grounded_ids"] == [0, 11, 2]
@@ -222,10 +223,11 @@ def test_a_degraded_question_keeps_its_ranking_and_is_retried_on_resume(tmp_path
 
 
 def test_the_question_deadline_reaches_the_programs_lm_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus import usage
     from autofocus.program.steps import llm_call
 
     clock = iter(range(0, 10_000, 100))  # every reading of the clock is 100 s later
-    monkeypatch.setattr(llm_call, "clock", lambda: next(clock))
+    monkeypatch.setattr(usage, "clock", lambda: next(clock))
 
     class TwoCalls(dspy.Module):
         def forward(self, question: str) -> dspy.Prediction:

@@ -12,17 +12,17 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from dspy.utils.exceptions import AdapterParseError
 
+from autofocus import usage
 from autofocus.lm import get_lm
-from autofocus.program.steps import llm_call
 from autofocus.program.steps.llm_call import (
     MAX_ANSWER_CHARS,
     MAX_JSON_DEPTH,
     BoundedJSONAdapter,
     is_context_overflow,
-    question_deadline,
     safe_predict,
 )
 from autofocus.trace import Trace
+from autofocus.usage import question_deadline
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply
 
 
@@ -123,7 +123,7 @@ def test_json_nested_deeper_than_any_answer_is_refused_before_repair() -> None:
 
 def test_a_passed_deadline_stops_lm_calls_and_degrades(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
-    monkeypatch.setattr(llm_call, "clock", lambda: clock[0])
+    monkeypatch.setattr(usage, "clock", lambda: clock[0])
     lm = DummyLM([{"answer": "fine"}] * 2)
     trace = Trace()
     with dspy.context(lm=lm), question_deadline(60):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -21,8 +22,9 @@ import pytest
 
 from autofocus.lm import get_lm, yes_probabilities, yes_probability
 from autofocus.local_lm import models, server
+from autofocus.local_lm import server as server_module
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
-from autofocus.local_lm.scoring import _p_yes
+from autofocus.local_lm.scoring import _p_yes, choice_probabilities
 from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
 from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
 
@@ -198,7 +200,9 @@ def fake_local_model(tmp_path: Path) -> Iterator[tuple[str, LocalServer]]:
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF" + uuid.uuid4().bytes)
     alias = models.resolve_local(f"local:{gguf}").alias
-    srv = get_server(gguf, alias, command=_fake_command(alias, "--p_yes", "0.8"), log_path=tmp_path / "s.log")
+    choices = json.dumps({"class": -0.5, "exception": -1.0, "module": -6.0})
+    srv = get_server(gguf, alias, command=_fake_command(alias, "--p_yes", "0.8", "--choices", choices),
+                     log_path=tmp_path / "s.log")
     yield f"local:{gguf}", srv
     srv.stop()
 
@@ -225,6 +229,35 @@ def test_yes_probabilities_batch_and_cache(fake_local_model: tuple[str, LocalSer
     before = _get(f"{srv.base_url}/fake/stats")["requests"]
     assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)  # all three from DSPy's cache
     assert _get(f"{srv.base_url}/fake/stats")["requests"] == before
+
+
+def test_choice_probabilities_normalise_over_the_choices_and_cache(fake_local_model: tuple[str, LocalServer]) -> None:
+    spec, srv = fake_local_model
+    lm = get_lm(spec, cache=True)
+    messages = [{"role": "user", "content": "Which type answers: who raised it?"}]
+    p = choice_probabilities(lm, messages, ["class", "exception", "module"], assistant_prefix="A: ", suffix="\n")
+    e = [math.exp(-0.5), math.exp(-1.0), math.exp(-6.0)]
+    assert p == pytest.approx([x / sum(e) for x in e])
+    before = _get(f"{srv.base_url}/fake/stats")["requests"]
+    assert choice_probabilities(lm, messages, ["class", "exception", "module"], assistant_prefix="A: ", suffix="\n") == p
+    assert _get(f"{srv.base_url}/fake/stats")["requests"] == before
+    hosted = dspy.LM("openai/gpt-4o-mini", api_key="k")
+    assert choice_probabilities(hosted, messages, ["class"]) is None  # no local server behind it
+
+
+def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, LocalServer], monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    _, srv = fake_local_model
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF" + uuid.uuid4().bytes)
+    monkeypatch.setenv("AUTOFOCUS_LLM_SERVER", f"127.0.0.1:{srv.port}")
+    monkeypatch.setattr(server_module, "_SERVERS", dict(server_module._SERVERS))  # leave the registry as it was
+    attached = get_server(other, srv.alias)
+    assert attached.external and attached.process is None and attached.api_base == srv.api_base
+    attached.stop()  # never stops a server it did not start
+    assert srv.health()
+    with pytest.raises(LocalServerError, match="does not serve"):
+        LocalServer.attach(f"127.0.0.1:{srv.port}", other, "another-alias").start()
 
 
 def test_p_yes_aggregates_distinct_first_tokens() -> None:

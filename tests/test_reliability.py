@@ -72,7 +72,6 @@ def skb(tiny_skb_data: dict[str, Any], tmp_path: Path) -> Path:
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch, skb: Path, tmp_path: Path) -> Iterator[FaultyServer]:
     kb = make_kb(load_skb_dir(skb, progress=False), tmp_path / "kb", source=skb)  # the real KB, a cheap embedder
-    monkeypatch.setattr(eval_cmd, "open_kb", lambda *args, **kw: kb)
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)  # every call reaches the server
     script = FaultyServer()

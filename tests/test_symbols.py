@@ -9,13 +9,9 @@ import numpy as np
 import pytest
 
 from autofocus.cypher import parse_cypher
-from autofocus.program.steps.symbols import (
-    _all_strings,
-    _exact_name_ids,
-    constraint_mask,
-    retrieve_symbol_candidates,
-)
+from autofocus.program.steps.symbols import constraint_mask, retrieve_symbol_candidates
 from autofocus.query_graph import Constraint
+from autofocus.skb.names import exact_name_ids
 from autofocus.skb.text import TextArray
 from tests.skb_factory import make_skb
 from tests.test_systems_common import make_kb
@@ -97,16 +93,16 @@ def test_type_only_search_ranks_as_the_type_mask_did(skb: Any, tmp_path: Path) -
 
 
 def test_exact_name_index_lookups(skb: Any) -> None:
-    assert _exact_name_ids(skb, " ANN lee").tolist() == [1, 2, 6]
-    assert _exact_name_ids(skb, "paper on graphs").tolist() == [4, 7]
-    assert _exact_name_ids(skb, "ærø INSTITUTE").tolist() == [0, 8]
-    assert _exact_name_ids(skb, "nobody").tolist() == []
-    assert _exact_name_ids(skb, "").tolist() == [9]
+    assert exact_name_ids(skb, " ANN lee").tolist() == [1, 2, 6]
+    assert exact_name_ids(skb, "paper on graphs").tolist() == [4, 7]
+    assert exact_name_ids(skb, "ærø INSTITUTE").tolist() == [0, 8]
+    assert exact_name_ids(skb, "nobody").tolist() == []
+    assert exact_name_ids(skb, "").tolist() == [9]
 
 
 @pytest.mark.parametrize("strings", [["a", "", "Ærø", "x y"], [], ["nul\0inside", "b"], [""]])
 def test_all_strings_decodes_every_string(strings: list[str]) -> None:
-    assert _all_strings(TextArray.from_strings(strings)) == strings
+    assert TextArray.from_strings(strings).strings() == strings
 
 
 # --- attribute filters: every operator on numbers, dates and strings (the tiny SKB of conftest.py) ---

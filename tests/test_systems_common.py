@@ -187,3 +187,15 @@ def test_apply_lms_gives_every_predictor_its_steps_lm_and_refuses_unknown_ones(k
 
     with pytest.raises(ValueError, match="predictors with no LM step: planner"):
         apply_lms(NewSystem(), cfg)
+
+
+def test_a_program_call_keeps_to_its_configs_question_deadline(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus import usage
+
+    ticks = iter(range(0, 10**6, 100))  # every reading of the deadline's clock is 100 s later
+    monkeypatch.setattr(usage, "clock", lambda: next(ticks))
+    lm = ScriptedLM({"cypher": lambda u: {"cypher": "MATCH (p:paper) RETURN p"}})
+    pred = run("afr", kb, lm, "Which papers cite Graph Retrieval at Scale?",
+               scripted_config(question_deadline_s=50, reranker="none"))
+    assert [d.step for d in pred.trace.degraded] == ["2_query"] and lm.calls == []  # no call after it
+    assert pred.ranked_ids  # the VSS fallback still answers

@@ -44,7 +44,7 @@ def test_merge_puts_alpha_grounded_answers_first_and_excludes_all_grounded_from_
     pred = run(one_round, kb, cypher_lm(ADA), q, scripted_config(k=5))
     grounded = by_score(kb, q, "text", [0, 1, 11])
     rest = by_score(kb, q, "text+rel", [2, 3])
-    assert pred.trace.data["grounded_ids"] == [0, 1, 11]
+    assert pred.trace.data["grounded_ids"].tolist() == [0, 1, 11]
     assert pred.ranked_ids == grounded + rest  # alpha = 0.6: 3 of k = 5 slots for C_cypher, then Y_vss
     assert [pred.trace.data["strand"][str(i)] for i in pred.ranked_ids] == ["grounded"] * 3 + ["vss"] * 2
     one_slot = run(f"{one_round},alpha=0.2", kb, cypher_lm(ADA), q, scripted_config(k=5))

@@ -16,7 +16,7 @@ from autofocus.program.systems.hybgrag import (
     KG,
     TEXT,
     Action,
-    Retrieval,
+    RetrieverBankResult,
     ego_graph,
     oracle_feedback,
     reasoning_paths,
@@ -113,13 +113,13 @@ def test_oracle_feedback_covers_table_4() -> None:
     ego = {"Ada Lovelace (author)": np.array([0, 1, 11]), "Grace Hopper (author)": np.array([3, 11])}
     linked = {"Ada Lovelace (author)": 4, "Grace Hopper (author)": 6}
 
-    def hybrid(pool: list[int], **kw: Any) -> Retrieval:
-        return Retrieval(ids=pool, module="hybrid", linked=kw.get("linked", linked), relations=kw.get(
+    def hybrid(pool: list[int], **kw: Any) -> RetrieverBankResult:
+        return RetrieverBankResult(ids=pool, module="hybrid", linked=kw.get("linked", linked), relations=kw.get(
             "relations", {WRITES: WRITES}), ego=kw.get("ego", ego), pool=np.array(pool, dtype=np.int64))
 
-    assert oracle_feedback(Action([], [], TEXT), Retrieval(ids=[2], module="text"), {3}) == (
+    assert oracle_feedback(Action([], [], TEXT), RetrieverBankResult(ids=[2], module="text"), {3}) == (
         "incorrect retrieval module", "")
-    assert oracle_feedback(Action([], [], KG), Retrieval(ids=[2], module="text"), {3}) == ("no entity", "")
+    assert oracle_feedback(Action([], [], KG), RetrieverBankResult(ids=[2], module="text"), {3}) == ("no entity", "")
     assert oracle_feedback(two, hybrid([11], relations={"wrote on": None}), {11}) == (
         "incorrect entity/relation", "wrote on")
     assert oracle_feedback(two, hybrid([11]), {1}) == ("incorrect entity/relation", "Grace Hopper")

@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 import autofocus.commands.tune as tune_cmd
+from autofocus import runtime
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.cypher import parse_cypher
@@ -32,8 +33,9 @@ from autofocus.kb import KnowledgeBase
 from autofocus.metrics import as_candidates
 from autofocus.optimize import tune
 from autofocus.optimize.saved import save_program
+from autofocus.program.steps.grounded_strand import parse_mode
 from autofocus.program.systems import registry
-from autofocus.program.systems.afr import AutofocusRetriever, parse_mode
+from autofocus.program.systems.afr import AutofocusRetriever
 from autofocus.runtime import load_config
 from autofocus.skb.qa import load_qa
 from autofocus.skb.skbdir import load_skb_dir
@@ -129,7 +131,7 @@ def base_config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, planted_kb: KnowledgeBase) -> CliRunner:
-    monkeypatch.setattr(tune_cmd, "open_kb", lambda path, embedder, *_: planted_kb)
+    monkeypatch.setattr(runtime, "open_kb", lambda path, embedder, *_: planted_kb)
     monkeypatch.setattr(
         registry, "apply_lms", lambda program, config: None
     )  # the scripted LM comes from context

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
 Expansion = Literal["paper", "code"]
+RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 
 
 LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
@@ -58,6 +59,44 @@ class AutofocusConfig(BaseModel):
     step6_order: Literal["vss", "round"] = "vss"  # round: the reference code's expansion-round-first order
     step7_exclude: Literal["grounded", "none"] = "grounded"  # grounded: Algorithm 1 line 12; none: dedup at merge
     exact_name_first: bool = True  # step 4: exact (case-insensitive) name matches before VSS hits
+    exact_name_only: bool = Field(
+        True, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
+    )
+    repair: bool = Field(True, description="step 3b: repair labels, relationships, directions and hops the schema rejects")
+    relax: list[RelaxRung] = Field(
+        default_factory=lambda: ["filters", "triplets", "constants", "edges"],
+        description="step 5: relaxations tried in order while grounding is empty ([] = the paper's: none)",
+    )
+    relax_max_rungs: int = Field(6, ge=0, description="at most this many relaxations per question")
+    alpha_rule: Literal["fixed", "evidence"] = Field(
+        "evidence", description="fixed: alpha*k slots (paper); evidence: fewer for weaker grounding evidence"
+    )
+    alpha_relaxed: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor per relaxation")
+    alpha_repaired: float = Field(1.0, ge=0.0, le=1.0, description="evidence rule: alpha factor for a repaired query")
+    alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
+    alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
+    alpha_disagree: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: factor when step 2's target label is not step 1's")
+    target_type_scoring: Literal["auto", "generate"] = Field(
+        "auto", description="step 1: auto scores every candidate type where the LM exposes probabilities"
+    )
+    target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
+    target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    query_samples: int = Field(
+        1, ge=1, description="step 2: >1 samples this many queries and grounds the nodes most of them agree on"
+    )
+    query_temperature: float = Field(0.7, ge=0.0, le=2.0, description="step 2: temperature of the extra samples")
+    query_votes: float = Field(
+        0.5, gt=0.0, le=1.0, description="self-consistency: keep nodes grounded by at least this share of the samples that ground"
+    )
+    prompt_schema: Literal["graph", "declared"] = Field(
+        "graph", description="steps 1-2 see the triples the graph has and each type's relations (graph) or schema.json (declared)"
+    )
+    constrain: Literal["auto", "grammar", "off"] = Field(
+        "auto", description="step 2: constrain decoding to the schema's triples (auto: where the LM takes a grammar)"
+    )
+    step7_types: Literal["step1", "agree"] = Field(
+        "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"
+    )
     reranker: Reranker = "auto"
     context_budget_tokens: int = Field(3500, ge=256)
     doc_budget_tokens: int = Field(384, ge=32)

@@ -12,6 +12,9 @@ from rich.markup import escape
 
 from autofocus.redact import redact
 
+# what opening a damaged SKB, QA file or index, or naming an unknown system or split, raises
+OPEN_ERRORS = (KeyError, FileNotFoundError, ValueError)
+
 
 def make_console(stderr: bool = False) -> Console:
     """A console that never turns ``:name:`` into an emoji (file:line:reason messages are full of them)."""

@@ -1,5 +1,8 @@
 """``KnowledgeBase``: an SKB with its embedder and vector indexes, the one handle the program needs.
 
+``KnowledgeBaseLike`` is what programs and steps require of it (the type of their ``kb``), so tests
+and benchmarks can pass small stand-ins.
+
 Example:
     >>> kb = KnowledgeBase.open("data/demo")  # doctest: +SKIP
     >>> ids, scores = kb.index("text").search(kb.embed_query("JSON parsing"), node_type="module", k=5)
@@ -10,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -27,6 +31,33 @@ from autofocus.index.store import (
     store_dir,
 )
 from autofocus.skb.model import SKB
+
+
+class KnowledgeBaseLike(Protocol):
+    """What a program needs of its knowledge base: the SKB, query embeddings and one index per variant."""
+
+    @property
+    def skb(self) -> SKB: ...
+
+    @property
+    def source(self) -> Path | None:
+        """The SKB directory or STaRK folder it was loaded from (QA splits live there); None in memory."""
+        ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def index(self, variant: str = "text") -> NodeIndex:
+        """The vector index over the node documents of ``variant`` (``text`` or ``text+rel``)."""
+        ...
+
+    def store_dir(self, variant: str) -> Path:
+        """Where the embeddings of ``variant`` are stored (its ``manifest.json`` has their checksum)."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+    def embed_queries(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray: ...
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -66,6 +97,11 @@ class KnowledgeBase:
         self.cache = cache or default_cache()
         self._indexes: dict[str, NodeIndex] = {}
         self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> KnowledgeBase:
+        """Shared, not copied: it is read-only (indexes open once, under a lock), and DSPy deep-copies
+        programs (``Module.deepcopy``, ``load_state``, optimisers)."""
+        return self
 
     @classmethod
     def open(

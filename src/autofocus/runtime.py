@@ -1,19 +1,53 @@
-"""Assemble what a command needs: knowledge base, config (file + overrides), program (optionally optimised)."""
+"""The one place that assembles a program: config (file, saved program, overrides), knowledge base,
+system from the registry, its LMs and its saved prompts and demos.
+
+``autofocus.open``, ``evaluate``/``compare``, ``tune``, ``optimize_prompts`` and every command go
+through ``assemble`` (and ``open_program``, which opens the knowledge base first); nothing else
+builds a program for use.
+
+Example:
+    cfg = load_config("runs/tune-demo/best_config.json", lm="openai/gpt-4o-mini")
+    program = open_program("data/demo", "afr", cfg)
+    program(question="Which functions of json raise ValueError?").ranked_ids
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autofocus.config import AutofocusConfig
 
 if TYPE_CHECKING:  # commands import this module at start-up; DSPy loads only when a program is built
     import dspy
 
+    from autofocus.index.search import IndexKind
+    from autofocus.kb import KnowledgeBase, KnowledgeBaseLike
 
-def load_config(config_file: Path | None = None, lm: str | None = None, **overrides: Any) -> AutofocusConfig:
-    """Config from a JSON file (e.g. the tuner's best settings) with command-line overrides on top."""
-    cfg = AutofocusConfig.load(config_file) if config_file else AutofocusConfig()
+ConfigLike = AutofocusConfig | Mapping[str, Any] | str | Path | None
+LMs = bool | Literal["lazy"]
+
+
+def load_config(
+    config: ConfigLike = None, lm: str | None = None, *, program_file: Path | str | None = None, **overrides: Any
+) -> AutofocusConfig:
+    """``config`` (a config, a dict, or a JSON file such as the tuner's ``best_config.json``), else the
+    config a saved program was optimised with, else the defaults; then ``lm`` as every step's LM and
+    the overrides that are not None on top."""
+    if config is None and program_file is not None:
+        from autofocus.optimize.saved import read_program_config
+
+        cfg = read_program_config(program_file)[1]
+    elif config is None:
+        cfg = AutofocusConfig()
+    elif isinstance(config, AutofocusConfig):
+        cfg = config
+    elif isinstance(config, Mapping):
+        cfg = AutofocusConfig.model_validate(dict(config))
+    else:
+        cfg = AutofocusConfig.load(Path(config))
     data = cfg.model_dump()
     data.update({k: v for k, v in overrides.items() if v is not None})
     if lm:
@@ -21,38 +55,107 @@ def load_config(config_file: Path | None = None, lm: str | None = None, **overri
     return AutofocusConfig.model_validate(data)
 
 
-def open_kb(skb_path: Path | str, embedder: str, index_kind: str = "flat") -> Any:
-    """The knowledge base a program runs on; the commands' seam for tests, which use small fakes."""
+def open_kb(skb_path: Path | str, embedder: str, index_kind: IndexKind = "flat") -> KnowledgeBase:
+    """The knowledge base a program runs on; the seam for tests, which use small fakes."""
     from autofocus.kb import KnowledgeBase
 
     return KnowledgeBase.open(skb_path, embedder=embedder, index_kind=index_kind)
 
 
-def open_program(
-    skb_path: Path | str,
-    system: str = "afr",
-    config: AutofocusConfig | None = None,
-    program_file: Path | None = None,
-    with_lms: bool = True,
-) -> tuple[Any, dspy.Module, AutofocusConfig]:
-    """Open the KB and build the system; ``program_file`` loads optimised prompts/demos (and its config)."""
-    from autofocus.program.systems.registry import build_program, resolve_config
-    from autofocus.usage import install_usage_callback
+def kb_opener(skb_path: Path | str) -> Callable[..., KnowledgeBaseLike]:
+    """``(embedder, index_kind) -> knowledge base``, opening the SKB once per embedder and index kind
+    however many systems share it (``compare``)."""
+    opened: dict[tuple[str, IndexKind], KnowledgeBaseLike] = {}
+    lock = threading.Lock()
 
-    install_usage_callback()
+    def kb_for(embedder: str, index_kind: IndexKind = "flat") -> KnowledgeBaseLike:
+        with lock:
+            if (embedder, index_kind) not in opened:
+                opened[embedder, index_kind] = open_kb(skb_path, embedder, index_kind)
+            return opened[embedder, index_kind]
+
+    return kb_for
+
+
+def resolve_system(
+    system: str, config: AutofocusConfig | None = None, program_file: Path | str | None = None
+) -> tuple[str, AutofocusConfig]:
+    """The system spec to build (a saved program names its own) and its config with the preset's
+    defaults applied (``registry.resolve_config``)."""
+    from autofocus.program.systems.registry import resolve_config
+
     if program_file is not None:
         from autofocus.optimize.saved import read_program_config
 
         saved_system, saved_cfg = read_program_config(program_file)
         system, config = saved_system, config or saved_cfg
-    _, cfg = resolve_config(system, config)
-    kb = open_kb(skb_path, cfg.embedder, cfg.index_kind)
-    program = build_program(system, kb, cfg, with_lms=with_lms)
+    return system, resolve_config(system, config)[1]
+
+
+def assemble(
+    system: str,
+    kb: KnowledgeBaseLike,
+    config: AutofocusConfig | None = None,
+    *,
+    program_file: Path | str | None = None,
+    lms: LMs | Any = True,
+) -> dspy.Module:
+    """Build ``system`` on ``kb`` with ``config``, give its LLM steps their LMs and load the saved
+    prompts and demos of ``program_file``.
+
+    Args:
+        lms: ``True`` attaches each step's configured LM now (the offline LM server starts if a step
+            uses it); ``"lazy"`` on the program's first call; ``False`` leaves LMs to
+            ``dspy.configure``/``dspy.context`` (tests, scripted LMs); a ``dspy.BaseLM`` is used by
+            every step.
+
+    The program gets ``kb``, ``config``, ``system`` and ``program_file`` attributes (systems outside
+    the registry's built-ins too), which evaluation, tuning and saving read.
+    """
+    import dspy
+
+    from autofocus.program.systems import registry
+    from autofocus.program.systems.base import RetrievalProgram
+    from autofocus.usage import limit_lm_concurrency
+
+    _, cfg = registry.resolve_config(system, config)
+    program = registry.build_program(system, kb, cfg, with_lms=False)
+    for attr, value in (("kb", kb), ("config", cfg), ("system", system)):
+        if getattr(program, attr, None) is None:
+            setattr(program, attr, value)
+    if isinstance(lms, dspy.BaseLM):
+        limit_lm_concurrency(cfg.lm_in_flight)
+        program.set_lm(lms)
+    elif lms == "lazy" and isinstance(program, RetrievalProgram):
+        limit_lm_concurrency(cfg.lm_in_flight)
+        program._pending_lms = registry.apply_lms
+    elif lms:
+        registry.apply_lms(program, cfg)
     if program_file is not None:
         from autofocus.optimize.saved import load_program_state
 
         load_program_state(program, program_file)
-    return kb, program, cfg
+        program.program_file = Path(program_file)
+    return program
+
+
+def open_program(
+    skb: Path | str | KnowledgeBaseLike,
+    system: str = "afr",
+    config: AutofocusConfig | None = None,
+    program_file: Path | str | None = None,
+    *,
+    lms: LMs | Any = True,
+) -> dspy.Module:
+    """Open the knowledge base of ``skb`` (a path, or a knowledge base already open) and ``assemble``
+    ``system`` on it; ``program_file`` brings its system, its config (unless ``config`` is given)
+    and its prompts and demos. The knowledge base is ``program.kb``, the config ``program.config``."""
+    from autofocus.usage import install_usage_callback
+
+    install_usage_callback()  # on the caller's thread: dspy.configure refuses the others
+    system, cfg = resolve_system(system, config, program_file)
+    kb = open_kb(skb, cfg.embedder, cfg.index_kind) if isinstance(skb, str | Path) else skb
+    return assemble(system, kb, cfg, program_file=program_file, lms=lms)
 
 
 def with_waits(

@@ -10,9 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autofocus.cli_app import app
-from autofocus.commands.eval import OPEN_ERRORS, DeadlineOpt, LmRetriesOpt, LmTimeoutOpt
-from autofocus.console import make_console, print_error, safe
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -36,36 +35,27 @@ def ask(
     deadline: DeadlineOpt = None,
 ) -> None:
     """Print the ranked answers with names and the strand each came from."""
-    from autofocus.program.steps.llm_call import question_deadline
-    from autofocus.runtime import load_config, open_program, with_waits
+    import autofocus
+    from autofocus.runtime import with_waits
 
-    options = {"reranker": reranker, "query_format": query_format, "k": k}
-    cfg = load_config(config, lm=lm, **options)
-    if program is not None and config is None:  # the saved program's config, the options on top
-        from autofocus.optimize.saved import read_program_config
-
-        saved = read_program_config(program)[1]
-        cfg = saved.model_validate({**saved.model_dump(), **{n: v for n, v in options.items() if v is not None},
-                                    **({"lm": {**saved.lm.model_dump(), "default": lm}} if lm else {})})
+    cfg = autofocus.load_config(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
     cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
     try:
-        kb, prog, cfg = open_program(skb, system, cfg, program)
+        prog = autofocus.open(skb, system, config=cfg, program=program)
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
         print_error(err_console, exc)
         raise typer.Exit(1) from None
-    with question_deadline(cfg.question_deadline_s):
-        pred = prog(question=question)
-    show_prediction(kb.skb, pred, console)
+    pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
+    show_prediction(prog.kb.skb, pred, console)
     for d in pred.trace.degraded:
         err_console.print(f"[yellow]degraded: {safe(d.step)}: {safe(d.error)} (these answers come from a fallback)[/]")
     if trace:
-        show_trace(kb.skb, pred.trace, console)
+        show_trace(prog.kb.skb, pred.trace, console)
     if trace_json:
         from autofocus.evaluate.traces import to_jsonable
-
-        # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
         from autofocus.redact import redact
 
+        # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
         trace_json.write_text(redact(json.dumps(to_jsonable(pred.trace), indent=2)))
 
 

@@ -107,3 +107,36 @@ def list_cmd() -> None:
         "Other specs: local:/path/to/model.gguf; any DSPy model string, e.g. openai/gpt-4o-mini, "
         "hosted_vllm/<model> (endpoint from AUTOFOCUS_LM_API_BASE), ollama_chat/<model>."
     )
+
+
+@lm_app.command("serve")
+def serve_cmd(
+    model: Annotated[str, typer.Option(help="local, local-small or local:/file.gguf")] = "local",
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8765,
+) -> None:
+    """Run the offline LM server in the foreground, for several runs to share (one model in memory, one
+    queue): start it, then `export AUTOFOCUS_LLM_SERVER=127.0.0.1:PORT` in the shells that run autofocus."""
+    from autofocus.local_lm.models import ModelError, resolve_local
+    from autofocus.local_lm.server import LocalServer, LocalServerError
+
+    try:
+        spec = resolve_local(model)
+    except ModelError as exc:
+        console.print(f"[red]cannot serve {model!r}:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    server = LocalServer(spec.path, spec.alias)
+    server.port = port
+    try:
+        server.start()
+    except LocalServerError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    console.print(f"serving {spec.alias} at {server.api_base}; in other shells: "
+                  f"[bold]export AUTOFOCUS_LLM_SERVER=127.0.0.1:{server.port}[/bold]. Ctrl-C stops it.")
+    try:
+        while server.is_running():
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()

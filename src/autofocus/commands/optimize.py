@@ -20,25 +20,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autofocus import runtime
 from autofocus.cli_app import app
 from autofocus.console import make_console, print_error, safe
-from autofocus.runtime import open_kb
 
 console = make_console()
 err_console = make_console(stderr=True)
-REFLECTION_MAX_TOKENS = 1024  # a new instruction; the offline models have a 4096-token context
-
-
-def _split(skb: Path, split: str, limit: int | None) -> list[Any]:
-    from autofocus.optimize.prompts import examples
-    from autofocus.skb.qa import load_qa
-
-    try:
-        items = load_qa(skb, split)
-    except (KeyError, FileNotFoundError, ValueError) as exc:
-        print_error(err_console, exc)
-        raise typer.Exit(1) from None
-    return examples(items[:limit] if limit is not None else items)
 
 
 def scores_table(title: str, scores: dict[str, Any], objective: str) -> Table:
@@ -117,44 +104,30 @@ def optimize_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
 ) -> None:
     """Optimise the prompts/demos of some LLM steps with a DSPy optimiser; the other steps stay zero-shot."""
-    from autofocus.lm import get_lm
-    from autofocus.optimize.prompts import optimise
-    from autofocus.optimize.saved import save_program
-    from autofocus.program.systems.registry import resolve_config
-    from autofocus.runtime import load_config
+    from autofocus.optimize.prompts_run import run_prompt_optimisation
 
-    try:
-        _, cfg = resolve_config(system, load_config(config, lm=lm))
-    except ValueError as exc:
-        print_error(err_console, exc)
-        raise typer.Exit(1) from None
     chosen = [s.strip() for s in steps.split(",") if s.strip()]
-    train_set, val_set = _split(skb, train, limit_train), _split(skb, val, limit_val)
-    test_set = _split(skb, test, limit_test) if test else None
-    kb = open_kb(skb, cfg.embedder, cfg.index_kind)
-    reflection = get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS) if reflection_lm else None
-    console.print(safe(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
-                       f"questions, selecting on {len(val_set)} {val} questions"))
     bar, on_eval = _progress(progress)
     try:
         with bar:
-            result = optimise(
-                kb, system, cfg, train_set, val_set, optimizer=optimizer, steps=chosen, metric=metric,
-                max_demos=max_demos, trials=trials, budget=budget, reflection_lm=reflection, threads=threads,
-                seed=seed, full_demos=full_demos, on_eval=on_eval,
-            )
-            tests = result.compare(test_set, test, on_eval) if test_set else None
-    except ValueError as exc:
+            done = run_prompt_optimisation(
+                skb, runtime.load_config(config, lm=lm), system=system, steps=chosen, optimizer=optimizer,
+                train=train, val=val, test=test, limit_train=limit_train, limit_val=limit_val,
+                limit_test=limit_test, metric=metric, reflection_lm=reflection_lm, max_demos=max_demos,
+                trials=trials, budget=budget, threads=threads, seed=seed, full_demos=full_demos, out=out,
+                on_start=lambda text: console.print(safe(text)), on_eval=on_eval,
+            )  # fmt: skip
+    except (KeyError, FileNotFoundError, ValueError) as exc:  # a damaged SKB, an unknown split or system
         print_error(err_console, exc)
         raise typer.Exit(1) from None
+    result = done.result
     console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {val}"), result.val, result.metric))
-    if tests is not None:
-        console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {test} (held out)"), tests, result.metric))
+    if done.test is not None:
+        console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {test} (held out)"), done.test, result.metric))
     meta = result.metadata
     for name in result.predictors:
         changed = " (new instructions)" if name in meta["instructions_changed"] else ""
         console.print(f"  {name}: {meta['demos'][name]} demos{changed}")
     console.print(f"{optimizer} took {meta['wall_s']:.1f} s, {meta['program_lm_calls']} program LM calls"
-                  + (f" and {meta['reflection_lm_calls']} reflection LM calls" if reflection else ""))
-    path = save_program(result.program, system, result.config, out, meta)
-    console.print(safe(f"Saved to {path}; use it with --program {path} in ask, eval and tune"))
+                  + (f" and {meta['reflection_lm_calls']} reflection LM calls" if reflection_lm else ""))
+    console.print(safe(f"Saved to {done.path}; use it with --program {done.path} in ask, eval and tune"))

@@ -159,14 +159,24 @@ class SchemaMapper:
             )
         return hit
 
-    def _edge_type(
-        self, label: str, head_type: str | None, tail_type: str | None, directed: bool
-    ) -> EdgeMatch:
+    def edge_scores(self, label: str) -> dict[str, float]:
+        """How well ``label`` names each edge type (1 exact, 0.95 normalised, else the closest-match
+        similarity), before endpoint types are considered; query repair weighs these against labels."""
         cached = self._edge_cache.get(label)
         if cached is None:
             key = self._key(label, strip=True)
             cached = _remember(self._edge_cache, label, (key.bare, self._scores(key, self._edges)))
-        bare, scored = cached
+        return {name: score for name, _, score in cached[1]}
+
+    def node_scores(self, label: str) -> dict[str, float]:
+        """How well ``label`` names each node type (same scale as ``edge_scores``)."""
+        return {name: score for name, _, score in self._scores(self._key(label), self._nodes)}
+
+    def _edge_type(
+        self, label: str, head_type: str | None, tail_type: str | None, directed: bool
+    ) -> EdgeMatch:
+        self.edge_scores(label)
+        bare, scored = self._edge_cache[label]
         fit = {name: self._fits(name, head_type, tail_type) for name in self.schema.edge_types}
         best = self._best(scored, lambda name: any(fit[name]))
         if best.name is None and bare and (head_type or tail_type):

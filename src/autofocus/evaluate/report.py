@@ -207,6 +207,8 @@ def _error_propagation(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     precisions = [d["grounded_precision"] for d in grounded if d.get("grounded_precision") is not None]
     sizes = [d["grounded_size"] for d in grounded]
     tt = [derived(r).get("target_type_correct") for r in ok]
+    in_top = dict(zip((id(r) for r in records), metric_values(records, "hit@20"), strict=True))
+    lost = [derived(r).get("step7_type_correct") is False and not in_top[id(r)] for r in ok]
     return {
         "stages": stages,
         "grounding": {
@@ -216,7 +218,8 @@ def _error_propagation(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "median_size": float(np.median(sizes)) if sizes else None,
             "partial": sum(1 for d in grounded if d.get("grounded_ids_partial")),
         },
-        "target_type": {"known": sum(v is not None for v in tt), "correct": sum(1 for v in tt if v)},
+        "target_type": {"known": sum(v is not None for v in tt), "correct": sum(1 for v in tt if v),
+                        "lost": sum(lost)},
     }
 
 
@@ -439,6 +442,8 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
             rows.append(["grounded set only partly traced (recall: lower bound)", str(g["partial"]), ""])
     if tt["known"]:
         rows.append(["target type correct", str(tt["correct"]), _pct(tt["correct"] / tt["known"])])
+        lost = tt.get("lost", 0)
+        rows.append(["no gold in top k, step 7 searched another type", str(lost), _pct(lost / n if n else None)])
     tables.append(("Error propagation (% of all questions)", ["stage", "questions", "%"], rows))
     if summary["events"]:
         tables.append(

@@ -129,7 +129,7 @@ def build_manifest(
     """Everything needed to reproduce or refuse to mix runs; LMs default to the config's ``lm``."""
     import dspy
 
-    import autofocus
+    from autofocus._version import __version__
 
     cfg = (
         config.model_dump(mode="json")
@@ -148,7 +148,7 @@ def build_manifest(
         if program_file
         else None,
         "versions": {
-            "autofocus": autofocus.__version__,
+            "autofocus": __version__,
             "dspy": dspy.__version__,
             "numpy": np.__version__,
             "python": sys.version.split()[0],
@@ -163,16 +163,23 @@ def build_manifest(
 
 # config fields that change how fast a run goes, or how long it waits for an LM, not its results
 EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s"})
-LM_EXECUTION_ONLY = frozenset({"timeout_s", "num_retries"})
+WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
+
+
+def without_waits(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config dump without how long to wait for an LM (``WAITS``): it changes which questions end
+    degraded, which are retried, never what an answered question scores."""
+    out = {k: v for k, v in config.items() if k not in WAITS}
+    if isinstance(out.get("lm"), Mapping):
+        out["lm"] = {k: v for k, v in out["lm"].items() if f"lm.{k}" not in WAITS}
+    return out
 
 
 def _identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The fields that must match for a resume to mix old and new lines in one run."""
     config = manifest.get("config")
     if isinstance(config, Mapping):
-        config = {k: v for k, v in config.items() if k not in EXECUTION_ONLY}
-        if isinstance(config.get("lm"), Mapping):
-            config["lm"] = {k: v for k, v in config["lm"].items() if k not in LM_EXECUTION_ONLY}
+        config = {k: v for k, v in without_waits(config).items() if k not in EXECUTION_ONLY}
     return {
         "system": manifest.get("system"),
         "split": manifest.get("split"),
@@ -242,6 +249,9 @@ def _derived(
         pred = {predicted} if isinstance(predicted, str) else set(predicted)
         out["gold_types"] = gold_types
         out["target_type_correct"] = bool(pred & set(gold_types)) if gold_types else None
+        searched = data.get("step7_types")  # the types step 7 searched (step 1's, in runs that predate it)
+        searched = pred if searched is None else set(searched)
+        out["step7_type_correct"] = bool(searched & set(gold_types)) if gold_types else None
     return out
 
 
@@ -255,7 +265,7 @@ def evaluate_one(
     """Run one question and build its trace line; an exception becomes an error line, an LM outage a
     degraded one. After ``deadline_s`` seconds the question makes no further LM calls (it finishes on
     its fallbacks, degraded)."""
-    from autofocus.program.steps.llm_call import question_deadline
+    from autofocus.usage import question_deadline
 
     start = time.perf_counter()
     base = {

@@ -14,14 +14,23 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from autofocus import paths
 
-if TYPE_CHECKING:
-    from autofocus.index.embedders import Embedder
+
+class TextEmbedder(Protocol):
+    """What the cache needs of an embedder (``index.embedders.Embedder`` has it; the embedders read
+    this cache, so it names no class of theirs)."""
+
+    name: str
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray: ...
 
 
 def text_key(text: str) -> bytes:
@@ -111,7 +120,7 @@ class EmbeddingCache:
             row = self._db.execute("SELECT length(vec) FROM vectors WHERE model = ? LIMIT 1", [model]).fetchone()
         return None if row is None else int(row[0]) // 4
 
-    def embed(self, embedder: Embedder, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    def embed(self, embedder: TextEmbedder, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Vectors of ``texts`` by ``embedder``: cached ones looked up, the rest embedded once and stored."""
         texts = list(texts)
         found = self.get_many(embedder.name, texts)

@@ -89,30 +89,14 @@ def default_index_root(skb: SKB, source: Path | str | None = None) -> Path:
     """``<SKB cache dir>/index`` for an SKB loaded from ``source``; for in-memory SKBs a folder keyed by
     fingerprint under ``autofocus.paths.sub("index")``.
 
-    When the sources change, the SKB cache rebuild keeps these indexes (re-keyed by ``rekey_stores``)
-    if the content is the same, and removes them if it is not (``autofocus.skb.cache``).
+    When the sources change, the SKB cache rebuild keeps these indexes if the content is the same
+    (re-keyed by ``autofocus.skb.cache.rekey_index_manifests``) and removes them if it is not.
     """
     if source is not None:
         from autofocus.skb.cache import INDEX_DIR, cache_dir_for
 
         return cache_dir_for(source) / INDEX_DIR
     return paths.sub("index") / re.sub(r"[^A-Za-z0-9._-]+", "-", skb_fingerprint(skb))
-
-
-def rekey_stores(root: Path, old_fingerprint: str, new_fingerprint: str) -> int:
-    """Point the stores under ``root`` built for ``old_fingerprint`` at ``new_fingerprint`` (the same
-    SKB content reloaded from changed sources); returns how many were re-keyed."""
-    count = 0
-    for path in sorted(Path(root).glob(f"*/*/{MANIFEST}")):
-        try:
-            manifest = Manifest.model_validate_json(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if manifest.skb_fingerprint == old_fingerprint:
-            manifest.skb_fingerprint = new_fingerprint
-            _write_json_atomic(path, manifest.model_dump())
-            count += 1
-    return count
 
 
 def store_dir(root: Path, model: str, variant: str) -> Path:

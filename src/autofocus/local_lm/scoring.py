@@ -83,21 +83,8 @@ def yes_probabilities(
             todo.append(i)
     if not todo:
         return out
-    body = {
-        "model": lm.model.split("/", 1)[-1],
-        "conversations": [conversations[i] for i in todo],
-        "candidates": candidates,
-        "assistant_prefix": assistant_prefix,
-    }
-    req = urllib.request.Request(
-        f"{server.api_base}/autofocus/next_token_logprobs", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
-    )  # fmt: skip
-    try:
-        with LM_LIMIT.slot(lm), open_direct(req, timeout) as resp:  # one request in flight, like an LM call
-            payload = json.load(resp)
-    except urllib.error.HTTPError as exc:
-        raise LocalServerError(f"yes/no scoring failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
+    payload = _post(lm, server.api_base, "next_token_logprobs", [conversations[i] for i in todo], candidates,
+                    assistant_prefix, timeout)
     for i, result in zip(todo, payload["results"], strict=True):
         if "logprobs" not in result:
             continue
@@ -105,6 +92,55 @@ def yes_probabilities(
         if lm.cache and out[i] is not None:
             dspy.cache.put(request(conversations[i]), {"p_yes": out[i]})
     return out
+
+
+def _post(lm: dspy.LM, api_base: str, route: str, conversations: Sequence[Messages], candidates: Sequence[str],
+          assistant_prefix: str, timeout: float) -> dict[str, Any]:
+    body = {
+        "model": lm.model.split("/", 1)[-1],
+        "conversations": list(conversations),
+        "candidates": list(candidates),
+        "assistant_prefix": assistant_prefix,
+    }
+    req = urllib.request.Request(
+        f"{api_base}/autofocus/{route}", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )  # fmt: skip
+    try:
+        with LM_LIMIT.slot(lm), open_direct(req, timeout) as resp:  # one request in flight, like an LM call
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise LocalServerError(f"scoring ({route}) failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
+
+
+def choice_probabilities(
+    lm: dspy.LM, messages: Messages, choices: Sequence[str], *, assistant_prefix: str = "", suffix: str = "",
+    timeout: float = 600.0,
+) -> list[float] | None:
+    """P(choice) for each of ``choices`` as the whole answer (``choice + suffix`` after ``assistant_prefix``),
+    normalised over the choices; None when ``lm`` is not a local LM managed by autofocus.
+
+    Step 1 uses it to score every candidate node type instead of taking the one the LM writes.
+    """
+    server = server_for_api_base(lm.kwargs.get("api_base"))
+    if server is None:
+        return None
+    key = {"autofocus": "sequence_logprobs/v1", "model": lm.model, "messages": messages,
+           "assistant_prefix": assistant_prefix, "candidates": [c + suffix for c in choices]}
+    hit = dspy.cache.get(key) if lm.cache else None
+    if hit is not None:
+        return hit["p"]
+    payload = _post(lm, server.api_base, "sequence_logprobs", [messages], key["candidates"], assistant_prefix, timeout)
+    result = payload["results"][0]
+    if "logprobs" not in result:
+        raise LocalServerError(f"sequence scoring failed: {result.get('error', 'no logprobs')}")
+    lps = result["logprobs"]
+    top = max(lps)
+    weights = [math.exp(lp - top) for lp in lps]
+    p = [w / sum(weights) for w in weights]
+    if lm.cache:
+        dspy.cache.put(key, {"p": p})
+    return p
 
 
 def yes_probability(lm: dspy.LM, messages: Messages, **kwargs: Any) -> float | None:

@@ -88,9 +88,9 @@ class Scorer:
             raise ValueError(f"candidate {text!r} has no tokens")
         return tokens[0]
 
-    def logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, token_ids: list[int]) -> dict[str, Any]:
-        import llama_cpp
-
+    def _eval_prompt(self, messages: list[dict[str, Any]], assistant_prefix: str) -> tuple[int, int]:
+        """Evaluate the prompt, reusing the KV cache of its longest common prefix with the last one;
+        returns (prompt tokens, reused tokens)."""
         llama = self.llama
         rendered = self.formatter(messages=messages)
         tokens = llama.tokenize(
@@ -109,14 +109,51 @@ class Scorer:
             llama.reset()
         llama.n_tokens = reuse
         llama.eval(tokens[reuse:])
+        return len(tokens), reuse
+
+    def _last_logprobs(self) -> np.ndarray:
+        import llama_cpp
+
+        llama = self.llama
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama.ctx, -1), shape=(llama.n_vocab(),))
+        logits = logits.astype(np.float64)
         peak = float(logits.max())
-        log_norm = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
-        return {
-            "logprobs": [float(logits[t]) - log_norm for t in token_ids],
-            "prompt_tokens": len(tokens),
-            "reused_tokens": reuse,
-        }
+        return logits - (peak + float(np.log(np.exp(logits - peak).sum())))
+
+    def logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, token_ids: list[int]) -> dict[str, Any]:
+        n, reuse = self._eval_prompt(messages, assistant_prefix)
+        lp = self._last_logprobs()
+        return {"logprobs": [float(lp[t]) for t in token_ids], "prompt_tokens": n, "reused_tokens": reuse}
+
+    def sequence_logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, candidates: list[str]) -> dict[str, Any]:
+        """log P(candidate | prompt) of whole strings: the prompt is evaluated once, each candidate's tokens
+        one at a time after it (candidates are short: labels, a few tokens each)."""
+        llama = self.llama
+        n, reuse = self._eval_prompt(messages, assistant_prefix)
+        first = self._last_logprobs()
+        out = []
+        for text in candidates:
+            toks = llama.tokenize(text.encode(), add_bos=False, special=False)
+            total, lp = 0.0, first
+            for j, tok in enumerate(toks):
+                total += float(lp[tok])
+                if j < len(toks) - 1:
+                    llama.n_tokens = n + j
+                    llama.eval([tok])
+                    lp = self._last_logprobs()
+            out.append(total)
+            llama.n_tokens = n
+        return {"logprobs": out, "prompt_tokens": n, "reused_tokens": reuse,
+                "candidate_tokens": sum(len(llama.tokenize(c.encode(), add_bos=False, special=False)) for c in candidates)}
+
+
+class SequenceRequest(BaseModel):
+    """Body of ``POST /v1/autofocus/sequence_logprobs``."""
+
+    model: str | None = None
+    conversations: list[list[dict[str, Any]]]
+    candidates: list[str]
+    assistant_prefix: str = ""
 
 
 class NextTokenRequest(BaseModel):
@@ -147,6 +184,26 @@ def _add_scoring_route(app: Any) -> None:
             except ValueError as exc:
                 results.append({"error": str(exc)})
         return {"token_ids": token_ids, "results": results}
+
+    def sequences(llama: Any, body: SequenceRequest) -> dict[str, Any]:
+        scorer = scorers.get(id(llama))
+        if scorer is None:
+            scorer = scorers[id(llama)] = Scorer(llama)
+        results: list[dict[str, Any]] = []
+        for messages in body.conversations:
+            try:
+                results.append(scorer.sequence_logprobs(messages, body.assistant_prefix, body.candidates))
+            except ValueError as exc:
+                results.append({"error": str(exc)})
+        return {"results": results}
+
+    @app.post("/v1/autofocus/sequence_logprobs")
+    async def sequence_logprobs(body: SequenceRequest) -> dict[str, Any]:
+        async with contextlib.asynccontextmanager(get_llama_proxy)() as proxy:
+            try:
+                return await run_in_threadpool(sequences, proxy(body.model), body)
+            except ValueError as exc:
+                raise HTTPException(status_code=400, detail=str(exc)) from exc
 
     @app.post("/v1/autofocus/next_token_logprobs")
     async def next_token_logprobs(body: NextTokenRequest) -> dict[str, Any]:

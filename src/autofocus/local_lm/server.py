@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +115,17 @@ class LocalServer:
         self.startup_seconds: float | None = None
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
+        self.external = False  # attached to a server another process runs (``AUTOFOCUS_LLM_SERVER``)
+
+    @classmethod
+    def attach(cls, url: str, model_path: Path, alias: str) -> LocalServer:
+        """A server started elsewhere (``autofocus lm serve``) that several runs share: one model in
+        memory and one queue, where a server per process would make them fight over the cores."""
+        parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
+        server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1")
+        server.port = parsed.port or 80
+        server.external = True
+        return server
 
     @property
     def base_url(self) -> str:
@@ -138,6 +150,8 @@ class LocalServer:
         ]  # fmt: skip
 
     def is_running(self) -> bool:
+        if self.external:
+            return True
         return self.process is not None and self.process.poll() is None
 
     def models(self, timeout: float = 2.0) -> list[str]:
@@ -148,8 +162,8 @@ class LocalServer:
     def health(self) -> bool:
         if not self.is_running():
             return False
-        try:
-            return self.alias in self.models()
+        try:  # a shared server may be busy with other runs' requests: give it time to answer
+            return self.alias in self.models(timeout=600.0 if self.external else 2.0)
         except (OSError, ValueError, KeyError):
             return False
 
@@ -158,6 +172,11 @@ class LocalServer:
         with self._lock:
             if self.health():
                 return self
+            if self.external:
+                raise LocalServerError(
+                    f"AUTOFOCUS_LLM_SERVER={self.base_url} does not serve {self.alias}: start it with "
+                    "`autofocus lm serve`, or unset the variable to start a server per process"
+                )
             self._stop_locked()
             if self.command is None:
                 require_llama_cpp()
@@ -236,14 +255,17 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def get_server(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
-    """The process-wide server for ``model_path``, started (or restarted) if needed."""
+    """The process-wide server for ``model_path``, started (or restarted) if needed; with
+    ``AUTOFOCUS_LLM_SERVER`` set, the shared server at that address instead."""
     key = Path(model_path).resolve()
+    shared = os.environ.get("AUTOFOCUS_LLM_SERVER")
     with _REGISTRY_LOCK:
         server = _SERVERS.get(key)
         if server is None:
             if not _SERVERS:
                 atexit.register(stop_all)
-            server = _SERVERS[key] = LocalServer(key, alias, **kwargs)  # type: ignore[arg-type]
+            server = LocalServer.attach(shared, key, alias) if shared else LocalServer(key, alias, **kwargs)  # type: ignore[arg-type]
+            _SERVERS[key] = server
     return server.start()
 
 

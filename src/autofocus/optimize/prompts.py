@@ -355,7 +355,8 @@ def optimise(
         with_lms: give steps their configured LMs (False: ``dspy.settings.lm``, for tests).
         on_eval: ``(label, n) -> tick`` for progress bars over the before/after evaluations.
     """
-    from autofocus.program.systems.registry import build_program, resolve_config
+    from autofocus.program.systems.registry import resolve_config
+    from autofocus.runtime import assemble
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
@@ -366,7 +367,7 @@ def optimise(
         raise ValueError("no steps to optimise")
     name, cfg = resolve_config(system, config)
     metric = check_metric(metric or default_metric(name, steps))
-    template = _prepared(build_program(system, kb, cfg, with_lms=with_lms))
+    template = _prepared(assemble(system, kb, cfg, lms=with_lms))
     problems = step_problems(template, cfg, steps)
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
@@ -374,7 +375,7 @@ def optimise(
     if "reranker" not in steps and not needs_final_order(metric, cfg.k) and cfg.reranker != "none":
         run_cfg = cfg.model_copy(update={"reranker": "none"})  # the objective never sees the reranker
     lms = {n: p.lm for n, p in template.named_predictors()}
-    programs = _Programs(lambda: _prepared(build_program(system, kb, run_cfg, with_lms=with_lms)), lms)
+    programs = _Programs(lambda: _prepared(assemble(system, kb, run_cfg, lms=with_lms)), lms)
     modules = {s: getattr(template, s) for s in steps}
     threads = threads or cfg.concurrency
     candidates = Candidates(kb.skb.candidate_ids)

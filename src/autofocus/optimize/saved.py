@@ -13,6 +13,10 @@ knowledge base). So a program file is our own JSON document::
       "state": {"cypher": {...}, ...}        # program.dump_state(): per predictor demos + signature
     }
 
+The systems' own ``save("prog.json")`` and ``load("prog.json")`` (``program.systems.base``) write and
+read this format, so DSPy's convention holds; ``autofocus.open(skb, program="prog.json")`` rebuilds
+the saved system with the saved config.
+
 The predictors' LMs are not saved (each predictor's ``"lm"`` is null): the config names them, and a
 saved LM would carry a local server's address. Loading rebuilds the system from ``system`` and
 ``config``, then loads each predictor's demos and instructions, keeping the LMs it was built with.
@@ -29,7 +33,7 @@ from typing import Any
 import dspy
 from pydantic import ValidationError
 
-from autofocus import __version__
+from autofocus._version import __version__
 from autofocus.config import AutofocusConfig
 
 FORMAT = "autofocus-program/1"
@@ -88,6 +92,15 @@ def read_program(path: Path | str) -> dict[str, Any]:
     return doc
 
 
+def is_program_file(path: Path | str) -> bool:
+    """Whether ``path`` is a program file of this format (not, say, a DSPy ``Module.save`` state file)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
 def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
     """The system spec and config a saved program was optimised with."""
     doc = read_program(path)
@@ -95,6 +108,11 @@ def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
         return doc["system"], AutofocusConfig.model_validate(doc["config"])
     except ValidationError as exc:
         raise ProgramFileError(f"{path}: invalid config: {exc}") from None
+
+
+def _system_name(spec: str) -> str:
+    """The system of a registry spec, without its options (``afr:k=10`` -> ``afr``)."""
+    return spec.partition(":")[0].strip()
 
 
 def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
@@ -105,11 +123,9 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     the reranker, after ``--reranker none``) are skipped, and its predictors that the file lacks stay
     as built. Raises ``ProgramFileError`` naming the difference; ``program`` is left untouched then.
     """
-    from autofocus.program.systems.registry import parse_spec
-
     doc = read_program(path)
     built = getattr(program, "system", None)
-    if built is not None and parse_spec(built)[0] != parse_spec(doc["system"])[0]:
+    if built is not None and _system_name(built) != _system_name(doc["system"]):
         raise ProgramFileError(f"{path}: saved from system {doc['system']!r}, cannot load into {built!r}")
     state = doc["state"]
     predictors = dict(program.named_predictors())

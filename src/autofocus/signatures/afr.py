@@ -24,9 +24,18 @@ class TargetType(dspy.Signature):
     target_type: str = dspy.OutputField(desc="exactly one of the candidate types")
 
 
-def target_type_signature(types: list[str]) -> type[dspy.Signature]:
-    """Step 1's signature with its output constrained to the SKB's candidate types."""
-    return TargetType.with_updated_fields("target_type", type_=Literal[tuple(types)])  # type: ignore[valid-type]
+def target_type_signature(types: list[str], described: bool = False) -> type[dspy.Signature]:
+    """Step 1's signature with its output constrained to the SKB's candidate types; ``described`` adds
+    what distinguishes each type (its relationships and an example node), which a small LM needs."""
+    sig = TargetType.with_updated_fields("target_type", type_=Literal[tuple(types)])  # type: ignore[valid-type]
+    if described:
+        sig = sig.insert(
+            2,
+            "type_descriptions",
+            dspy.InputField(desc="per candidate type: its relationships in the graph and an example node"),
+            type_=list[str],
+        )
+    return sig
 
 
 # --- step 2 ---------------------------------------------------------------------------------------

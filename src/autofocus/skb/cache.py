@@ -248,10 +248,31 @@ def load_cached(
     previous = _same_content_fingerprint(directory, skb)
     write_cache(skb, directory, source=str(Path(source).resolve()), files=files, keep_index=previous is not None)
     if previous is not None and previous != fingerprint:
-        from autofocus.index.store import rekey_stores
-
-        rekey_stores(directory / INDEX_DIR, previous, fingerprint)
+        rekey_index_manifests(directory / INDEX_DIR, previous, fingerprint)
     return skb
+
+
+def rekey_index_manifests(root: Path, old_fingerprint: str, new_fingerprint: str) -> int:
+    """Point the index stores under ``root`` built for ``old_fingerprint`` at ``new_fingerprint`` (the
+    same SKB content reloaded from changed sources); returns how many were re-keyed.
+
+    A store (``autofocus.index.store``) is a folder ``<embedder>/<variant>/`` whose ``manifest.json``
+    names the SKB it was built for in ``skb_fingerprint``; only that field changes. The cache owns
+    the ``index/`` folder inside it and keeps it across rebuilds, so the rekeying is done here.
+    """
+    count = 0
+    for path in sorted(Path(root).glob(f"*/*/{MANIFEST}")):
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(manifest, dict) and manifest.get("skb_fingerprint") == old_fingerprint:
+            manifest["skb_fingerprint"] = new_fingerprint
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+            os.replace(tmp, path)
+            count += 1
+    return count
 
 
 def _same_content_fingerprint(directory: Path, skb: SKB) -> str | None:

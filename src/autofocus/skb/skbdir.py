@@ -60,7 +60,7 @@ _NUMERIC_TYPES = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
 @contextlib.contextmanager
-def progress_bar(enabled: bool) -> Iterator[Progress | None]:
+def loading_progress(enabled: bool) -> Iterator[Progress | None]:
     """A rich progress bar for bytes read and items processed, or ``None`` when disabled."""
     if not enabled:
         yield None
@@ -534,7 +534,7 @@ def load_skb_dir(
     schema = read_schema(path / SCHEMA_FILE, issues)
     issues.raise_if_any()
     assert schema is not None
-    with progress_bar(progress) as bar:
+    with loading_progress(progress) as bar:
         with _open(path / NODES_FILE, "rb", bar, "nodes.jsonl") as fh:
             nodes = _read_nodes(fh, schema, issues)
         order = _check_ids(nodes, issues)

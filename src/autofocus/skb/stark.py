@@ -48,7 +48,7 @@ from autofocus.skb.graph import TypedGraph
 from autofocus.skb.model import SKB, ColumnKind
 from autofocus.skb.qa import find_qa, validate_qa
 from autofocus.skb.schema import EdgeTypeInfo, NodeTypeInfo, Schema
-from autofocus.skb.skbdir import ColumnBuilder, infer_kind, json_text, observed_attributes, progress_bar
+from autofocus.skb.skbdir import ColumnBuilder, infer_kind, json_text, loading_progress, observed_attributes
 from autofocus.skb.text import TextArray
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -456,7 +456,7 @@ def load_stark(
     docs: list[str] = [""] * n
     builder = ColumnBuilder(tuple(prof.missing_values))
     missing_entries = 0
-    with progress_bar(progress) as bar:
+    with loading_progress(progress) as bar:
         task = bar.add_task("node_info", total=n) if bar is not None else None
         for i in range(n):
             info = (

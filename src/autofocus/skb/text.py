@@ -44,6 +44,14 @@ class TextArray:
         for i in range(len(self)):
             yield self[i]
 
+    def strings(self) -> list[str]:
+        """Every string, decoded in one pass over the blob (indexing costs 2 us a string)."""
+        data, offsets = np.asarray(self.data), np.asarray(self.offsets)
+        blob = data[offsets[0] : offsets[-1]]
+        if len(self) == 0 or (blob == 0).any():  # NUL separates the strings below
+            return list(self)
+        return bytes(np.insert(blob, offsets[1:-1] - offsets[0], 0)).decode("utf-8").split("\0")
+
     def take(self, ids: Iterable[int]) -> list[str]:
         return [self[i] for i in ids]
 

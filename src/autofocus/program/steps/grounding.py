@@ -196,7 +196,8 @@ def ground_with_expansion(
         found = np.union1d(found, target_ids)
         result.rounds.append({"cut": cut, "num_target": len(found), "new": new[:50].tolist()})
         result.final_sets = {v: s for v, s in final.items() if s is not None}
-        if len(found) >= k or target is None:
+        # more rounds cannot change anything once every constant's list is used up (exact names only)
+        if len(found) >= k or target is None or all(cut >= len(r) for v, r in constant_candidates.items() if v in scope):
             break
     result.answers = found
     return result

@@ -4,7 +4,7 @@ hiding that it failed.
 Two kinds of failure are told apart. A *malformed answer* (the LM answered, the adapter could not
 parse it) is the method's own result: salvage what it says, record an event, go on. An *outage*
 (``is_lm_outage``: timeout, connection error, 5xx, rejected key, empty answer, the question's
-deadline) says nothing about the method: the question still falls back (to VSS, to the pre-rerank
+deadline, ``autofocus.usage.question_deadline``) says nothing about the method: the question still falls back (to VSS, to the pre-rerank
 order), but its trace is marked degraded (``Trace.degrade``) so that evaluation records it as such
 and runs it again on resume.
 
@@ -19,7 +19,6 @@ import contextvars
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from time import monotonic
 from typing import Any
 
 import dspy
@@ -27,6 +26,7 @@ from dspy.adapters.json_adapter import JSONAdapter
 from dspy.utils.exceptions import AdapterParseError, LMError
 
 from autofocus.trace import Trace
+from autofocus.usage import check_deadline
 
 MAX_ANSWER_CHARS = 8000  # 4x what max_tokens=512 can produce; DSPy's JSON repair of this takes < 1 s
 MAX_JSON_DEPTH = 16  # the signatures' outputs nest 3 deep at most
@@ -56,38 +56,6 @@ def is_lm_outage(exc: BaseException) -> bool:
     if is_context_overflow(exc):
         return False
     return isinstance(exc, LMError | OSError | TimeoutError)  # OSError: urllib's, for the scoring route
-
-
-# --- the question's deadline ------------------------------------------------------------------------
-
-
-class DeadlineExceeded(TimeoutError):
-    """The question's deadline passed: no further LM calls are made for it."""
-
-
-_deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
-    "autofocus_deadline", default=None
-)
-clock = monotonic  # the deadline's clock (tests replace it)
-
-
-@contextmanager
-def question_deadline(seconds: float | None) -> Iterator[None]:
-    """LM calls started more than ``seconds`` after entering raise ``DeadlineExceeded`` (None: no
-    deadline, also inside an outer one). A call already running is bounded by the LM's own timeout.
-    Threads started with a copy of this context (``map_concurrently``) share the deadline."""
-    token = _deadline.set(None if seconds is None else (clock() + seconds, seconds))
-    try:
-        yield
-    finally:
-        _deadline.reset(token)
-
-
-def check_deadline() -> None:
-    """Raise ``DeadlineExceeded`` when the current question's deadline has passed."""
-    current = _deadline.get()
-    if current is not None and clock() >= current[0]:
-        raise DeadlineExceeded(f"the question's deadline of {current[1]:g} s passed")
 
 
 # --- bounded answers --------------------------------------------------------------------------------

@@ -41,7 +41,6 @@ from autofocus.lm import is_local_spec, yes_probabilities
 from autofocus.program.steps.llm_call import (
     bounded_answers,
     cap_text,
-    check_deadline,
     describe_cuts,
     is_context_overflow,
     is_lm_outage,
@@ -51,7 +50,7 @@ from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.skb.documents import describe_node
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
-from autofocus.usage import CHARS_PER_TOKEN, add_usage, map_concurrently
+from autofocus.usage import CHARS_PER_TOKEN, add_usage, check_deadline, map_concurrently
 
 STEP = "8_rerank"
 # description levels: the paper's three scenarios, then truncation to a share of the budget

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from autofocus.cypher.render import name as cypher_name
+from autofocus.skb.model import SKB
 from autofocus.skb.schema import Schema
+from autofocus.skb.schema_graph import schema_graph
 
 
 @dataclass(frozen=True)
@@ -14,9 +17,11 @@ class SchemaContext:
     relationship_labels: list[str]
     attribute_names: list[str]
     candidate_types: list[str]
+    type_descriptions: list[str] = field(default_factory=list)  # one line per candidate type (step 1)
 
     @classmethod
     def from_schema(cls, schema: Schema) -> SchemaContext:
+        """From ``schema.json`` alone, as the seed systems' papers prompt (one domain and range per type)."""
         rels = [
             f"(:{e.src_type or 'any'})-[:{name}]->(:{e.dst_type or 'any'})" for name, e in schema.edge_types.items()
         ]
@@ -31,6 +36,25 @@ class SchemaContext:
             candidate_types=schema.answer_types,
         )
 
+    @classmethod
+    def from_skb(cls, skb: SKB) -> SchemaContext:
+        """From the graph itself (``SchemaGraph``): every (label, relationship, label) triple that occurs,
+        most frequent first, and for step 1 what distinguishes each candidate type."""
+        base = cls.from_schema(skb.schema)
+        sg = schema_graph(skb)
+        rels = [
+            f"(:{cypher_name(r.src)})-[:{cypher_name(r.rel)}]->(:{cypher_name(r.dst)})"
+            for r in sorted(sg.relations, key=lambda r: -r.count)
+        ]
+        return cls(
+            kb_description=base.kb_description,
+            node_labels=base.node_labels,
+            relationship_labels=rels or base.relationship_labels,
+            attribute_names=base.attribute_names,
+            candidate_types=base.candidate_types,
+            type_descriptions=[sg.describe_label(t) for t in base.candidate_types],
+        )
+
     def query_inputs(self, question: str, target_type: str | None) -> dict[str, object]:
         return {
             "kb_description": self.kb_description,
@@ -38,5 +62,13 @@ class SchemaContext:
             "relationship_labels": self.relationship_labels,
             "attribute_names": self.attribute_names,
             "target_type": target_type or "any",
+            "question": question,
+        }
+
+    def target_type_inputs(self, question: str) -> dict[str, object]:
+        return {
+            "kb_description": self.kb_description,
+            "candidate_types": self.candidate_types,
+            "type_descriptions": self.type_descriptions,
             "question": question,
         }

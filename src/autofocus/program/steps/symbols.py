@@ -13,12 +13,16 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autofocus.query_graph import Constraint, QueryGraph, Symbol
 from autofocus.skb.model import SKB, Column
-from autofocus.skb.text import TextArray
+from autofocus.skb.names import named_ids
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 NAME_KEYS = ("name", "title", "displayname")
 _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
@@ -151,7 +155,7 @@ def _string_values(skb: SKB, key: str, col: Column) -> np.ndarray:
     """Lower-cased column text as a numpy StringDType array, built once per column."""
     cache = skb.__dict__.setdefault("_lower_text_cache", {})
     if key not in cache:
-        cache[key] = np.strings.lower(np.array(_all_strings(col.values), dtype=np.dtypes.StringDType()))  # type: ignore[arg-type]
+        cache[key] = np.strings.lower(np.array(col.values.strings(), dtype=np.dtypes.StringDType()))  # type: ignore[arg-type]
     return cache[key]
 
 
@@ -191,19 +195,21 @@ class _ConstantSearch:
 
 
 def retrieve_symbol_candidates(
-    kb: object,
+    kb: KnowledgeBaseLike,
     qg: QueryGraph,
     l_max: int,
     variant: str = "text",
     strict: bool = True,
     exact_name_first: bool = True,
+    exact_name_only: bool = False,
+    widened: frozenset[str] = frozenset(),
 ) -> SymbolCandidates:
     """Candidates for every symbol of the query graph (see module docstring).
 
     The constants' search strings are embedded in one batch (one model call, or one request to a
     hosted embedder, instead of one per constant).
     """
-    skb: SKB = kb.skb  # type: ignore[attr-defined]
+    skb: SKB = kb.skb
     out = SymbolCandidates()
     searches: list[_ConstantSearch] = []
     for var, sym in qg.symbols.items():
@@ -240,7 +246,8 @@ def retrieve_symbol_candidates(
     for c in searches:
         ranked = np.zeros(0, np.int64)
         if c.search in vectors and (c.mask is None or c.mask.any()):
-            ranked = _rank_constant(kb, skb, vectors[c.search], c, l_max, variant, exact_name_first)
+            ranked = _rank_constant(kb, skb, vectors[c.search], c, l_max, variant, exact_name_first,
+                                    exact_name_only and c.var not in widened)
         if len(ranked) == 0:
             out.events.append(("constant_without_candidates", f"{c.var}: {c.search}"))
             out.variables[c.var] = None
@@ -249,58 +256,32 @@ def retrieve_symbol_candidates(
     return out
 
 
-def _embed_all(kb: object, texts: list[str]) -> dict[str, np.ndarray]:
+def _embed_all(kb: KnowledgeBaseLike, texts: list[str]) -> dict[str, np.ndarray]:
     """Search string -> query vector, in one batch when the knowledge base can embed several."""
     if not texts:
         return {}
     batch = getattr(kb, "embed_queries", None)
-    vecs = batch(texts) if batch is not None else [kb.embed_query(t) for t in texts]  # type: ignore[attr-defined]
+    vecs = batch(texts) if batch is not None else [kb.embed_query(t) for t in texts]
     return dict(zip(texts, vecs, strict=True))
 
 
-def _all_strings(text: TextArray) -> list[str]:
-    """Every string of a ``TextArray``, decoded in one pass over its blob (2 us a string by indexing)."""
-    data, offsets = np.asarray(text.data), np.asarray(text.offsets)
-    blob = data[offsets[0] : offsets[-1]]
-    if len(text) == 0 or (blob == 0).any():  # NUL separates the strings below
-        return list(text)
-    return bytes(np.insert(blob, offsets[1:-1] - offsets[0], 0)).decode("utf-8").split("\0")
-
-
-def _name_hashes(skb: SKB) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted hashes of the lower-cased names and the node of each; built once per SKB (~1 s at
-    1.9 M nodes, 30 MB, where a dict of names took 8 s and 480 MB)."""
-    cached = skb.__dict__.get("_name_hash_index")
-    if cached is None:
-        names = _all_strings(skb.names)
-        hashes = np.fromiter((hash(n.strip().lower()) for n in names), dtype=np.int64, count=len(names))
-        order = np.argsort(hashes, kind="stable")
-        cached = skb.__dict__["_name_hash_index"] = (hashes[order], order)
-    return cached
-
-
-def _exact_name_ids(skb: SKB, name: str) -> np.ndarray:
-    """Nodes whose display name equals ``name`` case-insensitively (sorted ids)."""
-    key = name.strip().lower()
-    hashes, order = _name_hashes(skb)
-    h = hash(key)
-    ids = np.sort(order[np.searchsorted(hashes, h, "left") : np.searchsorted(hashes, h, "right")])
-    return np.asarray([i for i in ids.tolist() if skb.name(i).strip().lower() == key], dtype=np.int64)  # collisions
-
-
 def _rank_constant(
-    kb: object, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool
+    kb: KnowledgeBaseLike, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool,
+    exact_name_only: bool = False,
 ) -> np.ndarray:
-    """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), exact name hits first."""
-    index = kb.index(variant)  # type: ignore[attr-defined]
+    """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), the nodes its name identifies first
+    (``skb.names.named_ids``); with ``exact_name_only`` those alone, when there are any."""
+    named = np.zeros(0, np.int64)
+    if exact_name_first:
+        named, _ = named_ids(skb, c.name)
+        allowed = c.mask if c.mask is not None else c.type_mask
+        if allowed is not None and len(named):
+            named = named[allowed[named]]
+        if exact_name_only and 0 < len(named) <= l_max:
+            return named
+    index = kb.index(variant)
     ids, _ = index.search(qvec, node_type=c.node_type, candidates=c.mask, k=l_max)
     ids = np.asarray(ids, dtype=np.int64)
-    if not exact_name_first:
+    if len(named) == 0:
         return ids
-    exact = _exact_name_ids(skb, c.name)
-    allowed = c.mask if c.mask is not None else c.type_mask
-    if allowed is not None and len(exact):
-        exact = exact[allowed[exact]]
-    if len(exact) == 0:
-        return ids
-    return np.concatenate([exact, ids[~np.isin(ids, exact)]])[:l_max]
+    return np.concatenate([named, ids[~np.isin(ids, named)]])[:l_max]

@@ -4,8 +4,12 @@ target type, merged into one list of ``k`` with the strand of each answer record
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 
 @dataclass
@@ -23,7 +27,7 @@ def grounded_slots(alpha: float, k: int) -> int:
 
 
 def step6_rank_grounded(
-    kb: object, qvec: np.ndarray, grounded: np.ndarray, n: int, variant: str, round_of: dict[int, int] | None = None
+    kb: KnowledgeBaseLike, qvec: np.ndarray, grounded: np.ndarray, n: int, variant: str, round_of: dict[int, int] | None = None
 ) -> tuple[list[int], list[float]]:
     """Rank grounded candidates by similarity to the question; keep ``n``.
 
@@ -31,7 +35,7 @@ def step6_rank_grounded(
     """
     if n <= 0 or len(grounded) == 0:
         return [], []
-    index = kb.index(variant)  # type: ignore[attr-defined]
+    index = kb.index(variant)
     if round_of is None:
         ids, scores = index.search(qvec, candidates=np.asarray(grounded), k=n)
         return [int(i) for i in ids], [float(s) for s in scores]
@@ -42,12 +46,12 @@ def step6_rank_grounded(
 
 
 def step7_rank_rest(
-    kb: object, qvec: np.ndarray, node_types: list[str] | None, exclude: np.ndarray, n: int, variant: str
+    kb: KnowledgeBaseLike, qvec: np.ndarray, node_types: list[str] | None, exclude: np.ndarray, n: int, variant: str
 ) -> tuple[list[int], list[float]]:
     """Top ``n`` nodes of the target type(s) by similarity, skipping ``exclude``."""
     if n <= 0:
         return [], []
-    index = kb.index(variant)  # type: ignore[attr-defined]
+    index = kb.index(variant)
     if node_types is None or len(node_types) == 1:
         ids, scores = index.search(qvec, node_type=None if node_types is None else node_types[0], k=n, exclude=exclude)
         return [int(i) for i in ids], [float(s) for s in scores]

@@ -16,22 +16,31 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.cypher import parse_cypher
-from autofocus.program.steps.grounding import GroundingResult, ground_with_expansion, support_paths
+from autofocus.lm import is_local_spec
+from autofocus.local_lm.scoring import choice_probabilities
+from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
+from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
+from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerank import estimate_tokens, make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
-from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
+from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
+from autofocus.usage import add_usage
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 
 def closest_type(raw: str, types: list[str]) -> str | None:
@@ -56,15 +65,9 @@ def derive_target_type(
     types = context.candidate_types
     if predictor is None:
         return types[0]
+    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}  # type: ignore[attr-defined]
     with trace.step("1_target_type"):
-        pred, raw = safe_predict(
-            predictor,
-            trace,
-            "1_target_type",
-            kb_description=context.kb_description,
-            candidate_types=types,
-            question=question,
-        )
+        pred, raw = safe_predict(predictor, trace, "1_target_type", **inputs)
     if pred is not None:
         return str(pred.target_type)
     salvaged = closest_type(raw, types) if raw else None
@@ -72,10 +75,29 @@ def derive_target_type(
     return salvaged
 
 
-def parse_mode(config: AutofocusConfig) -> str:
-    """Parse strictly if either switch is strict, so that no guessed type becomes a hard filter
-    (``autofocus.cypher.builder``); steps 4 and 5 then apply ``type_mode`` and ``edge_mode``."""
-    return "strict" if "strict" in (config.type_mode, config.edge_mode) else "lenient"
+def score_target_types(
+    predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int
+) -> list[str] | None:
+    """Step 1 from the LM's probabilities: every candidate type scored as the whole answer to step 1's
+    prompt; the types within ``threshold`` of the best (most likely first, at most ``most``). None where
+    the LM exposes no probabilities, so the caller lets it write its answer instead."""
+    lm = predictor.lm or dspy.settings.lm
+    types = context.candidate_types
+    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
+    adapter = dspy.settings.adapter or dspy.ChatAdapter()
+    with trace.step("1_target_type"):
+        messages = adapter.format(predictor.signature, predictor.demos, inputs)
+        try:
+            probs = choice_probabilities(lm, messages, types, assistant_prefix="[[ ## target_type ## ]]\n", suffix="\n\n")
+        except Exception as exc:  # the generated answer takes over
+            trace.event("1_target_type", "scoring_error", f"{type(exc).__name__}: {exc}"[:300])
+            return None
+        if probs is None:
+            return None
+        add_usage(calls=1, input_tokens=estimate_tokens(messages), output_tokens=len(types))
+    ranked = sorted(zip(types, probs, strict=True), key=lambda tp: -tp[1])
+    trace.data["target_type_probs"] = {t: round(p, 4) for t, p in ranked}
+    return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
 
 
 @dataclass
@@ -85,7 +107,7 @@ class Retrieval:
     ids: list[int]  # pre-rerank order, at most k
     strand: dict[int, str]  # id -> "grounded" | "vss" | "both"
     grounded: np.ndarray  # the whole grounded set C_cypher (the trace keeps its size and first ids)
-    query_graph: QueryGraph | None = None  # as grounded (edge types dropped in lenient edge mode)
+    query_graph: QueryGraph | None = None  # as grounded: repaired and relaxed
     grounding: GroundingResult | None = None  # None when step 5 did not run
 
     def neighbourhood(self, limit: int = 1000) -> set[int]:
@@ -97,7 +119,7 @@ class Retrieval:
         return {int(i) for ids in sets for i in ids}
 
 
-class AutofocusRetriever(dspy.Module):
+class AutofocusRetriever(RetrievalProgram):
     """Answer a question over an SKB with the eight steps of AF-Retriever; returns ranked node ids and a trace.
 
     ``llm_steps`` (steps 1-2) depends on the question and the LMs only; ``retrieve`` (steps 3-7)
@@ -105,132 +127,111 @@ class AutofocusRetriever(dspy.Module):
     first once per question and the second once per trial, from any thread.
     """
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "afr") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "afr") -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
-        schema = kb.skb.schema  # type: ignore[attr-defined]
-        self.context = SchemaContext.from_schema(schema)
+        graph = self.config.prompt_schema == "graph"
+        self.context = SchemaContext.from_skb(kb.skb) if graph else SchemaContext.from_schema(kb.skb.schema)
         types = self.context.candidate_types
-        self.target_type = dspy.Predict(target_type_signature(types)) if len(types) > 1 else None
+        self.target_type = dspy.Predict(target_type_signature(types, described=graph)) if len(types) > 1 else None
         self.cypher = dspy.Predict(TextToCypher)
         self.query_graph = dspy.Predict(TextToQueryGraph)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+        self._grammar: str | None = None
+        self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
-    def predict_target_type(self, question: str, trace: Trace) -> str | None:
+    def predict_target_type(self, question: str, trace: Trace) -> str | list[str] | None:
+        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
+        cfg = self.config
+        if self.target_type is not None and cfg.target_type_scoring == "auto":
+            kept = score_target_types(self.target_type, self.context, question, trace,
+                                      cfg.target_type_threshold, cfg.target_type_max)
+            if kept:
+                return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
 
-    def derive_query(self, question: str, target_type: str | None, trace: Trace) -> str | None:
-        """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed."""
-        inputs = self.context.query_inputs(question, target_type)
+    def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
+                     sample: int = 0) -> str | None:
+        """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed.
+        ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency)."""
+        types = _as_types(target_type)
+        inputs = self.context.query_inputs(question, " or ".join(types) if types else None)
+        config = self._step2_constraint()
+        if sample:
+            config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
         with trace.step("2_query"):
             if self.config.query_format == "typed":
-                pred, _ = safe_predict(self.query_graph, trace, "2_query", **inputs)
+                pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
-                pred, raw = safe_predict(self.cypher, trace, "2_query", **inputs)
+                pred, raw = safe_predict(self.cypher, trace, "2_query", config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
-        trace.data["cypher"] = cypher
+        if "extra_body" in config:
+            trace.data["constrained"] = "grammar"
         return cypher
 
-    def llm_steps(self, question: str, trace: Trace) -> tuple[str | None, str | None]:
-        """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation."""
+    def _step2_constraint(self) -> dict[str, object]:
+        """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``)."""
+        mode = self.config.constrain
+        if mode == "off" or (mode == "auto" and not is_local_spec(self.config.lm.for_step("cypher"))):
+            return {}
+        if self._grammar is None:
+            build = query_spec_grammar if self.config.query_format == "typed" else cypher_grammar
+            self._grammar = build(schema_graph(self.kb.skb), self.context.attribute_names)
+        return grammar_config(self._grammar)
+
+    def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
+        """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation. With
+        ``recorded`` outputs of another run (``autofocus eval --replay``), those instead of the LM's."""
+        if self.recorded is not None and question in self.recorded:
+            y_type, cypher = self.recorded[question]
+            trace.event("2_query", "replayed", "steps 1-2 from a recorded run")
+            trace.data["target_type"], trace.data["cypher"] = y_type, cypher
+            return y_type, cypher if self.config.steps != "1+7" else None
         y_type = self.predict_target_type(question, trace)
         trace.data["target_type"] = y_type
-        cypher = self.derive_query(question, y_type, trace) if self.config.steps != "1+7" else None
+        if self.config.steps == "1+7":
+            return y_type, None
+        queries = [self.derive_query(question, y_type, trace, sample=i) for i in range(self.config.query_samples)]
+        cypher = queries[0] if len(queries) == 1 else [q or "" for q in queries]
+        trace.data["cypher"] = cypher
         return y_type, cypher
-
-    # --- step 3 -----------------------------------------------------------------------------------
-    def parse(
-        self, cypher: str | None, target_type: str | None, cfg: AutofocusConfig, trace: Trace
-    ) -> QueryGraph | None:
-        if not cypher:
-            trace.flags["valid_cypher"] = False
-            return None
-        schema = self.kb.skb.schema  # type: ignore[attr-defined]
-        with trace.step("3_parse"):
-            qg = parse_cypher(cypher, schema, mode=parse_mode(cfg), target_type=target_type)
-        trace.data["query_graph"] = qg.model_dump()
-        trace.flags["valid_cypher"] = bool(qg.symbols)
-        trace.flags["has_triplet"] = bool(qg.triplets)
-        trace.flags["has_constant"] = qg.usable
-        for d in qg.dropped:
-            trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
-        return qg
-
-    # --- steps 4 and 5 ----------------------------------------------------------------------------
-    def ground(
-        self, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace
-    ) -> tuple[QueryGraph, GroundingResult] | None:
-        """Symbol candidates and grounding; None when the graph has nothing to ground."""
-        skb = self.kb.skb  # type: ignore[attr-defined]
-        if not qg.usable:
-            trace.flags["grounded_nonempty"] = False
-            return None
-        with trace.step("4_symbols"):
-            sc = retrieve_symbol_candidates(
-                self.kb,
-                qg,
-                cfg.l_max,
-                variant=cfg.doc_variant_step4,
-                strict=cfg.type_mode == "strict",
-                exact_name_first=cfg.exact_name_first,
-            )
-        for kind, detail in sc.events:
-            trace.event("4_symbols", kind, detail)
-        trace.data["symbol_candidates"] = {
-            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()}
-            for v, ids in sc.constants.items()
-        }
-        trace.data["filters"] = sc.applied_filters
-        with trace.step("5_grounding"):
-            if cfg.edge_mode == "lenient":
-                qg = qg.model_copy(
-                    update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]}
-                )
-            result = ground_with_expansion(
-                skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
-            )
-        trace.data["grounding_rounds"] = result.rounds
-        # the whole set, so that evaluation scores grounding over all of it; traces.jsonl keeps its
-        # size and first ids (``evaluate.traces.to_jsonable``)
-        trace.data["grounded_ids"] = result.answers
-        trace.data["num_grounded"] = len(result.answers)
-        trace.flags["grounded_nonempty"] = len(result.answers) > 0
-        return qg, result
 
     # --- steps 3-7 --------------------------------------------------------------------------------
     def retrieve(
         self,
         question: str,
-        target_type: str | None,
-        cypher: str | None,
+        target_type: str | list[str] | None,
+        cypher: str | list[str] | None,
         config: AutofocusConfig | None = None,
         trace: Trace | None = None,
     ) -> Retrieval:
-        """Steps 3-7 for given step 1-2 outputs under ``config`` (default: the program's); no LM calls."""
+        """Steps 3-7 for given step 1-2 outputs under ``config`` (default: the program's); no LM calls.
+
+        ``target_type`` is step 1's type, or the types it kept (most likely first).
+        """
         cfg = config or self.config
         trace = trace if trace is not None else Trace(system=self.system, question=question)
-        skb = self.kb.skb  # type: ignore[attr-defined]
-        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+        types1 = _as_types(target_type)
+        primary = types1[0] if types1 else None
+        qvec = self.kb.embed_query(question)
 
-        grounded = np.zeros(0, np.int64)
-        round_of: dict[int, int] = {}
-        used: tuple[QueryGraph, GroundingResult] | None = None
-        if cfg.steps != "1+7":
-            qg = self.parse(cypher, target_type, cfg, trace)
-            if qg is not None:
-                trace.data["cypher_target_type"] = qg.target_type
-                used = self.ground(qg, cfg, trace)
-                if used is not None:
-                    grounded, round_of = used[1].answers, used[1].round_of
+        strand = Strand(np.zeros(0, np.int64))
+        if cfg.steps != "1+7" and isinstance(cypher, list):
+            strand = ground_by_votes(self.kb, cypher, cfg, trace, primary)
+        elif cfg.steps != "1+7":
+            qg = parse_step(self.kb, cypher, primary, cfg, trace)
+            strand = ground_strand(self.kb, qg, cfg, trace, primary)
+        grounded = strand.answers
+        round_of = strand.grounding.round_of if strand.grounding is not None else {}
 
         step6: list[int] = []
         scores: dict[int, float] = {}
         if cfg.steps != "1+7":
-            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(cfg.alpha, cfg.k)
+            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(self.grounded_alpha(strand, types1, cfg, trace), cfg.k)
             with trace.step("6_vss_grounded"):
                 if cfg.steps == "1-5":
                     order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
@@ -247,7 +248,7 @@ class AutofocusRetriever(dspy.Module):
                     scores.update(zip(step6, s6, strict=True))
         step7: list[int] = []
         if cfg.steps in ("1+7", "1-7", "1-8"):
-            types = [target_type] if target_type in skb.node_type_names else self.context.candidate_types
+            types = self.step7_types(types1, strand, cfg, trace)
             exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
             n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
             with trace.step("7_vss_rest"):
@@ -257,14 +258,50 @@ class AutofocusRetriever(dspy.Module):
         merged = merge(step6, step7, cfg.k, scores)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
-        qg_used, grounding = used if used is not None else (None, None)
-        return Retrieval(merged.ids, merged.strand, grounded, qg_used, grounding)
+        return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding)
+
+    def step7_types(self, types1: list[str], strand: Strand, cfg: AutofocusConfig, trace: Trace) -> list[str]:
+        """The types step 7 searches: step 1's, and the query's own target label when grounding found
+        answers of it (the graph agrees with step 2), so one wrong guess does not exclude the other."""
+        known = self.kb.skb.node_type_names
+        types = [t for t in types1 if t in known]
+        if not types:  # step 1 gave nothing usable: every candidate type
+            types = list(self.context.candidate_types)
+        label = strand.query_graph.target_type if strand.query_graph is not None else None
+        if cfg.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
+            types.append(label)  # type: ignore[arg-type]
+            trace.event("7_vss_rest", "types_disagree", f"step 1: {', '.join(types1) or 'none'}; query: {label}")
+        trace.data["step7_types"] = types
+        return types
+
+    def grounded_alpha(self, strand: Strand, types1: list[str], cfg: AutofocusConfig, trace: Trace) -> float:
+        """The grounded strand's share of the k slots: the paper's fixed alpha, or (``alpha_rule``
+        "evidence") less of it for a relaxed query, a huge grounded set or steps 1 and 2 disagreeing."""
+        if cfg.alpha_rule == "fixed" or strand.empty:
+            return cfg.alpha
+        factor, why = 1.0, []
+        if strand.relaxed:
+            factor *= cfg.alpha_relaxed ** len(strand.relaxed)
+            why.append(f"relaxed x{len(strand.relaxed)}")
+        if strand.repairs:
+            factor *= cfg.alpha_repaired
+            why.append("repaired")
+        if len(strand.answers) > cfg.alpha_large_size:
+            factor *= cfg.alpha_large
+            why.append(f"|C|={len(strand.answers)}")
+        label = strand.query_graph.target_type if strand.query_graph is not None else None
+        if types1 and label is not None and label not in types1:
+            factor *= cfg.alpha_disagree
+            why.append(f"query asks for {label}")
+        alpha = cfg.alpha * factor
+        trace.data["alpha"] = {"value": alpha, "why": why}
+        return alpha
 
     # --- the whole program ------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb = self.kb.skb  # type: ignore[attr-defined]
+        skb = self.kb.skb
         y_type, cypher = self.llm_steps(question, trace)
         found = self.retrieve(question, y_type, cypher, cfg, trace)
         ranked = found.ids
@@ -285,3 +322,9 @@ class AutofocusRetriever(dspy.Module):
                 if found.strand.get(i) in ("grounded", "both")
             }
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
+
+
+def _as_types(target_type: str | list[str] | None) -> list[str]:
+    if target_type is None:
+        return []
+    return [target_type] if isinstance(target_type, str) else list(target_type)

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import bm25s
 import dspy
@@ -22,9 +23,13 @@ from autofocus.config import AutofocusConfig
 from autofocus.cypher.mapping import SchemaMapper
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.vss import step7_rank_rest
+from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import Constraint, Symbol
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 BM25_FORMAT = 1
 _BRACKETED = re.compile(r"\[:?\s*([^\]]+?)\s*\]")
@@ -104,11 +109,11 @@ def _load_or_build(skb: SKB, variant: str, budget_tokens: int | None, root: Path
     return index
 
 
-class SeedSystem(dspy.Module):
+class SeedSystem(RetrievalProgram):
     """What every system compared with AF-Retriever holds: the knowledge base, its config (refusing
     AF-Retriever's step ablations, see ``require_full_pipeline``) and its spec for the trace."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None, system: str) -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None, system: str) -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
@@ -119,13 +124,13 @@ class SeedSystem(dspy.Module):
 class BM25Retriever(SeedSystem):
     """Lexical baseline: BM25 of the question against candidate documents; no LLM."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "bm25") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "bm25") -> None:
         super().__init__(kb, config, system)
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = Trace(system=self.system, question=question)
         with trace.step("bm25"):  # STaRK's BM25 indexes whole documents without relations
-            ids, scores = bm25_index(self.kb.skb, "text", None).search(question, self.config.k)  # type: ignore[attr-defined]
+            ids, scores = bm25_index(self.kb.skb, "text", None).search(question, self.config.k)
         trace.data["strand"] = dict.fromkeys(map(str, ids), "bm25")
         trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
         trace.data["pre_rerank"] = ids
@@ -136,17 +141,17 @@ class VSSRetriever(SeedSystem):
     """STaRK's VSS (question vs node embeddings of the candidate types) and, when ``config.reranker``
     is not ``none``, VSS + LLM reranker over its top ``k`` (STaRK reranks the top 20 pointwise)."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "vss") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "vss") -> None:
         super().__init__(kb, config, system)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
 
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         types = skb.schema.answer_types
         with trace.step("vss"):
-            qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+            qvec = self.kb.embed_query(question)
             ids, scores = step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.k, cfg.doc_variant_step7)
         trace.data["strand"] = dict.fromkeys(map(str, ids), "vss")
         trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))

@@ -1,9 +1,9 @@
 """FocusedRetriever (paper 000, Algorithm 1), AF-Retriever's predecessor, on autofocus's components.
 
     line 1      DERIVE_CYPHER       self.cypher       (FR's prompt: labels, properties, relations; no target type)
-    line 2      REGEX               autofocus.cypher.parse_cypher (target type from the RETURN variable)
-    line 3      SYMBOL_CANDIDATES   program.symbols.retrieve_symbol_candidates, top k-hat_max per constant
-    lines 4-9   GROUND_TRIPLETS     program.grounding.ground_with_expansion, k-hat <- k-hat^1.5 + 0.5
+    line 2      REGEX               program.steps.grounded_strand.parse_step (target type from the RETURN variable)
+    lines 3-9   SYMBOL_CANDIDATES + GROUND_TRIPLETS: program.steps.grounded_strand.ground_strand (repair and
+                relaxation off in the preset), top k-hat_max per constant, k-hat <- k-hat^1.5 + 0.5
     line 10     VSS on C_cypher     program.vss.step6_rank_grounded, the alpha best by similarity
     line 11     DERIVE_TARGET_TYPE  self.target_type  (AF's step-1 signature; used by the VSS strand only)
     line 12     VSS on the rest     program.vss.step7_rank_rest over C(y'.type) minus C_cypher
@@ -16,18 +16,20 @@ of k = 20 is 0.6), strict/lenient parsing is ``type_mode``, the reranker is ``re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.cypher import parse_cypher
-from autofocus.program.steps.grounding import ground_with_expansion, support_paths
+from autofocus.program.steps.grounded_strand import ground_strand, parse_step
+from autofocus.program.steps.grounding import support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
-from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.afr import derive_target_type
+from autofocus.program.systems.base import RetrievalProgram
 from autofocus.program.systems.baselines import candidate_filter, require_full_pipeline, rerank
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import target_type_signature
@@ -35,11 +37,14 @@ from autofocus.signatures.seed_systems import DeriveCypher
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
-class FocusedRetriever(dspy.Module):
+
+class FocusedRetriever(RetrievalProgram):
     """Answer a question with FocusedRetriever's Cypher, grounding, merge and rerank steps."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
         super().__init__()
         self.kb = kb
         self.config = config or AutofocusConfig()
@@ -48,7 +53,7 @@ class FocusedRetriever(dspy.Module):
         if self.config.query_format != "cypher":
             raise ValueError(f"{system}: FocusedRetriever derives Cypher; query_format={self.config.query_format} "
                              "is an AF-Retriever option")
-        schema = kb.skb.schema  # type: ignore[attr-defined]
+        schema = kb.skb.schema
         self.context = SchemaContext.from_schema(schema)
         self.properties = sorted({t.name_field for t in schema.node_types.values()} | set(self.context.attribute_names))
         types = self.context.candidate_types
@@ -58,7 +63,6 @@ class FocusedRetriever(dspy.Module):
 
     # --- lines 1-2 --------------------------------------------------------------------------------
     def derive_query_graph(self, question: str, trace: Trace) -> QueryGraph | None:
-        schema = self.kb.skb.schema  # type: ignore[attr-defined]
         with trace.step("2_query"):
             pred, raw = safe_predict(
                 self.cypher, trace, "2_query", question=question, node_labels=self.context.node_labels,
@@ -66,50 +70,18 @@ class FocusedRetriever(dspy.Module):
             )
         cypher = str(pred.cypher) if pred is not None else raw
         trace.data["cypher"] = cypher
-        if not cypher:
-            trace.flags["valid_cypher"] = False
-            return None
-        with trace.step("3_parse"):
-            qg = parse_cypher(cypher, schema, mode=self.config.type_mode, target_type=None)
-        trace.data["query_graph"] = qg.model_dump()
-        trace.data["cypher_target_type"] = qg.target_type
-        trace.flags["valid_cypher"] = bool(qg.symbols)
-        trace.flags["has_triplet"] = bool(qg.triplets)
-        trace.flags["has_constant"] = qg.usable
-        for d in qg.dropped:
-            trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
-        return qg
+        return parse_step(self.kb, cypher, None, self.config, trace)
 
     # --- lines 3-9 --------------------------------------------------------------------------------
     def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray], QueryGraph]:
         """C_cypher (candidate types only), the final candidate set of every symbol and the graph grounded."""
-        cfg = self.config
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
-        if not qg.usable:
-            trace.flags["grounded_nonempty"] = False
-            return np.zeros(0, np.int64), {}, qg
-        with trace.step("4_symbols"):
-            sc = retrieve_symbol_candidates(
-                self.kb, qg, cfg.l_max, variant=cfg.doc_variant_step4, strict=cfg.type_mode == "strict",
-                exact_name_first=cfg.exact_name_first,
-            )
-        for kind, detail in sc.events:
-            trace.event("4_symbols", kind, detail)
-        trace.data["symbol_candidates"] = {
-            v: {"search": sc.search_strings.get(v), "ids": ids[:20].tolist()} for v, ids in sc.constants.items()
-        }
-        with trace.step("5_grounding"):
-            if cfg.edge_mode == "lenient":
-                qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
-            result = ground_with_expansion(
-                skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
-            )
-        grounded = candidate_filter(skb, result.answers)
-        trace.data["grounding_rounds"] = result.rounds
-        trace.data["grounded_ids"] = grounded[:1000].tolist()
+        strand = ground_strand(self.kb, qg, self.config, trace)
+        grounded = candidate_filter(self.kb.skb, strand.answers)
+        trace.data["grounded_ids"] = grounded
         trace.data["num_grounded"] = len(grounded)
         trace.flags["grounded_nonempty"] = len(grounded) > 0
-        return grounded, result.final_sets, qg
+        final = strand.grounding.final_sets if strand.grounding is not None else {}
+        return grounded, final, strand.query_graph or qg
 
     # --- line 11 ----------------------------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace) -> str | None:
@@ -119,12 +91,12 @@ class FocusedRetriever(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         grounded, final = np.zeros(0, np.int64), {}
         qg = self.derive_query_graph(question, trace)
         if qg is not None:
             grounded, final, qg = self.ground(qg, trace)
-        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+        qvec = self.kb.embed_query(question)
         with trace.step("6_vss_grounded"):
             y_cypher, s6 = step6_rank_grounded(self.kb, qvec, grounded, grounded_slots(cfg.alpha, cfg.k),
                                                cfg.doc_variant_step6)

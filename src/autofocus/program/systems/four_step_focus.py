@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 import dspy
 import numpy as np
@@ -40,6 +41,9 @@ from autofocus.query_graph import Dropped, QueryGraph, Symbol, Triplet
 from autofocus.signatures.seed_systems import RawTriplet, TripletGeneration
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 ALIAS_KEYS = frozenset({"alias", "aliases", "synonym", "synonyms", "othernames"})
 
@@ -170,15 +174,15 @@ def triplets_to_query_graph(
 class FourStepFocus(SeedSystem):
     """Answer a question with the four steps of 4StepFocus; returns ranked node ids and a trace."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "4stepfocus") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "4stepfocus") -> None:
         super().__init__(kb, config, system)
-        self.context = SchemaContext.from_schema(kb.skb.schema)  # type: ignore[attr-defined]
+        self.context = SchemaContext.from_schema(kb.skb.schema)
         self.triplets = dspy.Predict(TripletGeneration)
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
 
     # --- step 1 -----------------------------------------------------------------------------------
     def generate(self, question: str, trace: Trace) -> QueryGraph | None:
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         with trace.step("1_triplets"):
             pred, _ = safe_predict(
                 self.triplets, trace, "1_triplets", kb_description=self.context.kb_description,
@@ -203,7 +207,7 @@ class FourStepFocus(SeedSystem):
         intersect neighbour sets to a fixpoint; returns C_filtered, the final set of each symbol and
         the query graph of the triplets used."""
         cfg = self.config
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         strict = cfg.type_mode == "strict"
         matcher = NameMatcher.of(skb)
         sets: dict[str, np.ndarray | None] = {}
@@ -245,22 +249,22 @@ class FourStepFocus(SeedSystem):
 
     def _vss_top1(self, name: str, node_type: str | None) -> np.ndarray:
         """The code's fallback for an unmatched constant, over all nodes of its type (not only candidates)."""
-        qvec = self.kb.embed_query(name)  # type: ignore[attr-defined]
-        ids, _ = self.kb.index(self.config.doc_variant_step4).search(qvec, node_type=node_type, k=1)  # type: ignore[attr-defined]
+        qvec = self.kb.embed_query(name)
+        ids, _ = self.kb.index(self.config.doc_variant_step4).search(qvec, node_type=node_type, k=1)
         return np.asarray(ids, dtype=np.int64)
 
     # --- the whole program ------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         filtered, final = np.zeros(0, np.int64), {}
         qg = self.generate(question, trace)
         if qg is not None:
             with trace.step("2_substitution"):
                 filtered, final, qg = self.substitute(qg, trace)
         with trace.step("3_vss"):
-            qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
+            qvec = self.kb.embed_query(question)
             variant = cfg.doc_variant_step7
             first, s1 = step6_rank_grounded(self.kb, qvec, filtered, cfg.k, variant)
             rest, s2 = step7_rank_rest(self.kb, qvec, skb.schema.answer_types, filtered, cfg.k - len(first), variant)

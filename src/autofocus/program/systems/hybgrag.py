@@ -28,13 +28,14 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
-from autofocus.program.steps.llm_call import question_deadline, safe_predict
+from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.vss import step7_rank_rest
@@ -44,7 +45,11 @@ from autofocus.signatures.seed_systems import FEEDBACK, HybComment, HybRoute, Hy
 from autofocus.skb.documents import render_document
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
-from autofocus.usage import map_concurrently
+from autofocus.usage import map_concurrently, question_deadline
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
+    from autofocus.skb.qa import QAItem
 
 KG, TEXT = "knowledge graph", "text documents"
 MAX_PATHS = 5
@@ -69,7 +74,7 @@ class Action:
 
 
 @dataclass
-class Retrieval:
+class RetrieverBankResult:
     """What a retrieval module returned, and what the critic needs to judge it."""
 
     ids: list[int]
@@ -139,7 +144,7 @@ def reasoning_paths(skb: SKB, source: int, node: int, edge_types: list[str], rad
     return paths[:limit]
 
 
-def oracle_feedback(action: Action, retrieval: Retrieval, gold: set[int]) -> tuple[str, str]:
+def oracle_feedback(action: Action, retrieval: RetrieverBankResult, gold: set[int]) -> tuple[str, str]:
     """The ground-truth critic of Table 4 (used to collect in-context examples on training questions)."""
     if retrieval.module == "text":
         return ("no entity", "") if action.source == KG else ("incorrect retrieval module", "")
@@ -170,9 +175,9 @@ def feedback_text(error_type: str, item: str) -> str:
 class HybGRAG(SeedSystem):
     """Answer a question with HybGRAG's router, retriever bank and critic loop."""
 
-    def __init__(self, kb: object, config: AutofocusConfig | None = None, system: str = "hybgrag") -> None:
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "hybgrag") -> None:
         super().__init__(kb, config, system)
-        self.context = SchemaContext.from_schema(kb.skb.schema)  # type: ignore[attr-defined]
+        self.context = SchemaContext.from_schema(kb.skb.schema)
         self.router = dspy.Predict(HybRoute)
         self.validator = dspy.Predict(HybValidate)
         self.commenter = dspy.Predict(HybComment)
@@ -191,22 +196,22 @@ class HybGRAG(SeedSystem):
         return Action(list(pred.topic_entities), [str(r) for r in pred.useful_relations], str(pred.source))
 
     # --- retriever bank ---------------------------------------------------------------------------
-    def retrieve(self, question: str, action: Action, trace: Trace) -> Retrieval:
+    def retrieve(self, question: str, action: Action, trace: Trace) -> RetrieverBankResult:
         with trace.step("retrieve"):
             if action.source == KG and action.entities:
                 return self._hybrid(question, action)
             note = "the router chose the knowledge graph without entities" if action.source == KG else ""
-            return Retrieval(ids=self._text(question), module="text", note=note)
+            return RetrieverBankResult(ids=self._text(question), module="text", note=note)
 
     def _text(self, question: str) -> list[int]:
         cfg = self.config
-        qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
-        types = self.kb.skb.schema.answer_types  # type: ignore[attr-defined]
+        qvec = self.kb.embed_query(question)
+        types = self.kb.skb.schema.answer_types
         return step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.k, cfg.doc_variant_step7)[0]
 
-    def _hybrid(self, question: str, action: Action) -> Retrieval:
+    def _hybrid(self, question: str, action: Action) -> RetrieverBankResult:
         cfg = self.config
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         mapper = mapper_for(skb.schema)
         labels = [f"{e.name} ({e.type})" for e in action.entities]
         qg = QueryGraph(symbols={f"e{i}": named_node(f"e{i}", e.name, e.type, mapper) for i, e in enumerate(action.entities)})
@@ -216,7 +221,7 @@ class HybGRAG(SeedSystem):
                   for i, lab in enumerate(labels)}
         relations = {r: mapper.edge_type(relation_label(r), None, None).name for r in action.relations}
         edge_types = sorted({r for r in relations.values() if r is not None}) or skb.graph.edge_types
-        out = Retrieval(ids=[], module="hybrid", linked=linked, relations=relations)
+        out = RetrieverBankResult(ids=[], module="hybrid", linked=linked, relations=relations)
         sources = [node for node in linked.values() if node is not None]
         if not sources:
             out.note = "no topic entity could be linked to a node; text retrieval was used"
@@ -229,17 +234,17 @@ class HybGRAG(SeedSystem):
             mask = ego_graph(skb, node, edge_types, cfg.ego_radius)
             out.ego[label] = candidate_filter(skb, np.flatnonzero(mask))
             pool = mask if pool is None else pool & mask
-        out.pool = candidate_filter(skb, np.flatnonzero(pool))  # type: ignore[arg-type]
+        out.pool = candidate_filter(skb, np.flatnonzero(pool) if pool is not None else np.zeros(0, np.int64))
         if len(out.pool):
-            qvec = self.kb.embed_query(question)  # type: ignore[attr-defined]
-            ids, _ = self.kb.index(cfg.doc_variant_step7).search(qvec, candidates=out.pool, k=cfg.k)  # type: ignore[attr-defined]
+            qvec = self.kb.embed_query(question)
+            ids, _ = self.kb.index(cfg.doc_variant_step7).search(qvec, candidates=out.pool, k=cfg.k)
             out.ids = [int(i) for i in ids]
         return out
 
     # --- critic -----------------------------------------------------------------------------------
-    def validation_context(self, retrieval: Retrieval) -> str:
+    def validation_context(self, retrieval: RetrieverBankResult) -> str:
         """The top document and the reasoning paths from the topic entities to it."""
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
         top = retrieval.ids[0]
         doc = render_document(skb, top, "text", self.config.doc_budget_tokens)
         edge_types = sorted({r for r in retrieval.relations.values() if r is not None}) or skb.graph.edge_types
@@ -248,7 +253,7 @@ class HybGRAG(SeedSystem):
         context = f"{skb.name(top)} ({skb.type_of(top)})\n{doc}"
         return context + ("\nReasoning paths:\n" + "\n".join(paths[:MAX_PATHS]) if paths else "")
 
-    def validate(self, question: str, retrieval: Retrieval, trace: Trace) -> bool | None:
+    def validate(self, question: str, retrieval: RetrieverBankResult, trace: Trace) -> bool | None:
         """The validator's verdict on the top document; None when it gave none: the critic loop then
         stops with this round's answer, which does not count as accepted."""
         if not retrieval.ids:
@@ -261,8 +266,8 @@ class HybGRAG(SeedSystem):
             return None
         return bool(pred.aligned)
 
-    def comment(self, question: str, action: Action, retrieval: Retrieval, trace: Trace) -> str:
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
+    def comment(self, question: str, action: Action, retrieval: RetrieverBankResult, trace: Trace) -> str:
+        skb: SKB = self.kb.skb
         with trace.step("commenter"):
             pred, _ = safe_predict(
                 self.commenter, trace, "commenter", question=question,
@@ -280,7 +285,7 @@ class HybGRAG(SeedSystem):
         self.ensure_examples(trace)
         history = ""
         rounds: list[dict] = []
-        retrieval = Retrieval(ids=[], module="text")
+        retrieval = RetrieverBankResult(ids=[], module="text")
         accepted = False
         for t in range(self.config.critic_rounds):
             action = self.route(question, history, trace)
@@ -288,7 +293,7 @@ class HybGRAG(SeedSystem):
             verdict = self.validate(question, retrieval, trace)
             accepted = verdict is True
             record = {"action": action.describe(), "module": retrieval.module, "top": retrieval.ids[:5],
-                      "observation": retrieval.observation(self.kb.skb), "accepted": verdict}  # type: ignore[attr-defined]
+                      "observation": retrieval.observation(self.kb.skb), "accepted": verdict}
             rounds.append(record)
             if verdict is not False or t == self.config.critic_rounds - 1:
                 break
@@ -344,7 +349,7 @@ class HybGRAG(SeedSystem):
             router, validator, commenter = shared[key]
             self.router.demos, self.validator.demos, self.commenter.demos = list(router), list(validator), list(commenter)
 
-    def collect_examples(self, items: Sequence[object]) -> int:
+    def collect_examples(self, items: Sequence[QAItem]) -> int:
         """Run router + retrieval on training questions with the ground-truth critic; keep the commenter
         feedback that led to an accepted next attempt, accepted router actions and validator verdicts.
 
@@ -378,12 +383,12 @@ class HybGRAG(SeedSystem):
         self.validator.demos = [verdicts[key] for key in sorted(verdicts)]  # at most a yes and a no per type
         return len(self.commenter.demos)
 
-    def _experience(self, item: object) -> tuple[dspy.Example | None, dspy.Example | None,
+    def _experience(self, item: QAItem) -> tuple[dspy.Example | None, dspy.Example | None,
                                                  list[tuple[tuple[str, bool], dspy.Example]], str | None]:
         """One training question: (the commenter example whose feedback led to success, the accepted
         router action, validator verdicts keyed by (top type, correct), the first LM outage if any)."""
-        skb: SKB = self.kb.skb  # type: ignore[attr-defined]
-        question, gold = str(item.query), {int(a) for a in item.answer_ids}  # type: ignore[attr-defined]
+        skb: SKB = self.kb.skb
+        question, gold = str(item.query), {int(a) for a in item.answer_ids}
         trace = Trace(system=self.system, question=question)
         history, previous = "", None
         verdicts: list[tuple[tuple[str, bool], dspy.Example]] = []

@@ -7,12 +7,16 @@ an ordinary, serialisable config plus a program class.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import dspy
 
 from autofocus.config import AutofocusConfig
 
-ProgramFactory = Callable[[object, AutofocusConfig, str], dspy.Module]
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
+
+ProgramFactory = Callable[["KnowledgeBaseLike", AutofocusConfig, str], dspy.Module]
 
 _SYSTEMS: dict[str, tuple[ProgramFactory, dict[str, object]]] = {}
 
@@ -84,7 +88,7 @@ def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
         predictor.lm = lms[spec]
 
 
-def build_program(spec: str, kb: object, config: AutofocusConfig | None = None, *, with_lms: bool = True) -> dspy.Module:
+def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, *, with_lms: bool = True) -> dspy.Module:
     """Build a system by spec; ``with_lms=False`` leaves LMs to ``dspy.configure`` (tests, scripted LMs)."""
     name, cfg = resolve_config(spec, config)
     factory = _SYSTEMS[name][0]
@@ -92,6 +96,13 @@ def build_program(spec: str, kb: object, config: AutofocusConfig | None = None, 
     if with_lms:
         apply_lms(program, cfg)
     return program
+
+
+# what autofocus adds to AF-Retriever's grounded strand, switched off (the papers' methods as published)
+PAPER: dict[str, object] = {
+    "repair": False, "relax": [], "exact_name_only": False, "alpha_rule": "fixed", "step7_types": "step1",
+    "target_type_scoring": "generate", "constrain": "off", "prompt_schema": "declared",
+}  # fmt: skip
 
 
 def _load_builtin() -> None:
@@ -105,16 +116,18 @@ def _load_builtin() -> None:
     from autofocus.program.systems.four_step_focus import FourStepFocus
     from autofocus.program.systems.hybgrag import HybGRAG
 
-    def afr(kb: object, cfg: AutofocusConfig, spec: str) -> dspy.Module:
+    def afr(kb: KnowledgeBaseLike, cfg: AutofocusConfig, spec: str) -> dspy.Module:
         return AutofocusRetriever(kb, cfg, system=spec)
 
-    # AF-Retriever's ablations (paper Table 5), rerankers (Table 6) and the authors' code settings
+    # AF-Retriever as the paper has it (no repair, relaxation, type scoring, constrained decoding, graph-derived
+    # prompts or evidence-weighted slots), its ablations (paper Table 5), rerankers (Table 6) and the authors' code
+    register("afr-paper", afr, **PAPER)
     for steps in ("1+7", "1-5", "1-6", "1-7"):
         register(f"afr-steps{steps}", afr, steps=steps)
     for method in ("pointwise", "listwise", "pairwise", "tournament"):
         register(f"afr-{method}", afr, reranker=method)
     register("afr-code", afr, l_max=3, expansion="code", step6_order="round", step7_exclude="none", alpha=0.65,
-             exact_name_first=False, reranker="listwise")
+             reranker="listwise", **{**PAPER, "exact_name_first": False})
     # the other systems of the seed papers, with their papers' defaults
     register("bm25", lambda kb, cfg, spec: BM25Retriever(kb, cfg, system=spec), reranker="none")
     register("vss", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="none")
@@ -122,5 +135,5 @@ def _load_builtin() -> None:
     register("4stepfocus", lambda kb, cfg, spec: FourStepFocus(kb, cfg, system=spec), reranker="pointwise",
              edge_mode="lenient")
     register("focusedretriever", lambda kb, cfg, spec: FocusedRetriever(kb, cfg, system=spec), reranker="pairwise",
-             alpha=0.6, l_max=1_500_000, expansion="paper")
+             alpha=0.6, l_max=1_500_000, expansion="paper", **PAPER)
     register("hybgrag", lambda kb, cfg, spec: HybGRAG(kb, cfg, system=spec), reranker="none")

@@ -1,0 +1,188 @@
+"""The public Python API: open a program, evaluate it, compare systems, tune settings, optimise prompts.
+
+Everything here is exported from ``autofocus``; the ``autofocus`` commands are thin wrappers over the
+same functions. Programs are ``dspy.Module``s (``program.systems.base.RetrievalProgram``):
+
+    import autofocus
+    program = autofocus.open("data/demo", "afr")                 # the offline LM starts on the first call
+    pred = program(question="Which exceptions defined in the json module subclass ValueError?")
+    [program.kb.skb.name(i) for i in pred.ranked_ids[:5]], pred.trace.data["cypher"]
+
+    autofocus.evaluate(program, split="test", out="runs/afr-test", limit=30).summary["metrics"]["mrr"]
+    program.save("afr.json"); program.load("afr.json")            # prompts and demos (DSPy's convention)
+    await program.acall(question="...")                          # async, in a worker thread
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import dspy
+
+    from autofocus.config import AutofocusConfig
+    from autofocus.evaluate.program_runs import Comparison, ProgramRun
+    from autofocus.kb import KnowledgeBaseLike
+    from autofocus.optimize.prompts_run import PromptRun
+    from autofocus.optimize.tune_run import TuningResult
+    from autofocus.program.systems.base import RetrievalProgram
+    from autofocus.skb.qa import QAItem
+
+
+def _config(config: Any, lm: Any, program: Path | str | None, **overrides: Any) -> AutofocusConfig:
+    from autofocus.runtime import load_config
+
+    return load_config(config, lm if isinstance(lm, str) else None, program_file=program, **overrides)
+
+
+def open(
+    skb: Path | str | KnowledgeBaseLike,
+    system: str = "afr",
+    *,
+    lm: str | dspy.BaseLM | None = None,
+    config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
+    program: Path | str | None = None,
+) -> RetrievalProgram:
+    """The program of ``system`` over a knowledge base, ready to answer questions.
+
+    Args:
+        skb: an SKB directory (``docs/skb-format.md``), a STaRK processed folder, or a knowledge base
+            already open (``autofocus.KnowledgeBase``).
+        system: a registry spec: ``afr``, ``afr:steps=1-7,k=10``, ``vss``, ``bm25``, ``hybgrag``, ...
+            (``autofocus.systems()``). A saved ``program`` names its own.
+        lm: every LLM step's LM: a DSPy/LiteLLM model string (``openai/gpt-4o-mini``,
+            ``hosted_vllm/...``), ``local``/``local-small`` (the offline GGUF model), or a
+            ``dspy.BaseLM`` (named in the config by its ``model``; give the offline models by name, so
+            that ``reranker="auto"`` picks their yes/no scoring). Default: the config's (``local``).
+            LMs given by name attach on the first call, so opening never starts the offline LM
+            server, and ``vss``/``bm25`` never need one.
+        config: an ``AutofocusConfig``, a dict of its fields, or a JSON file (``autofocus tune``'s
+            ``best_config.json``). Default: the saved program's config, else the defaults.
+        program: a program file from ``autofocus optimize`` or ``program.save("x.json")``: its system,
+            config and optimised prompts and demos.
+
+    Returns a ``dspy.Module``: ``program(question=...)`` gives a ``dspy.Prediction`` with
+    ``ranked_ids`` (node ids, best first) and ``trace`` (``autofocus.Trace``); ``program.kb`` is the
+    knowledge base (``program.kb.skb.name(i)``, ``.doc(i)``, ``.type_of(i)``), ``program.config``
+    the resolved config.
+    """
+    import dspy
+
+    from autofocus.runtime import open_program
+
+    cfg = _config(config, lm, program)
+    lms: Any = lm if isinstance(lm, dspy.BaseLM) else "lazy"
+    if isinstance(lm, dspy.BaseLM):  # named in the config (the manifest, ``reranker=auto``) by its model
+        cfg = cfg.model_copy(update={"lm": cfg.lm.model_copy(update={"default": str(getattr(lm, "model", "custom"))})})
+    return open_program(skb, system, cfg, program, lms=lms)
+
+
+def evaluate(
+    program: dspy.Module,
+    split: str = "test",
+    out: Path | str | None = None,
+    *,
+    questions: Sequence[QAItem] | None = None,
+    limit: int | None = None,
+    resume: bool = True,
+    progress: bool = False,
+    concurrency: int | None = None,
+) -> ProgramRun:
+    """Run ``program`` on a QA split of its knowledge base: the resumable runner of ``autofocus eval``.
+
+    Writes ``manifest.json``, ``traces.jsonl`` (one line per question), ``summary.json``/``.md`` and
+    plots into ``out`` (default ``runs/<system>-<split>``). Calling again with the same program
+    resumes (finished questions are kept); a different system, config, split or program file is
+    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside.
+
+    Returns a ``ProgramRun``: ``.summary["metrics"]["hit@1"]["mean"]``, ``.run.records`` (one dict per
+    question with ``ranked``, ``metrics`` and ``trace``), ``.interrupted``.
+    """
+    from autofocus.evaluate.program_runs import evaluate_program, run_dir_name
+
+    system = getattr(program, "system", "program")
+    out = Path(out) if out is not None else Path("runs") / f"{run_dir_name(system)}-{split}"
+    return evaluate_program(program, split, out, questions=questions, limit=limit, resume=resume,
+                            progress=progress, concurrency=concurrency)  # fmt: skip
+
+
+def compare(
+    skb: Path | str,
+    systems: Sequence[str],
+    split: str = "test",
+    out: Path | str = "runs/compare",
+    *,
+    lm: str | None = None,
+    config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
+    limit: int | None = None,
+    resume: bool = True,
+    progress: bool = False,
+) -> Comparison:
+    """Evaluate several systems on the same questions (one run each in ``out/<system>/``) and compare
+    them with the first (``comparison.md``/``.csv``, paired tests): ``autofocus compare``."""
+    from autofocus.evaluate.program_runs import compare_systems
+
+    return compare_systems(skb, list(systems), split, out, config=_config(config, lm, None), limit=limit,
+                           resume=resume, progress=progress)  # fmt: skip
+
+
+def tune(
+    skb: Path | str,
+    split: str = "val",
+    *,
+    trials: int = 200,
+    study: str = "afr-tune",
+    out: Path | str | None = None,
+    system: str = "afr",
+    lm: str | None = None,
+    config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
+    program: Path | str | None = None,
+    **options: Any,
+) -> TuningResult:
+    """Tune AF-Retriever's settings with Optuna over step 1-2 outputs asked once: ``autofocus tune``.
+
+    ``options`` are ``optimize.tune_run.run_tuning``'s: ``storage``, ``metric``, ``second``,
+    ``params``, ``l_max_range``, ``rerank_trials``, ``seed``, ``limit``, ``confirm`` (default True),
+    ``confirm_defaults``, ``test_split``, ``progress``. Returns a ``TuningResult``:
+    ``.best_config`` (also in ``out/best_config.json``), ``.baseline``/``.tuned`` metrics, sensitivity
+    tables and confirmation runs.
+    """
+    from autofocus.optimize.tune_run import run_tuning
+
+    return run_tuning(skb, _config(config, lm, program), system=system, program_file=program, split=split,
+                      trials=trials, study=study, out=out, **options)  # fmt: skip
+
+
+def optimize_prompts(
+    skb: Path | str,
+    steps: Sequence[str] = ("cypher",),
+    optimizer: str = "bootstrap",
+    *,
+    system: str = "afr",
+    out: Path | str | None = None,
+    lm: str | None = None,
+    config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
+    **options: Any,
+) -> PromptRun:
+    """Optimise the prompts and demos of some LLM steps with a DSPy optimiser (``bootstrap``,
+    ``bootstrap-rs``, ``mipro``, ``gepa``), the other steps zero-shot: ``autofocus optimize``.
+
+    ``options`` are ``optimize.prompts_run.run_prompt_optimisation``'s: ``train``, ``val``, ``test``,
+    their ``limit_*``, ``metric``, ``reflection_lm``, ``max_demos``, ``trials``, ``budget``,
+    ``threads``, ``seed``, ``full_demos``. Returns a ``PromptRun``: ``.result.program`` (the optimised
+    system; ``.save(path)``), ``.result.val``/``.test`` zero-shot vs optimised scores, ``.path`` (the
+    program file written to ``out``).
+    """
+    from autofocus.optimize.prompts_run import run_prompt_optimisation
+
+    return run_prompt_optimisation(skb, _config(config, lm, None), system=system, steps=list(steps),
+                                   optimizer=optimizer, out=out, **options)  # fmt: skip
+
+
+def systems() -> list[str]:
+    """The names of the registered systems and presets (``afr``, ``afr-steps1-7``, ``vss``, ...)."""
+    from autofocus.program.systems.registry import systems as registered
+
+    return registered()

@@ -1,0 +1,392 @@
+"""A whole tuning run of AF-Retriever's settings: the study, its tables and plots, confirmation runs.
+
+``autofocus tune`` and ``autofocus.tune`` are thin wrappers over ``run_tuning``; the Optuna study and
+the cached step 1-2 outputs it runs on are ``optimize.tune``.
+
+Output folder (default ``runs/tune-<study>``): ``study.db`` (unless ``storage`` is given),
+``llm_outputs.jsonl`` (steps 1-2 per question, reused by every trial and rerun),
+``best_config.json`` (for ``autofocus.open(config=...)`` and ``ask``/``eval --config``),
+``summary.md``/``summary.json``, ``alpha.*``/``l_max.*`` tables (CSV, markdown) with
+``alpha.png``/``l_max.png``, ``history.png``, ``importance.png``, and ``confirm-<split>-<config
+hash>/`` evaluation runs with the reranker.
+
+Example:
+    result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), trials=50)
+    result.best_config.alpha, result.tuned.metrics["hit@20"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autofocus.config import AutofocusConfig
+from autofocus.console import safe
+from autofocus.evaluate.runner import without_waits
+from autofocus.optimize import tune as tuning
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
+L_MAX_COLUMNS = ("l_max", "processed", "precision", "specificity", "nonempty",
+                 "steps1-6 hit@20", "steps1-6 recall@20", "steps1-7 hit@20", "steps1-7 recall@20")  # fmt: skip
+
+
+class TuningInterrupted(RuntimeError):
+    """Ctrl-C during the study or a confirmation run; the message says how to resume."""
+
+
+@dataclass
+class TuningResult:
+    """What a tuning run found: the study's best settings, the pre-rerank (or reranked) metrics of
+    the base and the tuned config, the sensitivity tables and the confirmation runs."""
+
+    out: Path
+    study: str
+    storage: str
+    spec: tuning.StudySpec
+    split: str
+    questions: int
+    base_config: AutofocusConfig
+    best_config: AutofocusConfig
+    best_trial: Any  # optuna.trial.FrozenTrial
+    baseline: tuning.Evaluation
+    tuned: tuning.Evaluation
+    complete_trials: int
+    trials_run: int
+    seconds: float
+    pareto_front: list[Any] = field(default_factory=list)
+    l_max_rows: list[dict[str, Any]] = field(default_factory=list)
+    importances: dict[str, float] = field(default_factory=dict)
+    confirmed: dict[str, dict[str, Any]] = field(default_factory=dict)  # "tuned on val" -> metric means + run
+
+    @property
+    def best_config_file(self) -> Path:
+        return self.out / tuning.BEST_CONFIG_FILE
+
+
+def config_hash(cfg: AutofocusConfig) -> str:
+    data = {k: v for k, v in without_waits(cfg.model_dump(mode="json")).items() if k != "concurrency"}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def run_tuning(
+    skb: Path | str,
+    config: AutofocusConfig | None = None,
+    *,
+    system: str = "afr",
+    program_file: Path | str | None = None,
+    split: str = "val",
+    trials: int = 200,
+    study: str = "afr-tune",
+    storage: str | None = None,
+    out: Path | str | None = None,
+    metric: str = "hit@20",
+    second: str = "none",
+    params: str | Sequence[str] | None = None,
+    l_max_range: str | tuple[int, int] = "1:300",
+    rerank_trials: bool = False,
+    seed: int = 0,
+    limit: int | None = None,
+    confirm: bool = True,
+    confirm_defaults: bool = False,
+    test_split: str | None = None,
+    progress: bool = False,
+    console: Console | None = None,
+    progress_console: Console | None = None,
+    on_study_done: Callable[[TuningResult], None] | None = None,
+) -> TuningResult:
+    """Tune alpha, l_max, the expansion schedule, type/edge modes and document variants with Optuna.
+
+    Steps 1-2 (LLM) run once per question and are cached in ``out``; each trial runs steps 3-7 only
+    and scores the pre-rerank list (paper A.6), unless ``rerank_trials``. A rerun tops the study up
+    to ``trials`` complete trials. The best settings go to ``best_config.json``; confirmation runs
+    with the reranker (``confirm``) report the full metrics.
+
+    Args:
+        config: the base config (default: the saved program's, else the defaults); trial 0.
+        system: an AF-Retriever preset (``afr``, ``afr-code``, ...); a program file names its own.
+        program_file: an optimised program (``autofocus optimize``): its prompts ask steps 1-2.
+        params: settings to tune (comma list or list; default ``optimize.tune.DEFAULT_PARAMS``).
+        console: status lines, confirmation summaries (None: quiet); ``progress_console`` gets the
+            progress bars.
+        on_study_done: called with the result before the confirmation runs (to print it).
+
+    Raises ``ValueError`` for bad options, ``optimize.tune.StudyMismatchError`` when the named study
+    tunes something else, ``TuningInterrupted`` on Ctrl-C (rerun to resume).
+    """
+    from autofocus import runtime
+    from autofocus.evaluate.program_runs import load_split
+    from autofocus.evaluate.runner import progress_bar
+    from autofocus.index.store import skb_fingerprint
+    from autofocus.metrics import as_candidates
+    from autofocus.program.systems import registry
+    from autofocus.program.systems.afr import AutofocusRetriever
+
+    say = console.print if console is not None else (lambda *_: None)
+    if program_file is not None:
+        from autofocus.optimize.saved import read_program_config
+
+        system, saved_cfg = read_program_config(program_file)
+        config = config or saved_cfg
+    name, cfg = registry.resolve_config(system, config)
+    spec = tuning.StudySpec(
+        metric=metric,
+        second=second,
+        params=tuning.parse_params(params if params is None or isinstance(params, str) else ",".join(params),
+                                   rerank_trials),
+        l_max_range=tuning.parse_range(l_max_range) if isinstance(l_max_range, str) else tuple(l_max_range),
+        rerank=rerank_trials,
+        seed=seed,
+    )  # fmt: skip
+    items = load_split(skb, split)[:limit]
+    test_items = load_split(skb, test_split) if test_split else []
+    out = Path(out) if out is not None else Path("runs") / f"tune-{study}"
+    out.mkdir(parents=True, exist_ok=True)
+    storage = storage or tuning.default_storage(out)
+
+    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind)
+
+    def make_program(c: AutofocusConfig, lms: bool = True) -> Any:
+        return runtime.assemble(tuning.system_spec(name, c), kb, c, program_file=program_file, lms=lms)
+
+    prog = make_program(cfg, lms=False)
+    if not isinstance(prog, AutofocusRetriever):
+        raise ValueError(f"tuning takes AF-Retriever presets; {system!r} is a {type(prog).__name__}")
+    variants = {cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}
+    if any(p.startswith("doc_variant") for p in spec.params):
+        variants |= set(tuning.BOTH_VARIANTS)
+    for v in sorted(variants):  # opened (or built) once, before any trial
+        kb.index(v)
+
+    program_sha = None
+    if program_file is not None:
+        from autofocus.evaluate.runner import file_sha256
+
+        program_sha = file_sha256(Path(program_file))
+    identity = tuning.llm_identity(name, cfg, skb_fingerprint(kb.skb), program_sha)
+    cache = tuning.LLMOutputCache(out / tuning.LLM_OUTPUTS_FILE, identity)
+    lms_attached: list[bool] = []
+
+    def outputs_for(questions: list[Any], label: str) -> dict[int, tuning.LLMOutput]:
+        known = cache.load()
+        missing = [q for q in questions if int(q.id) not in known or known[int(q.id)].query != q.query]
+        if missing and not lms_attached:
+            registry.apply_lms(prog, cfg)
+            lms_attached.append(True)
+        with progress_bar(progress_console, progress and bool(missing)) as bar:
+            task = bar.add_task(
+                f"steps 1-2 ({label})", total=len(questions), completed=len(questions) - len(missing), stats=""
+            )
+            got, asked = tuning.fill_llm_outputs(
+                prog, questions, cache, concurrency=cfg.concurrency, on_done=lambda _: bar.advance(task)
+            )
+        failed = sum(tuning.transient(o) for o in got.values())
+        say(
+            f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now"
+            + (f", [yellow]{failed} LM failures (asked again next run)[/]" if failed else "")
+            + (
+                f" ({cache.other_identities} cached lines of other LMs/prompts ignored)"
+                if cache.other_identities
+                else ""
+            )
+        )
+        return got
+
+    outputs = outputs_for(items, split)
+    candidates = as_candidates(kb.skb.candidate_ids)
+    evaluate = tuning.ConfigEvaluator(
+        prog, items, outputs, candidates, tuning.metric_ks(spec.metric), make_program, cfg.concurrency
+    )
+    tuned_away = set(spec.params) | {"concurrency"}
+    if not spec.rerank:  # step 8 only: free to change between runs of a pre-rerank study
+        tuned_away |= {"reranker", "context_budget_tokens"}
+    spec.identity = {
+        "split": split,
+        "questions": hashlib.sha256(json.dumps([int(q.id) for q in items]).encode()).hexdigest()[:16],
+        "llm_outputs": identity,
+        "base_config": {k: v for k, v in without_waits(cfg.model_dump(mode="json")).items() if k not in tuned_away},
+    }
+    st = tuning.open_study(study, storage, spec)
+
+    kb.embed_queries([q.query for q in items])  # in batches, before any trial is timed
+    baseline = evaluate(cfg, rerank=spec.rerank)
+    done_before = len(tuning.complete_trials(st))
+    start = time.perf_counter()
+    with progress_bar(progress_console, progress) as bar:
+        task = bar.add_task(f"study {study}", total=trials, completed=min(done_before, trials), stats="")
+
+        def on_trial(s: Any, t: Any) -> None:
+            try:
+                stats = f"best {spec.metric} {tuning.best_trial(s).values[0]:.3f}"
+            except ValueError:
+                stats = ""
+            bar.update(task, completed=min(len(tuning.complete_trials(s)), trials), stats=stats)
+
+        try:
+            ran = tuning.run_study(st, spec, evaluate, cfg, trials, callback=on_trial)
+        except KeyboardInterrupt:
+            raise TuningInterrupted(f"Interrupted; run the same command again to resume study {study!r}.") from None
+    elapsed = time.perf_counter() - start
+    if ran:
+        say(
+            f"{ran} trial(s) in {elapsed:.1f} s ({elapsed / ran:.3f} s per trial over {len(items)} questions); "
+            + safe(f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})")
+        )
+
+    best = tuning.best_trial(st)
+    best_cfg = tuning.config_with(cfg, best.params)
+    best_cfg.save(out / tuning.BEST_CONFIG_FILE)
+    tuned = evaluate(best_cfg, rerank=spec.rerank)
+
+    # sensitivity: alpha (Fig. 2) on the tuning split (and the test split), l_max (Table 19)
+    evaluators = {split: evaluate}
+    if test_items:
+        test_outputs = outputs_for(test_items, test_split or "test")
+        evaluators[test_split or "test"] = tuning.ConfigEvaluator(
+            prog, test_items, test_outputs, candidates, tuning.metric_ks(spec.metric)
+        )
+    l_rows, imp = _sensitivity(out, evaluators, cfg, best_cfg, st, baseline.metrics[spec.metric], spec.metric)
+
+    result = TuningResult(
+        out=out, study=study, storage=storage, spec=spec, split=split, questions=len(items), base_config=cfg,
+        best_config=best_cfg, best_trial=best, baseline=baseline, tuned=tuned,
+        complete_trials=len(tuning.complete_trials(st)), trials_run=ran, seconds=elapsed,
+        pareto_front=tuning.pareto_front(st) if spec.multi else [], l_max_rows=l_rows, importances=imp,
+    )  # fmt: skip
+    if on_study_done is not None:
+        on_study_done(result)
+
+    if confirm:
+        runs = [(split, items, "tuned", best_cfg)]
+        if confirm_defaults:
+            runs.append((split, items, "defaults", cfg))
+        if test_split:
+            runs.append((test_split, test_items, "tuned", best_cfg))
+            if confirm_defaults:
+                runs.append((test_split, test_items, "defaults", cfg))
+        for run_split, run_items, label, run_cfg in runs:
+            run_dir = out / f"confirm-{run_split}-{config_hash(run_cfg)}"
+            if console is not None:
+                console.rule(f"confirmation: {label} settings on {run_split} -> {run_dir}")
+            result.confirmed[f"{label} on {run_split}"] = _confirm(
+                make_program(run_cfg, lms="lazy"), run_items, run_dir, run_split, progress, console, progress_console
+            )
+    _write_summary(result)
+    return result
+
+
+def _sensitivity(
+    out: Path,
+    evaluators: dict[str, Any],
+    cfg: AutofocusConfig,
+    best: AutofocusConfig,
+    study: Any,
+    baseline: float,
+    metric: str,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Sweep alpha on each split and l_max on the first (tables and PNGs); history and importances."""
+    from autofocus.optimize import tune_plots as plots
+
+    first = next(iter(evaluators))
+    curves = {label: tuning.sweep_alpha(ev, best) for label, ev in evaluators.items()}
+    for label, rows in curves.items():
+        tuning.write_table(
+            rows,
+            ["alpha", *SHOWN_METRICS, "seconds"],
+            out / ("alpha" if label == first else f"alpha_{label}"),
+        )
+    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.alpha, best_alpha=best.alpha)
+    sweep = tuning.sweep_l_max(evaluators[first], best)
+    rows = [tuning.flat(r) for r in sweep]
+    tuning.write_table(rows, list(L_MAX_COLUMNS), out / "l_max")
+    plots.plot_l_max(sweep, out / plots.L_MAX_PNG)
+    values = [t.values[0] for t in sorted(tuning.complete_trials(study), key=lambda t: t.number)]
+    plots.plot_history(values, out / plots.HISTORY_PNG, metric, baseline=baseline)
+    imp = tuning.importances(study)
+    if imp:
+        plots.plot_importance(imp, out / plots.IMPORTANCE_PNG)
+    return rows, imp
+
+
+def _confirm(
+    program: Any,
+    items: list[Any],
+    run_dir: Path,
+    split: str,
+    progress: bool,
+    console: Console | None,
+    progress_console: Console | None,
+) -> dict[str, Any]:
+    """A resumable evaluation run of the program with every step (the reranker too); its mean metrics."""
+    from autofocus.evaluate.program_runs import evaluate_program
+
+    done = evaluate_program(program, split, run_dir, questions=items, progress=progress, console=console,
+                            progress_console=progress_console)  # fmt: skip
+    if done.interrupted:
+        raise TuningInterrupted(f"Interrupted; run the same command again to finish {run_dir}.")
+    metrics = done.summary["metrics"]
+    return {m: (metrics.get(m) or {}).get("mean") for m in SHOWN_METRICS} | {"run": str(run_dir)}
+
+
+def _write_summary(result: TuningResult) -> None:
+    """``summary.json`` and ``summary.md`` in the output folder."""
+    data = {
+        "study": result.study,
+        "storage": result.storage,
+        "spec": result.spec.stored(),
+        "complete_trials": result.complete_trials,
+        "best_trial": result.best_trial.number,
+        "best_params": result.best_trial.params,
+        "best_config": str(result.best_config_file),
+        "pre_rerank" if not result.spec.rerank else "reranked": {
+            "defaults": result.baseline.as_dict(),
+            "tuned": result.tuned.as_dict(),
+        },
+        "pareto_front": [{"trial": t.number, "values": t.values, "params": t.params} for t in result.pareto_front],
+        "importances": result.importances,
+        "confirmation": result.confirmed,
+        "seconds_this_run": result.seconds,
+        "trials_this_run": result.trials_run,
+    }
+    (result.out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    (result.out / "summary.md").write_text(_markdown(data, result.base_config, result.best_config, result.spec.params))
+
+
+def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig, names: list[str]) -> str:
+    fmt = tuning.fmt
+    lines = [
+        f"# Tuning study `{data['study']}`",
+        "",
+        f"{data['complete_trials']} complete trials; objective {data['spec']['metric']}"
+        + (f" and {data['spec']['second']}" if data["spec"]["second"] != "none" else "")
+        + f"; best trial {data['best_trial']}. Storage: `{data['storage']}`.",
+        "",
+        "| setting | defaults | tuned |",
+        "|---|---|---|",
+        *(f"| {n} | {fmt(getattr(cfg, n))} | {fmt(getattr(best, n))} |" for n in names),
+        "",
+    ]
+    key = "pre_rerank" if "pre_rerank" in data else "reranked"
+    lines += [f"## Metrics ({key.replace('_', '-')})", "", "| config | " + " | ".join(SHOWN_METRICS) + " |",
+              "|---|" + "---|" * len(SHOWN_METRICS)]  # fmt: skip
+    for label, ev in data[key].items():
+        lines.append(f"| {label} | " + " | ".join(fmt(ev.get(m)) for m in SHOWN_METRICS) + " |")
+    if data["confirmation"]:
+        lines += ["", "## Confirmation runs (with the reranker)", "",
+                  "| settings | " + " | ".join(SHOWN_METRICS) + " | run |", "|---|" + "---|" * (len(SHOWN_METRICS) + 1)]  # fmt: skip
+        for label, row in data["confirmation"].items():
+            lines.append(
+                f"| {label} | " + " | ".join(fmt(row.get(m)) for m in SHOWN_METRICS) + f" | {row['run']} |"
+            )
+    if data["importances"]:
+        lines += ["", "## Parameter importance", "", "| setting | importance |", "|---|---|"]
+        lines += [f"| {k} | {v:.3f} |" for k, v in data["importances"].items()]
+    lines += ["", "Tables: alpha.md, l_max.md. Plots: alpha.png, l_max.png, history.png, importance.png.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Schema-constrained decoding for the LLM steps (steps 1 and 2).
+
+A grammar built from the graph's own schema (``SchemaGraph``) makes it impossible for the LM to
+write a label, a relationship, or a (label, relationship, label) triple that the graph does not
+have: every hop of a Cypher pattern is one of the triples that occur, in its real direction.
+The grammar wraps the answer in DSPy's ChatAdapter field markers, so the adapter parses it as
+usual. It is GBNF, which llama.cpp servers (the offline LM, ``llama-server``) accept as
+``grammar``; LMs that take no grammar get the unconstrained prompt and the query repair of step 3b.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autofocus.cypher.render import name as cypher_name
+from autofocus.skb.schema_graph import SchemaGraph
+
+MAX_HOPS = 3  # relationships in one MATCH pattern
+MAX_PATTERNS = 3  # MATCH clauses
+MAX_CONDITIONS = 3  # WHERE conditions
+
+
+def _lit(text: str) -> str:
+    """A GBNF string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _rule(text: str) -> str:
+    """A GBNF rule name for any label."""
+    return "l-" + "".join(c if c.isalnum() else f"x{ord(c):x}" for c in text)
+
+
+def _field(name: str, body: str) -> list[str]:
+    return [f'root ::= {_lit(f"[[ ## {name} ## ]]")} "\\n" {body} "\\n\\n" {_lit("[[ ## completed ## ]]")}']
+
+
+def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher") -> str:
+    """GBNF for ``MATCH`` patterns whose every hop is a triple of the graph, ``WHERE`` conditions on
+    known attributes, and ``RETURN <var>.name``, inside ChatAdapter's ``[[ ## field ## ]]`` markers."""
+    lines = _field(field, "query")
+    lines += [
+        f'query ::= "MATCH " pattern ("\\nMATCH " pattern){{0,{MAX_PATTERNS - 1}}} where? "\\nRETURN " var ".name"',
+        "pattern ::= " + " | ".join(f"{_rule(lab)}-0" for lab in sg.labels),
+        f'where ::= "\\nWHERE " cond (" AND " cond){{0,{MAX_CONDITIONS - 1}}}',
+        'cond ::= var "." attr " " op " " value',
+        "attr ::= " + " | ".join(_lit(a) for a in ["name", *sorted(set(attributes) - {"name"})]),
+        'op ::= "=" | "<" | ">" | "<=" | ">=" | "CONTAINS"',
+        'value ::= "\\"" text "\\"" | "-"? [0-9]{1,12} ("." [0-9]{1,6})?',
+        'text ::= [^"\\n\\\\]{1,120}',
+        "var ::= [a-z] [a-z0-9_]{0,7}",
+        'props ::= " {name: \\"" text "\\"}"',
+    ]
+    for lab in sg.labels:
+        node = f'"(" var ":" {_lit(cypher_name(lab))} props? ")"'
+        for depth in range(MAX_HOPS + 1):
+            hops = []
+            if depth < MAX_HOPS:
+                for r in sg.relations:
+                    if r.src == lab:
+                        hops.append(f'{_lit("-[:" + cypher_name(r.rel) + "]->")} {_rule(r.dst)}-{depth + 1}')
+                    if r.dst == lab:
+                        hops.append(f'{_lit("<-[:" + cypher_name(r.rel) + "]-")} {_rule(r.src)}-{depth + 1}')
+            tail = f" ({' | '.join(dict.fromkeys(hops))})?" if hops else ""
+            lines.append(f"{_rule(lab)}-{depth} ::= {node}{tail}")
+    return "\n".join(lines) + "\n"
+
+
+def query_spec_grammar(sg: SchemaGraph, attributes: list[str], field: str = "query") -> str:
+    """GBNF for the typed query format (``signatures.QuerySpec`` as JSON) with labels and relationship
+    types from the graph; which labels a relationship joins is left to step 3b's repair (JSON cannot
+    tie an edge's type to its endpoints' labels)."""
+
+    def seq(*parts: str) -> str:
+        """Literal text and rule names in order: a part in angle brackets is a rule."""
+        return " ".join(p[1:-1] if p.startswith("<") and p.endswith(">") else _lit(p) for p in parts)
+
+    lines = _field(field, "spec")
+    lines += [
+        "spec ::= " + seq('{"target": ', "<var>", ', "nodes": [', "<node>")
+        + f" ({seq(', ', '<node>')}){{0,{MAX_HOPS + 1}}} "
+        + seq('], "edges": [') + f" (edge ({seq(', ', '<edge>')}){{0,{MAX_HOPS}}})? " + seq("]}"),
+        "node ::= " + seq('{"var": ', "<var>", ', "label": ', "<label>", ', "name": ')
+        + " (str | " + _lit("null") + ") " + seq(', "where": [')
+        + f" (cond ({seq(', ', '<cond>')}){{0,{MAX_CONDITIONS - 1}}})? " + seq("]}"),
+        "edge ::= " + seq('{"head": ', "<var>", ', "rel": ', "<rel>", ', "tail": ', "<var>", "}"),
+        "var ::= " + _lit('"') + " [a-z] [a-z0-9_]{0,7} " + _lit('"'),
+        "str ::= " + _lit('"') + ' [^"\\n\\\\]{1,120} ' + _lit('"'),
+        "label ::= " + " | ".join(_lit(json.dumps(lab, ensure_ascii=False)) for lab in sg.labels),
+        "rel ::= " + " | ".join(_lit(json.dumps(rel, ensure_ascii=False)) for rel in sg.rel_names),
+        "cond ::= " + _lit('"') + " attr " + _lit(" ") + " op " + _lit(" ") + ' [^"\\n\\\\]{1,60} ' + _lit('"'),
+        "attr ::= " + " | ".join(_lit(a) for a in (sorted(set(attributes)) or ["name"])),
+        'op ::= "=" | "<" | ">" | "<=" | ">=" | "CONTAINS"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def grammar_config(grammar: str) -> dict[str, object]:
+    """The per-call DSPy config that hands a grammar to a llama.cpp server."""
+    return {"extra_body": {"grammar": grammar}}

@@ -1,0 +1,318 @@
+"""Step 3b: repair a parsed query so that the schema can accept it, before grounding.
+
+A small LM writes queries that are nearly right: ``(y:exception)-[:class_subclass_of_class]->
+(b:class {name: "ValueError"})`` uses a relationship between labels it does not connect and gives
+the constant the wrong label; strict grounding then finds nothing. Repair looks for the reading of
+the query that the graph can answer and that changes least, by scoring every assignment of node
+labels to its variables jointly with the best relationship (and direction) for each triplet:
+
+* label evidence per variable: the label as written (mapped onto the schema; an unknown label
+  counts for the closest existing one), the node types under which a constant's name exists
+  (exactly, or up to case and punctuation), and step 1's type for the target;
+* per triplet, how well the written relationship names a relationship that connects the two
+  labels in the graph (``SchemaGraph``), in the written direction or reversed; where no single
+  relationship connects them, the shortest schema path (two hops) whose relationship names fit
+  stands in for it (a two-hop question written as one hop).
+
+Every change is returned as a ``Repair`` for the trace. A query the schema already accepts as
+written comes back unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from autofocus.cypher.mapping import SchemaMapper
+from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
+from autofocus.skb.model import SKB
+from autofocus.skb.names import labels_named, named_ids
+from autofocus.skb.schema_graph import Hop, SchemaGraph
+
+# Evidence weights: a constant's name is the strongest evidence of its label; a written label is
+# worth as much as a perfectly named relationship; step 1 counts less than the query's own label.
+W_NAME_EXACT, W_NAME_NEAR = 2.0, 1.5  # near: up to case and punctuation, or the end of a qualified name
+W_LABEL = 1.0
+W_TARGET_LABEL = 1.5  # relabelling the target changes what is asked: it takes more evidence
+W_STEP1 = 0.75
+W_REL = 2.0  # per triplet, times the relationship-name similarity
+FLIP_PENALTY = 0.3  # a reversed direction costs this much of a triplet's score
+PATH_PENALTY = 0.5  # a two-hop path in place of one relationship
+UNGROUNDABLE = -2.0  # a triplet between two labels that nothing connects
+MIN_LABEL_SIMILARITY = 0.4  # an unknown label below this similarity to every label is ignored
+MAX_OPTIONS = 6  # labels tried per variable
+MAX_ASSIGNMENTS = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    kind: str  # label | relabel | relation | direction | path
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    score: float
+    rel: str | None = None
+    flipped: bool = False
+    path: tuple[Hop, ...] = ()
+
+
+_WORD = re.compile(r"[^\s,;!?()\[\]{}\"`]+")
+_STOP = frozenset(["a", "an", "and", "any", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "that", "the", "their", "them", "these", "they", "this", "those", "to", "was", "what", "when", "where", "which", "who", "whose", "why", "will", "with"])
+MAX_MENTION_WORDS = 4
+
+
+def question_mentions(question: str, label_words: set[str]) -> list[tuple[str, set[str]]]:
+    """Word n-grams of the question that could be node names, longest first, each with the label
+    words next to it ("the collections.abc module"), which say what kind of node it names."""
+    words = [w.strip(".:'") for w in _WORD.findall(question)]
+    words = [w[:-2] if w.endswith("'s") else w for w in words]
+    out: dict[str, set[str]] = {}
+    for n in range(MAX_MENTION_WORDS, 0, -1):
+        for i in range(len(words) - n + 1):
+            gram = words[i : i + n]
+            if not gram[0] or not gram[-1] or gram[0].lower() in _STOP or gram[-1].lower() in _STOP:
+                continue
+            text = " ".join(gram)
+            if len(text) < 2 or text.lower() in label_words:
+                continue
+            near = {w.lower() for w in words[max(0, i - 1) : i] + words[i + n : i + n + 1]} & label_words
+            out.setdefault(text, set()).update(near)
+    return list(out.items())
+
+
+def _label_words(labels: set[str]) -> dict[str, str]:
+    """Words that name a label in a question: the label, its plural, its parts (``gene/protein``)."""
+    out: dict[str, str] = {}
+    for label in labels:
+        for word in {label.lower(), *re.split(r"[\W_]+", label.lower())} - {""}:
+            for form in (word, word + "s", word + "es"):
+                out.setdefault(form, label)
+    return out
+
+
+def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) -> tuple[QueryGraph, list[Repair]]:
+    """Give unnamed symbols the names the query meant: a label that is really a node's name
+    (``(b:ValueError)``), or a node of the symbol's label that the question mentions verbatim (the LM
+    wrote ``(b:module)`` for "functions of base64"). The target is what is asked for: never bound."""
+    labels = set(skb.node_type_names)
+    taken = {s.name_value() for s in qg.symbols.values() if s.is_constant}
+    in_triplet = {v for t in qg.triplets for v in (t.head, t.tail)}
+    mentions: list[tuple[str, set[str]]] | None = None
+    words: dict[str, str] = {}
+    symbols, repairs = dict(qg.symbols), []
+    for var, sym in qg.symbols.items():
+        if sym.is_constant or var == qg.target or var not in in_triplet:
+            continue
+        written = sym.label or ""
+        typed = written in labels or (written and max(mapper.node_scores(written).values(), default=0) >= 0.95)
+        if written and not typed and len(named_ids(skb, written)[0]):
+            symbols[var] = sym.model_copy(update={"label": None, "constraints": [*sym.constraints, Constraint(key="name", value=written)]})
+            repairs.append(Repair("bind", f"{var}: label {written!r} is the name of a node, not a label"))
+            taken.add(written)
+            continue
+        label = sym.type if sym.type in labels else None
+        if label is None:
+            continue
+        if mentions is None:
+            words = _label_words(labels)
+            mentions = question_mentions(question, set(words))
+        found = []
+        for text, near in mentions:
+            ids, how = named_ids(skb, text)
+            if text not in taken and len(ids) and (skb.node_type[ids] == skb.type_code(label)).any():
+                found.append((any(words[w] == label for w in near), text, how))
+        if found:  # a mention next to the label's own word ("the io module") first, else the longest
+            _, text, how = max(found, key=lambda f: f[0])
+            symbols[var] = sym.model_copy(update={"constraints": [*sym.constraints, Constraint(key="name", value=text)]})
+            repairs.append(Repair("bind", f"{var}: the question names the {label} {text!r} ({how} match)"))
+            taken.add(text)
+    if not repairs:
+        return qg, []
+    return qg.model_copy(update={"symbols": symbols}), repairs
+
+
+def label_evidence(
+    qg: QueryGraph, skb: SKB, mapper: SchemaMapper, target_type: str | None
+) -> tuple[dict[str, dict[str, float]], list[Repair]]:
+    """Per variable, a score for each label it may have; plus the notes on unknown labels."""
+    labels = set(skb.node_type_names)
+    evidence: dict[str, dict[str, float]] = {}
+    notes: list[Repair] = []
+    for var, sym in qg.symbols.items():
+        ev: dict[str, float] = {}
+        weight = W_TARGET_LABEL if var == qg.target else W_LABEL
+        for written in (sym.label or "").split(":"):
+            if not written:
+                continue
+            if written in labels:
+                ev[written] = max(ev.get(written, 0.0), weight)
+                continue
+            scores = mapper.node_scores(written)
+            best = max(scores, key=scores.__getitem__, default=None)
+            if best is not None and scores[best] >= MIN_LABEL_SIMILARITY:
+                ev[best] = max(ev.get(best, 0.0), weight * scores[best])
+                if scores[best] < 0.95:
+                    notes.append(Repair("label", f"{var}: unknown label {written!r} read as {best!r}"))
+        name = sym.name_value()
+        if name:
+            named, how = labels_named(skb, name)
+            weight = W_NAME_EXACT if how == "exact" else W_NAME_NEAR
+            for label in named:
+                ev[label] = ev.get(label, 0.0) + weight
+        if var == qg.target and target_type in labels:
+            ev[target_type] = ev.get(target_type, 0.0) + W_STEP1  # type: ignore[index]
+        evidence[var] = ev
+    return evidence, notes
+
+
+def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: str, tail: str,
+                    directed: bool) -> tuple[_Choice, _Choice | None]:
+    """The best way for a triplet to connect ``head`` and ``tail`` labels in the graph, and a second reading.
+
+    A relationship that connects the labels (in the written direction or reversed) comes first, scored
+    by how well it fits the name written; only where none does, the best two-hop path whose names fit
+    stands in (a two-hop question written as one hop). When a relationship was chosen whose name is not
+    the one written, the best two-hop path is the second reading, which relaxation tries when the first
+    grounds nothing (``(y:exception)-[:function_raises_exception]->(b:module)`` is either exceptions
+    defined in b or exceptions raised by b's functions).
+    """
+    direct = [(flipped, r) for flipped, (a, b) in ((False, (head, tail)), (True, (tail, head))) for r in sg.between(a, b)]
+    if rel_scores is None and direct:  # no type written: any relationship between the labels will do
+        return _Choice(W_REL), None
+    paths = [
+        _Choice(W_REL * ((max(rel_scores.get(h.rel, 0.0) for h in path) if rel_scores is not None else 1.0)
+                         - PATH_PENALTY), path=tuple(path))
+        for path in sg.paths(head, tail, hops=2)
+    ]
+    best_path = max(paths, key=lambda c: c.score) if paths else None
+    if not direct:
+        return (best_path or _Choice(UNGROUNDABLE)), None
+    assert rel_scores is not None
+    options = [
+        _Choice(W_REL * (rel_scores.get(r.rel, 0.0) - (FLIP_PENALTY if flipped and directed else 0.0)), r.rel, flipped)
+        for flipped, r in direct
+    ]
+    best = max(options, key=lambda c: c.score)
+    exact = rel_scores.get(best.rel or "", 0.0) >= 0.95  # the name written, up to form
+    return best, (None if exact or best_path is None or best_path.score <= 0 else best_path)
+
+
+def _options(var: str, ev: dict[str, float], adjacent: set[str], labels: list[str]) -> list[str]:
+    ranked = sorted(ev, key=lambda lab: -ev[lab])[:MAX_OPTIONS]
+    if len(ranked) < MAX_OPTIONS:  # weakly labelled: labels the triplets could connect it to
+        ranked += [lab for lab in labels if lab in adjacent and lab not in ranked][: MAX_OPTIONS - len(ranked)]
+    return ranked or labels[:MAX_OPTIONS]
+
+
+@dataclass
+class Repaired:
+    """The repaired query, its repairs, and second readings to try if it grounds nothing."""
+
+    query: QueryGraph
+    repairs: list[Repair]
+    alternatives: list[tuple[QueryGraph, list[Repair]]]
+
+
+def repair_query(
+    qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
+    question: str = "",
+) -> Repaired:
+    """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring)."""
+    if not qg.triplets:
+        return Repaired(qg, [], [])
+    qg, bound = bind_names(qg, skb, mapper, question)
+    evidence, notes = label_evidence(qg, skb, mapper, target_type)
+    notes = bound + notes
+    rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
+    # labels a variable could take because some relationship the query names touches them
+    touching: dict[str, set[str]] = {v: set() for v in qg.symbols}
+    for t, scores in zip(qg.triplets, rel_scores, strict=True):
+        fitting = [r for r in sg.relations if scores is None or scores.get(r.rel, 0.0) >= 0.5]
+        for r in fitting:
+            touching[t.head] |= {r.src, r.dst}
+            touching[t.tail] |= {r.src, r.dst}
+    variables = list(qg.symbols)
+    options = [_options(v, evidence[v], touching[v], sg.labels) for v in variables]
+    while _product(len(o) for o in options) > MAX_ASSIGNMENTS:
+        longest = max(range(len(options)), key=lambda i: len(options[i]))
+        options[longest] = options[longest][:-1]
+    best: tuple[float, dict[str, str], list[tuple[_Choice, _Choice | None]]] | None = None
+    for combo in itertools.product(*options):
+        assign = dict(zip(variables, combo, strict=True))
+        score = sum(evidence[v].get(assign[v], 0.0) for v in variables)
+        choices = [
+            _triplet_choice(sg, s, assign[t.head], assign[t.tail], t.directed)
+            for t, s in zip(qg.triplets, rel_scores, strict=True)
+        ]
+        score += sum(c.score for c, _ in choices)
+        if best is None or score > best[0] + 1e-9:
+            best = (score, assign, choices)
+    assert best is not None
+    _, assign, choices = best
+    first = [c for c, _ in choices]
+    alternatives = [
+        _apply(qg, assign, [alt if j == i else c for j, c in enumerate(first)], notes)
+        for i, (_, alt) in enumerate(choices)
+        if alt is not None
+    ]
+    return Repaired(*_apply(qg, assign, first, notes), alternatives)
+
+
+def _product(sizes: object) -> int:
+    out = 1
+    for s in sizes:  # type: ignore[attr-defined]
+        out *= s
+    return out
+
+
+def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
+           notes: list[Repair]) -> tuple[QueryGraph, list[Repair]]:
+    repairs = list(notes)
+    symbols: dict[str, Symbol] = {}
+    for var, sym in qg.symbols.items():
+        label = assign[var]
+        if sym.type != label:
+            why = f"a {label} is named {sym.name_value()!r}" if sym.is_constant else "fits the relationships"
+            was = sym.label or "no label"
+            repairs.append(Repair("relabel", f"{var}: {was} -> {label} ({why})"))
+        symbols[var] = sym.model_copy(update={"type": label})
+    triplets: list[Triplet] = []
+    fresh = itertools.count(1)
+    for t, c in zip(qg.triplets, choices, strict=True):
+        written = t.rel_label or "any"
+        if c.path:
+            node, head = t.head, t.head
+            hops = []
+            for i, hop in enumerate(c.path):
+                nxt = t.tail if i == len(c.path) - 1 else _fresh(symbols, fresh)
+                if nxt not in symbols:
+                    symbols[nxt] = Symbol(var=nxt, type=hop.dst)
+                a, b = (node, nxt) if hop.forward else (nxt, node)
+                triplets.append(Triplet(head=a, rel=hop.rel, rel_label=t.rel_label, tail=b))
+                hops.append(f"-[:{hop.rel}]{'->' if hop.forward else '-'}({nxt}:{hop.dst})")
+                node = nxt
+            repairs.append(Repair("path", f"({head})-[:{written}]->({t.tail}) read as two hops: ({head})" + "".join(hops)))
+            continue
+        if c.rel is None:  # no type written, or nothing connects the labels: grounding will say
+            triplets.append(t)
+            continue
+        head, tail = (t.tail, t.head) if c.flipped else (t.head, t.tail)
+        if c.rel != t.rel:
+            repairs.append(Repair("relation", f"({t.head})-[:{written}]-({t.tail}): {written} -> {c.rel}"))
+        if c.flipped and t.directed:
+            repairs.append(Repair("direction", f"{c.rel} goes ({head})->({tail})"))
+        # a relationship between two labels has one direction; between one label and itself, keep the query's
+        directed = t.directed or assign[head] != assign[tail]
+        triplets.append(Triplet(head=head, rel=c.rel, rel_label=t.rel_label, tail=tail, directed=directed))
+    target_type = symbols[qg.target].type if qg.target in symbols else qg.target_type
+    return qg.model_copy(update={"symbols": symbols, "triplets": triplets, "target_type": target_type}), repairs
+
+
+def _fresh(symbols: dict[str, Symbol], counter: itertools.count[int]) -> str:
+    while True:
+        name = f"_via{next(counter)}"
+        if name not in symbols:
+            return name

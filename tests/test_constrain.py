@@ -1,0 +1,104 @@
+"""Step 1 scoring of every candidate type, and step 2's grammar of the schema's triples."""
+
+from __future__ import annotations
+
+import re
+
+import dspy
+import pytest
+
+from autofocus.config import AutofocusConfig
+from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
+from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.systems import afr
+from autofocus.program.systems.afr import AutofocusRetriever, score_target_types
+from autofocus.signatures import target_type_signature
+from autofocus.skb.schema_graph import schema_graph
+from autofocus.trace import Trace
+from tests.skb_factory import make_skb
+from tests.test_repair import EDGE_TYPES, EDGES, NAMES, NODE_TYPE, TYPES
+
+
+@pytest.fixture(scope="module")
+def skb():
+    return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+
+
+def _hops(grammar: str) -> set[tuple[str, str, str]]:
+    """(from label, relationship, to label) of every hop the grammar allows."""
+    out = set()
+    for line in grammar.splitlines():
+        m = re.match(r"l-(\w+)-\d ::= ", line)
+        if not m:
+            continue
+        for arrow, rel, to in re.findall(r'"(-|<-)\[:(\w+)\]-?>?" l-(\w+)-\d', line):
+            out.add((m.group(1), rel, to) if arrow == "-" else (to, rel, m.group(1)))
+    return out
+
+
+def test_the_grammar_allows_exactly_the_triples_of_the_graph(skb) -> None:
+    sg = schema_graph(skb)
+    grammar = cypher_grammar(sg, ["num_params"])
+    assert _hops(grammar) == {(r.src, r.rel, r.dst) for r in sg.relations}
+    assert grammar.startswith('root ::= "[[ ## cypher ## ]]" "\\n" query')  # ChatAdapter's field markers
+    assert '"num_params"' in grammar and '"name"' in grammar
+    assert grammar_config(grammar) == {"extra_body": {"grammar": grammar}}
+
+
+def test_the_grammar_parses_in_llama_cpp(skb) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup-lm` only")
+    llama_cpp.LlamaGrammar.from_string(cypher_grammar(schema_graph(skb), ["num_params"]), verbose=False)
+
+
+def test_labels_that_are_not_identifiers_are_backticked() -> None:
+    odd = make_skb(["gene/protein", "drug"], [0, 1], [(1, "drug targets", 0)], {"drug targets": ("drug", "gene/protein")})
+    grammar = cypher_grammar(schema_graph(odd), [])
+    assert '":" "`gene/protein`"' in grammar and '"-[:`drug targets`]->"' in grammar
+    assert re.search(r"^l-genex2fprotein-0 ::= ", grammar, re.M)  # rule names stay plain
+
+
+def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb) -> None:
+    class _KB:
+        pass
+
+    kb = _KB()
+    kb.skb = skb
+    assert AutofocusRetriever(kb, AutofocusConfig())._step2_constraint()["extra_body"]["grammar"]  # local by default
+    hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})
+    assert AutofocusRetriever(kb, hosted)._step2_constraint() == {}
+    forced = AutofocusConfig.model_validate({"lm": {"default": "openai/m"}, "constrain": "grammar"})
+    assert AutofocusRetriever(kb, forced)._step2_constraint()
+    assert AutofocusRetriever(kb, AutofocusConfig(constrain="off"))._step2_constraint() == {}
+
+
+def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.MonkeyPatch) -> None:
+    context = SchemaContext.from_skb(skb)
+    assert len(context.type_descriptions) == len(TYPES) and "e.g." in context.type_descriptions[0]
+    seen = {}
+
+    def fake(lm, messages, choices, **kwargs):
+        seen["prompt"] = " ".join(m["content"] for m in messages)
+        seen["prefix"] = kwargs["assistant_prefix"]
+        return [0.05, 0.5, 0.4, 0.05]  # module, class, exception, function
+
+    monkeypatch.setattr(afr, "choice_probabilities", fake)
+    step1 = dspy.Predict(target_type_signature(context.candidate_types, described=True))
+    step1.lm = dspy.LM("openai/m", api_base="http://127.0.0.1:1/v1", api_key="k")
+    trace = Trace(question="Which errors does json.loads raise?")
+    kept = score_target_types(step1, context, trace.question, trace, threshold=0.3, most=2)
+    assert kept == ["class", "exception"]
+    assert "json.loads raise" in seen["prompt"] and "e.g." in seen["prompt"] and seen["prefix"].startswith("[[ ## target_type")
+    assert trace.data["target_type_probs"]["class"] == 0.5
+    assert score_target_types(step1, context, trace.question, trace, threshold=0.9, most=2) == ["class"]
+
+
+def test_the_typed_format_grammar_names_only_labels_and_relationships_of_the_graph(skb) -> None:
+    sg = schema_graph(skb)
+    grammar = query_spec_grammar(sg, ["num_params"])
+    labels = re.search(r"^label ::= (.*)$", grammar, re.M).group(1)
+    rels = re.search(r"^rel ::= (.*)$", grammar, re.M).group(1)
+    assert set(re.findall(r'\\"(.+?)\\"', labels)) == set(TYPES)
+    assert set(re.findall(r'\\"(.+?)\\"', rels)) == {r.rel for r in sg.relations}
+    assert grammar.startswith('root ::= "[[ ## query ## ]]"')
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup-lm` only")
+    llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)

@@ -1,0 +1,90 @@
+"""The documentation in ``docs/``: the SKB format's worked example validates and loads as described,
+the validation table quotes the validator's real messages, and no document points outside the repo."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autofocus.cli import app
+from autofocus.skb.qa import load_qa, splits_available
+from autofocus.skb.skbdir import load_skb_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SPEC = DOCS / "skb-format.md"
+VALIDATOR = [ROOT / "src" / "autofocus" / "skb" / name for name in ("skbdir.py", "qa.py", "errors.py")]
+FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", re.S)
+
+
+def write_example(target: Path) -> list[str]:
+    """Write the files of the worked example of ``docs/skb-format.md`` into ``target``."""
+    names = []
+    for name, body in FILE_BLOCK.findall(SPEC.read_text()):
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+        names.append(name)
+    return names
+
+
+def test_the_worked_example_validates_and_loads_as_the_spec_says(tmp_path: Path) -> None:
+    kb = tmp_path / "tiny-library"
+    names = write_example(kb)
+    assert sorted(names) == sorted(["schema.json", "nodes.jsonl", "edges.csv", "qa.csv", "splits/train.index",
+                                    "splits/val.index", "splits/test.index"])  # fmt: skip
+    res = CliRunner().invoke(app, ["skb", "validate", str(kb)])
+    assert res.exit_code == 0, res.output
+
+    skb = load_skb_dir(kb, progress=False)
+    assert (skb.num_nodes, skb.num_edges) == (8, 9)
+    assert skb.node_type_names == ["book", "author", "publisher"] and skb.schema.answer_types == ["book", "author"]
+    kinds = {k: c.kind for k, c in skb.columns.items()}
+    assert kinds == {"year": "number", "released": "date", "genres": "json", "language": "string",
+                     "born": "date", "country": "string"}  # fmt: skip
+    released = skb.columns["released"]
+    assert released.values[1] == np.datetime64("2014-11-01", "D").astype(np.int64) and not released.present[3]
+    assert not skb.columns["born"].present[5] and skb.name(0) == "The Quiet Orchard" and skb.doc(6) == ""
+    assert splits_available(kb) == {"test": 1, "train": 2, "val": 1}
+    assert [q.answer_ids for q in load_qa(kb, "train")] == [[0, 1], [1]]
+
+
+def test_the_validation_table_quotes_real_messages() -> None:
+    source = "\n".join(p.read_text() for p in VALIDATOR)
+    table = SPEC.read_text().split("## Validation", 1)[1]
+    spans = re.compile(r"(`+) ?(.+?) ?\1(?!`)")  # markdown code spans, ``with `backticks` inside``
+    quoted = [m.group(2) for row in table.splitlines() if row.startswith("| ") for m in spans.finditer(row.split(" | ")[-1])]
+    assert len(quoted) > 30
+    generic = {"<key path>: <reason>", "node_types.book.count: Input should be a valid integer"}  # pydantic's
+    for message in quoted:
+        if message in generic:
+            continue
+        for part in (p.strip() for p in message.split("...")):
+            assert part in source, message
+
+
+@pytest.mark.parametrize("doc", [*sorted(p.name for p in DOCS.glob("*.md")), "../README.md"])
+def test_documents_point_only_inside_the_repository(doc: str) -> None:
+    text = (DOCS / doc).read_text()
+    assert "/shared" not in text and "../shared" not in text and "/work/" not in text
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not target.startswith(("http://", "https://")):
+            assert ((DOCS / doc).parent / target).exists(), f"{doc} links to {target}, which is not in the repo"
+
+
+def test_the_module_map_names_every_module() -> None:
+    """``docs/modules.md`` stays current: every module of the package has its row."""
+    package = ROOT / "src" / "autofocus"
+    text = (DOCS / "modules.md").read_text()
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        name = ".".join(path.relative_to(package).with_suffix("").parts)
+        if f"`{name}`" not in text:
+            missing.append(name)
+    assert missing == []

@@ -1,0 +1,220 @@
+"""Step 3b (query repair), the schema graph it reads, name lookup, and the relaxation ladder of step 5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autofocus.config import AutofocusConfig
+from autofocus.cypher import parse_cypher
+from autofocus.cypher.mapping import mapper_for
+from autofocus.program.steps.grounded_strand import ground_strand, relaxations
+from autofocus.program.steps.repair import question_mentions, repair_query
+from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
+from autofocus.skb.names import labels_named, named_ids
+from autofocus.skb.schema_graph import SchemaGraph, schema_graph
+from autofocus.trace import Trace
+from tests.skb_factory import make_skb
+
+# a small code base: modules define classes, functions and exceptions; functions raise exceptions
+TYPES = ["module", "class", "exception", "function"]
+NAMES = ["json", "os", "json.JSONDecoder", "ValueError", "json.JSONDecodeError", "KeyError", "json.loads", "os.getcwd",
+         "os.OSErrorLike"]
+NODE_TYPE = [0, 0, 1, 2, 2, 2, 3, 3, 2]
+EDGES = [
+    (2, "class_defined_in_module", 0),
+    (4, "exception_defined_in_module", 0),
+    (8, "exception_defined_in_module", 1),
+    (4, "exception_subclass_of_exception", 3),
+    (8, "exception_subclass_of_exception", 5),
+    (6, "function_defined_in_module", 0),
+    (7, "function_defined_in_module", 1),
+    (6, "function_raises_exception", 4),
+    (7, "function_raises_exception", 8),
+    (2, "class_subclass_of_class", 2),
+]
+# schema.json leaves the domain of one edge type open: the schema graph must read it from the edges
+EDGE_TYPES = {
+    "class_defined_in_module": ("class", "module"),
+    "exception_defined_in_module": (None, "module"),
+    "exception_subclass_of_exception": ("exception", "exception"),
+    "function_defined_in_module": ("function", "module"),
+    "function_raises_exception": ("function", "exception"),
+    "class_subclass_of_class": ("class", "class"),
+}
+
+
+@pytest.fixture(scope="module")
+def skb():
+    return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+
+
+def repaired(skb, cypher: str, target_type: str | None = None, question: str = ""):
+    qg = parse_cypher(cypher, skb.schema, target_type=target_type)
+    return repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=question)
+
+
+def triples(qg: QueryGraph) -> list[tuple[str | None, str | None, str | None]]:
+    return [(qg.symbols[t.head].type, t.rel, qg.symbols[t.tail].type) for t in qg.triplets]
+
+
+def test_schema_graph_reads_the_triples_from_the_edges(skb) -> None:
+    sg = SchemaGraph.from_skb(skb)
+    got = {(r.src, r.rel, r.dst): r.count for r in sg.relations}
+    assert got[("exception", "exception_defined_in_module", "module")] == 2  # open domain in schema.json
+    assert got[("function", "function_raises_exception", "exception")] == 2
+    assert len(got) == len(EDGE_TYPES)
+    assert sg.examples["module"] == "json"  # the best-connected module
+    assert [[(h.rel, h.forward, h.dst) for h in p] for p in sg.paths("class", "exception")] == [
+        [("class_defined_in_module", True, "module"), ("exception_defined_in_module", False, "exception")]
+    ]
+    assert "-[:function_raises_exception]->(exception)" in sg.describe_label("function")
+
+
+def test_names_are_found_exactly_normalised_and_by_the_end_of_a_qualified_name(skb) -> None:
+    assert named_ids(skb, "valueerror") == (pytest.approx(np.array([3])), "exact")
+    assert named_ids(skb, "Value Error")[1] == "normalised"
+    assert named_ids(skb, "JSONDecodeError")[0].tolist() == [4]
+    assert named_ids(skb, "JSONDecodeError")[1] == "suffix"
+    assert labels_named(skb, "getcwd") == ({"function": 1}, "suffix")
+    assert labels_named(skb, "nothing") == ({}, "none")
+
+
+def test_a_wrong_relationship_and_a_wrong_constant_label_are_repaired_together(skb) -> None:
+    result = repaired(skb, 'MATCH (y:exception)-[:class_subclass_of_class]->(b:class {name: "ValueError"}) RETURN y',
+                      "exception")
+    assert triples(result.query) == [("exception", "exception_subclass_of_exception", "exception")]
+    kinds = [r.kind for r in result.repairs]
+    assert "relabel" in kinds and "relation" in kinds
+
+
+def test_a_query_the_schema_accepts_is_left_alone(skb) -> None:
+    result = repaired(skb, 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y',
+                      "function")
+    assert result.repairs == [] and triples(result.query) == [("function", "function_raises_exception", "exception")]
+
+
+def test_a_reversed_relationship_is_turned_round(skb) -> None:
+    qg = QueryGraph(target="y", symbols={
+        "y": Symbol(var="y", type="exception", label="exception"),
+        "f": Symbol(var="f", type="function", label="function", constraints=[Constraint(key="name", value="json.loads")]),
+    }, triplets=[Triplet(head="y", rel_label="function_raises_exception", tail="f")])  # fmt: skip
+    result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema))
+    t = result.query.triplets[0]
+    assert (t.head, t.rel, t.tail) == ("f", "function_raises_exception", "y")
+    assert [r.kind for r in result.repairs] == ["relation", "direction"]
+
+
+def test_two_labels_that_no_relationship_connects_get_the_two_hop_path(skb) -> None:
+    result = repaired(skb, 'MATCH (y:class)-[:raises]->(b:exception {name: "ValueError"}) RETURN y', "class")
+    assert [r.kind for r in result.repairs] == ["path"]
+    assert len(result.query.triplets) == 2 and result.query.symbols["y"].type == "class"
+    via = next(v for v in result.query.symbols if v.startswith("_via"))
+    assert result.query.symbols[via].type == "module"
+
+
+def test_a_relationship_whose_name_does_not_fit_gets_a_two_hop_second_reading(skb) -> None:
+    # "exceptions raised by functions of json", written as one hop between exception and module
+    result = repaired(skb, 'MATCH (y:exception)-[:function_raises_exception]->(m:module {name: "json"}) RETURN y')
+    assert triples(result.query) == [("exception", "exception_defined_in_module", "module")]
+    assert len(result.alternatives) == 1
+    alt, notes = result.alternatives[0]
+    assert {t.rel for t in alt.triplets} == {"function_raises_exception", "function_defined_in_module"}
+    assert any(n.kind == "path" for n in notes)
+
+
+def test_a_label_that_is_a_name_becomes_a_constant(skb) -> None:
+    result = repaired(skb, "MATCH (y:exception)-[:exception_subclass_of_exception]->(b:ValueError) RETURN y")
+    assert result.query.symbols["b"].name_value() == "ValueError" and result.query.symbols["b"].type == "exception"
+    assert result.repairs[0].kind == "bind"
+
+
+def test_an_unnamed_symbol_is_bound_to_the_entity_the_question_names_next_to_its_label(skb) -> None:
+    cypher = "MATCH (y:function)-[:function_defined_in_module]->(m:module) RETURN y"
+    result = repaired(skb, cypher, "function", question="Which functions of json, not of os, are in the os module?")
+    assert result.query.symbols["m"].name_value() == "os"  # "the os module" beats the earlier "json"
+    plain = repaired(skb, cypher, "function", question="Which functions does json define?")
+    assert plain.query.symbols["m"].name_value() == "json"
+    target = repaired(skb, "MATCH (y:module)<-[:function_defined_in_module]-(f:function) RETURN y", "module",
+                      question="Which module defines json.loads?")
+    assert target.query.symbols["y"].name_value() is None  # the target is what is asked: never bound
+
+
+def test_question_mentions_skip_stopwords_and_label_words() -> None:
+    mentions = dict(question_mentions("Which module of the json library defines loads?", {"module", "modules"}))
+    assert "json" in mentions and "module" not in mentions and "the" not in mentions
+    assert mentions["json"] == set() and "json library" in mentions
+
+
+def test_relaxations_loosen_one_rung_at_a_time_farthest_from_the_target_first() -> None:
+    qg = QueryGraph(
+        target="y",
+        symbols={
+            "y": Symbol(var="y", type="function", constraints=[Constraint(key="year", op=">=", value=2000)]),
+            "m": Symbol(var="m", type="module", constraints=[Constraint(key="name", value="json")]),
+            "e": Symbol(var="e", type="exception", constraints=[Constraint(key="name", value="ValueError"),
+                                                                 Constraint(key="size", op="<", value=3)]),
+        },
+        triplets=[Triplet(head="y", rel="function_defined_in_module", tail="m"),
+                  Triplet(head="y", rel="function_raises_exception", tail="e")],
+    )
+    steps = list(relaxations(qg, ["filters", "triplets", "constants", "edges"]))
+    names = [s[0].split(":")[0] for s in steps]
+    assert names == ["filters", "filters", "triplets", "constants", "edges"]
+    assert steps[-1][1].triplets[0].rel is None and len(steps[-1][1].triplets) == 1
+    assert steps[3][2] == frozenset({"m"}) or steps[3][2] == frozenset({"e"})
+    with pytest.raises(ValueError, match="unknown relaxation"):
+        list(relaxations(qg, ["nonsense"]))
+
+
+class _KB:
+    """The parts of a knowledge base that steps 3b-5 use, with a name-matching stand-in for VSS."""
+
+    def __init__(self, skb) -> None:
+        self.skb = skb
+
+    def embed_queries(self, texts):
+        return [np.array([hash(t) % 97], dtype=np.float32) for t in texts]
+
+    def index(self, variant):
+        skb = self.skb
+
+        class _Index:
+            def search(self, qvec, node_type=None, candidates=None, k=10, exclude=None):
+                ids = np.arange(skb.num_nodes)
+                if node_type is not None:
+                    ids = ids[skb.node_type == skb.type_code(node_type)]
+                if candidates is not None:
+                    ids = ids[np.asarray(candidates)[ids]]
+                return ids[:k], np.zeros(min(k, len(ids)))
+
+        return _Index()
+
+
+def test_the_strand_repairs_then_relaxes_until_something_grounds(skb) -> None:
+    cfg = AutofocusConfig(exact_name_only=True)
+    trace = Trace(question="Which exceptions subclass KeyError and are defined in json?")
+    qg = parse_cypher('MATCH (y:exception)-[:subclass]->(b {name: "KeyError"}), (y)-[:defined_in]->(m:module {name: "json"}) '
+                      "RETURN y", skb.schema)
+    strand = ground_strand(_KB(skb), qg, cfg, trace, "exception")
+    # as written nothing is both (json's exception subclasses ValueError): the farthest triplet goes
+    assert strand.relaxed and strand.relaxed[0].startswith("triplets")
+    assert strand.answers.tolist() in ([4], [8])
+    assert trace.flags["grounded_nonempty"] is True and trace.data["relaxed"] == strand.relaxed
+    assert ("5_relax", "triplets") in [(e.step, e.kind) for e in trace.events]
+
+
+def test_votes_keep_what_most_grounding_samples_agree_on(skb) -> None:
+    from autofocus.program.steps.grounded_strand import ground_by_votes
+
+    defined = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "json"}) RETURN y'  # {4}
+    subclass = 'MATCH (y:exception)-[:exception_subclass_of_exception]->(b:exception {name: "ValueError"}) RETURN y'  # {4}
+    other = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "os"}) RETURN y'  # {8}
+    trace = Trace(question="Which exception of json subclasses ValueError?")
+    strand = ground_by_votes(_KB(skb), [defined, subclass, other, "not a query"], AutofocusConfig(relax=[]), trace,
+                             "exception")
+    assert strand.answers.tolist() == [4]  # 2 of the 3 grounding samples; the unparsable one does not vote
+    assert trace.data["votes"] == {"samples": 4, "grounding": 3, "kept": 1, "sizes": [1, 1, 1, 0]}
+    assert trace.flags["grounded_nonempty"] is True and trace.data["grounded_ids"].tolist() == [4]
+    lone = ground_by_votes(_KB(skb), ["not a query", other], AutofocusConfig(relax=[]), Trace(question="q"), "exception")
+    assert lone.answers.tolist() == [8]  # one grounding sample is a majority of one
