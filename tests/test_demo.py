@@ -364,6 +364,7 @@ def test_collection_ignores_what_other_libraries_attach_to_the_standard_library(
 ) -> None:
     """Imports and test runners change the stdlib at run time (``transformers`` adds methods to
     ``logging.Logger``, pytest sets ``sys.last_type``); the demo must come out as a fresh process builds it."""
+    import functools
     import json as json_module
     import logging
     import platform
@@ -378,6 +379,7 @@ def test_collection_ignores_what_other_libraries_attach_to_the_standard_library(
         """A replacement some library installs."""
 
     monkeypatch.setattr(logging.Logger, "warning_once", warning_once, raising=False)
+    monkeypatch.setattr(logging.Logger, "info_once", functools.lru_cache(None)(warning_once), raising=False)
     monkeypatch.setattr(json_module.JSONDecoder, "extra", warning_once, raising=False)
     monkeypatch.setattr(json_module.JSONDecoder, "decode", decode)
     monkeypatch.setattr(platform, "added_function", decode, raising=False)  # a module without __all__

@@ -198,9 +198,11 @@ def _original(mod: types.ModuleType, name: str) -> Any:
 
 
 def _replaced(obj: Any) -> bool:
-    """A Python function defined outside the standard library: some library's replacement."""
-    module = getattr(obj, "__module__", None)
-    return inspect.isfunction(obj) and isinstance(module, str) and (
+    """A routine defined outside the standard library: some library's replacement or addition (also
+    when wrapped, as ``transformers``' ``functools.lru_cache``-wrapped ``Logger.warning_once``)."""
+    func = obj.__func__ if isinstance(obj, staticmethod | classmethod) else obj
+    module = getattr(func, "__module__", None)
+    return inspect.isroutine(func) and isinstance(module, str) and (
         module.partition(".")[0] not in sys.stdlib_module_names
     )
 
@@ -246,8 +248,7 @@ def _own_attributes(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = {}
     pristine: type | None = None
     for key, raw in vars(cls).items():
-        func = raw.__func__ if isinstance(raw, staticmethod | classmethod) else raw
-        if _replaced(func):
+        if _replaced(raw):
             pristine = pristine or _pristine_class(cls)
             raw = vars(pristine).get(key) if pristine is not None else None
             if raw is None:
