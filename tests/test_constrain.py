@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import dspy
@@ -63,7 +64,8 @@ def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb) -> None:
 
     kb = _KB()
     kb.skb = skb
-    assert AutofocusRetriever(kb, AutofocusConfig())._step2_constraint()["extra_body"]["grammar"]  # local by default
+    grammar = AutofocusRetriever(kb, AutofocusConfig())._step2_constraint(["exception"])["extra_body"]["grammar"]
+    assert "target ::= l-exception-y" in grammar and "RETURN \" \"y\"" in grammar  # local by default, from step 1's type
     hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})
     assert AutofocusRetriever(kb, hosted)._step2_constraint() == {}
     forced = AutofocusConfig.model_validate({"lm": {"default": "openai/m"}, "constrain": "grammar"})
@@ -86,6 +88,10 @@ def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.Monk
     step1.lm = dspy.LM("openai/m", api_base="http://127.0.0.1:1/v1", api_key="k")
     trace = Trace(question="Which errors does json.loads raise?")
     kept = score_target_types(step1, context, trace.question, trace, threshold=0.3, most=2)
+    weighed = Trace(question=trace.question)  # an embedding prior that favours exceptions outweighs the LM's class
+    assert score_target_types(step1, context, trace.question, weighed, 0.3, 2,
+                              prior=lambda: {"exception": 1.0, "class": 0.1}) == ["exception"]
+    assert weighed.data["target_type_lm_probs"]["class"] == 0.5 and weighed.data["target_type_probs"]["exception"] > 0.8
     assert kept == ["class", "exception"]
     assert "json.loads raise" in seen["prompt"] and "e.g." in seen["prompt"] and seen["prefix"].startswith("[[ ## target_type")
     assert trace.data["target_type_probs"]["class"] == 0.5
@@ -102,3 +108,29 @@ def test_the_typed_format_grammar_names_only_labels_and_relationships_of_the_gra
     assert grammar.startswith('root ::= "[[ ## query ## ]]"')
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup-lm` only")
     llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
+
+
+def test_typed_queries_ask_hosted_lms_for_json_schema_enums(skb) -> None:
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    answer = {"query": {"target": "y", "nodes": [{"var": "y", "label": "exception", "name": None, "where": []},
+                                                  {"var": "b", "label": "exception", "name": "ValueError", "where": []}],
+                        "edges": [{"head": "y", "rel": "exception_subclass_of_exception", "tail": "b"}]}}
+
+    class _KB:
+        pass
+
+    kb = _KB()
+    kb.skb = skb
+    with FakeOpenAIServer(lambda body: json.dumps(answer)) as srv:
+        cfg = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}, "query_format": "typed"})
+        program = AutofocusRetriever(kb, cfg)
+        assert program.step2_mode() == "json_schema"
+        lm = dspy.LM("openai/gpt-4o-mini", api_base=srv.api_base, api_key="k", cache=False)
+        trace = Trace(question="Which exceptions subclass ValueError?")
+        with dspy.context(lm=lm):
+            cypher = program.derive_query(trace.question, "exception", trace)
+        schema = json.dumps(srv.requests[-1]["response_format"])
+        assert '"enum"' in schema and "exception_subclass_of_exception" in schema and '"module"' in schema
+    assert "exception_subclass_of_exception" in cypher and trace.data["constrained"] == "json_schema"
+    assert AutofocusRetriever(kb, AutofocusConfig(query_format="typed")).step2_mode() == "grammar"  # local LM

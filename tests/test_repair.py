@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
@@ -210,11 +212,46 @@ def test_votes_keep_what_most_grounding_samples_agree_on(skb) -> None:
     defined = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "json"}) RETURN y'  # {4}
     subclass = 'MATCH (y:exception)-[:exception_subclass_of_exception]->(b:exception {name: "ValueError"}) RETURN y'  # {4}
     other = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "os"}) RETURN y'  # {8}
-    trace = Trace(question="Which exception of json subclasses ValueError?")
+    trace = Trace(question="Which exception of json (or os) subclasses ValueError?")
     strand = ground_by_votes(_KB(skb), [defined, subclass, other, "not a query"], AutofocusConfig(relax=[]), trace,
                              "exception")
     assert strand.answers.tolist() == [4]  # 2 of the 3 grounding samples; the unparsable one does not vote
     assert trace.data["votes"] == {"samples": 4, "grounding": 3, "kept": 1, "sizes": [1, 1, 1, 0]}
     assert trace.flags["grounded_nonempty"] is True and trace.data["grounded_ids"].tolist() == [4]
-    lone = ground_by_votes(_KB(skb), ["not a query", other], AutofocusConfig(relax=[]), Trace(question="q"), "exception")
+    lone = ground_by_votes(_KB(skb), ["not a query", other], AutofocusConfig(relax=[]), Trace(question="os errors?"),
+                           "exception")
     assert lone.answers.tolist() == [8]  # one grounding sample is a majority of one
+
+
+_TOKENS = ["MATCH", "(", ")", "-[", "]->", "<-[", "]-", ":", "{name: ", "}", '"ValueError"', '"json"', "y", "b",
+           "module", "exception", "Exceptions", "class_subclass_of_class", "raises", "defined_in", "WHERE", "y.num >= 3",
+           "RETURN y", ",", "NOT", "OR", "`gene/protein`", "*2", "|", "ValueError", "\n", "  "]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(_TOKENS), max_size=30), question=st.text(max_size=80))
+def test_hostile_queries_still_give_a_strand(skb, parts: list[str], question: str) -> None:
+    """Whatever the LM writes, steps 3-5 return a (possibly empty) grounded set and never raise."""
+    cfg = AutofocusConfig()
+    trace = Trace(question=question)
+    from autofocus.program.steps.grounded_strand import parse_step
+
+    qg = parse_step(_KB(skb), " ".join(parts), "exception", cfg, trace)
+    strand = ground_strand(_KB(skb), qg, cfg, trace, "exception")
+    assert strand.answers.dtype.kind == "i" and set(strand.answers.tolist()) <= set(range(skb.num_nodes))
+    assert len(strand.relaxed) <= cfg.relax_max_rungs + 2  # the second readings, then the ladder's rungs
+
+
+def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:
+    from autofocus.program.steps.repair import supported_by
+
+    assert supported_by("ExtractError", "Which classes have a method that raises tarfile.ExtractError?")
+    assert supported_by("Stanford University", "papers from Stanford after 2019")  # half of its words
+    assert supported_by("float", "an accurate floating point sum")
+    assert not supported_by("json.JSONDecoder", "what returns the best good-enough matches for a misspelled word?")
+    cypher = 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y'
+    result = repaired(skb, cypher, "function", question="Which functions raise an error on a missing value?")
+    assert result.query.symbols["b"].name_value() is None and not result.query.usable
+    assert [r.kind for r in result.repairs] == ["unsupported"]
+    kept = repaired(skb, cypher, "function", question="Which functions raise KeyError?")
+    assert kept.query.symbols["b"].name_value() == "KeyError" and kept.repairs == []

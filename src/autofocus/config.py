@@ -81,6 +81,9 @@ class AutofocusConfig(BaseModel):
     )
     target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
     target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    target_type_prior_k: int = Field(
+        20, ge=0, description="step 1 scoring: weigh the types by how the question's k nearest nodes split over them (0: off)"
+    )
     query_samples: int = Field(
         1, ge=1, description="step 2: >1 samples this many queries and grounds the nodes most of them agree on"
     )
@@ -91,8 +94,10 @@ class AutofocusConfig(BaseModel):
     prompt_schema: Literal["graph", "declared"] = Field(
         "graph", description="steps 1-2 see the triples the graph has and each type's relations (graph) or schema.json (declared)"
     )
-    constrain: Literal["auto", "grammar", "off"] = Field(
-        "auto", description="step 2: constrain decoding to the schema's triples (auto: where the LM takes a grammar)"
+    constrain: Literal["auto", "grammar", "json_schema", "off"] = Field(
+        "auto",
+        description="step 2: constrain decoding to the schema: a grammar (llama.cpp), JSON-schema enums (typed "
+        "format, structured outputs) or off; auto picks what the step's LM takes",
     )
     step7_types: Literal["step1", "agree"] = Field(
         "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
+from autofocus.cypher.render import to_cypher
+from autofocus.query_graph import QueryGraph
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -73,14 +75,29 @@ def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
 def show_trace(skb, tr, out: Console) -> None:
     d = tr.data
     # everything below comes from the SKB or the LM: ``safe``, or rich reads `[author_writes_paper]` as a style
-    out.print(f"[bold]target type[/]: {safe(d.get('target_type'))}   "
-              f"[bold]Cypher target type[/]: {safe(d.get('cypher_target_type'))}")
+    probs = d.get("target_type_probs")
+    scored = f"   (P: {', '.join(f'{t} {p:.2f}' for t, p in probs.items())})" if probs else ""
+    out.print(f"[bold]target type[/]: {safe(d.get('target_type'))}{safe(scored)}   "
+              f"[bold]Cypher target type[/]: {safe(d.get('cypher_target_type'))}")  # fmt: skip
     if d.get("cypher"):
-        out.print("[bold]query[/]:\n" + safe(d["cypher"]))
-    qg = d.get("query_graph") or {}
+        constrained = f" (decoding constrained: {d['constrained']})" if d.get("constrained") else ""
+        out.print(f"[bold]query[/]{safe(constrained)}:\n" + safe(d["cypher"]))
+    for e in tr.events:
+        if e.step == "3_repair":
+            out.print(f"  [green]repair[/] {safe(e.kind)}: {safe(e.detail[:200])}")
+    # the query as grounded: after repair and any relaxation (``program.steps.grounded_strand``)
+    grounded = d.get("relaxed_query_graph") or d.get("repaired_query_graph")
+    if grounded:
+        out.print("[bold]query as grounded[/]:\n" + safe(to_cypher(QueryGraph.model_validate(grounded))))
+    for rung in d.get("relaxed") or []:
+        out.print(f"  [yellow]relaxed[/] {safe(rung[:200])}")
+    qg = grounded or d.get("query_graph") or {}
     for t in qg.get("triplets", []):
         arrow = f"({t['head']})-[{t['rel']}]->({t['tail']}){'' if t.get('directed', True) else ' (undirected)'}"
         out.print(f"  triplet: {safe(arrow)}")
+    if d.get("alpha"):
+        why = ", ".join(d["alpha"]["why"]) or "full evidence"
+        out.print(safe(f"  grounded slots: alpha = {d['alpha']['value']:.2f} ({why}); step 7 searched {d.get('step7_types')}"))
     for var, sc in (d.get("symbol_candidates") or {}).items():
         names = ", ".join(skb.name(i)[:30] for i in sc["ids"][:5])
         out.print(safe(f"  symbol {var} <- {sc['search']!r}: {names}"))
@@ -99,6 +116,7 @@ def show_trace(skb, tr, out: Console) -> None:
         steps.add_row(safe(name), f"{s.seconds:.3f}", str(s.lm_calls), str(s.input_tokens), str(s.output_tokens))
     out.print(steps)
     for e in tr.events:
-        out.print(f"  [yellow]event[/] {safe(e.step)}: {safe(e.kind)} {safe(e.detail[:150])}")
+        if e.step != "3_repair":
+            out.print(f"  [yellow]event[/] {safe(e.step)}: {safe(e.kind)} {safe(e.detail[:150])}")
     for g in tr.degraded:
         out.print(f"  [red]degraded[/] {safe(g.step)}: {safe(g.error[:300])}")

@@ -208,7 +208,8 @@ def _error_propagation(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     sizes = [d["grounded_size"] for d in grounded]
     tt = [derived(r).get("target_type_correct") for r in ok]
     in_top = dict(zip((id(r) for r in records), metric_values(records, "hit@20"), strict=True))
-    lost = [derived(r).get("step7_type_correct") is False and not in_top[id(r)] for r in ok]
+    searched = [derived(r).get("step7_type_correct", derived(r).get("target_type_correct")) for r in ok]  # older runs
+    lost = [s is False and not in_top[id(r)] for s, r in zip(searched, ok, strict=True)]
     return {
         "stages": stages,
         "grounding": {

@@ -74,12 +74,21 @@ SPACE: dict[str, Param] = {
     "step6_order": Param("cat", ("vss", "round")),
     "step7_exclude": Param("cat", ("grounded", "none")),
     "exact_name_first": Param("cat", (True, False)),
+    "exact_name_only": Param("cat", (True, False)),
+    "repair": Param("cat", (True, False)),
+    "alpha_rule": Param("cat", ("fixed", "evidence")),
+    "alpha_relaxed": Param("float", low=0.0, high=1.0),
+    "alpha_large": Param("float", low=0.0, high=1.0),
+    "alpha_large_size": Param("int", low=20, high=100_000, log=True),
+    "alpha_disagree": Param("float", low=0.0, high=1.0),
+    "step7_types": Param("cat", ("step1", "agree")),
     "k": Param("int", low=5, high=50, step=5, rerank_only=True),
     "reranker": Param("cat", ("pointwise", "listwise", "pairwise", "tournament"), rerank_only=True),
 }
 DEFAULT_PARAMS: tuple[str, ...] = (
     "alpha", "l_max", "expansion", "type_mode", "edge_mode",
     "doc_variant_step4", "doc_variant_step6", "doc_variant_step7",
+    "alpha_rule", "alpha_relaxed", "alpha_large", "alpha_disagree",
 )  # fmt: skip
 
 

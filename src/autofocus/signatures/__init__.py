@@ -12,6 +12,7 @@ from autofocus.signatures.afr import (
     TextToCypher,
     TextToQueryGraph,
     target_type_signature,
+    typed_query_signature,
 )
 from autofocus.signatures.seed_systems import (
     FEEDBACK,
@@ -45,4 +46,5 @@ __all__ = [
     "TripletGeneration",
     "TripletTerm",
     "target_type_signature",
+    "typed_query_signature",
 ]

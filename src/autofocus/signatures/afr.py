@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 import dspy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 # --- step 1 ---------------------------------------------------------------------------------------
 
@@ -104,6 +104,20 @@ class TextToQueryGraph(dspy.Signature):
     target_type: str = dspy.InputField(desc="the label of the node the question asks for")
     question: str = dspy.InputField()
     query: QuerySpec = dspy.OutputField()
+
+
+def typed_query_signature(labels: list[str], relationships: list[str]) -> type[dspy.Signature]:
+    """Step 2's typed format with the SKB's labels and relationship types as enums, so that an LM with
+    JSON-schema structured outputs (OpenAI, vLLM) can only name what the graph has."""
+    label_t = Literal[tuple(labels)]  # type: ignore[valid-type]
+    rel_t = Literal[tuple(relationships)]  # type: ignore[valid-type]
+    node = create_model("NodeSpec", __base__=NodeSpec, label=(label_t, Field(description="one of the node labels")))
+    edge = create_model("EdgeSpec", __base__=EdgeSpec, rel=(rel_t, Field(description="one of the relationship labels")))
+    spec = create_model(
+        "QuerySpec", __base__=QuerySpec, nodes=(list[node], ...), edges=(list[edge], Field(default_factory=list))  # type: ignore[valid-type]
+    )
+    return TextToQueryGraph.with_updated_fields("query", type_=spec)
+
 
 
 # --- step 8 ---------------------------------------------------------------------------------------

@@ -34,12 +34,20 @@ def _field(name: str, body: str) -> list[str]:
     return [f'root ::= {_lit(f"[[ ## {name} ## ]]")} "\\n" {body} "\\n\\n" {_lit("[[ ## completed ## ]]")}']
 
 
-def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher") -> str:
+def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher",
+                   targets: list[str] | None = None) -> str:
     """GBNF for ``MATCH`` patterns whose every hop is a triple of the graph, ``WHERE`` conditions on
-    known attributes, and ``RETURN <var>.name``, inside ChatAdapter's ``[[ ## field ## ]]`` markers."""
+    known attributes, and ``RETURN y.name``, inside ChatAdapter's ``[[ ## field ## ]]`` markers. With
+    ``targets`` (step 1's types) the query starts at ``(y:TARGET)``: the prompt asks for it, and a small
+    LM that writes ``(y:module)`` for "which shutil function" is kept to the type step 1 chose."""
     lines = _field(field, "query")
+    first = "pattern"
+    if targets:
+        first = "target"
+        lines.append("target ::= " + " | ".join(f"{_rule(t)}-y" for t in targets))
     lines += [
-        f'query ::= "MATCH " pattern ("\\nMATCH " pattern){{0,{MAX_PATTERNS - 1}}} where? "\\nRETURN " var ".name"',
+        f'query ::= "MATCH " {first} ("\\nMATCH " pattern){{0,{MAX_PATTERNS - 1}}} where? "\\nRETURN " '
+        + ('"y"' if targets else "var") + ' ".name"',
         "pattern ::= " + " | ".join(f"{_rule(lab)}-0" for lab in sg.labels),
         f'where ::= "\\nWHERE " cond (" AND " cond){{0,{MAX_CONDITIONS - 1}}}',
         'cond ::= var "." attr " " op " " value',
@@ -52,6 +60,8 @@ def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher"
     ]
     for lab in sg.labels:
         node = f'"(" var ":" {_lit(cypher_name(lab))} props? ")"'
+        if targets and lab in targets:  # the target node: variable y, no name of its own
+            lines.append(f'{_rule(lab)}-y ::= "(y:" {_lit(cypher_name(lab))} ")" ' + f"({_rule(lab)}-0-hops)?")
         for depth in range(MAX_HOPS + 1):
             hops = []
             if depth < MAX_HOPS:
@@ -62,6 +72,8 @@ def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher"
                         hops.append(f'{_lit("<-[:" + cypher_name(r.rel) + "]-")} {_rule(r.src)}-{depth + 1}')
             tail = f" ({' | '.join(dict.fromkeys(hops))})?" if hops else ""
             lines.append(f"{_rule(lab)}-{depth} ::= {node}{tail}")
+            if depth == 0 and hops:
+                lines.append(f"{_rule(lab)}-0-hops ::= {' | '.join(dict.fromkeys(hops))}")
     return "\n".join(lines) + "\n"
 
 

@@ -126,7 +126,8 @@ def _bounded(adapter: Any) -> Any:
         fallback = True if adapter is None else adapter.use_json_adapter_fallback
         return BoundedChatAdapter(use_json_adapter_fallback=fallback)
     if type(adapter) is JSONAdapter:
-        return BoundedJSONAdapter()
+        return BoundedJSONAdapter(use_native_function_calling=adapter.use_native_function_calling,
+                                  parallel_tool_calls=adapter.parallel_tool_calls)
     return adapter
 
 

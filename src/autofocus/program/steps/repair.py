@@ -24,6 +24,8 @@ import itertools
 import re
 from dataclasses import dataclass
 
+from rapidfuzz import fuzz
+
 from autofocus.cypher.mapping import SchemaMapper
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
@@ -43,6 +45,7 @@ UNGROUNDABLE = -2.0  # a triplet between two labels that nothing connects
 MIN_LABEL_SIMILARITY = 0.4  # an unknown label below this similarity to every label is ignored
 MAX_OPTIONS = 6  # labels tried per variable
 MAX_ASSIGNMENTS = 20_000
+MAX_ALTERNATIVES = 2  # second readings tried before relaxing (each costs a grounding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,36 @@ def _label_words(labels: set[str]) -> dict[str, str]:
             for form in (word, word + "s", word + "es"):
                 out.setdefault(form, label)
     return out
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[\W_]+", text.lower()) if len(w) >= 3]
+
+
+def supported_by(name: str, question: str) -> bool:
+    """Whether the question mentions ``name`` (nearly verbatim, by its last qualified segment, or half
+    of its words): a small LM also invents constants (an example name, the answer itself)."""
+    q = question.lower()
+    if not q.strip():
+        return True  # no question to check against (a query on its own)
+    n = name.strip().lower()
+    last = re.sub(r".*[./:\\|>]", "", n)
+    if fuzz.partial_ratio(n, q) >= 85 or (len(last) >= 3 and fuzz.partial_ratio(last, q) >= 90):
+        return True
+    words, asked = _words(n), _words(q)
+    return bool(words) and sum(any(a.startswith(w) for a in asked) for w in words) * 2 >= len(words)
+
+
+def drop_unsupported(qg: QueryGraph, question: str) -> tuple[QueryGraph, list[Repair]]:
+    """Constants whose names the question does not mention become variables again."""
+    symbols, repairs = dict(qg.symbols), []
+    for var, sym in qg.symbols.items():
+        name = sym.name_value()
+        if name is not None and not supported_by(name, question):
+            kept = [c for c in sym.constraints if not (c.key.lower() in ("name", "title") and c.value == name)]
+            symbols[var] = sym.model_copy(update={"constraints": kept})
+            repairs.append(Repair("unsupported", f"{var}: {name!r} is not in the question: not a constant"))
+    return (qg.model_copy(update={"symbols": symbols}), repairs) if repairs else (qg, [])
 
 
 def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) -> tuple[QueryGraph, list[Repair]]:
@@ -223,9 +256,10 @@ def repair_query(
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring)."""
     if not qg.triplets:
         return Repaired(qg, [], [])
+    qg, dropped = drop_unsupported(qg, question)
     qg, bound = bind_names(qg, skb, mapper, question)
     evidence, notes = label_evidence(qg, skb, mapper, target_type)
-    notes = bound + notes
+    notes = dropped + bound + notes
     rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
     # labels a variable could take because some relationship the query names touches them
     touching: dict[str, set[str]] = {v: set() for v in qg.symbols}
@@ -258,7 +292,7 @@ def repair_query(
         for i, (_, alt) in enumerate(choices)
         if alt is not None
     ]
-    return Repaired(*_apply(qg, assign, first, notes), alternatives)
+    return Repaired(*_apply(qg, assign, first, notes), alternatives[:MAX_ALTERNATIVES])
 
 
 def _product(sizes: object) -> int:

@@ -14,7 +14,9 @@ steps 3-7 are the deterministic functions of this package.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +36,7 @@ from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
-from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature
+from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from autofocus.usage import add_usage
@@ -76,11 +78,13 @@ def derive_target_type(
 
 
 def score_target_types(
-    predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int
+    predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int,
+    prior: Callable[[], dict[str, float]] | None = None,
 ) -> list[str] | None:
     """Step 1 from the LM's probabilities: every candidate type scored as the whole answer to step 1's
-    prompt; the types within ``threshold`` of the best (most likely first, at most ``most``). None where
-    the LM exposes no probabilities, so the caller lets it write its answer instead."""
+    prompt, times the weights ``prior()`` returns (e.g. ``vss_type_prior``) and renormalised; the types within ``threshold``
+    of the best (most likely first, at most ``most``). None where the LM exposes no probabilities, so
+    the caller lets it write its answer instead."""
     lm = predictor.lm or dspy.settings.lm
     types = context.candidate_types
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
@@ -95,9 +99,25 @@ def score_target_types(
         if probs is None:
             return None
         add_usage(calls=1, input_tokens=estimate_tokens(messages), output_tokens=len(types))
+        weights = prior() if prior is not None else None
+    if weights:
+        trace.data["target_type_lm_probs"] = {t: round(p, 4) for t, p in zip(types, probs, strict=True)}
+        probs = [p * weights.get(t, 0.0) for t, p in zip(types, probs, strict=True)]
+        total = sum(probs) or 1.0
+        probs = [p / total for p in probs]
     ranked = sorted(zip(types, probs, strict=True), key=lambda tp: -tp[1])
     trace.data["target_type_probs"] = {t: round(p, 4) for t, p in ranked}
     return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
+
+
+def vss_type_prior(kb: KnowledgeBaseLike, question: str, types: list[str], k: int, variant: str) -> dict[str, float]:
+    """How the question's ``k`` nearest candidate nodes split over the types (add-one smoothed): a small LM
+    reads "which methods can throw KeyError?" as asking for an exception, the embeddings do not."""
+    skb = kb.skb
+    mask = np.isin(skb.node_type, [skb.type_code(t) for t in types])
+    ids, _ = kb.index(variant).search(kb.embed_query(question), candidates=mask, k=k)
+    counts = np.bincount(skb.node_type[np.asarray(ids, dtype=np.int64)], minlength=len(skb.node_type_names))
+    return {t: (int(counts[skb.type_code(t)]) + 1) / (len(ids) + len(types)) for t in types}
 
 
 @dataclass
@@ -137,9 +157,13 @@ class AutofocusRetriever(RetrievalProgram):
         types = self.context.candidate_types
         self.target_type = dspy.Predict(target_type_signature(types, described=graph)) if len(types) > 1 else None
         self.cypher = dspy.Predict(TextToCypher)
-        self.query_graph = dspy.Predict(TextToQueryGraph)
+        sg = schema_graph(kb.skb)
+        self.query_graph = dspy.Predict(
+            typed_query_signature(sg.labels, sg.rel_names) if self.step2_mode() == "json_schema" and sg.rel_names
+            else TextToQueryGraph
+        )
         self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
-        self._grammar: str | None = None
+        self._grammars: dict[tuple[str, ...], str] = {}  # step 2 grammars by step 1's types
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
@@ -147,8 +171,12 @@ class AutofocusRetriever(RetrievalProgram):
         """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
         cfg = self.config
         if self.target_type is not None and cfg.target_type_scoring == "auto":
+            prior = None
+            if cfg.target_type_prior_k:
+                prior = functools.partial(vss_type_prior, self.kb, question, self.context.candidate_types,
+                                          cfg.target_type_prior_k, cfg.doc_variant_step7)
             kept = score_target_types(self.target_type, self.context, question, trace,
-                                      cfg.target_type_threshold, cfg.target_type_max)
+                                      cfg.target_type_threshold, cfg.target_type_max, prior)
             if kept:
                 return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
@@ -157,31 +185,48 @@ class AutofocusRetriever(RetrievalProgram):
                      sample: int = 0) -> str | None:
         """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed.
         ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency)."""
-        types = _as_types(target_type)
-        inputs = self.context.query_inputs(question, " or ".join(types) if types else None)
-        config = self._step2_constraint()
+        types = _as_types(target_type)  # step 2 asks for the most likely type, as in the paper; step 7 searches all kept
+        inputs = self.context.query_inputs(question, types[0] if types else None)
+        config = self._step2_constraint(types)
         if sample:
             config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
         with trace.step("2_query"):
             if self.config.query_format == "typed":
-                pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
+                adapter = dspy.JSONAdapter() if self.step2_mode() == "json_schema" else dspy.settings.adapter
+                with dspy.context(adapter=adapter):
+                    pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
                 pred, raw = safe_predict(self.cypher, trace, "2_query", config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
-        if "extra_body" in config:
-            trace.data["constrained"] = "grammar"
+        if self.step2_mode() != "off":
+            trace.data["constrained"] = self.step2_mode()
         return cypher
 
-    def _step2_constraint(self) -> dict[str, object]:
-        """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``)."""
+    def step2_mode(self) -> str:
+        """How step 2 is constrained: a GBNF grammar (llama.cpp servers), JSON-schema structured outputs
+        with enums (the typed format on LMs that support them), or not at all (repair alone)."""
         mode = self.config.constrain
-        if mode == "off" or (mode == "auto" and not is_local_spec(self.config.lm.for_step("cypher"))):
+        if mode != "auto":
+            return mode
+        if is_local_spec(self.config.lm.for_step("cypher")):
+            return "grammar"
+        return "json_schema" if self.config.query_format == "typed" else "off"
+
+    def _step2_constraint(self, types: list[str] | None = None) -> dict[str, object]:
+        """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``); a Cypher
+        query starts at step 1's type(s)."""
+        if self.step2_mode() != "grammar":
             return {}
-        if self._grammar is None:
-            build = query_spec_grammar if self.config.query_format == "typed" else cypher_grammar
-            self._grammar = build(schema_graph(self.kb.skb), self.context.attribute_names)
-        return grammar_config(self._grammar)
+        sg = schema_graph(self.kb.skb)
+        targets = tuple(t for t in types or [] if t in sg.labels)
+        key = ("typed",) if self.config.query_format == "typed" else targets
+        if key not in self._grammars:
+            self._grammars[key] = (
+                query_spec_grammar(sg, self.context.attribute_names) if self.config.query_format == "typed"
+                else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None)
+            )
+        return grammar_config(self._grammars[key])
 
     def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
         """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation. With
