@@ -465,3 +465,35 @@ def test_relationship_properties_are_dropped() -> None:
     qg = parse("MATCH (a:x)-[:t {since: 2000}]->(b:y) RETURN a")
     assert triplet_strings(qg) == ["a -[t]-> b"]
     assert_dropped(qg, ["properties of relationships"])
+
+
+NESTED = {
+    "parentheses": lambda n: "(" * n + "p.year = 2019" + ")" * n,
+    "lists": lambda n: "p.year IN " + "[" * n + "2019" + "]" * n,
+    "calls": lambda n: "toInteger(" * n + "p.year" + ")" * n + " = 2019",
+    "negations": lambda n: "NOT " * (10 * n) + "p.year = 2019",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(NESTED))
+def test_absurd_nesting_in_where_drops_only_that_condition(shape: str) -> None:
+    query = ("MATCH (a:author {name: 'Ann Lee'})-[:author___writes___paper]->(p:paper) "
+             f"WHERE p.title CONTAINS 'graph' AND {NESTED[shape](200)} RETURN p")
+    qg = parse_cypher(query, SCHEMAS["mag"])
+    assert triplet_strings(qg) == ["a -[author___writes___paper]-> p"]  # the MATCH part survives
+    assert ["title", "CONTAINS", "graph"] in constraints_of(qg)["p"]  # and so does the other condition
+    assert all("RecursionError" not in d.reason for d in qg.dropped)
+    if shape != "negations":  # an even run of NOTs cancels out and the condition is kept
+        assert any("nested more than" in d.reason for d in qg.dropped), qg.dropped
+
+
+def test_deep_nesting_is_bounded_even_close_to_the_recursion_limit() -> None:
+    import sys
+
+    def at_depth(frames: int) -> QueryGraph:  # parse the way a deep call stack (DSPy, threads) would
+        if frames > 0:
+            return at_depth(frames - 1)
+        return parse_cypher(f"MATCH (p:paper) WHERE {NESTED['parentheses'](61)} RETURN p", SCHEMAS["mag"])
+
+    qg = at_depth(sys.getrecursionlimit() - 500)
+    assert list(qg.symbols) == ["p"] and any("nested more than" in d.reason for d in qg.dropped)

@@ -7,6 +7,8 @@ needs none) through the ``autofocus.runtime.open_kb`` seam, with one index manif
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -75,6 +77,11 @@ def invoke(cli: CliRunner, *args: str | Path) -> Any:
     return cli.invoke(app, [str(a) for a in args], terminal_width=200)
 
 
+def said(res: Any, text: str) -> bool:
+    """Whether the output holds ``text``, however the console wrapped it."""
+    return re.sub(r"\s+", "", text) in re.sub(r"\s+", "", res.output)
+
+
 def test_eval_writes_a_run_resumes_it_and_refuses_another_config(
     cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path
 ) -> None:
@@ -123,6 +130,79 @@ def test_eval_limit_unknown_split_and_interrupt(cli: CliRunner, tiny_skb_dir: Pa
     assert res.exit_code == 0 and len(CALLS) == 1 and "2 questions" in res.output
 
 
+class DegradingSystem(ScriptedSystem):
+    """The scripted system with an LM that gave no answer for every question but the first."""
+
+    def forward(self, question: str) -> dspy.Prediction:
+        pred = super().forward(question)
+        if len(CALLS) > 1:
+            pred.trace.degrade("1_target_type", "LMTransportError: connection refused")
+        return pred
+
+
+def test_eval_fails_loudly_when_too_many_questions_are_degraded(
+    cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(registry._SYSTEMS, "degrading", (lambda kb, cfg, spec: DegradingSystem(kb, cfg, spec), {}))
+    base = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--system", "degrading", "--no-progress")
+    res = invoke(cli, *base, "--out", tmp_path / "a")
+    assert res.exit_code == eval_cmd.EXIT_DEGRADED, res.output
+    assert said(res, "3 questions, 2 degraded (66.7%")
+    assert said(res, "2 of 3 questions (67%) are degraded, above --max-degraded 10%")
+    assert said(res, "1_target_type: LMTransportError")
+    CALLS.clear()
+    res = invoke(cli, *base, "--out", tmp_path / "b", "--max-degraded", "0.7")
+    assert res.exit_code == 0, res.output
+
+
+def test_lm_waits_are_options_that_a_resume_may_change(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "scripted", "--no-progress")
+    res = invoke(cli, *base, "--lm-timeout", "30", "--lm-retries", "1", "--deadline", "600", "--limit", "1")
+    assert res.exit_code == 0, res.output
+    config = json.loads((out / "manifest.json").read_text())["config"]
+    assert (config["lm"]["timeout_s"], config["lm"]["num_retries"], config["question_deadline_s"]) == (30, 1, 600)
+    res = invoke(cli, *base, "--lm-timeout", "90")  # how long to wait is not part of what was run
+    assert res.exit_code == 0, res.output
+
+
+def test_eval_on_damaged_files_names_the_place_without_a_traceback(
+    cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path
+) -> None:
+    skb = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, skb)
+    base = ("eval", "--skb", skb, "--split", "train", "--system", "scripted", "--no-progress", "--out", tmp_path / "r")
+    (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text().replace("[1, 2, 11]", "[1, 2, 999]"))
+    res = invoke(cli, *base)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert re.search(r"qa\.csv\s*│\s*3\s*│ question 1: answer id 999 is not a node id", res.output), res.output
+
+    (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text())
+    (skb / "splits" / "train.index").write_text("0\n[/]\n")  # Rich markup in a file: printed as text
+    res = invoke(cli, *base)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert said(res, "not a question id: '[/]'")
+
+    (skb / "splits" / "train.index").write_text((tiny_skb_dir / "splits" / "train.index").read_text())
+    with (skb / "edges.csv").open("a") as fh:
+        fh.write("4,[/],0\n")
+    res = invoke(cli, *base)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert "edges.csv" in res.output and "[/]" in res.output
+
+
+def test_eval_refuses_to_resume_over_a_damaged_traces_line(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "scripted", "--no-progress")
+    assert invoke(cli, *args).exit_code == 0
+    lines = (out / "traces.jsonl").read_text().splitlines(keepends=True)
+    (out / "traces.jsonl").write_text("".join([lines[0], "garbage\n", *lines[1:]]))
+    for command in (args, ("report", out)):
+        res = invoke(cli, *command)
+        assert res.exit_code in (1, eval_cmd.EXIT_MISMATCH) and isinstance(res.exception, SystemExit), res.output
+        assert said(res, "traces.jsonl:2: not a valid JSON trace line")
+
+
 def test_report_reprints_and_compares(cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     common = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--no-progress")
@@ -149,7 +229,7 @@ def test_compare_runs_each_system_on_the_same_questions(cli: CliRunner, tiny_skb
     md = (out / "comparison.md").read_text()
     assert "| scripted | 2 |" in md and "| scripted:k=1,alpha=0.5 | 2 |" in md and "Paired differences" in md
     rows = (out / "comparison.csv").read_text().splitlines()
-    assert rows[0].startswith("system,n,errors,hit@1") and len(rows) == 3
+    assert rows[0].startswith("system,n,errors,degraded,hit@1") and len(rows) == 3
     manifest = json.loads((out / "scripted_k=1_alpha=0.5" / "manifest.json").read_text())
     assert manifest["config"]["k"] == 1 and manifest["config"]["alpha"] == 0.5
 

@@ -151,6 +151,37 @@ def test_summary_tables_and_files(tmp_path: Path) -> None:
     assert json.loads(jpath.read_text())["n"] == 4 and mpath.read_text().startswith("# run")
 
 
+def test_degraded_questions_keep_their_metrics_and_their_share_is_shown(tmp_path: Path) -> None:
+    lost = {"step": "1_target_type", "error": "LMTransportError: connection refused"}
+    records = [
+        {**RECORDS[1], "status": "degraded", "degraded": [lost, {**lost, "step": "2_query"}]},
+        {**RECORDS[2], "status": "degraded", "degraded": [lost]},
+        RECORDS[3],
+        RECORDS[4],
+    ]
+    s = summarize(records)
+    assert s["degraded"] == {
+        "questions": 2, "share": 0.5,
+        "causes": {"1_target_type: LMTransportError": 2, "2_query: LMTransportError": 1},
+    }
+    assert s["metrics"]["hit@1"]["mean"] == 0.25 and s["n_errors"] == 1  # the fallback's hit counts
+    console = Console(record=True, width=160)
+    print_summary(s, console, title="afr")
+    text = console.export_text()
+    assert "afr: 4 questions, 2 degraded (50.0%: LM outages, fallback results), 1 raised (scored 0)" in text
+    assert "Degraded questions" in text and "1_target_type: LMTransportError" in text
+    rows = comparison_rows([load_run(write_run(tmp_path / "a", records))])
+    assert rows[0]["degraded"] == 2
+
+
+def test_text_from_traces_is_printed_as_text_not_markup() -> None:
+    records = [{"id": 1, "status": "error", "error": "[/]nodes.jsonl:100: closes nothing"}]
+    console = Console(record=True, width=160)
+    print_summary(summarize(records), console, title="run [bold]x")
+    text = console.export_text()
+    assert "[/]nodes.jsonl" in text and "run [bold]x" in text
+
+
 def test_mean_ci_edge_cases() -> None:
     assert mean_ci(np.array([]))["mean"] is None
     flat = mean_ci(np.array([0.5, 0.5, 0.5]))

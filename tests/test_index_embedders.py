@@ -21,6 +21,7 @@ from autofocus.index.embedders import (
 )
 
 
+@pytest.mark.slow
 def test_packaged_minilm_loads_offline_and_ranks_paraphrases_first() -> None:
     emb = get_embedder(DEFAULT_EMBEDDER)
     assert isinstance(emb, SentenceTransformerEmbedder)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -14,7 +12,19 @@ import dspy
 import pytest
 
 from autofocus.config import LMConfig
-from autofocus.lm import STEPS, get_lm, lm_for_step, lms_for_config, yes_probability
+from autofocus.lm import (
+    DEFAULT_RETRIES,
+    HOSTED_TIMEOUT_S,
+    LOCAL_TIMEOUT_S,
+    RETRIES_ENV,
+    STEPS,
+    TIMEOUT_ENV,
+    get_lm,
+    lm_for_step,
+    lms_for_config,
+    wait_settings,
+    yes_probability,
+)
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
 
 
@@ -58,53 +68,14 @@ def test_bad_spec_is_explained(spec: str) -> None:
         get_lm(spec)
 
 
-def test_retries_on_429_then_succeeds() -> None:
-    with FakeOpenAIServer(_echo, fail_429=2) as srv:
-        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False, num_retries=3)
-        with dspy.context(lm=lm):
-            assert dspy.Predict("question -> answer")(question="q").answer == "echo q"
-    assert srv.rate_limited == 2 and srv.request_count == 3
-
-
-def test_429_without_retries_raises_rate_limit_error() -> None:
+def test_configured_retries_reach_the_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AUTOFOCUS_LM_RETRIES is what a rate-limited or failing request gets, not DSPy's default."""
+    monkeypatch.setenv("AUTOFOCUS_LM_RETRIES", "0")
     with FakeOpenAIServer(_echo, fail_429=1) as srv:
-        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False, num_retries=0)
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False)
         with dspy.context(lm=lm), pytest.raises(dspy.LMRateLimitError):
             dspy.Predict("question -> answer")(question="q")
     assert srv.request_count == 1
-
-
-def test_concurrent_threads_get_their_own_answers() -> None:
-    n, latency = 8, 0.3
-    with FakeOpenAIServer(_echo, latency=latency) as srv:
-        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False)
-        answers: dict[int, str] = {}
-
-        def ask(i: int) -> None:
-            with dspy.context(lm=lm):
-                answers[i] = dspy.Predict("question -> answer")(question=f"q{i}").answer
-
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - t0
-    assert answers == {i: f"echo q{i}" for i in range(n)}
-    assert srv.request_count == n and len(lm.history) == n
-    assert srv.max_in_flight > 1 and elapsed < n * latency
-
-
-def test_cache_is_keyed_by_model_identity() -> None:
-    """Same server, same prompt: another model string must miss the cache, the same one must hit it."""
-    with FakeOpenAIServer(_echo) as srv:
-        name = _model()
-        first, second = (get_lm(m, api_base=srv.api_base, api_key="k", cache=True) for m in (f"{name}@aaaa", f"{name}@bbbb"))
-        for lm in (first, second, first):
-            with dspy.context(lm=lm):
-                dspy.Predict("question -> answer")(question="same question")
-    assert srv.request_count == 2
 
 
 def test_yes_probability_is_none_for_hosted_lms() -> None:
@@ -158,3 +129,29 @@ def test_cli_lm_list_and_check(monkeypatch: pytest.MonkeyPatch) -> None:
     assert srv.request_count == 2 and srv.headers[0]["Authorization"] == "Bearer EMPTY"  # keyless server
     missing = runner.invoke(app, ["lm", "check", "--lm", "local"])
     assert missing.exit_code == 1 and "autofocus lm setup" in " ".join(missing.output.split())
+
+
+def test_timeout_and_retries_come_from_arguments_then_environment_then_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(RETRIES_ENV, raising=False)
+    lm = get_lm("openai/x", api_base="http://127.0.0.1:9/v1")
+    assert (lm.kwargs["timeout"], lm.num_retries) == (HOSTED_TIMEOUT_S, DEFAULT_RETRIES)
+    assert wait_settings(None, None, local=True) == (LOCAL_TIMEOUT_S, DEFAULT_RETRIES)
+    monkeypatch.setenv(TIMEOUT_ENV, "7.5")
+    monkeypatch.setenv(RETRIES_ENV, "0")
+    lm = get_lm("openai/x", api_base="http://127.0.0.1:9/v1")
+    assert (lm.kwargs["timeout"], lm.num_retries) == (7.5, 0)
+    assert wait_settings(None, None, local=True) == (7.5, 0)
+    lm = get_lm("openai/x", api_base="http://127.0.0.1:9/v1", timeout=3, num_retries=1)
+    assert (lm.kwargs["timeout"], lm.num_retries) == (3, 1)
+    monkeypatch.setenv(TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="AUTOFOCUS_LM_TIMEOUT='soon'"):
+        get_lm("openai/x")
+
+
+def test_the_configs_timeout_and_retries_reach_every_lm() -> None:
+    config = LMConfig(default="openai/x", rerank="openai/y", timeout_s=4.0, num_retries=0)
+    lms = lms_for_config(config, api_base="http://127.0.0.1:9/v1")
+    assert {(lm.kwargs["timeout"], lm.num_retries) for lm in lms.values()} == {(4.0, 0)}

@@ -176,7 +176,7 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
         pred = loaded(question=val[0].question)
     sent = lm2.prompts("cypher")[0]
     assert has_demos(sent) and "Ada Lovelace" in sent[1]["content"]
-    assert grounded_strand(pred) == [3] or 3 in grounded_strand(pred)
+    assert grounded_strand(pred)[0] == 3  # the demos' Cypher grounds the gold answer first
     assert pred.trace.data["cypher"] == GOOD["Grace Hopper"]
 
 
@@ -286,8 +286,6 @@ def test_step_problems_name_what_no_prompt_can_change(kb: KnowledgeBase) -> None
 def reflection_lm() -> PromptLM:
     """Proposes an instruction that names the entity (what the scripted Cypher LM needs)."""
     def propose(messages: Messages) -> dict[str, str]:
-        assert "None of the correct answers" in messages[-1]["content"] or "no usable relationship" in \
-            messages[-1]["content"]  # the feedback reached the reflection LM
         return {"new_instruction": f"Write one Cypher query. {MAGIC}"}
 
     return PromptLM({"new_instruction": propose}, adapter=dspy.JSONAdapter())
@@ -305,6 +303,8 @@ def test_gepa_rewrites_the_instruction_from_feedback_and_leaves_step_1_alone(
         result = optimise(two_type_kb, "afr", config(), train, val, optimizer="gepa", steps=["cypher"],
                           budget=12, reflection_lm=reflect, threads=1, with_lms=False)
     assert reflect.prompts("new_instruction"), "GEPA never asked the reflection LM"
+    sent = "\n".join(p[-1]["content"] for p in reflect.prompts("new_instruction"))
+    assert "The query has no usable relationship pattern" in sent  # autofocus's feedback reached it
     after = program_state(result.program)
     assert MAGIC in after["cypher"]["signature"]["instructions"]
     assert result.metadata["instructions_changed"] == ["cypher"] and result.metadata["reflection_lm_calls"] >= 1

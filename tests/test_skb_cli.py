@@ -54,3 +54,30 @@ def test_validate_ok_and_errors(tiny_skb_dir, tmp_path):
     assert "edges.csv" in bad.output and "27" in bad.output and "not a node id" in bad.output
     missing = runner.invoke(app, ["skb", "validate", str(tmp_path / "nowhere")])
     assert missing.exit_code == 1
+
+
+def test_validate_reports_a_missing_standard_split(tiny_skb_dir, tmp_path):
+    path = tmp_path / "tiny"
+    shutil.copytree(tiny_skb_dir, path)
+    (path / "splits" / "val.index").unlink()
+    res = runner.invoke(app, ["skb", "validate", str(path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert "splits/val.index" in res.output and "missing: the standard split 'val'" in res.output
+
+
+def test_text_from_skb_files_is_printed_as_text(tiny_skb_data, tmp_path):
+    from autofocus.skb.writer import write_skb_dir
+
+    data = tiny_skb_data
+    data["nodes"][4]["name"] = "[/] :100: Ada"
+    data["schema"]["node_types"]["author"]["name_field"] = "name"
+    path = tmp_path / "odd"
+    write_skb_dir(path, data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
+    res = runner.invoke(app, ["skb", "info", str(path), "--samples", "3"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "[/] :100: Ada" in res.output
+    with (path / "edges.csv").open("a") as fh:
+        fh.write("4,[bold]x[/],0\n")
+    res = runner.invoke(app, ["skb", "validate", str(path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert "[bold]x[/]" in res.output

@@ -242,7 +242,7 @@ def test_qa_errors(tmp_path, tiny_skb_data):
     assert _has(issues, "qa.csv", 5, "empty query")
     assert _has(issues, "qa.csv", 6, "must be a list")
     assert _has(issues, "qa.csv", 7, "not a JSON or Python list")
-    assert _has(issues, "qa.csv", None, "answer id 500")
+    assert _has(issues, "qa.csv", 9, "answer id 500")  # the line, not only the file
     assert _has(issues, "splits/val.index", 2, "77", "not in qa.csv")
     assert _has(issues, "splits/val.index", 3, "not a question id")
     assert _has(issues, "splits/train.index", 2, "question id 1", "not in qa.csv")

@@ -13,7 +13,13 @@ import torch
 from autofocus.skb.errors import SKBFormatError
 from autofocus.skb.io import detect_format, load_skb
 from autofocus.skb.qa import load_qa, splits_available
-from autofocus.skb.stark import bundled_profiles, find_processed_dir, load_stark, resolve_profile
+from autofocus.skb.stark import (
+    ProfileWarning,
+    bundled_profiles,
+    find_processed_dir,
+    load_stark,
+    resolve_profile,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "stark"
 
@@ -178,3 +184,75 @@ def test_stark_through_load_skb_and_cache(tmp_path):
 def _mag_dicts() -> dict:
     mag = bundled_profiles()["mag"]
     return {"node_type_dict": mag.node_type_dict, "edge_type_dict": mag.edge_type_dict}
+
+
+class Planted:
+    """A pickle that runs code when loaded: it creates ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def _plant(path: Path, marker: Path) -> None:
+    with path.open("wb") as fh:
+        pickle.dump(Planted(marker), fh)
+
+
+def test_a_directory_skb_with_pickles_is_never_taken_for_stark(tiny_skb_dir, tmp_path):
+    root = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, root)
+    (root / "nodes.jsonl").unlink()
+    marker = tmp_path / "ran"
+    for name in ("node_info.pkl", "node_type_dict.pkl"):
+        _plant(root / name, marker)
+    assert detect_format(root) == "dir"
+    with pytest.raises(SKBFormatError, match=r"missing required file .*nodes\.jsonl"):
+        load_skb(root, progress=False)
+    assert not marker.exists()
+
+
+def test_an_incomplete_stark_layout_is_reported_before_any_pickle_is_opened(tmp_path):
+    root = tmp_path / "partial"
+    (root / "processed").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    for name in ("node_info.pkl", "node_type_dict.pkl", "edge_type_dict.pkl"):
+        _plant(root / "processed" / name, marker)
+    with pytest.raises(SKBFormatError) as info:
+        load_skb(root, progress=False)
+    assert {i.file for i in info.value.issues} == {"edge_index.pt", "edge_types.pt", "node_types.pt"}
+    with pytest.raises(SKBFormatError):
+        resolve_profile(None, root / "processed")
+    assert not marker.exists()
+
+
+def test_type_dictionaries_are_read_as_plain_data_only(tmp_path):
+    root = _copy(tmp_path, "prime_like")
+    marker = tmp_path / "ran"
+    _plant(root / "processed" / "node_type_dict.pkl", marker)
+    with pytest.raises(SKBFormatError, match=r"node_type_dict.pkl.*refused to load pathlib"):
+        load_skb(root, progress=False)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["node_info.pkl", "edge_index.pt", "node_type_dict.pkl"])
+def test_a_truncated_file_is_named(tmp_path, name):
+    root = _copy(tmp_path, "prime_like")
+    path = root / "processed" / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(SKBFormatError) as info:
+        load_stark(root, progress=False)
+    assert info.value.issues[0].file == name and "cannot be read" in info.value.issues[0].reason
+
+
+def test_auto_detection_says_when_no_profile_fits(tmp_path):
+    root = _copy(tmp_path, "prime_like")
+    with (root / "processed" / "node_type_dict.pkl").open("rb") as fh:
+        types = pickle.load(fh)
+    with (root / "processed" / "node_type_dict.pkl").open("wb") as fh:
+        pickle.dump({k: f"kind-{v}" for k, v in types.items()}, fh)
+    with pytest.warns(ProfileWarning, match="no single bundled STaRK profile fits .*--profile"):
+        skb = load_stark(root, progress=False)
+    assert skb.schema.source["profile"] is None

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from autofocus.cypher import parse_cypher
-from autofocus.program.steps.symbols import retrieve_symbol_candidates
+from autofocus.program.steps.symbols import constraint_mask, retrieve_symbol_candidates
+from autofocus.query_graph import Constraint
 from autofocus.skb.names import exact_name_ids
 from autofocus.skb.text import TextArray
 from tests.skb_factory import make_skb
@@ -102,3 +103,44 @@ def test_exact_name_index_lookups(skb: Any) -> None:
 @pytest.mark.parametrize("strings", [["a", "", "Ærø", "x y"], [], ["nul\0inside", "b"], [""]])
 def test_all_strings_decodes_every_string(strings: list[str]) -> None:
     assert TextArray.from_strings(strings).strings() == strings
+
+
+# --- attribute filters: every operator on numbers, dates and strings (the tiny SKB of conftest.py) ---
+
+FILTERS = [
+    # numbers: papers' year (0: 2019, 1: 2021, 2: 2020, 3: 2018, 11: 2022); other nodes have none
+    ("year", "=", 2019, [0]), ("year", "=", "2019", [0]), ("year", "<>", 2019, [1, 2, 3, 11]),
+    ("year", "<", 2020, [0, 3]), ("year", "<=", 2020, [0, 2, 3]), ("year", ">", 2020, [1, 11]),
+    ("year", ">=", "2,020", [1, 2, 11]), ("year", "IN", [2018, "2022"], [3, 11]), ("year", "IN", [], []),
+    ("h_index", ">", 40.5, [4, 5]),
+    # dates: a year or a month is the whole period, as a string or as a number
+    ("published", "=", "2019", [0]), ("published", "=", 2019, [0]), ("published", "=", "2021-03", [1]),
+    ("published", "=", "2019-05-14", [0]), ("published", "=", "2020-11-02T08:00:00Z", [2]),
+    ("published", "<>", 2019, [1, 2, 3, 11]), ("published", "<", 2020, [0, 3]),
+    ("published", "<=", 2020, [0, 2, 3]), ("published", ">", "2020", [1, 11]),
+    ("published", ">=", "2020-11", [1, 2, 11]), ("published", "<", "2019-05-15", [0, 3]),
+    ("published", "<=", "2019-05-14", [0, 3]), ("published", ">", "2019-05-14", [1, 2, 11]),
+    ("published", "IN", [2018, "2021-03"], [1, 3]), ("published", "STARTS WITH", "2021-03", [1]),
+    ("published", "CONTAINS", "-07-", [11]), ("published", "ENDS WITH", "-20", [3]),
+    ("born", "<", 1900, [4]), ("born", "=", "1912-06", [5]), ("born", "<>", 1815, [5]),
+    # strings: case-insensitive; a node without the attribute never matches, not even "<>"
+    ("country", "=", "us", [7]), ("country", "<>", "UK", [7]), ("country", "<", "V", [7]),
+    ("country", ">=", "v", []), ("country", "IN", ["UK", "us"], [7]), ("country", "CONTAINS", "S", [7]),
+    ("country", "STARTS WITH", "u", [7]), ("country", "ENDS WITH", "s", [7]),
+    ("keywords", "CONTAINS", "cypher", [1]),
+]
+UNUSABLE = [
+    ("year", "CONTAINS", "20"), ("year", "=", "recent"), ("year", "=", [2019]), ("published", "=", "2019-13"),
+    ("published", "=", True), ("published", ">", "last year"), ("country", "=", ["US"]), ("nope", "=", 1),
+]
+
+
+@pytest.mark.parametrize(("key", "op", "value", "expected"), FILTERS)
+def test_attribute_filters(tiny_skb: Any, key: str, op: str, value: Any, expected: list[int]) -> None:
+    mask = constraint_mask(tiny_skb, Constraint(key=key, op=op, value=value))
+    assert mask is not None and np.flatnonzero(mask).tolist() == expected
+
+
+@pytest.mark.parametrize(("key", "op", "value"), UNUSABLE)
+def test_filters_that_cannot_apply_are_none_not_empty(tiny_skb: Any, key: str, op: str, value: Any) -> None:
+    assert constraint_mask(tiny_skb, Constraint(key=key, op=op, value=value)) is None

@@ -20,7 +20,7 @@ from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.index.cache import EmbeddingCache
 from autofocus.index.embedders import l2_normalise
 from autofocus.kb import KnowledgeBase
-from autofocus.program.systems.registry import build_program, resolve_config, systems
+from autofocus.program.systems.registry import apply_lms, build_program, resolve_config, systems
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 from autofocus.usage import install_usage_callback
@@ -167,3 +167,35 @@ def test_each_system_returns_a_ranking_and_a_trace(kb: KnowledgeBase, tiny_skb: 
         assert isinstance(pred.trace, Trace) and pred.trace.system == spec
         assert len(pred.ranked_ids) == 4 and set(pred.ranked_ids) <= papers, spec
         assert all(s.seconds >= 0 for s in pred.trace.steps.values()) and pred.trace.steps
+
+
+def test_apply_lms_gives_every_predictor_its_steps_lm_and_refuses_unknown_ones(kb: KnowledgeBase) -> None:
+    cfg = AutofocusConfig(lm=LMConfig(default="openai/base", cypher="openai/coder", rerank="openai/judge"),
+                          reranker="pointwise")
+    program = build_program("afr", kb, cfg)
+    models = {name: p.lm.model for name, p in program.named_predictors()}
+    assert models == {"cypher": "openai/coder", "query_graph": "openai/coder", "reranker.score": "openai/judge"}
+    program = build_program("hybgrag", kb, cfg)
+    models = {name: p.lm.model for name, p in program.named_predictors()}
+    assert models == {"router": "openai/coder", "commenter": "openai/coder", "validator": "openai/judge"}
+
+    class NewSystem(dspy.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cypher = dspy.Predict("question -> cypher")
+            self.planner = dspy.Predict("question -> plan")  # a step apply_lms does not know
+
+    with pytest.raises(ValueError, match="predictors with no LM step: planner"):
+        apply_lms(NewSystem(), cfg)
+
+
+def test_a_program_call_keeps_to_its_configs_question_deadline(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus import usage
+
+    ticks = iter(range(0, 10**6, 100))  # every reading of the deadline's clock is 100 s later
+    monkeypatch.setattr(usage, "clock", lambda: next(ticks))
+    lm = ScriptedLM({"cypher": lambda u: {"cypher": "MATCH (p:paper) RETURN p"}})
+    pred = run("afr", kb, lm, "Which papers cite Graph Retrieval at Scale?",
+               scripted_config(question_deadline_s=50, reranker="none"))
+    assert [d.step for d in pred.trace.degraded] == ["2_query"] and lm.calls == []  # no call after it
+    assert pred.ranked_ids  # the VSS fallback still answers

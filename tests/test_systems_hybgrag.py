@@ -8,6 +8,7 @@ from typing import Any
 import dspy
 import numpy as np
 import pytest
+from dspy.utils.exceptions import LMAuthError
 
 from autofocus.index.cache import EmbeddingCache
 from autofocus.kb import KnowledgeBase
@@ -177,7 +178,7 @@ def test_commenter_examples_are_collected_on_the_training_split(tiny_skb_dir: Pa
         assert demo.question == ada_neurips and demo.topic_entities == ["Alan Turing (author)"]
         assert (demo.error_type, demo.wrong_item) == ("incorrect entity/relation", "Alan Turing")
         assert any(d.question == ada_neurips and d.feedback for d in program.router.demos)
-        assert {d.aligned for d in program.validator.demos} <= {True, False} and program.validator.demos
+        assert [d.aligned for d in program.validator.demos] == [False, True]  # a wrong and a right top paper
         assert set(lm.fields()) == {"topic_entities"}  # the critic was the ground truth, not the LM
         lm.calls.clear()
         program(question="Which paper extends Cypher Queries from Text?")
@@ -259,3 +260,39 @@ def test_examples_are_collected_once_from_the_kb_source_on_first_use(tiny_skb_di
     assert len([f for f in lm.fields() if f == "topic_entities"]) == routes + 2
     assert [e.kind for e in first.trace.events] == ["examples_collected"] and program.validator.demos
     assert other.validator.demos == program.validator.demos and other.router.demos == program.router.demos
+
+
+def _down(u: str) -> dict[str, Any]:
+    raise LMAuthError("401 invalid key")  # an outage DSPy does not retry (with backoff)
+
+
+def test_a_validator_without_a_verdict_stops_the_loop_without_accepting(kb: KnowledgeBase) -> None:
+    for aligned, degraded in ((_down, ["validator"]), (lambda u: {"aligned": "perhaps, perhaps not"}, [])):
+        lm = ScriptedLM({"topic_entities": lambda u: route(("Alan Turing", "author")), "aligned": aligned})
+        pred = run("hybgrag", kb, lm, "Which papers did Alan Turing write?", scripted_config(k=5))
+        assert lm.fields().count("topic_entities") == 1  # no second round
+        assert pred.trace.flags["accepted"] is False and pred.trace.data["rounds"][0]["accepted"] is None
+        assert [d.step for d in pred.trace.degraded] == degraded
+        assert sorted(pred.ranked_ids) == [1, 2]  # this round's answer is kept
+
+
+def test_an_outage_while_collecting_examples_degrades_and_the_next_question_collects_again(
+    tiny_skb_dir: Path, tmp_path: Path
+) -> None:
+    kb = KnowledgeBase.open(tiny_skb_dir, HashEmbedder(), tmp_path, build_missing=True, progress=False,
+                            cache=EmbeddingCache(None))
+    up = {"router": False}
+    lm = ScriptedLM({
+        "topic_entities": lambda u: route(source=TEXT) if up["router"] else _down(u),
+        "aligned": lambda u: {"aligned": True},
+    })
+    program = build_program("hybgrag", kb, scripted_config(), with_lms=False)
+    with dspy.context(lm=lm):
+        first = program(question="Which paper extends Cypher Queries from Text?")
+        assert [d.step for d in first.trace.degraded][:1] == ["critic"]
+        assert "collecting in-context examples failed" in first.trace.degraded[0].error
+        assert program.router.demos == program.validator.demos == []  # nothing from a failing LM
+        up["router"] = True
+        second = program(question="Which papers cite Graph Retrieval at Scale?")
+    assert second.trace.degraded == [] and [e.kind for e in second.trace.events] == ["examples_collected"]
+    assert program.validator.demos

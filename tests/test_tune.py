@@ -373,6 +373,7 @@ def test_retrieve_is_stateless_across_threads(
 def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     planted_program: AutofocusRetriever, items: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    install_usage_callback()  # LM calls are counted by it (other tests may not have installed it yet)
     path = tmp_path / tune.LLM_OUTPUTS_FILE
     cache = tune.LLMOutputCache(path, "one")
     lm = scripted_lm()
@@ -383,7 +384,7 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
 
     real_ask = tune.ask_llm
     down = tune.LLMOutput(
-        1, "zebra", "item", None, events=["llm_error: LMTransportError: connection refused"]
+        1, "zebra", "item", None, events=["degraded: 2_query: LMTransportError: connection refused"]
     )
     monkeypatch.setattr(tune, "ask_llm", lambda program, item: down)
     got, asked = tune.fill_llm_outputs(planted_program, items, cache, concurrency=2)
@@ -395,6 +396,13 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     assert tune.fill_llm_outputs(planted_program, items, cache)[1] == 0
     malformed = tune.LLMOutput(1, "zebra", "item", None, events=["llm_error: AdapterParseError: no fields"])
     assert not tune.transient(malformed)  # the same prompt would get the same answer: kept
+
+    def down(u: str) -> dict[str, Any]:
+        raise dspy.utils.exceptions.LMAuthError("401 invalid key")  # not retried with backoff
+
+    with dspy.context(lm=ScriptedLM({"cypher": down})):
+        asked_now = tune.ask_llm(planted_program, items[0])
+    assert tune.transient(asked_now) and asked_now.cypher is None  # the outage as the program saw it
 
     other = tune.LLMOutputCache(path, "two")
     assert other.load() == {} and other.other_identities == 2

@@ -1,4 +1,7 @@
-"""The root typer app; command modules in ``autofocus.commands`` register themselves on it."""
+"""The root typer app, on which the modules in ``autofocus.commands`` register their commands, and
+the options several commands share."""
+
+from typing import Annotated
 
 import typer
 
@@ -8,3 +11,18 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+LmTimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--lm-timeout", help="seconds to wait for one LM answer (env AUTOFOCUS_LM_TIMEOUT; default 120, "
+                 "local 900)", min=0.001),
+]
+LmRetriesOpt = Annotated[
+    int | None,
+    typer.Option("--lm-retries", help="retries of a failed LM request (env AUTOFOCUS_LM_RETRIES; default 2)", min=0),
+]
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option("--deadline", help="seconds per question; after it, no more LM calls and the question is degraded "
+                 "(default 1800)", min=0.001),
+]

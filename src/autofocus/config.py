@@ -14,8 +14,16 @@ Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 
 
+LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
+
+
 class LMConfig(BaseModel):
-    """Which LM each LLM step uses: a DSPy/LiteLLM model string, or ``local`` for the offline GGUF."""
+    """Which LM each LLM step uses (a DSPy/LiteLLM model string, or ``local`` for the offline GGUF),
+    and how long to wait for it.
+
+    ``timeout_s`` and ``num_retries`` left at None come from ``AUTOFOCUS_LM_TIMEOUT`` and
+    ``AUTOFOCUS_LM_RETRIES``, else from ``autofocus.lm``'s defaults (``get_lm``).
+    """
 
     default: str = "local"
     target_type: str | None = None
@@ -23,9 +31,18 @@ class LMConfig(BaseModel):
     rerank: str | None = None
     temperature: float = 0.0
     max_tokens: int = 512
+    timeout_s: float | None = Field(None, gt=0, description="seconds to wait for one LM answer")
+    num_retries: int | None = Field(None, ge=0, description="retries of a timed-out or failed LM request")
 
     def for_step(self, step: str) -> str:
-        return getattr(self, step, None) or self.default
+        if step not in LM_STEPS:
+            raise ValueError(f"unknown LLM step {step!r}; steps: {', '.join(LM_STEPS)}")
+        return getattr(self, step) or self.default
+
+    def client_options(self) -> dict[str, float | int | None]:
+        """The keyword arguments ``autofocus.lm.get_lm`` takes from this config."""
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "timeout": self.timeout_s,
+                "num_retries": self.num_retries}
 
 
 class AutofocusConfig(BaseModel):
@@ -92,6 +109,9 @@ class AutofocusConfig(BaseModel):
     concurrency: int = Field(4, ge=1)
     lm_concurrency: int | None = Field(
         None, ge=1, description="LM calls in flight per LM for the whole process (None: `concurrency`)"
+    )
+    question_deadline_s: float | None = Field(
+        1800.0, gt=0, description="a question makes no LM call after this many seconds (then it is degraded)"
     )
     embedder: str = "local:all-MiniLM-L6-v2"
     index_kind: Literal["flat", "hnsw", "ivf"] = Field(

@@ -10,6 +10,12 @@ Specs:
   These start (once per process and model file) a llama.cpp server and return an ``openai/`` LM on it,
   whose model string carries the file's sha256 prefix so the DSPy cache never mixes two models' answers.
 
+Waiting: each request times out after ``timeout`` seconds and is retried ``num_retries`` times (DSPy's
+backoff); unset, they come from ``AUTOFOCUS_LM_TIMEOUT`` / ``AUTOFOCUS_LM_RETRIES``, else
+``HOSTED_TIMEOUT_S`` and ``DEFAULT_RETRIES`` (a local server, whose requests queue behind each other on
+CPU, waits ``LOCAL_TIMEOUT_S``). A hosted LM that never answers then costs a question at most
+``timeout * (num_retries + 1)`` per call, plus backoff; the question's deadline bounds the sum.
+
 Example:
     lm = get_lm("local")
     with dspy.context(lm=lm):
@@ -23,13 +29,42 @@ from typing import Any
 
 import dspy
 
-from autofocus.config import LMConfig
+from autofocus.config import LM_STEPS, LMConfig
 from autofocus.local_lm.models import CATALOG, resolve_local
 from autofocus.local_lm.scoring import yes_probabilities, yes_probability
 from autofocus.local_lm.server import get_server
+from autofocus.redact import register_secret
 
-STEPS: tuple[str, ...] = tuple(f for f in LMConfig.model_fields if f not in {"default", "temperature", "max_tokens"})
+STEPS: tuple[str, ...] = LM_STEPS
 LOCAL_TIMEOUT_S = 900.0  # requests queue behind each other on one CPU server: wait rather than retry
+HOSTED_TIMEOUT_S = 120.0  # litellm's default is 600 s, with retries: a silent server stalled an eval for hours
+DEFAULT_RETRIES = 2
+TIMEOUT_ENV, RETRIES_ENV = "AUTOFOCUS_LM_TIMEOUT", "AUTOFOCUS_LM_RETRIES"
+
+
+def _env_number(name: str, kind: type[float] | type[int]) -> float | int | None:
+    """A timeout (float, > 0) or a retry count (int, >= 0) from the environment; None when unset."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value: float | int | None = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0 or (kind is float and value == 0):
+        wanted = "a number of seconds > 0" if kind is float else "a whole number >= 0"
+        raise ValueError(f"{name}={text!r}: expected {wanted}")
+    return value
+
+
+def wait_settings(timeout: float | None, num_retries: int | None, local: bool) -> tuple[float, int]:
+    """``(timeout, retries)``: the arguments, else the environment, else the defaults."""
+    if timeout is None:
+        timeout = _env_number(TIMEOUT_ENV, float) or (LOCAL_TIMEOUT_S if local else HOSTED_TIMEOUT_S)
+    if num_retries is None:
+        env = _env_number(RETRIES_ENV, int)
+        num_retries = DEFAULT_RETRIES if env is None else int(env)
+    return float(timeout), int(num_retries)
 
 __all__ = ["STEPS", "get_lm", "is_local_spec", "lm_for_step", "lms_for_config", "yes_probabilities", "yes_probability"]
 
@@ -46,15 +81,17 @@ def get_lm(
     cache: bool = True,
     api_base: str | None = None,
     api_key: str | None = None,
-    num_retries: int = 3,
+    timeout: float | None = None,
+    num_retries: int | None = None,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for ``spec`` (see the module docstring); extra kwargs go to ``dspy.LM``."""
     spec = spec.strip()
+    timeout, num_retries = wait_settings(timeout, num_retries, is_local_spec(spec))
+    kwargs["timeout"] = timeout
     if is_local_spec(spec):
         model = resolve_local(spec)
         server = get_server(model.path, model.alias)
-        kwargs.setdefault("timeout", LOCAL_TIMEOUT_S)
         return dspy.LM(
             f"openai/{model.alias}", api_base=server.api_base, api_key="local", temperature=temperature,
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,
@@ -73,6 +110,7 @@ def get_lm(
         api_key = "EMPTY"  # a keyless OpenAI-compatible server; hosted_vllm/ does the same by itself
     if api_key is not None:  # never api_key="" (ollama_chat rejects it): leave the provider default
         kwargs["api_key"] = api_key
+        register_secret(api_key)  # a server may echo it in an error; traces must not keep it
     return dspy.LM(spec, temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs)
 
 
@@ -83,7 +121,7 @@ def lms_for_config(config: LMConfig, **kwargs: Any) -> dict[str, dspy.LM]:
     for step in STEPS:
         spec = config.for_step(step)
         if spec not in built:
-            built[spec] = get_lm(spec, temperature=config.temperature, max_tokens=config.max_tokens, **kwargs)
+            built[spec] = get_lm(spec, **{**config.client_options(), **kwargs})
         out[step] = built[spec]
     return out
 
@@ -91,4 +129,4 @@ def lms_for_config(config: LMConfig, **kwargs: Any) -> dict[str, dspy.LM]:
 def lm_for_step(config: LMConfig, step: str, **kwargs: Any) -> dspy.LM:
     if step not in STEPS:
         raise ValueError(f"unknown LLM step {step!r}; steps: {', '.join(STEPS)}")
-    return get_lm(config.for_step(step), temperature=config.temperature, max_tokens=config.max_tokens, **kwargs)
+    return get_lm(config.for_step(step), **{**config.client_options(), **kwargs})

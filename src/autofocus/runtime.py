@@ -156,3 +156,20 @@ def open_program(
     system, cfg = resolve_system(system, config, program_file)
     kb = open_kb(skb, cfg.embedder, cfg.index_kind) if isinstance(skb, str | Path) else skb
     return assemble(system, kb, cfg, program_file=program_file, lms=lms)
+
+
+def with_waits(
+    cfg: AutofocusConfig,
+    lm_timeout: float | None = None,
+    lm_retries: int | None = None,
+    deadline: float | None = None,
+) -> AutofocusConfig:
+    """``cfg`` with the command line's LM timeout, LM retries and question deadline (None: keep)."""
+    data = cfg.model_dump()
+    if lm_timeout is not None:
+        data["lm"]["timeout_s"] = lm_timeout
+    if lm_retries is not None:
+        data["lm"]["num_retries"] = lm_retries
+    if deadline is not None:
+        data["question_deadline_s"] = deadline
+    return AutofocusConfig.model_validate(data)

@@ -13,6 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from autofocus.redact import redact
+
+MAX_DETAIL_CHARS = 500
+
 
 class StepRecord(BaseModel):
     seconds: float = 0.0
@@ -29,17 +33,30 @@ class Event(BaseModel):
     detail: str = ""
 
 
+class Degradation(BaseModel):
+    """An LM call that gave no answer (server down, timeout, 5xx, empty answer, deadline): the
+    question fell back to a weaker path, so its result says little about the method."""
+
+    step: str
+    error: str
+
+
 class Trace(BaseModel):
     system: str = "afr"
     question: str = ""
     steps: dict[str, StepRecord] = Field(default_factory=dict)
     events: list[Event] = Field(default_factory=list)
+    degraded: list[Degradation] = Field(default_factory=list)
     # error propagation (paper section 4.2 / Figure 3); None = the step did not run
     flags: dict[str, bool | None] = Field(default_factory=dict)
     data: dict[str, Any] = Field(default_factory=dict)
 
     def event(self, step: str, kind: str, detail: str = "") -> None:
-        self.events.append(Event(step=step, kind=kind, detail=detail[:500]))
+        self.events.append(Event(step=step, kind=kind, detail=redact(detail[: 4 * MAX_DETAIL_CHARS])[:MAX_DETAIL_CHARS]))
+
+    def degrade(self, step: str, error: str) -> None:
+        """Mark the question degraded: an LM call of ``step`` gave no answer (see ``Degradation``)."""
+        self.degraded.append(Degradation(step=step, error=redact(error[: 4 * MAX_DETAIL_CHARS])[:MAX_DETAIL_CHARS]))
 
     @contextmanager
     def step(self, name: str) -> Iterator[StepRecord]:

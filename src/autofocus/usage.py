@@ -6,6 +6,7 @@ whether an answer came from the server, a scripted LM or the DSPy cache (which r
 
 Question threads and each question's own fan-out (pointwise scores, pairwise comparisons) multiply;
 a second callback holds one semaphore per LM so that the calls a server sees at once stay capped.
+A question's deadline (``question_deadline``) refuses the LM calls that would start after it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any, TypeVar
 
 import dspy
@@ -209,3 +211,43 @@ def map_concurrently(fn: Callable[[T], R], items: Iterable[T], max_workers: int)
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
         futures = [pool.submit(guarded, ctx, x) for ctx, x in zip(contexts, items, strict=True)]
         return [f.result() for f in futures]
+
+
+# --- the question's deadline ------------------------------------------------------------------------
+
+
+class DeadlineExceeded(TimeoutError):
+    """The question's deadline passed: no further LM calls are made for it."""
+
+
+_NONE_SET = ()  # no ``question_deadline`` is active (None is one: "no deadline here")
+_deadline: contextvars.ContextVar[tuple[float, float] | tuple[()] | None] = contextvars.ContextVar(
+    "autofocus_deadline", default=_NONE_SET
+)
+clock = monotonic  # the deadline's clock (tests replace it)
+
+
+@contextmanager
+def question_deadline(seconds: float | None, *, outermost: bool = False) -> Iterator[None]:
+    """LM calls started more than ``seconds`` after entering raise ``DeadlineExceeded`` (None: no
+    deadline, also inside an outer one). A call already running is bounded by the LM's own timeout.
+    Threads started with a copy of this context (``map_concurrently``) share the deadline.
+
+    With ``outermost`` an enclosing ``question_deadline`` wins: a program calls itself under its
+    config's deadline, and keeps the evaluation runner's when the runner calls it.
+    """
+    if outermost and _deadline.get() != _NONE_SET:
+        yield
+        return
+    token = _deadline.set(None if seconds is None else (clock() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def check_deadline() -> None:
+    """Raise ``DeadlineExceeded`` when the current question's deadline has passed."""
+    current = _deadline.get()
+    if current and clock() >= current[0]:
+        raise DeadlineExceeded(f"the question's deadline of {current[1]:g} s passed")

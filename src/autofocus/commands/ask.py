@@ -8,14 +8,15 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from autofocus.cli_app import app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 from autofocus.cypher.render import to_cypher
 from autofocus.query_graph import QueryGraph
 
-console = Console()
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 @app.command()
@@ -31,76 +32,91 @@ def ask(
     k: Annotated[int | None, typer.Option("--k", "-k", help="answers to return")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="print the full trace")] = False,
     trace_json: Annotated[Path | None, typer.Option(help="write the trace as JSON here")] = None,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Print the ranked answers with names and the strand each came from."""
     import autofocus
+    from autofocus.runtime import with_waits
 
     cfg = autofocus.load_config(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
-    prog = autofocus.open(skb, system, config=cfg, program=program)
-    pred = prog(question=question)
+    cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
+    try:
+        prog = autofocus.open(skb, system, config=cfg, program=program)
+    except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
+    pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
     show_prediction(prog.kb.skb, pred, console)
+    for d in pred.trace.degraded:
+        err_console.print(f"[yellow]degraded: {safe(d.step)}: {safe(d.error)} (these answers come from a fallback)[/]")
     if trace:
         show_trace(prog.kb.skb, pred.trace, console)
     if trace_json:
         from autofocus.evaluate.traces import to_jsonable
+        from autofocus.redact import redact
 
         # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
-        trace_json.write_text(json.dumps(to_jsonable(pred.trace), indent=2))
+        trace_json.write_text(redact(json.dumps(to_jsonable(pred.trace), indent=2)))
 
 
 def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
     strands = pred.trace.data.get("strand", {})
-    table = Table(title=f"Answers to: {pred.trace.question}")
+    table = Table(title=f"Answers to: {safe(pred.trace.question)}")
     for col in ("rank", "id", "type", "name", "strand"):
         table.add_column(col)
     for rank, node in enumerate(pred.ranked_ids[:limit], 1):
-        table.add_row(str(rank), str(node), skb.type_of(node), escape(skb.name(node)[:70]), strands.get(str(node), ""))
+        table.add_row(str(rank), str(node), safe(skb.type_of(node)), safe(skb.name(node)[:70]),
+                      safe(strands.get(str(node), "")))
     out.print(table)
 
 
 def show_trace(skb, tr, out: Console) -> None:
     d = tr.data
-    # everything below comes from the SKB or the LM: escaped, or rich reads `[author_writes_paper]` as a style
+    # everything below comes from the SKB or the LM: ``safe``, or rich reads `[author_writes_paper]` as a style
     probs = d.get("target_type_probs")
     scored = f"   (P: {', '.join(f'{t} {p:.2f}' for t, p in probs.items())})" if probs else ""
-    out.print(f"[bold]target type[/]: {escape(str(d.get('target_type')))}{escape(scored)}   "
-              f"[bold]Cypher target type[/]: {d.get('cypher_target_type')}")  # fmt: skip
+    out.print(f"[bold]target type[/]: {safe(d.get('target_type'))}{safe(scored)}   "
+              f"[bold]Cypher target type[/]: {safe(d.get('cypher_target_type'))}")  # fmt: skip
     if d.get("cypher"):
         constrained = f" (decoding constrained: {d['constrained']})" if d.get("constrained") else ""
-        out.print(f"[bold]query[/]{constrained}:\n" + escape(str(d["cypher"])))
+        out.print(f"[bold]query[/]{safe(constrained)}:\n" + safe(d["cypher"]))
     for e in tr.events:
         if e.step == "3_repair":
-            out.print(f"  [green]repair[/] {e.kind}: {escape(e.detail[:200])}")
+            out.print(f"  [green]repair[/] {safe(e.kind)}: {safe(e.detail[:200])}")
     # the query as grounded: after repair and any relaxation (``program.steps.grounded_strand``)
     grounded = d.get("relaxed_query_graph") or d.get("repaired_query_graph")
     if grounded:
-        out.print("[bold]query as grounded[/]:\n" + escape(to_cypher(QueryGraph.model_validate(grounded))))
+        out.print("[bold]query as grounded[/]:\n" + safe(to_cypher(QueryGraph.model_validate(grounded))))
     for rung in d.get("relaxed") or []:
-        out.print(f"  [yellow]relaxed[/] {escape(rung[:200])}")
+        out.print(f"  [yellow]relaxed[/] {safe(rung[:200])}")
     qg = grounded or d.get("query_graph") or {}
     for t in qg.get("triplets", []):
         arrow = f"({t['head']})-[{t['rel']}]->({t['tail']}){'' if t.get('directed', True) else ' (undirected)'}"
-        out.print(f"  triplet: {escape(arrow)}")
+        out.print(f"  triplet: {safe(arrow)}")
     if d.get("alpha"):
         why = ", ".join(d["alpha"]["why"]) or "full evidence"
-        out.print(escape(f"  grounded slots: alpha = {d['alpha']['value']:.2f} ({why}); step 7 searched {d.get('step7_types')}"))
+        out.print(safe(f"  grounded slots: alpha = {d['alpha']['value']:.2f} ({why}); step 7 searched {d.get('step7_types')}"))
     for var, sc in (d.get("symbol_candidates") or {}).items():
         names = ", ".join(skb.name(i)[:30] for i in sc["ids"][:5])
-        out.print(escape(f"  symbol {var} <- {sc['search']!r}: {names}"))
+        out.print(safe(f"  symbol {var} <- {sc['search']!r}: {names}"))
     for r in d.get("grounding_rounds", []):
         out.print(f"  grounding: l = {r['cut']:>3}  |C_cypher| = {r['num_target']}")
     for node, paths in (d.get("support") or {}).items():
         for p in paths[:1]:
             hops = " ; ".join(f"{skb.name(a)[:25]} -[{rel}]- {skb.name(b)[:25]}" for _, a, rel, b in p)
-            out.print(escape(f"  support {skb.name(int(node))[:30]}: {hops}"))
+            out.print(safe(f"  support {skb.name(int(node))[:30]}: {hops}"))
     if d.get("rerank"):
-        out.print(escape(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}"))
+        out.print(safe(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}"))
     steps = Table(title="per step")
     for col in ("step", "seconds", "LM calls", "tokens in", "tokens out"):
         steps.add_column(col)
     for name, s in tr.steps.items():
-        steps.add_row(name, f"{s.seconds:.3f}", str(s.lm_calls), str(s.input_tokens), str(s.output_tokens))
+        steps.add_row(safe(name), f"{s.seconds:.3f}", str(s.lm_calls), str(s.input_tokens), str(s.output_tokens))
     out.print(steps)
     for e in tr.events:
         if e.step != "3_repair":
-            out.print(f"  [yellow]event[/] {e.step}: {e.kind} {escape(e.detail[:150])}")
+            out.print(f"  [yellow]event[/] {safe(e.step)}: {safe(e.kind)} {safe(e.detail[:150])}")
+    for g in tr.degraded:
+        out.print(f"  [red]degraded[/] {safe(g.step)}: {safe(g.error[:300])}")

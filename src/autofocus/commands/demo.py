@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.console import make_console, safe
 
-console = Console()
+console = make_console()
 demo_app = typer.Typer(help="The offline demo: an SKB of the Python standard library with a QA set.",
                        no_args_is_help=True)  # fmt: skip
 app.add_typer(demo_app, name="demo")
@@ -39,7 +39,7 @@ def build_cmd(
 
         result = build_demo_skb(out, small=small, on_progress=report, warn=False)
 
-    table = Table(title=f"{out} ({result.seconds:.1f} s)", show_header=True)
+    table = Table(title=safe(f"{out} ({result.seconds:.1f} s)"), show_header=True)
     table.add_column("kind")
     table.add_column("type")
     table.add_column("count", justify="right")
@@ -55,7 +55,7 @@ def build_cmd(
     if result.dropped:
         console.print(f"[yellow]{len(result.dropped)} hand-written question(s) dropped:[/yellow]")
         for d in result.dropped:
-            console.print(f"  {d.key}: {d.reason}")
+            console.print(safe(f"  {d.key}: {d.reason}"))
     if result.evidence_missing:
         n = len(result.evidence_missing)
         console.print(f"docstrings reworded on this Python (questions kept): {n}")

@@ -9,34 +9,67 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.config import AutofocusConfig
+from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 EXIT_MISMATCH = 2
+EXIT_DEGRADED = 3
 EXIT_INTERRUPTED = 130
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print ``message`` in red on stderr; the ``typer.Exit`` to raise."""
-    err_console.print(f"[red]{message}[/]")
+    """Print ``message`` in red on stderr (as text, never as markup); the ``typer.Exit`` to raise."""
+    err_console.print(f"[red]{safe(message)}[/]")
     return typer.Exit(code)
 
 
 def load_split(skb: Path, split: str) -> list[Any]:
-    """The split's questions, or exit 1 naming what is wrong."""
+    """The split's questions, or exit 1 naming what is wrong. The SKB is opened too, so that a damaged
+    one, or a gold answer that is not one of its nodes (it would score 0 silently), stops the command
+    with the file and line."""
     from autofocus.evaluate.program_runs import SplitError, load_split
+    from autofocus.skb.io import load_skb
 
     try:
-        return load_split(skb, split)
+        num_nodes = load_skb(skb).num_nodes  # builds the cache the knowledge base then memory-maps
+    except OPEN_ERRORS as exc:
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
+    try:
+        return load_split(skb, split, num_nodes=num_nodes)
     except SplitError as exc:
         raise fail(str(exc)) from None
+
+
+def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | None) -> Any:
+    """``runtime.open_program`` with LMs attached on first use, or exit 1 naming what is wrong."""
+    try:
+        return runtime.open_program(skb, system, cfg, program, lms="lazy")
+    except OPEN_ERRORS as exc:  # a damaged index, an unknown system or setting
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
+
+
+def fail_if_degraded(summaries: dict[str, dict[str, Any]], max_degraded: float, out: Path) -> None:
+    """Exit with ``EXIT_DEGRADED`` when a run has more than ``max_degraded`` of its questions degraded."""
+    over = {name: s["degraded"] for name, s in summaries.items() if s["degraded"]["share"] > max_degraded}
+    for name, d in over.items():
+        causes = "; ".join(f"{k} ({v})" for k, v in list(d["causes"].items())[:3])
+        n = summaries[name]["n"]
+        err_console.print(
+            f"[red]{safe(name)}: {d['questions']} of {n} questions ({100 * d['share']:.0f}%) are degraded, above "
+            f"--max-degraded {100 * max_degraded:g}%: the LM failed ({safe(causes)}). These results are not the "
+            f"method's. Fix the LM and run the same command again: {safe(out)} retries them.[/]"
+        )
+    if over:
+        raise typer.Exit(EXIT_DEGRADED)
 
 
 SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
@@ -53,6 +86,11 @@ ForceOpt = Annotated[
     bool, typer.Option("--force-new", help="move an existing run in --out aside and start again")
 ]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
+MaxDegradedOpt = Annotated[
+    float,
+    typer.Option("--max-degraded", help="fail (exit 3) when more than this share of questions is degraded by LM "
+                 "failures", min=0.0, max=1.0),
+]
 
 
 @app.command("eval")
@@ -78,6 +116,10 @@ def eval_command(
         Path | None,
         typer.Option(help="reuse the step 1-2 outputs of this run directory (no LM calls for them)", exists=True),
     ] = None,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
+    max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Evaluate a system on a QA split: traces.jsonl + manifest.json, resumable, then the summary.
 
@@ -89,8 +131,9 @@ def eval_command(
 
     cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
                               concurrency=concurrency)  # fmt: skip
+    cfg = runtime.with_waits(cfg, lm_timeout, lm_retries, deadline)
     items = load_split(skb, split)
-    prog = runtime.open_program(skb, system, cfg, program, lms="lazy")
+    prog = open_program(skb, system, cfg, program)
     try:
         done = evaluate_program(prog, split, out, questions=items, limit=limit, resume=not force_new,
                                 progress=progress, console=console, progress_console=err_console,
@@ -98,8 +141,9 @@ def eval_command(
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
     if done.interrupted:
-        err_console.print(f"[yellow]Interrupted; run the same command again to finish {out}.[/]")
+        err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
+    fail_if_degraded({prog.system: done.summary}, max_degraded, out)
 
 
 @app.command("report")
@@ -116,7 +160,7 @@ def report_command(
     for path in runs:
         try:
             run = load_run(path)
-        except (FileNotFoundError, ValueError) as exc:
+        except (FileNotFoundError, ValueError) as exc:  # not a run, a damaged traces line or manifest
             raise fail(str(exc)) from None
         summarise_run(run, f"{run.name} ({path})", console)
         loaded.append(run)
@@ -128,13 +172,13 @@ def report_command(
             rows = grouped_rows(loaded, by, names)
         except ValueError as exc:
             raise fail(str(exc)) from None
-        table = Table(title=f"By {by} (%)")
+        table = Table(title=f"By {safe(by)} (%)")
         for col in ("group", "run", "n", "hit@1", "hit@20", "MRR", "non-empty grounding", "gold grounded"):
             table.add_column(col, justify="left" if col in ("group", "run") else "right")
         for r in rows:
             pct = [f"{100 * v:.1f}" if v is not None else "-" for v in
                    (r["hit@1"], r["hit@20"], r["mrr"], r["nonempty"], r["gold_grounded"])]  # fmt: skip
-            table.add_row(escape(r["group"]), escape(r["run"]), str(r["n"]), *pct)
+            table.add_row(safe(r["group"]), safe(r["run"]), str(r["n"]), *pct)
         console.print(table)
 
 
@@ -153,6 +197,10 @@ def compare_command(
     concurrency: ConcurrencyOpt = None,
     force_new: ForceOpt = False,
     progress: ProgressOpt = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
+    max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Run several systems on the same questions and print one table, with paired tests against the first."""
     from autofocus.evaluate.program_runs import compare_systems, run_dir_name, split_systems
@@ -164,15 +212,19 @@ def compare_command(
         raise fail("--systems needs at least two systems, e.g. afr,afr:steps=1-7")
     if len({run_dir_name(s) for s in specs}) != len(specs):
         raise fail(f"--systems has repeated systems: {', '.join(specs)}")
-    cfg = runtime.load_config(config, lm, concurrency=concurrency)
+    cfg = runtime.with_waits(runtime.load_config(config, lm, concurrency=concurrency), lm_timeout, lm_retries, deadline)
     load_split(skb, split)  # fails here, before any system starts
     try:
         done = compare_systems(skb, specs, split, out, config=cfg, limit=limit, resume=not force_new,
                                progress=progress, console=console, progress_console=err_console)  # fmt: skip
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OPEN_ERRORS as exc:  # a damaged index, an unknown system or setting
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     if done.interrupted:
-        err_console.print(f"[yellow]Interrupted during {done.interrupted}; run the same command again to finish.[/]")
+        err_console.print(f"[yellow]Interrupted during {safe(done.interrupted)}; run the same command again to finish.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
     print_comparison(done.rows, console)
-    console.print(f"Comparison in {Path(out) / 'comparison.md'} and {Path(out) / 'comparison.csv'}")
+    console.print(f"Comparison in {safe(Path(out) / 'comparison.md')} and {safe(Path(out) / 'comparison.csv')}")
+    fail_if_degraded({spec: run.summary for spec, run in done.runs.items()}, max_degraded, out)

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.console import make_console, safe
 from autofocus.index.embedders import DEFAULT_EMBEDDER, EmbedderError
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)  # errors stay one copyable line
+console = make_console()
+err_console = make_console(stderr=True)
+err_console.soft_wrap = True  # errors stay one copyable line
 index_app = typer.Typer(help="Build, import and inspect node embedding indexes.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 
@@ -47,7 +48,7 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except (IndexError_, EmbedderError, FileNotFoundError, FileExistsError, KeyError, SKBFormatError) as exc:
-        err_console.print(f"[red]error:[/red] {exc.args[0] if isinstance(exc, KeyError) else exc}")
+        err_console.print(f"[red]error:[/red] {safe(exc.args[0] if isinstance(exc, KeyError) else exc)}")
         raise typer.Exit(1) from None
 
 
@@ -79,7 +80,7 @@ def build(
             with console.status(f"building {kind} FAISS indexes for {v!r}"):
                 kb.index(v).prepare()
             m = store.manifest
-            table.add_row(v, m.model, f"{m.rows_done}/{m.num_nodes}", str(m.dim), kind, str(store.directory))
+            table.add_row(v, safe(m.model), f"{m.rows_done}/{m.num_nodes}", str(m.dim), kind, safe(store.directory))
     console.print(table)
 
 
@@ -101,7 +102,7 @@ def import_(
         store = import_embeddings(file, kb.skb, kb.store_dir(variant), variant=variant, model=kb.embedder.name,
                                   allow_pickle=allow_pickle)
     m = store.manifest
-    console.print(f"imported {m.rows_done}/{m.num_nodes} rows of dim {m.dim} into {store.directory}")
+    console.print(f"imported {m.rows_done}/{m.num_nodes} rows of dim {m.dim} into {safe(store.directory)}")
     if m.rows_done < m.num_nodes:
         console.print(f"[yellow]{m.num_nodes - m.rows_done} nodes have no vector and are never returned[/yellow]")
 
@@ -125,7 +126,7 @@ def import_queries(
             texts = {item.id: item.query for item in load_qa(skb)}
         name = get_embedder(f"precomputed:{model}").name
         count = import_query_embeddings(file, name, texts=texts, allow_pickle=allow_pickle)
-    console.print(f"cached {count} query vectors of {name}")
+    console.print(f"cached {count} query vectors of {safe(name)}")
 
 
 @index_app.command("info")
@@ -149,7 +150,7 @@ def info(
                 state = "verified"
             table.add_row(m.model, m.variant, f"{m.rows_done}/{m.num_nodes}", str(m.dim), str(m.doc_budget_tokens),
                           m.source, state, str(store.directory))
-    console.print(table if table.row_count else f"no indexes under {kb.index_root}")
+    console.print(table if table.row_count else f"no indexes under {safe(kb.index_root)}")
 
 
 @app.command()
@@ -172,7 +173,7 @@ def search(
             kb.skb.type_code(node_type)  # an unknown type fails before the model loads
         index = kb.index(variant)
         ids, scores = index.search(kb.embed_query(text), node_type=node_type, k=k)
-    table = Table("rank", "id", "type", "name", "score", title=f"{text!r} ({kb.embedder.name}, {variant})")
+    table = Table("rank", "id", "type", "name", "score", title=safe(f"{text!r} ({kb.embedder.name}, {variant})"))
     for rank, (i, s) in enumerate(zip(ids, scores, strict=True), start=1):
-        table.add_row(str(rank), str(int(i)), kb.skb.type_of(int(i)), kb.skb.name(int(i)), f"{s:.4f}")
+        table.add_row(str(rank), str(int(i)), safe(kb.skb.type_of(int(i))), safe(kb.skb.name(int(i))), f"{s:.4f}")
     console.print(table)

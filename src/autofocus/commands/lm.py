@@ -6,12 +6,12 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.console import make_console, safe
 
-console = Console()
+console = make_console()
 lm_app = typer.Typer(help="Set up, check and list LMs (offline GGUF models or any DSPy model string).",
                      no_args_is_help=True)  # fmt: skip
 app.add_typer(lm_app, name="lm")
@@ -31,8 +31,8 @@ def setup_cmd(
     if unknown:
         raise typer.BadParameter(f"unknown model(s) {unknown}; choose from {[*CATALOG, 'all']}")
     keys = list(CATALOG) if "all" in chosen else list(dict.fromkeys(chosen))
-    for path in setup(keys, install_llama_cpp=not skip_llama_cpp, log=lambda msg: console.print(msg)):
-        console.print(f"[green]ready[/green] {path}")
+    for path in setup(keys, install_llama_cpp=not skip_llama_cpp, log=lambda msg: console.print(safe(msg))):
+        console.print(f"[green]ready[/green] {safe(path)}")
 
 
 _DISTRACTORS = ("Berlin", "42", "blue", "Isaac Newton", "1999", "a hammer", "photosynthesis", "London", "none")
@@ -58,9 +58,9 @@ def check_cmd(
     try:
         model = get_lm(lm, cache=False, max_tokens=max_tokens)
     except (ModelError, LocalServerError, ValueError) as exc:
-        console.print(f"[red]cannot start {lm!r}:[/red] {exc}")
+        console.print(f"[red]cannot start {safe(repr(lm))}:[/red] {safe(exc)}")
         raise typer.Exit(1) from exc
-    console.print(f"LM [bold]{model.model}[/bold] ready in {time.perf_counter() - t0:.2f} s "
+    console.print(f"LM [bold]{safe(model.model)}[/bold] ready in {time.perf_counter() - t0:.2f} s "
                   f"({model.kwargs.get('api_base') or 'provider default endpoint'})")  # fmt: skip
     seconds = []
     for _ in range(repeat):
@@ -69,7 +69,7 @@ def check_cmd(
             pred = dspy.Predict("question -> answer")(question=question)
         seconds.append(time.perf_counter() - t1)
     usage = model.history[-1].get("usage") or {}
-    console.print(f"Predict: {pred.answer!r}; first {seconds[0]:.2f} s, median {statistics.median(seconds):.2f} s "
+    console.print(f"Predict: {safe(repr(pred.answer))}; first {seconds[0]:.2f} s, median {statistics.median(seconds):.2f} s "
                   f"over {repeat}; {usage.get('prompt_tokens', '?')} prompt + "
                   f"{usage.get('completion_tokens', '?')} completion tokens")  # fmt: skip
     candidates = [str(pred.answer), *_DISTRACTORS]

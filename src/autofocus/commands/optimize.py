@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autofocus import runtime
 from autofocus.cli_app import app
+from autofocus.console import make_console, print_error, safe
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def scores_table(title: str, scores: dict[str, Any], objective: str) -> Table:
@@ -115,19 +115,19 @@ def optimize_command(
                 train=train, val=val, test=test, limit_train=limit_train, limit_val=limit_val,
                 limit_test=limit_test, metric=metric, reflection_lm=reflection_lm, max_demos=max_demos,
                 trials=trials, budget=budget, threads=threads, seed=seed, full_demos=full_demos, out=out,
-                on_start=console.print, on_eval=on_eval,
+                on_start=lambda text: console.print(safe(text)), on_eval=on_eval,
             )  # fmt: skip
-    except ValueError as exc:
-        err_console.print(f"[red]{exc}[/]")
+    except (KeyError, FileNotFoundError, ValueError) as exc:  # a damaged SKB, an unknown split or system
+        print_error(err_console, exc)
         raise typer.Exit(1) from None
     result = done.result
-    console.print(scores_table(f"{system}: {', '.join(chosen)} on {val}", result.val, result.metric))
+    console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {val}"), result.val, result.metric))
     if done.test is not None:
-        console.print(scores_table(f"{system}: {', '.join(chosen)} on {test} (held out)", done.test, result.metric))
+        console.print(scores_table(safe(f"{system}: {', '.join(chosen)} on {test} (held out)"), done.test, result.metric))
     meta = result.metadata
     for name in result.predictors:
         changed = " (new instructions)" if name in meta["instructions_changed"] else ""
         console.print(f"  {name}: {meta['demos'][name]} demos{changed}")
     console.print(f"{optimizer} took {meta['wall_s']:.1f} s, {meta['program_lm_calls']} program LM calls"
                   + (f" and {meta['reflection_lm_calls']} reflection LM calls" if reflection_lm else ""))
-    console.print(f"Saved to {done.path}; use it with --program {done.path} in ask, eval and tune")
+    console.print(safe(f"Saved to {done.path}; use it with --program {done.path} in ask, eval and tune"))

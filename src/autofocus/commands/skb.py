@@ -8,13 +8,13 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from autofocus.cli_app import app
+from autofocus.console import make_console, print_error, safe
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 skb_app = typer.Typer(
     help="Semi-structured knowledge bases: build the cache, inspect, validate.", no_args_is_help=True
@@ -29,17 +29,7 @@ ProfileOpt = Annotated[
 
 
 def _print_issues(exc: Exception) -> None:
-    from autofocus.skb.errors import SKBFormatError
-
-    if not isinstance(exc, SKBFormatError):
-        err_console.print(f"[red]{exc}[/]")
-        return
-    table = Table(title=f"{len(exc.issues)} problem(s)" + (" (stopped at the cap)" if exc.truncated else ""))
-    for col in ("file", "line", "reason"):
-        table.add_column(col)
-    for issue in exc.issues:
-        table.add_row(issue.file, "" if issue.line is None else str(issue.line), issue.reason)
-    err_console.print(table)
+    print_error(err_console, exc)
 
 
 @skb_app.command("build")
@@ -65,7 +55,7 @@ def build(
     seconds = time.perf_counter() - start
     console.print(
         f"{'Loaded from cache' if hit else 'Built cache'} in {seconds:.2f} s: {skb.num_nodes:,} nodes, "
-        f"{skb.num_edges:,} edges, {len(skb.node_type_names)} node types -> {cache_dir_for(path)}"
+        f"{skb.num_edges:,} edges, {len(skb.node_type_names)} node types -> {safe(cache_dir_for(path))}"
     )
 
 
@@ -86,9 +76,9 @@ def info(
         _print_issues(exc)
         raise typer.Exit(1) from None
     schema = skb.schema
-    console.print(f"[bold]{schema.name}[/]: {skb.num_nodes:,} nodes, {skb.num_edges:,} edges")
+    console.print(f"[bold]{safe(schema.name)}[/]: {skb.num_nodes:,} nodes, {skb.num_edges:,} edges")
     if schema.description:
-        console.print(schema.description)
+        console.print(safe(schema.description))
 
     nodes = Table(title="Node types")
     for col in ("type", "nodes", "candidate", "name field", "attributes"):
@@ -97,11 +87,11 @@ def info(
     for t, count in skb.counts_by_type().items():
         meta = schema.node_types.get(t)
         nodes.add_row(
-            t,
+            safe(t),
             f"{count:,}",
             "yes" if t in answer_types else "",
-            meta.name_field if meta else "",
-            ", ".join(meta.attributes) if meta else "",
+            safe(meta.name_field) if meta else "",
+            safe(", ".join(meta.attributes)) if meta else "",
         )
     console.print(nodes)
 
@@ -111,9 +101,9 @@ def info(
     for e in skb.graph.edge_types:
         meta = schema.edge_types.get(e)
         edges.add_row(
-            e,
-            (meta and meta.src_type) or "any",
-            (meta and meta.dst_type) or "any",
+            safe(e),
+            safe((meta and meta.src_type) or "any"),
+            safe((meta and meta.dst_type) or "any"),
             f"{skb.graph.num_edges(e):,}",
         )
     console.print(edges)
@@ -124,7 +114,7 @@ def info(
     for t in skb.node_type_names:
         for i in skb.ids_of_type(t)[:samples].tolist():
             attrs = "; ".join(f"{k}={v}" for k, v in skb.attributes(i).items())
-            sample.add_row(str(i), t, skb.name(i), attrs[:120])
+            sample.add_row(str(i), safe(t), safe(skb.name(i)), safe(attrs[:120]))
     console.print(sample)
 
     splits = splits_available(path)
@@ -133,7 +123,7 @@ def info(
         qa.add_column("split")
         qa.add_column("questions")
         for name, size in splits.items():
-            qa.add_row(name, f"{size:,}")
+            qa.add_row(safe(name), f"{size:,}")
         console.print(qa)
     else:
         console.print("No QA files found.")
@@ -141,15 +131,26 @@ def info(
 
 @skb_app.command("validate")
 def validate(path: PathArg, profile: ProfileOpt = None) -> None:
-    """Check every file strictly (never uses or writes the cache); exit code 1 with a table of problems."""
+    """Check every file strictly (never uses or writes the cache); exit code 1 with a table of problems.
+
+    Beyond what loading checks: a split folder must hold the standard splits (train, val, test).
+    """
     from autofocus.skb.errors import SKBFormatError
     from autofocus.skb.io import load_skb
+    from autofocus.skb.qa import standard_split_issues
 
+    splits = standard_split_issues(path) if path.is_dir() else []
     try:
         skb = load_skb(path, profile=profile, cache=False)
-    except (SKBFormatError, FileNotFoundError, ValueError) as exc:
+    except SKBFormatError as exc:
+        _print_issues(SKBFormatError(exc.issues + splits, exc.truncated))
+        raise typer.Exit(1) from None
+    except (FileNotFoundError, ValueError) as exc:
         _print_issues(exc)
         raise typer.Exit(1) from None
+    if splits:
+        _print_issues(SKBFormatError(splits))
+        raise typer.Exit(1)
     degree = np.zeros(skb.num_nodes, dtype=np.int64)
     for e in skb.graph.edge_types:
         degree += np.diff(skb.graph.forward[e].indptr) + np.diff(skb.graph.reverse[e].indptr)

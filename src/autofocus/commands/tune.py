@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from autofocus import runtime
 from autofocus.cli_app import app
 from autofocus.config import AutofocusConfig
+from autofocus.console import make_console, safe
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
@@ -26,7 +26,7 @@ SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]{message}[/]")
+    err_console.print(f"[red]{safe(message)}[/]")
     return typer.Exit(code)
 
 
@@ -104,10 +104,10 @@ def tune_command(
         raise _fail(str(exc)) from None
     if result.confirmed:
         _print_confirmed(result.confirmed)
-    console.print(
+    console.print(safe(
         f"Best settings: {result.best_config_file} (use with `autofocus eval --config` or `ask --config`); "
         f"tables and plots in {result.out}"
-    )
+    ))
 
 
 def _print_study(result: Any) -> None:

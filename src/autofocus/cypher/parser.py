@@ -6,7 +6,9 @@ LLM output, so recovery matters more than coverage. The query is first cut into 
 broken comma-separated pattern, a broken node property or a broken ``AND`` conjunct is dropped
 on its own, with its source text, and the rest is kept. It also reads the non-standard forms
 LLMs and PDF extraction produce (labels with ``/`` or spaces, properties without braces,
-``- >`` arrows) that a strict grammar rejects. An LALR grammar cannot backtrack between a
+``- >`` arrows) that a strict grammar rejects. Nesting is bounded (``MAX_NESTING``): a deeper
+parenthesis, list, map or call is dropped like any other broken part, before Python's recursion
+limit is near, and runs of ``NOT`` or of signs are read in a loop. An LALR grammar cannot backtrack between a
 parenthesised expression and a pattern predicate in ``WHERE``; Earley parsing is ambiguous and
 costs milliseconds; this parser needs well under one millisecond per query.
 
@@ -36,6 +38,7 @@ KEYWORDS = CLAUSE_WORDS | {
 QUANTIFIERS = frozenset({"ALL", "ANY", "NONE", "SINGLE"})
 _OPEN, _CLOSE = "([{", ")]}"
 _COMPARISONS = frozenset({"=", "<>", "!=", "<", ">", "<=", ">=", "=~"})
+MAX_NESTING = 20  # expressions inside expressions; LLM queries use 3 or 4, each level costs ~15 frames
 
 
 class ParseError(Exception):
@@ -209,6 +212,7 @@ class _Parser:
         self.hi = len(toks)
         self.issues: list[tuple[str, str]] = []
         self.stray_brackets = 0  # "]" owed by a relationship whose bracket closed after its node
+        self.nesting = 0  # expressions being parsed inside each other (``expr``)
         # brackets with a partner; depth counts only these, so one unclosed '{' cannot hide what follows
         self.paired = self.paired_brackets(0, len(toks))
 
@@ -660,7 +664,13 @@ class _Parser:
 
     # -- expressions (lowest precedence first) --
     def expr(self) -> Expr:
-        return self.bool_op("OR", self.xor_)
+        if self.nesting >= MAX_NESTING:
+            raise self.error(f"nested more than {MAX_NESTING} levels deep")
+        self.nesting += 1
+        try:
+            return self.bool_op("OR", self.xor_)
+        finally:
+            self.nesting -= 1
 
     def xor_(self) -> Expr:
         return self.bool_op("XOR", self.and_)
@@ -679,12 +689,14 @@ class _Parser:
         return BoolOp(first.start, items[-1].end, word, items)
 
     def not_(self) -> Expr:
-        if self.at_kw("NOT"):
-            start = self.peek().start
+        """``NOT`` runs in a loop; two cancel out (also for NULL, in Cypher's three-valued logic)."""
+        start, count = None, 0
+        while self.at_kw("NOT"):
+            start = self.peek().start if start is None else start
+            count += 1
             self.pos += 1
-            item = self.not_()
-            return Not(start, item.end, item)
-        return self.comparison()
+        item = self.comparison()
+        return Not(start, item.end, item) if count % 2 else item
 
     def comparison(self) -> Expr:
         left = self.additive()
@@ -735,12 +747,15 @@ class _Parser:
         return left
 
     def unary(self) -> Expr:
-        if self.at_op("-") or self.at_op("+"):
+        """Signs in a loop; an odd number of ``-`` negates."""
+        start, minus = None, 0
+        while self.at_op("-") or self.at_op("+"):
             t = self.peek()
+            start = t.start if start is None else start
+            minus += t.value == "-"
             self.pos += 1
-            item = self.unary()
-            return Neg(t.start, item.end, item) if t.value == "-" else item
-        return self.postfix()
+        item = self.postfix()
+        return Neg(start, item.end, item) if minus % 2 else item
 
     def postfix(self) -> Expr:
         e = self.atom()

@@ -153,10 +153,17 @@ def _import(name: str) -> types.ModuleType | None:
         return None
 
 
+_RUNTIME_SYS_NAMES = frozenset({"last_exc", "last_traceback", "last_type", "last_value", "ps1", "ps2", "tracebacklimit"})
+"""``sys`` attributes that exist only after an unhandled exception (test runners set them for
+post-mortem debugging), in an interactive session, or once a program sets them."""
+
+
 def _public_names(mod: types.ModuleType) -> list[str]:
+    """``__all__``, else the names the module's own source defines: not those another library or the
+    host program attached to it at run time (a module without source: all but ``_RUNTIME_SYS_NAMES``)."""
     names = getattr(mod, "__all__", None)
     if not isinstance(names, list | tuple):
-        names = dir(mod)
+        names = [n for n in dir(_pristine(mod) or mod) if not (mod is sys and n in _RUNTIME_SYS_NAMES)]
     return sorted({n for n in names if isinstance(n, str) and not n.startswith("_")})
 
 
@@ -191,9 +198,11 @@ def _original(mod: types.ModuleType, name: str) -> Any:
 
 
 def _replaced(obj: Any) -> bool:
-    """A Python function defined outside the standard library: some library's replacement."""
-    module = getattr(obj, "__module__", None)
-    return inspect.isfunction(obj) and isinstance(module, str) and (
+    """A routine defined outside the standard library: some library's replacement or addition (also
+    when wrapped, as ``transformers``' ``functools.lru_cache``-wrapped ``Logger.warning_once``)."""
+    func = obj.__func__ if isinstance(obj, staticmethod | classmethod) else obj
+    module = getattr(func, "__module__", None)
+    return inspect.isroutine(func) and isinstance(module, str) and (
         module.partition(".")[0] not in sys.stdlib_module_names
     )
 
@@ -221,6 +230,40 @@ def _pristine(mod: types.ModuleType) -> types.ModuleType | None:
             except (Exception, SystemExit):
                 pass
     return _PRISTINE[name]
+
+
+def _pristine_class(cls: type) -> type | None:
+    """``cls`` as a pristine copy of its module defines it (see ``_pristine``)."""
+    mod = sys.modules.get(getattr(cls, "__module__", "") or "")
+    obj: Any = _pristine(mod) if mod is not None else None
+    for part in getattr(cls, "__qualname__", "").split("."):
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
+
+
+def _own_attributes(cls: type) -> dict[str, Any]:
+    """The class body's attributes as the standard library defines them, whatever the host imported:
+    functions another library added (``transformers`` gives ``logging.Logger`` a ``warning_once``) are
+    left out, and replaced ones are taken from a pristine copy of the module."""
+    out: dict[str, Any] = {}
+    pristine: type | None = None
+    for key, raw in vars(cls).items():
+        if _replaced(raw):
+            pristine = pristine or _pristine_class(cls)
+            raw = vars(pristine).get(key) if pristine is not None else None
+            if raw is None:
+                continue
+        out[key] = raw
+    return out
+
+
+def _namespace(func: Any) -> dict[str, Any]:
+    """The globals a function's names resolve in: the live module's also for a function taken from a
+    pristine copy, whose classes are copies that no node stands for."""
+    globs: dict[str, Any] = getattr(func, "__globals__", {})
+    copy = _PRISTINE.get(str(globs.get("__name__", "")))
+    live = sys.modules.get(copy.__name__) if copy is not None and globs is vars(copy) else None
+    return vars(live) if live is not None else globs
 
 
 def _collect_entities(mods: dict[str, types.ModuleType]) -> list[_Entity]:
@@ -261,7 +304,7 @@ def _collect_entities(mods: dict[str, types.ModuleType]) -> list[_Entity]:
 def _methods(cls_entity: _Entity) -> list[_Entity]:
     """Public, documented methods defined in the class body itself (not inherited)."""
     out: list[_Entity] = []
-    for key, raw in sorted(vars(cls_entity.obj).items()):
+    for key, raw in sorted(_own_attributes(cls_entity.obj).items()):
         if key.startswith("_"):
             continue
         kind = "method"
@@ -291,7 +334,7 @@ def _methods(cls_entity: _Entity) -> list[_Entity]:
 def _count_methods(cls: type) -> int:
     return sum(
         1
-        for k, v in vars(cls).items()
+        for k, v in _own_attributes(cls).items()
         if not k.startswith("_")
         and inspect.isroutine(v.__func__ if isinstance(v, staticmethod | classmethod) else v)
     )
@@ -697,7 +740,7 @@ def _add_edges(
     fdef = sources.function_def(func)
     if fdef is None:
         return
-    for exc in _raised(fdef, getattr(func, "__globals__", {})):
+    for exc in _raised(fdef, _namespace(func)):
         target = ident.get(id(exc))
         if target is not None:
             edges.add((i, f"{e.kind}_raises_exception", target))

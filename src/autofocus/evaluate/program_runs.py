@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
+from autofocus.console import safe
 from autofocus.evaluate.report import (
     Run,
     comparison_csv,
@@ -68,14 +69,15 @@ class Comparison:
     interrupted: str | None = None
 
 
-def load_split(source: Path | str | None, split: str) -> list[QAItem]:
-    """The questions of ``split`` in the SKB at ``source``; ``SplitError`` names what is wrong."""
+def load_split(source: Path | str | None, split: str, num_nodes: int | None = None) -> list[QAItem]:
+    """The questions of ``split`` in the SKB at ``source``; ``SplitError`` names what is wrong, also a
+    gold answer that is not a node id below ``num_nodes`` (it would score 0 silently)."""
     from autofocus.skb.qa import load_qa
 
     if source is None:
         raise SplitError(f"no QA files: the knowledge base was not loaded from a directory (split {split!r})")
     try:
-        return load_qa(source, split)
+        return load_qa(source, split, num_nodes=num_nodes)
     except KeyError as exc:  # unknown split
         raise SplitError(str(exc.args[0]) if exc.args else str(exc)) from None
     except (FileNotFoundError, ValueError) as exc:  # no QA file, malformed QA
@@ -105,7 +107,7 @@ def summarise_run(run: Run, title: str, console: Console | None = None) -> dict[
     write_summary(run.path, summary, title=title)
     paths = save_run_plots(run.path, summary, run.records)
     if console is not None:
-        console.print(f"Summary and plots in {run.path}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
+        console.print(f"Summary and plots in {safe(run.path)}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
     return summary
 
 
@@ -151,7 +153,7 @@ def evaluate_program(
     cfg: AutofocusConfig = program.config
     system: str = program.system
     program_file = getattr(program, "program_file", None)
-    items = list(questions) if questions is not None else load_split(kb.source, split)
+    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes)
     out = Path(out)
     if replay is not None:
         if not hasattr(program, "recorded"):
@@ -174,6 +176,7 @@ def evaluate_program(
         out,
         manifest=manifest,
         concurrency=concurrency or cfg.concurrency,
+        deadline_s=cfg.question_deadline_s,
         limit=limit,
         resume=resume,
         progress=progress,
@@ -247,7 +250,7 @@ def compare_systems(
     comparison = Comparison()
     for spec, sub in zip(specs, dirs, strict=True):
         if console is not None:
-            console.rule(f"{spec} -> {out / sub}")
+            console.rule(safe(f"{spec} -> {out / sub}"))
         system, cfg = runtime.resolve_system(spec, config)
         program = runtime.assemble(system, kb_for(cfg.embedder, cfg.index_kind), cfg, lms="lazy")
         done = evaluate_program(

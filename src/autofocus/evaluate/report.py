@@ -4,6 +4,9 @@ Users compare systems on a few dozen questions, so every mean comes with a 95% i
 for 0/1 metrics, percentile bootstrap otherwise) and every comparison is paired on the same
 questions (exact McNemar for 0/1 metrics, a sign-flip permutation test otherwise). A question
 whose program raised scores 0 on every metric: a failure is a miss, and the error count is shown.
+A degraded question (an LM call gave no answer and the program fell back) keeps the metrics of its
+fallback ranking; the degraded share is shown beside every result, since a run with a dead LM
+server otherwise looks like a run of a bad method.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from scipy import stats
 
+from autofocus.console import make_console, safe
 from autofocus.evaluate.traces import TRACES_FILE, latest_by_id, read_traces
 
 MAIN_METRICS: tuple[str, ...] = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
@@ -61,10 +65,15 @@ def natural_key(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
+def has_ranking(record: Mapping[str, Any]) -> bool:
+    """Whether the question finished with a ranking (``ok`` or ``degraded``), not with an error."""
+    return record.get("status") in ("ok", "degraded")
+
+
 def metric_values(records: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
     """Per-question values of one metric, 0 for questions that raised."""
     return np.array(
-        [float(r["metrics"].get(name, 0.0)) if r["status"] == "ok" else 0.0 for r in records],
+        [float(r["metrics"].get(name, 0.0)) if has_ranking(r) else 0.0 for r in records],
         dtype=np.float64,
     )
 
@@ -108,7 +117,7 @@ def step_seconds(records: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]
     """Seconds of each step over the successful questions where it ran, steps in pipeline order."""
     per_step: dict[str, list[float]] = {}
     for r in records:
-        if r.get("status") != "ok":
+        if not has_ranking(r):
             continue
         for step, rec in ((r.get("trace") or {}).get("steps") or {}).items():
             per_step.setdefault(step, []).append(float(rec.get("seconds", 0.0)))
@@ -156,7 +165,7 @@ def _error_propagation(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     without a graph strand show just the final hit rate.
     """
     n = len(records)
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if has_ranking(r)]
 
     def derived(r: Mapping[str, Any]) -> Mapping[str, Any]:
         return r.get("derived") or {}
@@ -236,6 +245,19 @@ def _events(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {k: {"events": events[k], "questions": questions[k]} for k in sorted(events, key=natural_key)}
 
 
+def _degraded(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How many questions ran on a fallback after an LM outage, and where and why."""
+    hit = [r for r in records if r.get("status") == "degraded"]
+    causes: Counter[str] = Counter()
+    for r in hit:
+        causes.update({f"{d.get('step', '?')}: {str(d.get('error', '')).split(':')[0]}" for d in r.get("degraded") or []})
+    return {
+        "questions": len(hit),
+        "share": len(hit) / len(records) if records else 0.0,
+        "causes": dict(sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
+
+
 def summarize(
     records: Sequence[Mapping[str, Any]],
     manifest: Mapping[str, Any] | None = None,
@@ -243,7 +265,7 @@ def summarize(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Everything the summary tables show, as plain JSON values."""
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if has_ranking(r)]
     names = list(metrics) if metrics is not None else _metric_names(ok)
     manifest = manifest or {}
     return {
@@ -256,7 +278,8 @@ def summarize(
         "n": len(records),
         "n_ok": len(ok),
         "n_errors": len(records) - len(ok),
-        "errors": Counter(str(r.get("error", "")).split(":")[0] for r in records if r["status"] != "ok"),
+        "errors": Counter(str(r.get("error", "")).split(":")[0] for r in records if not has_ranking(r)),
+        "degraded": _degraded(records),
         "metrics": {m: mean_ci(metric_values(records, m), seed) for m in names},
         "latency": _latency(ok, records),
         "usage": _usage(ok),
@@ -342,7 +365,9 @@ def comparison_rows(
     rows: list[dict[str, Any]] = []
     for idx, (name, run) in enumerate(zip(names, runs, strict=True)):
         s = summarize(run.records, run.manifest, MAIN_METRICS, seed)
-        row: dict[str, Any] = {"system": name, "n": s["n"], "errors": s["n_errors"]}
+        row: dict[str, Any] = {
+            "system": name, "n": s["n"], "errors": s["n_errors"], "degraded": s["degraded"]["questions"],
+        }
         row.update({m: s["metrics"][m]["mean"] for m in MAIN_METRICS})
         usage = s["usage"]["per_question"]
         row.update(
@@ -377,10 +402,12 @@ def _num(x: float | None, digits: int = 2) -> str:
 def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every summary table, shared by the terminal and Markdown views."""
     tables: list[tuple[str, list[str], list[list[str]]]] = []
-    n, errors = summary["n"], summary["n_errors"]
+    n, errors, degraded = summary["n"], summary["n_errors"], summary["degraded"]["questions"]
     tables.append(
         (
-            f"{title}: {n} questions" + (f", {errors} raised (scored 0)" if errors else ""),
+            f"{title}: {n} questions"
+            + (f", {degraded} degraded ({_pct(degraded / n)}%: LM outages, fallback results)" if degraded else "")
+            + (f", {errors} raised (scored 0)" if errors else ""),
             ["metric", "%", "95% CI"],
             [
                 [m, _pct(v["mean"]), f"{_pct(v['low'])}-{_pct(v['high'])}" if v["low"] is not None else "-"]
@@ -427,6 +454,14 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
                 [[k, str(v["events"]), str(v["questions"])] for k, v in summary["events"].items()],
             )
         )
+    if degraded:
+        tables.append(
+            (
+                "Degraded questions (an LM call gave no answer; retried when the run is resumed)",
+                ["step: error", "questions"],
+                [[k, str(v)] for k, v in summary["degraded"]["causes"].items()],
+            )
+        )
     if summary["errors"]:
         tables.append(
             (
@@ -439,14 +474,14 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
 
 
 def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
-    console = console or Console()
+    console = console or make_console()
     for name, header, rows in _summary_tables(summary, title):
-        console.print(f"[bold]{name}[/]")  # not a table title: those wrap at the table's width
+        console.print(f"[bold]{safe(name)}[/]")  # not a table title: those wrap at the table's width
         table = Table()
         for i, h in enumerate(header):
             table.add_column(h, justify="left" if i == 0 else "right")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(safe, row))  # error texts, system names and paths are not markup
         console.print(table)
 
 
@@ -477,6 +512,7 @@ def write_summary(
 
 _QUALITY: tuple[tuple[str, str], ...] = (("system", "system"), ("n", "n"), *((m, m) for m in MAIN_METRICS))
 _COST: tuple[tuple[str, str], ...] = (
+    ("degraded", "degraded"),
     ("errors", "errors"),
     ("lm_calls", "LLM calls/q"),
     ("input_tokens", "tok in/q"),
@@ -492,6 +528,7 @@ def _comparison_tables(
     quality = [[str(r["system"]), str(r["n"]), *(_pct(r[m]) for m in MAIN_METRICS)] for r in rows]
     cost = [
         [
+            str(r["degraded"]),
             str(r["errors"]),
             _num(r["lm_calls"], 1),
             _num(r["input_tokens"], 0),
@@ -548,17 +585,17 @@ COMPARISON_NOTE = (
 
 
 def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     for name, header, body in _comparison_tables(rows, wide=False):
-        console.print(f"[bold]{name}[/]")
+        console.print(f"[bold]{safe(name)}[/]")
         table = Table()
         for i, h in enumerate(header):
             table.add_column(h, justify="left" if i == 0 else "right")
         for cells in body:
-            table.add_row(*cells)
+            table.add_row(*map(safe, cells))
         console.print(table)
     if len(rows) > 1:
-        console.print(COMPARISON_NOTE)
+        console.print(safe(COMPARISON_NOTE))
 
 
 def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -2,9 +2,13 @@
 
 A run directory holds ``manifest.json`` (what was run: system, config, split, SKB fingerprint,
 versions, LMs) and ``traces.jsonl`` (one line per finished question). Rerunning into the same
-directory skips finished questions and retries failed ones; a different system, config, split,
-SKB or program file is refused unless the caller starts a new run (``resume=False``), which
+directory skips finished questions and retries failed and degraded ones; a different system, config,
+split, SKB or program file is refused unless the caller starts a new run (``resume=False``), which
 moves the old files into ``previous-<time>/``.
+
+A line's ``status`` is ``ok``, ``degraded`` (it has a ranking, but an LM call gave no answer and the
+program fell back: ``degraded`` names the steps and errors, see ``autofocus.trace.Degradation``) or
+``error`` (the program raised). Error texts are redacted (``autofocus.redact``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from autofocus.console import make_console, safe
 from autofocus.evaluate.traces import (
     RECORD_VERSION,
     TRACES_FILE,
@@ -47,6 +52,7 @@ from autofocus.evaluate.traces import (
     to_jsonable,
 )
 from autofocus.metrics import DEFAULT_KS, Candidates, CandidatesLike, as_candidates, compute_metrics, prepare
+from autofocus.redact import redact
 from autofocus.trace import Trace
 
 if TYPE_CHECKING:
@@ -65,7 +71,11 @@ class QuestionLike(Protocol):
 
 
 class RunMismatchError(RuntimeError):
-    """The run directory holds a different run; the message lists the differences."""
+    """The run directory cannot be resumed: it holds a different run (the message lists the
+    differences) or its files are damaged (the message names the file and line)."""
+
+
+RESTART_HINT = "Use another --out directory, or --force-new to move the old run aside and start again."
 
 
 @dataclass
@@ -73,9 +83,10 @@ class EvalResult:
     out_dir: Path
     total: int  # questions in this run (after ``limit``)
     skipped: int  # already finished before this call
-    finished: int  # finished successfully in this call
+    finished: int  # finished in this call, degraded ones included
     errors: int  # raised in this call (retried on the next resume)
     interrupted: bool
+    degraded: int = 0  # finished in this call on a fallback after an LM outage (retried on the next resume)
 
     @property
     def traces_path(self) -> Path:
@@ -83,7 +94,11 @@ class EvalResult:
 
     @property
     def complete(self) -> bool:
-        return not self.interrupted and self.errors == 0 and self.skipped + self.finished == self.total
+        return (
+            not self.interrupted
+            and self.errors == self.degraded == 0
+            and self.skipped + self.finished == self.total
+        )
 
 
 def _now() -> str:
@@ -146,15 +161,25 @@ def build_manifest(
     return manifest
 
 
-# config fields that change how fast a run goes, not its results
-EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency"})
+# config fields that change how fast a run goes, or how long it waits for an LM, not its results
+EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s"})
+WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
+
+
+def without_waits(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config dump without how long to wait for an LM (``WAITS``): it changes which questions end
+    degraded, which are retried, never what an answered question scores."""
+    out = {k: v for k, v in config.items() if k not in WAITS}
+    if isinstance(out.get("lm"), Mapping):
+        out["lm"] = {k: v for k, v in out["lm"].items() if f"lm.{k}" not in WAITS}
+    return out
 
 
 def _identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The fields that must match for a resume to mix old and new lines in one run."""
     config = manifest.get("config")
     if isinstance(config, Mapping):
-        config = {k: v for k, v in config.items() if k not in EXECUTION_ONLY}
+        config = {k: v for k, v in without_waits(config).items() if k not in EXECUTION_ONLY}
     return {
         "system": manifest.get("system"),
         "split": manifest.get("split"),
@@ -235,8 +260,13 @@ def evaluate_one(
     item: QuestionLike,
     candidates: Candidates | None = None,
     skb: SKB | None = None,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
-    """Run one question and build its trace line; an exception becomes an error line."""
+    """Run one question and build its trace line; an exception becomes an error line, an LM outage a
+    degraded one. After ``deadline_s`` seconds the question makes no further LM calls (it finishes on
+    its fallbacks, degraded)."""
+    from autofocus.usage import question_deadline
+
     start = time.perf_counter()
     base = {
         "v": RECORD_VERSION,
@@ -245,7 +275,8 @@ def evaluate_one(
         "gold": [int(a) for a in item.answer_ids],
     }
     try:
-        pred = program(question=item.query)
+        with question_deadline(deadline_s):
+            pred = program(question=item.query)
         ranked_raw = getattr(pred, "ranked_ids", None)
         if ranked_raw is None:
             raise TypeError(f"the program returned {type(pred).__name__} without `ranked_ids`")
@@ -256,21 +287,24 @@ def evaluate_one(
         if trace is not None and not isinstance(trace, Trace):
             raise TypeError(f"`trace` must be an autofocus.trace.Trace, got {type(trace).__name__}")
         metrics = compute_metrics(ranked, item.answer_ids, candidates, ks=METRIC_KS)
+        degraded = [d.model_dump() for d in trace.degraded] if trace is not None else []
         record = {
             **base,
-            "status": "ok",
+            "status": "degraded" if degraded else "ok",
             "ranked": ranked[:RANKED_KEPT].tolist(),
             "n_ranked": int(ranked.size),
             "metrics": metrics,
             "derived": _derived(trace, base["gold"], candidates, skb),
             "trace": to_jsonable(trace.model_dump(mode="python")) if trace is not None else None,
         }
+        if degraded:
+            record["degraded"] = degraded
     except Exception as exc:
         record = {
             **base,
             "status": "error",
-            "error": f"{type(exc).__name__}: {exc}"[:2000],
-            "traceback": traceback.format_exc()[-8000:],
+            "error": redact(f"{type(exc).__name__}: {exc}"[:4000])[:2000],
+            "traceback": redact(traceback.format_exc()[-8000:]),
         }
     record["seconds"] = time.perf_counter() - start
     record["finished_at"] = _now()
@@ -286,20 +320,25 @@ def _prepare_dir(
     if not resume:
         moved = _archive(out_dir)
         if moved is not None:
-            console.print(f"[yellow]Starting a new run; the previous files are in {moved}[/]")
+            console.print(f"[yellow]Starting a new run; the previous files are in {safe(moved)}[/]")
     elif mpath.exists():
-        old = json.loads(mpath.read_text())
+        try:
+            old = json.loads(mpath.read_text())
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RunMismatchError(f"{mpath} cannot be read ({exc}). {RESTART_HINT}") from None
         diff = manifest_diff(old, manifest)
         if diff:
             raise RunMismatchError(
                 f"{out_dir} holds a different run; refusing to mix results:\n  "
                 + "\n  ".join(diff)
-                + "\nUse another --out directory, or --force-new to move the old run aside and start again."
+                + f"\n{RESTART_HINT}"
             )
         changed = [k for k in ("versions", "index_checksums", "lms") if old.get(k) != manifest.get(k)]
         if changed:
             console.print(
-                f"[yellow]Resuming {out_dir}; note that {', '.join(changed)} changed since it started.[/]"
+                f"[yellow]Resuming {safe(out_dir)}; note that {', '.join(changed)} changed since it started.[/]"
             )
         old.setdefault("sessions", [])
         return old
@@ -332,6 +371,7 @@ def run_eval(
     *,
     manifest: Mapping[str, Any] | None = None,
     concurrency: int = 1,
+    deadline_s: float | None = None,
     limit: int | None = None,
     resume: bool = True,
     progress: bool = True,
@@ -348,6 +388,8 @@ def run_eval(
         out_dir: the run directory (created; resumed when it holds the same run).
         manifest: from ``build_manifest``; checked against the directory's on resume.
         concurrency: worker threads (each copies the caller's context: DSPy settings, usage scopes).
+        deadline_s: per question: after this many seconds it makes no further LM calls and is
+            recorded as degraded (``evaluate_one``).
         limit: only the first ``limit`` questions.
         resume: False moves a previous run aside and starts again (``--force-new``).
         progress: show a progress bar with the running hit@1.
@@ -364,7 +406,7 @@ def run_eval(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     out_dir = Path(out_dir)
     selected = list(items[:limit] if limit is not None else items)
     ids = [int(it.id) for it in selected]
@@ -376,10 +418,13 @@ def run_eval(
     )
 
     run_manifest = _prepare_dir(out_dir, manifest or {}, resume, console)
-    records, dropped = read_traces(out_dir / TRACES_FILE)
+    try:
+        records, dropped = read_traces(out_dir / TRACES_FILE)
+    except ValueError as exc:  # a damaged line before the last one: not what a crash leaves
+        raise RunMismatchError(f"{exc}. {RESTART_HINT}") from None
     if dropped:
         console.print(
-            f"[yellow]Removed a truncated last line ({dropped} bytes) from {out_dir / TRACES_FILE}[/]"
+            f"[yellow]Removed a truncated last line ({dropped} bytes) from {safe(out_dir / TRACES_FILE)}[/]"
         )
     latest = latest_by_id(records)
     wanted = set(ids)
@@ -399,7 +444,7 @@ def run_eval(
 
     hits = sum(r["metrics"]["hit@1"] for r in done_before.values())
     scored = len(done_before)
-    finished = errors = 0
+    finished = errors = degraded = 0
     interrupted = False
     failure: BaseException | None = None
 
@@ -422,7 +467,7 @@ def run_eval(
             try:
                 if program is None:
                     program = base_ctx.copy().run(program_factory)
-                record = base_ctx.copy().run(evaluate_one, program, item, cand, skb)
+                record = base_ctx.copy().run(evaluate_one, program, item, cand, skb, deadline_s)
             # KeyboardInterrupt/SystemExit from the program, or a factory failure: stop the run
             except BaseException as exc:
                 with gate:
@@ -442,22 +487,24 @@ def run_eval(
     bar = progress_bar(console, progress)
 
     def count(record: dict[str, Any]) -> None:
-        nonlocal scored, finished, errors, hits
+        nonlocal scored, finished, errors, degraded, hits
         scored += 1
-        if record["status"] == "ok":
-            finished += 1
-            hits += record["metrics"]["hit@1"]
-        else:
+        if record["status"] == "error":
             errors += 1
+            return
+        finished += 1
+        degraded += record["status"] == "degraded"
+        hits += record["metrics"]["hit@1"]
 
     def stats() -> str:
-        h1 = f"hit@1 {hits / scored:.3f}" if scored else "hit@1 -"
-        return f"{h1}  errors {errors}" if errors else h1
+        parts = [f"hit@1 {hits / scored:.3f}" if scored else "hit@1 -"]
+        parts += [f"{name} {n}" for name, n in (("degraded", degraded), ("errors", errors)) if n]
+        return "  ".join(parts)
 
     try:
         with bar:
             task = bar.add_task(
-                out_dir.name or "eval", total=len(selected), completed=len(done_before), stats=stats()
+                safe(out_dir.name or "eval"), total=len(selected), completed=len(done_before), stats=stats()
             )
             for t in threads:
                 t.start()
@@ -488,13 +535,19 @@ def run_eval(
             kind, payload = results.get_nowait()
             if kind == "done":
                 count(payload)
-        session.update(ended=_now(), finished=finished, errors=errors, interrupted=interrupted)
+        session.update(ended=_now(), finished=finished, degraded=degraded, errors=errors, interrupted=interrupted)
         _write_json(out_dir / MANIFEST_FILE, run_manifest)
     if failure is not None:
         raise failure
     if errors:
         console.print(
-            f"[yellow]{errors} question(s) raised; their tracebacks are in {out_dir / TRACES_FILE} "
+            f"[yellow]{errors} question(s) raised; their tracebacks are in {safe(out_dir / TRACES_FILE)} "
             "and they are retried when the run is resumed.[/]"
         )
-    return EvalResult(out_dir, len(selected), len(done_before), finished, errors, interrupted)
+    if degraded:
+        console.print(
+            f"[yellow]{degraded} question(s) degraded: an LM call gave no answer and they fell back "
+            f"(the steps and errors are in {safe(out_dir / TRACES_FILE)}); they are retried when the run "
+            "is resumed.[/]"
+        )
+    return EvalResult(out_dir, len(selected), len(done_before), finished, errors, interrupted, degraded)

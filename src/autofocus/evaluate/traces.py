@@ -2,7 +2,8 @@
 
 One line per finished question. A line is written with a single ``os.write`` on an ``O_APPEND``
 descriptor and fsynced, so a crash can at worst leave a truncated *last* line, which
-``read_traces`` cuts off (the question is then simply run again on resume).
+``read_traces`` cuts off (the question is then simply run again on resume). Lines stay small
+(long lists and strings are cut, and say so) and hold no credentials (``autofocus.redact``).
 """
 
 from __future__ import annotations
@@ -19,20 +20,33 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from autofocus.redact import redact
+
 TRACES_FILE = "traces.jsonl"
 RECORD_VERSION = 1
 MAX_LIST_ITEMS = 1000
+MAX_STRING_CHARS = 10_000  # an LM's raw answer can be megabytes
+
+
+def cut_string(text: str, limit: int = MAX_STRING_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and a note saying how many were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} …[cut: {len(text) - limit:,} more characters]"
 
 
 def to_jsonable(value: Any, max_items: int = MAX_LIST_ITEMS) -> Any:
     """Plain JSON values for whatever a program put in its trace (numpy, pydantic, dataclasses, sets).
 
     Lists longer than ``max_items`` (grounded sets can hold 10^5 ids on MAG) are kept as
-    ``{"n": len, "head": first max_items}`` so that one line stays small; unknown objects
-    become their ``str``. Non-finite floats become None (JSON has no NaN).
+    ``{"n": len, "head": first max_items}`` and strings longer than ``MAX_STRING_CHARS`` are cut
+    (``cut_string``), so that one line stays small; unknown objects become their ``str``.
+    Non-finite floats become None (JSON has no NaN).
     """
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, str):
+        return cut_string(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, np.generic):
@@ -56,11 +70,11 @@ def to_jsonable(value: Any, max_items: int = MAX_LIST_ITEMS) -> Any:
         if len(value) > max_items:
             return {"n": len(value), "head": [to_jsonable(v, max_items) for v in value[:max_items]]}
         return [to_jsonable(v, max_items) for v in value]
-    return str(value)
+    return cut_string(str(value))
 
 
 class TraceWriter:
-    """Appends one JSON line per call, durably, from any thread."""
+    """Appends one JSON line per call, durably, from any thread; credentials are redacted."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -68,7 +82,7 @@ class TraceWriter:
         self.lock = threading.Lock()
 
     def append(self, record: Mapping[str, Any]) -> None:
-        data = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        data = (redact(json.dumps(record, ensure_ascii=False, allow_nan=False)) + "\n").encode("utf-8")
         with self.lock:
             view = memoryview(data)
             while view:
@@ -128,7 +142,8 @@ def read_traces(path: Path, repair: bool = True) -> tuple[list[dict[str, Any]], 
 
 
 def latest_by_id(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """One record per question, in first-seen order: its last success, else its last error."""
+    """One record per question, in first-seen order: its last success, else its last attempt
+    (degraded or error)."""
     out: dict[int, dict[str, Any]] = {}
     for rec in records:
         qid = int(rec["id"])

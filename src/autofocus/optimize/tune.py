@@ -231,9 +231,13 @@ class LLMOutputCache:
                 writer.append({"id": o.id, "status": "ok", "identity": self.identity, **asdict(o)})
 
 
+DEGRADED = "degraded:"
+
+
 def transient(output: LLMOutput) -> bool:
-    """An LM failure other than a malformed answer (server down, timeout): ask again next run."""
-    return any(e.startswith("llm_error:") and "AdapterParseError" not in e for e in output.events)
+    """Steps 1-2 were degraded by an LM outage (``autofocus.trace.Degradation``): ask again next run.
+    A malformed answer is not transient: the same prompt gets the same answer."""
+    return any(e.startswith(DEGRADED) for e in output.events)
 
 
 def ask_llm(program: Any, item: Any) -> LLMOutput:
@@ -251,7 +255,8 @@ def ask_llm(program: Any, item: Any) -> LLMOutput:
         input_tokens=tokens_in,
         output_tokens=tokens_out,
         seconds=time.perf_counter() - start,
-        events=[f"{e.kind}: {e.detail}"[:300] for e in trace.events],
+        events=[f"{e.kind}: {e.detail}"[:300] for e in trace.events]
+        + [f"{DEGRADED} {d.step}: {d.error}"[:300] for d in trace.degraded],
     )
 
 

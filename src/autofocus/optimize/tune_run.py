@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
+from autofocus.console import safe
+from autofocus.evaluate.runner import without_waits
 from autofocus.optimize import tune as tuning
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class TuningResult:
 
 
 def config_hash(cfg: AutofocusConfig) -> str:
-    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k != "concurrency"}
+    data = {k: v for k, v in without_waits(cfg.model_dump(mode="json")).items() if k != "concurrency"}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -209,7 +211,7 @@ def run_tuning(
         "split": split,
         "questions": hashlib.sha256(json.dumps([int(q.id) for q in items]).encode()).hexdigest()[:16],
         "llm_outputs": identity,
-        "base_config": {k: v for k, v in cfg.model_dump(mode="json").items() if k not in tuned_away},
+        "base_config": {k: v for k, v in without_waits(cfg.model_dump(mode="json")).items() if k not in tuned_away},
     }
     st = tuning.open_study(study, storage, spec)
 
@@ -235,7 +237,7 @@ def run_tuning(
     if ran:
         say(
             f"{ran} trial(s) in {elapsed:.1f} s ({elapsed / ran:.3f} s per trial over {len(items)} questions); "
-            f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})"
+            + safe(f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})")
         )
 
     best = tuning.best_trial(st)

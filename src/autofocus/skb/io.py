@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from autofocus.skb import cache as skb_cache
 from autofocus.skb import skbdir, stark
+from autofocus.skb.errors import FormatIssue, SKBFormatError
 from autofocus.skb.model import SKB
 
 SKBFormat = Literal["dir", "stark"]
@@ -15,7 +16,12 @@ ProfileArg = str | Path | Mapping[str, Any] | None
 
 
 def detect_format(path: Path | str) -> SKBFormat:
-    """``"dir"`` (schema.json + nodes.jsonl) or ``"stark"`` (node_info.pkl and tensors)."""
+    """``"dir"`` or ``"stark"``, from the files present; nothing is read, so no pickle is opened.
+
+    A folder with ``schema.json`` or ``nodes.jsonl`` is an SKB directory (its loader reports the files
+    it lacks), whatever ``.pkl`` files lie beside it; otherwise a STaRK layout must be complete
+    (``stark.REQUIRED_FILES``), and an incomplete one is reported by its missing files.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such SKB path: {path}")
@@ -23,6 +29,13 @@ def detect_format(path: Path | str) -> SKBFormat:
         return "dir"
     if stark.is_stark_dir(path):
         return "stark"
+    try:
+        processed = stark.find_processed_dir(path)
+    except FileNotFoundError:
+        processed = None
+    if processed is not None:
+        raise SKBFormatError([FormatIssue(name, None, f"missing required file {processed / name} (STaRK layout)")
+                              for name in stark.missing_files(processed)])
     raise FileNotFoundError(
         f"{path} is not an SKB: expected schema.json + nodes.jsonl (SKB directory format) "
         "or STaRK processed files (node_info.pkl, edge_index.pt, ...) in it, processed/ or processed/cache/*/"

@@ -8,7 +8,8 @@ Layouts (searched in this order under the given path):
 A CSV beside the main one named ``qa_<name>.csv`` / ``stark_qa_<name>.csv`` is a split of its own
 holding all its rows (STaRK's ``stark_qa_human_generated_eval.csv`` becomes the split
 ``human_generated_eval``). ``answer_ids`` may be a JSON list or a Python list literal (what
-STaRK writes); it is parsed with ``json`` then ``ast.literal_eval``, never ``eval``.
+STaRK writes); it is parsed with ``json`` then ``ast.literal_eval``, never ``eval``. A split folder
+must hold the standard splits commands default to (``STANDARD_SPLITS``; ``skb validate`` checks).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import datasets
 
 REQUIRED_COLUMNS = ("id", "query", "answer_ids")
+STANDARD_SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,12 @@ def parse_answer_ids(text: str) -> list[int]:
 
 def read_qa_csv(path: Path, label: str | None = None) -> tuple[list[QAItem], list[FormatIssue]]:
     """Read a QA CSV (extra columns ignored); returns the good rows and one issue per bad row."""
-    label = label or path.name
+    items, _, issues = _read_qa_rows(path, label or path.name)
+    return items, issues
+
+
+def _read_qa_rows(path: Path, label: str) -> tuple[list[QAItem], dict[int, int], list[FormatIssue]]:
+    """``read_qa_csv`` plus the line of each good row's question id."""
     issues = IssueCollector()
     items: list[QAItem] = []
     seen: dict[int, int] = {}
@@ -107,11 +114,11 @@ def read_qa_csv(path: Path, label: str | None = None) -> tuple[list[QAItem], lis
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None:
-            return [], [FormatIssue(label, 1, "empty file: expected a header `id,query,answer_ids`")]
+            return [], {}, [FormatIssue(label, 1, "empty file: expected a header `id,query,answer_ids`")]
         header = [h.strip().lstrip("\ufeff") for h in header]
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
-            return [], [FormatIssue(label, 1, f"header lacks column(s) {', '.join(missing)}; got {header}")]
+            return [], {}, [FormatIssue(label, 1, f"header lacks column(s) {', '.join(missing)}; got {header}")]
         col = {c: header.index(c) for c in REQUIRED_COLUMNS}
         start = reader.line_num + 1
         for row in reader:
@@ -140,7 +147,33 @@ def read_qa_csv(path: Path, label: str | None = None) -> tuple[list[QAItem], lis
                 issues.add(label, line, str(exc))
                 continue
             items.append(QAItem(qid, query, answers))
-    return items, issues.issues
+    return items, seen, issues.issues
+
+
+def check_answer_ids(
+    items: list[QAItem], lines: dict[int, int], label: str, num_nodes: int, collector: IssueCollector
+) -> None:
+    """One issue per question whose gold answers are not all node ids (it would score 0 silently)."""
+    for item in items:
+        bad = [a for a in item.answer_ids if a >= num_nodes]
+        if bad:
+            collector.add(
+                label,
+                lines.get(item.id),
+                f"question {item.id}: answer id {bad[0]} is not a node id (the SKB has {num_nodes} nodes)",
+            )
+
+
+def standard_split_issues(path: Path | str) -> list[FormatIssue]:
+    """A missing standard split in a split folder (commands default to ``--split val``)."""
+    layout = find_qa(path)
+    if layout.split_dir is None:
+        return []
+    return [
+        FormatIssue(layout.label(layout.split_dir / f"{name}.index"), None, f"missing: the standard split {name!r}")
+        for name in STANDARD_SPLITS
+        if not (layout.split_dir / f"{name}.index").is_file()
+    ]
 
 
 def read_split(path: Path, label: str | None = None) -> tuple[list[tuple[int, int]], list[FormatIssue]]:
@@ -165,17 +198,10 @@ def validate_qa(layout: QALayout, num_nodes: int | None, collector: IssueCollect
     files = ([layout.main] if layout.main else []) + list(layout.extra.values())
     for path in files:
         label = layout.label(path)
-        items, issues = read_qa_csv(path, label)
+        items, lines, issues = _read_qa_rows(path, label)
         collector.extend(issues)
         if num_nodes is not None:
-            for item in items:
-                bad = [a for a in item.answer_ids if a >= num_nodes]
-                if bad:
-                    collector.add(
-                        label,
-                        None,
-                        f"question {item.id}: answer id {bad[0]} is not a node id (N = {num_nodes})",
-                    )
+            check_answer_ids(items, lines, label, num_nodes, collector)
         if path == layout.main:
             main_ids = {item.id for item in items}
     if layout.split_dir is None:
@@ -204,24 +230,32 @@ def splits_available(path: Path | str) -> dict[str, int]:
     return out
 
 
-def load_qa(path: Path | str, split: str | None = None) -> list[QAItem]:
+def load_qa(path: Path | str, split: str | None = None, num_nodes: int | None = None) -> list[QAItem]:
     """All questions (``split=None``) or one split, in the split file's order.
 
+    With ``num_nodes``, every gold answer of the questions returned must be a node id below it.
     Raises ``SKBFormatError`` on malformed files and ``KeyError`` for an unknown split.
     """
     layout = find_qa(path)
     collector = IssueCollector()
     if split is not None and split in layout.extra:
-        items, issues = read_qa_csv(layout.extra[split], layout.label(layout.extra[split]))
+        label = layout.label(layout.extra[split])
+        items, lines, issues = _read_qa_rows(layout.extra[split], label)
         collector.extend(issues)
+        if num_nodes is not None:
+            check_answer_ids(items, lines, label, num_nodes, collector)
         collector.raise_if_any()
         return items
     if layout.main is None:
         raise FileNotFoundError(f"no QA file under {path} (looked for qa.csv, stark_qa/stark_qa.csv)")
-    items, issues = read_qa_csv(layout.main, layout.label(layout.main))
+    label = layout.label(layout.main)
+    items, lines, issues = _read_qa_rows(layout.main, label)
     collector.extend(issues)
     collector.raise_if_any()
     if split is None:
+        if num_nodes is not None:
+            check_answer_ids(items, lines, label, num_nodes, collector)
+            collector.raise_if_any()
         return items
     split_path = layout.split_dir / f"{split}.index" if layout.split_dir else None
     if split_path is None or not split_path.is_file():
@@ -235,8 +269,11 @@ def load_qa(path: Path | str, split: str | None = None) -> list[QAItem]:
             collector.add(
                 layout.label(split_path), line, f"question id {qid} is not in {layout.label(layout.main)}"
             )
+    chosen = [by_id[qid] for _, qid in rows if qid in by_id]
+    if num_nodes is not None:
+        check_answer_ids(chosen, lines, label, num_nodes, collector)
     collector.raise_if_any()
-    return [by_id[qid] for _, qid in rows]
+    return chosen
 
 
 def to_hf_dataset(items: list[QAItem]) -> datasets.Dataset:

@@ -256,14 +256,17 @@ def observed_attributes(
 
 
 def is_skb_dir(path: Path | str) -> bool:
+    """Whether ``path`` holds any of this format's own files: then it is loaded as this format, and a
+    missing required file is reported instead of guessing another format."""
     path = Path(path)
-    return (path / SCHEMA_FILE).is_file() and (path / NODES_FILE).is_file()
+    return any((path / name).is_file() for name in (SCHEMA_FILE, NODES_FILE, EDGES_FILE))
 
 
 def source_files(path: Path | str) -> list[Path]:
-    """The files an SKB directory's content depends on (QA files are loaded separately)."""
+    """The files an SKB directory's content depends on (QA files are loaded separately); a missing one
+    is left out here and reported by the loader."""
     path = Path(path)
-    return [path / SCHEMA_FILE, path / NODES_FILE, path / EDGES_FILE]
+    return [p for p in (path / SCHEMA_FILE, path / NODES_FILE, path / EDGES_FILE) if p.is_file()]
 
 
 def _line_of(text: str, needle: str) -> int | None:

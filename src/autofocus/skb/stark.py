@@ -2,9 +2,18 @@
 
 Security: ``node_info.pkl`` and the ``*_dict.pkl`` files are Python pickles and the ``*.pt``
 files are torch tensors. Unpickling runs code, so load only files you trust: the ones the
-``stark-qa`` package downloads from STaRK's own repository. Tensors are read with
-``torch.load(weights_only=True)``; the pickles with ``pickle.load``. Every other format in
-autofocus (the SKB directory format, the binary cache) is plain JSON/CSV/npy.
+``stark-qa`` package downloads from STaRK's own repository. The rules:
+
+* The format is decided from the files present, before any file is read (``autofocus.skb.io``):
+  a folder with ``schema.json`` or ``nodes.jsonl`` is an SKB directory, whatever ``.pkl`` files lie
+  beside it; a STaRK layout needs every file of ``REQUIRED_FILES``.
+* Tensors are read with ``torch.load(weights_only=True)``; the type dictionaries with an unpickler
+  that refuses every class and function (``_load_plain_pickle``), so profile detection cannot run
+  code.
+* ``node_info.pkl``, which holds arbitrary Python data, is unpickled last, after the layout, the
+  tensors and the type dictionaries passed their checks.
+
+Every other format in autofocus (the SKB directory format, the binary cache) is plain JSON/CSV/npy.
 
 Layout: a folder holding ``node_info.pkl``, ``edge_index.pt`` (``[2, E]``), ``edge_types.pt``
 (``[E]``), ``node_types.pt`` (``[N]``) and optionally ``node_type_dict.pkl`` /
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -118,12 +128,17 @@ def find_processed_dir(path: Path | str) -> Path:
     )
 
 
+def missing_files(processed: Path) -> list[str]:
+    """The required files (``REQUIRED_FILES``) absent from a processed folder."""
+    return [name for name in REQUIRED_FILES if not (processed / name).is_file()]
+
+
 def is_stark_dir(path: Path | str) -> bool:
+    """Whether ``path`` holds a complete STaRK layout (nothing is read)."""
     try:
-        find_processed_dir(path)
+        return not missing_files(find_processed_dir(path))
     except (FileNotFoundError, SKBFormatError):
         return False
-    return True
 
 
 def source_files(path: Path | str) -> list[Path]:
@@ -133,15 +148,60 @@ def source_files(path: Path | str) -> list[Path]:
     return [processed / n for n in names if (processed / n).is_file()]
 
 
+class ProfileWarning(UserWarning):
+    """No bundled profile matched a STaRK SKB: the generic profile is used."""
+
+
+def _unreadable(path: Path, exc: Exception) -> SKBFormatError:
+    return SKBFormatError([FormatIssue(path.name, None, f"cannot be read ({type(exc).__name__}: {exc}); "
+                                       "the file may be truncated or not a STaRK file")])
+
+
 def _load_pickle(path: Path) -> Any:
-    with path.open("rb") as fh:
-        return pickle.load(fh)  # trusted STaRK files only (module docstring)
+    """Any Python data: trusted STaRK files only (module docstring)."""
+    try:
+        with path.open("rb") as fh:
+            return pickle.load(fh)
+    except Exception as exc:  # a damaged pickle raises anything from EOFError to AttributeError
+        raise _unreadable(path, exc) from None
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Plain data only (dicts, lists, strings, numbers, numpy scalars): a pickle naming any other class
+    or function is refused before anything in it runs."""
+
+    ALLOWED = frozenset({
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "dtype"),
+    })  # fmt: skip
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}: this file should hold plain data only")
+
+
+def _load_plain_pickle(path: Path) -> Any:
+    try:
+        with path.open("rb") as fh:
+            return _PlainUnpickler(fh).load()
+    except Exception as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _load_type_dict(path: Path) -> dict[int, str]:
+    data = _load_plain_pickle(path)
+    if not isinstance(data, Mapping):
+        raise SKBFormatError([FormatIssue(path.name, None, f"expected a dict of type ids to names, got {type(data).__name__}")])
+    return {int(k): str(v) for k, v in data.items()}
 
 
 def _load_tensor(path: Path) -> np.ndarray:
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True).numpy()
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True).numpy()
+    except Exception as exc:  # truncated zip, not a tensor, a pickle weights_only refuses, ...
+        raise _unreadable(path, exc) from None
 
 
 def resolve_profile(profile: str | Path | Mapping[str, Any] | Profile | None, processed: Path) -> Profile:
@@ -152,10 +212,24 @@ def resolve_profile(profile: str | Path | Mapping[str, Any] | Profile | None, pr
         return Profile.model_validate(profile)
     bundled = bundled_profiles()
     if profile is None or str(profile) == "auto":
+        missing = missing_files(processed)
+        if missing:  # nothing is unpickled from an incomplete layout (module docstring)
+            raise SKBFormatError([FormatIssue(name, None, f"missing required file {processed / name}")
+                                  for name in missing])
         disk = processed / "node_type_dict.pkl"
-        names = set(_load_pickle(disk).values()) if disk.is_file() else None
+        names = set(_load_type_dict(disk).values()) if disk.is_file() else None
         found = [p for p in bundled.values() if p.matches(processed, names)]
-        return found[0] if len(found) == 1 else Profile()
+        if len(found) == 1:
+            return found[0]
+        why = f"several match ({', '.join(p.name for p in found)})" if found else "none matches"
+        warnings.warn(
+            f"{processed}: no single bundled STaRK profile fits ({why}); using the generic profile "
+            "(every node type a candidate, names detected from the data, no KB description). "
+            f"Choose one with --profile {'|'.join(bundled)}|FILE.",
+            ProfileWarning,
+            stacklevel=2,
+        )
+        return Profile()
     if str(profile) == "none":
         return Profile()
     if str(profile) in bundled:
@@ -324,12 +398,11 @@ def load_stark(
     """Load a STaRK SKB (see the module docstring); raises ``SKBFormatError`` on inconsistent files."""
     root = Path(path)
     processed = find_processed_dir(root)
-    prof = resolve_profile(profile, processed)
     issues = IssueCollector(max_issues)
-    for name in REQUIRED_FILES:
-        if not (processed / name).is_file():
-            issues.add(name, None, f"missing required file {processed / name}")
+    for name in missing_files(processed):
+        issues.add(name, None, f"missing required file {processed / name}")
     issues.raise_if_any()
+    prof = resolve_profile(profile, processed)
 
     node_type_ids = _load_tensor(processed / "node_types.pt").astype(np.int64).reshape(-1)
     edge_index = _load_tensor(processed / "edge_index.pt").astype(np.int64)
@@ -343,9 +416,7 @@ def load_stark(
     dicts: dict[str, dict[int, str]] = {}
     for kind, fallback in (("node", prof.node_type_dict), ("edge", prof.edge_type_dict)):
         disk = processed / f"{kind}_type_dict.pkl"
-        dicts[kind] = (
-            {int(k): str(v) for k, v in _load_pickle(disk).items()} if disk.is_file() else dict(fallback)
-        )
+        dicts[kind] = _load_type_dict(disk) if disk.is_file() else dict(fallback)
         if not dicts[kind]:
             issues.add(
                 disk.name, None, f"missing, and profile {prof.name or '(none)'!r} gives no {kind}_type_dict"

@@ -1,14 +1,35 @@
-"""Calling a DSPy predictor without ever crashing a question (architecture principle 5)."""
+"""Calling a DSPy predictor without ever crashing a question (architecture principle 5), and without
+hiding that it failed.
+
+Two kinds of failure are told apart. A *malformed answer* (the LM answered, the adapter could not
+parse it) is the method's own result: salvage what it says, record an event, go on. An *outage*
+(``is_lm_outage``: timeout, connection error, 5xx, rejected key, empty answer, the question's
+deadline, ``autofocus.usage.question_deadline``) says nothing about the method: the question still falls back (to VSS, to the pre-rerank
+order), but its trace is marked degraded (``Trace.degrade``) so that evaluation records it as such
+and runs it again on resume.
+
+Hostile answers are bounded: every answer is cut to ``MAX_ANSWER_CHARS`` before DSPy parses it
+(its JSON repair is quadratic, a 1 MB answer took 70 s), and JSON nested deeper than any signature's
+output is refused before repair.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import dspy
-from dspy.utils.exceptions import AdapterParseError
+from dspy.adapters.json_adapter import JSONAdapter
+from dspy.utils.exceptions import AdapterParseError, LMError
 
 from autofocus.trace import Trace
+from autofocus.usage import check_deadline
+
+MAX_ANSWER_CHARS = 8000  # 4x what max_tokens=512 can produce; DSPy's JSON repair of this takes < 1 s
+MAX_JSON_DEPTH = 16  # the signatures' outputs nest 3 deep at most
 
 # what litellm, llama.cpp and hosted APIs say when a prompt is too long, when it is not typed as such
 _OVERFLOW = re.compile(
@@ -25,25 +46,141 @@ def is_context_overflow(exc: BaseException) -> bool:
     return isinstance(exc, dspy.ContextWindowExceededError) or bool(_OVERFLOW.search(str(exc)))
 
 
+def is_lm_outage(exc: BaseException) -> bool:
+    """Whether an LM call failed without an answer (see the module docstring); such failures are
+    transient or configuration problems, never the method's result. A prompt over the context window
+    is not one: the same prompt fails the same way."""
+    if isinstance(exc, AdapterParseError):
+        answer = exc.lm_response if isinstance(exc.lm_response, str) else ""
+        return not answer.strip() or "empty or null response" in str(exc)
+    if is_context_overflow(exc):
+        return False
+    return isinstance(exc, LMError | OSError | TimeoutError)  # OSError: urllib's, for the scoring route
+
+
+# --- bounded answers --------------------------------------------------------------------------------
+
+_cuts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("autofocus_answer_cuts", default=None)
+
+
+def cap_text(text: str, limit: int = MAX_ANSWER_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit]
+
+
+def _cap_output(output: Any) -> Any:
+    text = output.get("text") if isinstance(output, dict) else output
+    if not isinstance(text, str) or len(text) <= MAX_ANSWER_CHARS:
+        return output
+    cuts = _cuts.get()
+    if cuts is not None:
+        cuts.append(len(text))
+    return {**output, "text": cap_text(text)} if isinstance(output, dict) else cap_text(text)
+
+
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting in ``text`` (brackets inside strings count too: an upper bound)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}]" and depth:
+            depth -= 1
+    return deepest
+
+
+class _Bounded:
+    """Cuts every LM answer before the adapter parses it."""
+
+    def _call_postprocess(self, processed_signature: Any, original_signature: Any, outputs: list[Any],
+                          lm: Any, lm_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        capped = [_cap_output(o) for o in outputs]
+        return super()._call_postprocess(processed_signature, original_signature, capped, lm, lm_kwargs)  # type: ignore[misc]
+
+
+class BoundedJSONAdapter(_Bounded, JSONAdapter):
+    """DSPy's JSON adapter that refuses absurdly nested answers before its (quadratic) repair."""
+
+    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+        if json_depth(completion) > MAX_JSON_DEPTH:
+            raise AdapterParseError(
+                adapter_name="JSONAdapter", signature=signature, lm_response=completion,
+                message=f"the answer nests brackets more than {MAX_JSON_DEPTH} deep",
+            )
+        return super().parse(signature, completion)
+
+
+class BoundedChatAdapter(_Bounded, dspy.ChatAdapter):
+    """DSPy's chat adapter with bounded answers, falling back to ``BoundedJSONAdapter``."""
+
+    def _make_json_adapter_fallback(self) -> JSONAdapter:
+        return BoundedJSONAdapter(
+            use_native_function_calling=self.use_native_function_calling,
+            parallel_tool_calls=self.parallel_tool_calls,
+        )
+
+
+def _bounded(adapter: Any) -> Any:
+    """The bounded version of DSPy's own adapters; a custom adapter is left alone."""
+    if adapter is None or type(adapter) is dspy.ChatAdapter:
+        fallback = True if adapter is None else adapter.use_json_adapter_fallback
+        return BoundedChatAdapter(use_json_adapter_fallback=fallback)
+    if type(adapter) is JSONAdapter:
+        return BoundedJSONAdapter(use_native_function_calling=adapter.use_native_function_calling,
+                                  parallel_tool_calls=adapter.parallel_tool_calls)
+    return adapter
+
+
+@contextmanager
+def bounded_answers() -> Iterator[list[int]]:
+    """LM answers inside are cut to ``MAX_ANSWER_CHARS`` before parsing; yields the original lengths
+    of the answers that were cut."""
+    cuts: list[int] = []
+    token = _cuts.set(cuts)
+    try:
+        with dspy.context(adapter=_bounded(dspy.settings.adapter)):
+            yield cuts
+    finally:
+        _cuts.reset(token)
+
+
+def describe_cuts(cuts: list[int]) -> str:
+    return ", ".join(f"{n:,}" for n in cuts) + f" characters cut to {MAX_ANSWER_CHARS:,} before parsing"
+
+
+# --- the call ---------------------------------------------------------------------------------------
+
+
 def safe_predict(predictor: dspy.Module, trace: Trace, step: str, **inputs: Any) -> tuple[dspy.Prediction | None, str | None]:
     """Run ``predictor``; on failure record an event and return ``(None, raw LM text if any)``.
 
-    The raw text lets callers salvage what a malformed answer still says (a type name, some ids). A
-    prompt over the LM's context window is retried with half the demonstrations each time (the paper's
-    30 commenter examples do not fit a small local model's window), and the trimming is recorded.
+    The raw text lets callers salvage what a malformed answer still says (a type name, some ids). An
+    outage also marks the trace degraded (module docstring). A prompt over the LM's context window is
+    retried with half the demonstrations each time (the paper's 30 commenter examples do not fit a
+    small local model's window), and the trimming is recorded.
     """
     demos = list(predictor.demos) if isinstance(predictor, dspy.Predict) else []
     keep = len(demos)
     while True:
-        try:
-            pred = predictor(**inputs) if keep == len(demos) else predictor(**inputs, demos=demos[:keep])
-        except Exception as exc:
-            if keep > 0 and is_context_overflow(exc):
-                keep //= 2
-                continue
-            raw = getattr(exc, "lm_response", None)
-            trace.event(step, "llm_error", f"{type(exc).__name__}: {exc}")
-            return None, raw if isinstance(raw, str) else None
+        with bounded_answers() as cuts:
+            try:
+                check_deadline()
+                pred = predictor(**inputs) if keep == len(demos) else predictor(**inputs, demos=demos[:keep])
+                error = None
+            except Exception as exc:
+                if keep > 0 and is_context_overflow(exc):
+                    keep //= 2
+                    continue
+                error = exc
+        if cuts:
+            trace.event(step, "answer_cut", describe_cuts(cuts))
+        if error is not None:
+            text = f"{type(error).__name__}: {error}"
+            trace.event(step, "llm_error", text)
+            if is_lm_outage(error):
+                trace.degrade(step, text)
+            raw = getattr(error, "lm_response", None)
+            return None, cap_text(raw) if isinstance(raw, str) else None
         if keep < len(demos):
             trace.event(step, "demos_trimmed",
                         f"the prompt exceeded the LM's context window: kept {keep} of {len(demos)} demonstrations")

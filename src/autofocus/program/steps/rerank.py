@@ -18,8 +18,9 @@ paper, descriptions are then truncated to share the budget instead of giving up.
 Every reranker returns a permutation of its (de-duplicated) input: malformed output is salvaged
 where possible and otherwise keeps the pre-rerank order; each such fallback is a trace event
 (step ``8_rerank``) and ``trace.data["rerank"]`` records the decisions (scores, raw ranking,
-comparisons), the prompts, rounds, description levels and overflow incidents. The caller times
-the step (``trace.step("8_rerank")``); the rerankers only add events and data.
+comparisons), the prompts, rounds, description levels and overflow incidents. An LM call that gave
+no answer (``autofocus.program.steps.llm_call.is_lm_outage``) also marks the trace degraded. The
+caller times the step (``trace.step("8_rerank")``); the rerankers only add events and data.
 """
 
 from __future__ import annotations
@@ -37,13 +38,19 @@ import dspy
 
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec, yes_probabilities
-from autofocus.program.steps.llm_call import is_context_overflow
+from autofocus.program.steps.llm_call import (
+    bounded_answers,
+    cap_text,
+    describe_cuts,
+    is_context_overflow,
+    is_lm_outage,
+)
 from autofocus.program.steps.sorting import binary_insertion_sort, check_tournament, tournament_sort
 from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.skb.documents import describe_node
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
-from autofocus.usage import CHARS_PER_TOKEN, add_usage, map_concurrently
+from autofocus.usage import CHARS_PER_TOKEN, add_usage, check_deadline, map_concurrently
 
 STEP = "8_rerank"
 # description levels: the paper's three scenarios, then truncation to a share of the budget
@@ -143,6 +150,7 @@ class _Session:
     cap_tokens: int
     levels: list[int] = field(default_factory=list)
     issues: dict[str, list[str]] = field(default_factory=dict)
+    outages: list[str] = field(default_factory=list)
     prompts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _descriptions: dict[tuple[int, str, int], str] = field(default_factory=dict)
@@ -150,6 +158,14 @@ class _Session:
     def issue(self, kind: str, detail: str) -> None:
         with self._lock:
             self.issues.setdefault(kind, []).append(detail)
+
+    def failed(self, kind: str, exc: BaseException) -> None:
+        """Record an LM failure as an issue of ``kind``, and as an outage if the LM gave no answer."""
+        text = f"{type(exc).__name__}: {exc}"
+        self.issue(kind, text[:200])
+        if is_lm_outage(exc):
+            with self._lock:
+                self.outages.append(text)
 
     def block(self, node: int, level: int, budget_tokens: int | None = None) -> str:
         """``[ID] type: description`` at a description level (cached per call)."""
@@ -298,6 +314,8 @@ class Reranker(dspy.Module):
                 trace.event(STEP, kind, f"{n} of {len(s.levels)} prompts")
         for kind, details in s.issues.items():
             trace.event(STEP, kind, f"{len(details)}x: " + " | ".join(details[:3]))
+        if s.outages:
+            trace.degrade(STEP, f"{len(s.outages)} of {s.prompts} LM calls gave no answer; first: {s.outages[0]}")
 
     def _predict(
         self,
@@ -314,20 +332,26 @@ class Reranker(dspy.Module):
 
         level, inputs = s.fit(nodes, build, measure)
         while True:
-            try:
-                pred = predictor(**inputs)
-                s.record_level(level)
+            with bounded_answers() as cuts:
+                try:
+                    check_deadline()
+                    pred = predictor(**inputs)
+                    error = None
+                except Exception as exc:  # any LM/adapter failure degrades, never crashes
+                    if level < 3 and is_context_overflow(exc):
+                        s.issue("lm_context_overflow", f"at level {LEVELS[level]}: {exc}"[:200])
+                        level, inputs = s.fit(nodes, build, measure, start=level + 1)
+                        continue
+                    error = exc
+            if cuts:
+                s.issue("answer_cut", describe_cuts(cuts))
+            s.record_level(level)
+            if error is None:
                 return pred, []
-            except Exception as exc:  # any LM/adapter failure degrades, never crashes
-                if level < 3 and is_context_overflow(exc):
-                    s.issue("lm_context_overflow", f"at level {LEVELS[level]}: {exc}"[:200])
-                    level, inputs = s.fit(nodes, build, measure, start=level + 1)
-                    continue
-                s.record_level(level)
-                markers = [f"[{n}] {s.skb.type_of(n)}:" for n in nodes]
-                texts = _raw_texts(exc, _lm_of(predictor), markers)
-                s.issue("llm_error", f"{type(exc).__name__}: {exc}"[:200])
-                return None, texts
+            markers = [f"[{n}] {s.skb.type_of(n)}:" for n in nodes]
+            texts = [cap_text(t) for t in _raw_texts(error, _lm_of(predictor), markers)]
+            s.failed("llm_error", error)
+            return None, texts
 
 
 class PointwiseReranker(Reranker):
@@ -392,9 +416,10 @@ class PointwiseReranker(Reranker):
         fitted = [s.fit([node], build, estimate_tokens) for node in s.ids]
         conversations = [messages for _, messages in fitted]
         try:
+            check_deadline()
             probs = self.yes_scorer(lm, conversations)
         except Exception as exc:  # the signature path takes over
-            s.issue("yes_no_error", f"{type(exc).__name__}: {exc}"[:200])
+            s.failed("yes_no_error", exc)
             return {}
         if probs is None:
             s.issue(

@@ -68,28 +68,87 @@ def _parse_number(value: object) -> float | None:
     return None
 
 
-def _parse_date(value: object) -> float | None:
-    if isinstance(value, int | float) and 1000 <= float(value) <= 3000:  # a bare year
-        return float(np.datetime64(f"{int(value):04d}-01-01", "D").astype(np.int64))
+_DATE = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?(?:[T ][\d:.]+(?:Z|[+-]\d{2}:?\d{2})?)?$")
+
+
+def _parse_date(value: object) -> tuple[float, float] | None:
+    """The days (since 1970-01-01) a date value covers, as ``[start, end)``: a whole year (``"2019"``,
+    and the number ``2019`` alike), a month (``"2019-05"``) or a day (the time of day is ignored)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not (float(value).is_integer() and 1000 <= value <= 3000):
+            return None
+        value = f"{int(value):04d}"
     if not isinstance(value, str):
         return None
-    text = value.strip()
-    for pattern, suffix in ((r"^\d{4}$", "-01-01"), (r"^\d{4}-\d{2}$", "-01"), (r"^\d{4}-\d{2}-\d{2}", "")):
-        if re.match(pattern, text):
-            try:
-                return float(np.datetime64(text[:10] + suffix if suffix else text[:10], "D").astype(np.int64))
-            except ValueError:
+    m = _DATE.match(value.strip())
+    if m is None:
+        return None
+    text, unit = m.group(1), "Y"
+    if m.group(2):
+        text, unit = f"{text}-{m.group(2)}", "M"
+    if m.group(3):
+        text, unit = f"{text}-{m.group(3)}", "D"
+    try:
+        start = np.datetime64(text, unit)
+    except ValueError:  # "2019-13", "2019-02-30"
+        return None
+    days = np.array([start, start + 1]).astype("datetime64[D]").astype(np.int64)
+    return float(days[0]), float(days[1])
+
+
+def _number_mask(values: np.ndarray, op: str, value: object) -> np.ndarray | None:
+    if op == "IN":
+        parsed = [_parse_number(v) for v in value] if isinstance(value, list) else [None]
+        return None if any(p is None for p in parsed) else np.isin(values, np.array(parsed, dtype=np.float64))
+    num = _parse_number(value)
+    compare = {"=": np.equal, "<>": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+               ">=": np.greater_equal}.get(op)  # fmt: skip
+    if num is None or compare is None:
+        return None  # text operators on numbers have no agreed meaning: the filter is not applied
+    with np.errstate(invalid="ignore"):
+        return compare(values, num)
+
+
+def _date_mask(values: np.ndarray, present: np.ndarray, op: str, value: object) -> np.ndarray | None:
+    """Comparisons against the whole period a value names: ``= 2019`` is the year, ``< "2019-05"``
+    before May; text operators work on the ISO form (``STARTS WITH "2019-0"``)."""
+    if op in ("CONTAINS", "STARTS WITH", "ENDS WITH"):
+        days = np.where(present, values, 0).astype(np.int64).astype("datetime64[D]")
+        iso = np.array(np.datetime_as_string(days), dtype=np.dtypes.StringDType())
+        return _text_mask(iso, op, value)
+    with np.errstate(invalid="ignore"):
+        if op == "IN":
+            spans = [_parse_date(v) for v in value] if isinstance(value, list) else [None]
+            if any(span is None for span in spans):
                 return None
-    return None
+            mask = np.zeros(len(values), dtype=bool)
+            for lo, hi in spans:  # type: ignore[misc]
+                mask |= (values >= lo) & (values < hi)
+            return mask
+        span = _parse_date(value)
+        if span is None:
+            return None
+        lo, hi = span
+        masks = {"=": (values >= lo) & (values < hi), "<>": (values < lo) | (values >= hi), "<": values < lo,
+                 "<=": values < hi, ">": values >= hi, ">=": values >= lo}  # fmt: skip
+    return masks.get(op)
 
 
-_COMPARE = {
-    "=": np.equal,
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
-}
+def _text_mask(text: np.ndarray, op: str, value: object) -> np.ndarray | None:
+    """Case-insensitive string operators, comparisons in lexicographic order."""
+    if op == "IN":
+        if not isinstance(value, list):
+            return None
+        return np.isin(text, np.array([str(v).lower() for v in value], dtype=np.dtypes.StringDType()))
+    if isinstance(value, list):
+        return None
+    needle = str(value).lower()
+    masks = {
+        "=": np.equal, "<>": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+        ">=": np.greater_equal, "STARTS WITH": np.strings.startswith, "ENDS WITH": np.strings.endswith,
+        "CONTAINS": lambda t, n: np.strings.find(t, n) >= 0,
+    }  # fmt: skip
+    return masks[op](text, needle) if op in masks else None
 
 
 def _string_values(skb: SKB, key: str, col: Column) -> np.ndarray:
@@ -101,43 +160,22 @@ def _string_values(skb: SKB, key: str, col: Column) -> np.ndarray:
 
 
 def constraint_mask(skb: SKB, constraint: Constraint) -> np.ndarray | None:
-    """Boolean mask of nodes satisfying one constraint, or None if it cannot be applied."""
+    """Boolean mask of nodes satisfying one constraint, or None if it cannot be applied.
+
+    A node without the attribute never satisfies it (as in Cypher, where ``NULL <> x`` is not true).
+    """
     found = find_column(skb, constraint.key)
     if found is None:
         return None
     key, col = found
     op, value = constraint.op, constraint.value
-    if col.kind in ("number", "date"):
-        parse = _parse_number if col.kind == "number" else _parse_date
-        values = np.asarray(col.values)
-        if op == "IN" and isinstance(value, list):
-            parsed = [parse(v) for v in value]
-            if any(p is None for p in parsed):
-                return None
-            return np.isin(values, np.array(parsed, dtype=np.float64)) & col.present
-        if op not in _COMPARE:
-            return None
-        num = parse(value)
-        if num is None:
-            return None
-        if col.kind == "date" and op in ("=",) and isinstance(value, str) and len(value.strip()) == 4:
-            year_start, year_end = num, _parse_date(f"{int(value.strip()) + 1}-01-01")
-            return (values >= year_start) & (values < year_end) & col.present
-        with np.errstate(invalid="ignore"):
-            return _COMPARE[op](values, num) & col.present
-    text = _string_values(skb, key, col)
-    if op == "IN" and isinstance(value, list):
-        return np.isin(text, np.array([str(v).lower() for v in value], dtype=np.dtypes.StringDType())) & col.present
-    needle = str(value).lower()
-    if op == "=":
-        return (text == needle) & col.present
-    if op == "CONTAINS":
-        return (np.strings.find(text, needle) >= 0) & col.present
-    if op == "STARTS WITH":
-        return np.strings.startswith(text, needle) & col.present
-    if op == "ENDS WITH":
-        return np.strings.endswith(text, needle) & col.present
-    return None
+    if col.kind == "number":
+        mask = _number_mask(np.asarray(col.values), op, value)
+    elif col.kind == "date":
+        mask = _date_mask(np.asarray(col.values), col.present, op, value)
+    else:
+        mask = _text_mask(_string_values(skb, key, col), op, value)
+    return None if mask is None else mask & col.present
 
 
 def _type_mask(skb: SKB, sym: Symbol, strict: bool) -> np.ndarray | None:

@@ -13,6 +13,8 @@ class adds what DSPy's conventions promise and a knowledge base needs:
 * LMs given by name may be attached on the first call instead of when the program is built
   (``autofocus.runtime.assemble(..., lms="lazy")``), so that opening a program never starts the
   offline LM server.
+* A call makes no LM call after ``config.question_deadline_s`` (``autofocus.usage.question_deadline``;
+  the evaluation runner's deadline wins when it calls the program).
 
 Example:
     program = autofocus.open("data/demo", "afr")
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dspy
+
+from autofocus.usage import question_deadline
 
 if TYPE_CHECKING:
     from autofocus.config import AutofocusConfig
@@ -52,11 +56,17 @@ class RetrievalProgram(dspy.Module):
     # --- calling ------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
         self._attach_pending_lms()
-        return super().__call__(*args, **kwargs)
+        with question_deadline(self._deadline_s(), outermost=True):
+            return super().__call__(*args, **kwargs)
 
     async def acall(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
         self._attach_pending_lms()
-        return await super().acall(*args, **kwargs)
+        with question_deadline(self._deadline_s(), outermost=True):
+            return await super().acall(*args, **kwargs)
+
+    def _deadline_s(self) -> float | None:
+        config = getattr(self, "config", None)
+        return getattr(config, "question_deadline_s", None)
 
     async def aforward(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
         """``forward`` in a worker thread; ``asyncio.to_thread`` carries the DSPy context along."""

@@ -13,7 +13,9 @@ LLM commenter) that refines the routing for up to T rounds, on autofocus's compo
 The commenter's in-context examples are collected on the training split as the paper says (section
 3.2): with a ground-truth critic, keep the router actions whose feedback led to an accepted next
 attempt (``critic_examples``, 30 by default), plus accepted router actions (router demos) and
-validator judgements (two per candidate type). Without a training split it runs zero-shot.
+validator judgements (two per candidate type). Without a training split it runs zero-shot. An LM
+outage during the collection stops it: that question runs zero-shot and is marked degraded, nothing
+is cached, and the next question collects again.
 Deviation: the commenter also sees an ``observation`` (linked entities, ego-graph and intersection
 sizes, top document), which is what tells "no intersection" from "incorrect intersection"; and
 HybGRAG's disambiguation of same-name entities by the gold answer (appendix C.1.1) is not used.
@@ -43,7 +45,7 @@ from autofocus.signatures.seed_systems import FEEDBACK, HybComment, HybRoute, Hy
 from autofocus.skb.documents import render_document
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
-from autofocus.usage import map_concurrently
+from autofocus.usage import map_concurrently, question_deadline
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
@@ -162,6 +164,10 @@ def oracle_feedback(action: Action, retrieval: RetrieverBankResult, gold: set[in
     return "missing entity", ""
 
 
+class ExamplesUnavailable(RuntimeError):
+    """The LM failed (no answer) while collecting in-context examples."""
+
+
 def feedback_text(error_type: str, item: str) -> str:
     return FEEDBACK.get(error_type, FEEDBACK["incorrect retrieval module"]).format(item=item or "?")
 
@@ -247,15 +253,17 @@ class HybGRAG(SeedSystem):
         context = f"{skb.name(top)} ({skb.type_of(top)})\n{doc}"
         return context + ("\nReasoning paths:\n" + "\n".join(paths[:MAX_PATHS]) if paths else "")
 
-    def validate(self, question: str, retrieval: RetrieverBankResult, trace: Trace) -> bool:
+    def validate(self, question: str, retrieval: RetrieverBankResult, trace: Trace) -> bool | None:
+        """The validator's verdict on the top document; None when it gave none: the critic loop then
+        stops with this round's answer, which does not count as accepted."""
         if not retrieval.ids:
             return False
         with trace.step("validator"):
             pred, _ = safe_predict(self.validator, trace, "validator", question=question,
                                    document=self.validation_context(retrieval))
         if pred is None:
-            trace.event("validator", "no_verdict", "keeping this round's answer")
-            return True
+            trace.event("validator", "no_verdict", "stopped with this round's answer, not accepted")
+            return None
         return bool(pred.aligned)
 
     def comment(self, question: str, action: Action, retrieval: RetrieverBankResult, trace: Trace) -> str:
@@ -282,11 +290,12 @@ class HybGRAG(SeedSystem):
         for t in range(self.config.critic_rounds):
             action = self.route(question, history, trace)
             retrieval = self.retrieve(question, action, trace)
-            accepted = self.validate(question, retrieval, trace)
+            verdict = self.validate(question, retrieval, trace)
+            accepted = verdict is True
             record = {"action": action.describe(), "module": retrieval.module, "top": retrieval.ids[:5],
-                      "observation": retrieval.observation(self.kb.skb), "accepted": accepted}
+                      "observation": retrieval.observation(self.kb.skb), "accepted": verdict}
             rounds.append(record)
-            if accepted or t == self.config.critic_rounds - 1:
+            if verdict is not False or t == self.config.critic_rounds - 1:
                 break
             feedback = self.comment(question, action, retrieval, trace)
             record["feedback"] = feedback
@@ -305,7 +314,9 @@ class HybGRAG(SeedSystem):
     # --- in-context examples from the training split -----------------------------------------------
     def ensure_examples(self, trace: Trace) -> None:
         """Collect the in-context examples once per KB, config and LM, from the KB's training split
-        (``kb.source``: the SKB path) if it has one; loaded or optimised demos win."""
+        (``kb.source``: the SKB path) if it has one; loaded or optimised demos win. The collection is
+        not bound by the question's deadline; an LM outage during it degrades this question, and the
+        next one collects again."""
         if self._examples_ready:
             return
         with _COLLECT_LOCK:
@@ -323,7 +334,13 @@ class HybGRAG(SeedSystem):
             if key not in shared:
                 items = load_qa(source, "train") if "train" in splits_available(source) else []
                 start = time.perf_counter()
-                self.collect_examples(items)
+                try:
+                    with question_deadline(None):
+                        self.collect_examples(items)
+                except ExamplesUnavailable as exc:
+                    self._examples_ready = False
+                    trace.degrade("critic", f"collecting in-context examples failed, ran zero-shot: {exc}")
+                    return
                 shared[key] = (self.router.demos, self.validator.demos, self.commenter.demos)
                 trace.event("critic", "examples_collected",
                             f"{len(self.commenter.demos)} commenter, {len(self.router.demos)} router, "
@@ -339,6 +356,8 @@ class HybGRAG(SeedSystem):
         Questions are visited in a seeded random order (the paper samples random experiences), at most
         ``5 * critic_examples`` of them, ``concurrency`` at a time; the examples are merged in that order,
         so the result does not depend on thread timing. Returns the number of commenter examples.
+        Raises ``ExamplesUnavailable`` (and keeps no example) when an LM call gave no answer: examples
+        from a failing LM would be a biased sample.
         """
         cfg = self.config
         order = np.random.default_rng(cfg.seed).permutation(len(items))[: max(10, 5 * cfg.critic_examples)].tolist()
@@ -350,7 +369,9 @@ class HybGRAG(SeedSystem):
             if len(comments) >= cfg.critic_examples:
                 break
             chunk = [items[pos] for pos in order[start:start + batch]]
-            for comment, route, seen in map_concurrently(self._experience, chunk, batch):
+            for comment, route, seen, outage in map_concurrently(self._experience, chunk, batch):
+                if outage is not None:
+                    raise ExamplesUnavailable(outage)
                 if comment is not None:
                     comments.append(comment)
                 if route is not None and len(routes) < ROUTER_DEMOS:
@@ -363,9 +384,9 @@ class HybGRAG(SeedSystem):
         return len(self.commenter.demos)
 
     def _experience(self, item: QAItem) -> tuple[dspy.Example | None, dspy.Example | None,
-                                                 list[tuple[tuple[str, bool], dspy.Example]]]:
+                                                 list[tuple[tuple[str, bool], dspy.Example]], str | None]:
         """One training question: (the commenter example whose feedback led to success, the accepted
-        router action, validator verdicts keyed by (top type, correct))."""
+        router action, validator verdicts keyed by (top type, correct), the first LM outage if any)."""
         skb: SKB = self.kb.skb
         question, gold = str(item.query), {int(a) for a in item.answer_ids}
         trace = Trace(system=self.system, question=question)
@@ -373,6 +394,8 @@ class HybGRAG(SeedSystem):
         verdicts: list[tuple[tuple[str, bool], dspy.Example]] = []
         for t in range(self.config.critic_rounds):
             action = self.route(question, history, trace)
+            if trace.degraded:
+                return None, None, [], f"{trace.degraded[0].step}: {trace.degraded[0].error}"
             retrieval = self.retrieve(question, action, trace)
             ok = bool(retrieval.ids) and retrieval.ids[0] in gold
             if retrieval.ids:
@@ -382,7 +405,7 @@ class HybGRAG(SeedSystem):
                 route = dspy.Example(  # the schema fields are the same for all: left out
                     question=question, feedback=history, topic_entities=action.entities,
                     useful_relations=action.relations, source=action.source)
-                return previous, route, verdicts
+                return previous, route, verdicts, None
             error, wrong = oracle_feedback(action, retrieval, gold)
             previous = dspy.Example(
                 question=question, topic_entities=[f"{e.name} ({e.type})" for e in action.entities],
@@ -390,4 +413,4 @@ class HybGRAG(SeedSystem):
                 else TEXT, observation=retrieval.observation(skb), error_type=error, wrong_item=wrong)
             history += (f"Attempt {t + 1}: {action.describe()}.\n"
                         f"The retrieved document is incorrect. Feedback: {feedback_text(error, wrong)}\n")
-        return None, None, verdicts
+        return None, None, verdicts, None

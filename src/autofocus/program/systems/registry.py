@@ -56,20 +56,36 @@ def resolve_config(spec: str, base: AutofocusConfig | None = None) -> tuple[str,
     return name, AutofocusConfig.model_validate(data)
 
 
+# the LM step (``LMConfig`` field) of each LLM sub-module, by its attribute name on the program
+STEP_OF: dict[str, str] = {
+    "target_type": "target_type", "cypher": "cypher", "query_graph": "cypher", "triplets": "cypher",
+    "router": "cypher", "commenter": "cypher", "validator": "rerank", "reranker": "rerank",
+}  # fmt: skip
+
+
 def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
-    """Give each LLM sub-module the LM its step is configured with (``config.lm``), capped per LM."""
+    """Give each predictor the LM its step is configured with (``config.lm``), capped per LM.
+
+    A predictor under an attribute ``STEP_OF`` does not know raises ``ValueError``: left alone it
+    would run on whatever LM happens to be configured globally, or none.
+    """
     from autofocus.lm import get_lm
     from autofocus.usage import limit_lm_concurrency
 
+    predictors = program.named_predictors()
+    unknown = sorted({name for name, _ in predictors if name.split(".")[0] not in STEP_OF})
+    if unknown:
+        raise ValueError(
+            f"{type(program).__name__} has LLM predictors with no LM step: {', '.join(unknown)}; "
+            f"add their attribute to autofocus.program.systems.registry.STEP_OF (known: {', '.join(STEP_OF)})"
+        )
     limit_lm_concurrency(config.lm_in_flight)
-
-    step_of = {"target_type": "target_type", "cypher": "cypher", "query_graph": "cypher", "triplets": "cypher",
-               "router": "cypher", "commenter": "cypher", "validator": "rerank", "reranker": "rerank"}
-    for attr, step in step_of.items():
-        sub = getattr(program, attr, None)
-        if isinstance(sub, dspy.Module):
-            sub.set_lm(get_lm(config.lm.for_step(step), temperature=config.lm.temperature,
-                              max_tokens=config.lm.max_tokens))
+    lms: dict[str, dspy.LM] = {}
+    for name, predictor in predictors:
+        spec = config.lm.for_step(STEP_OF[name.split(".")[0]])
+        if spec not in lms:
+            lms[spec] = get_lm(spec, **config.lm.client_options())
+        predictor.lm = lms[spec]
 
 
 def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, *, with_lms: bool = True) -> dspy.Module:

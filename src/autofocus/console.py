@@ -1,0 +1,45 @@
+"""Terminal output of text that came from SKB files, LMs or users.
+
+Such text is data, never Rich markup: a value ``[/]`` in ``edges.csv`` would end a style (and raise
+``MarkupError``), ``nodes.jsonl:100:`` would print as an emoji, and an LM error may quote an API key.
+Commands print through ``make_console`` consoles and wrap every such value in ``safe``.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from autofocus.redact import redact
+
+# what opening a damaged SKB, QA file or index, or naming an unknown system or split, raises
+OPEN_ERRORS = (KeyError, FileNotFoundError, ValueError)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that never turns ``:name:`` into an emoji (file:line:reason messages are full of them)."""
+    return Console(stderr=stderr, emoji=False)
+
+
+def safe(value: object) -> str:
+    """``value`` as literal text for Rich: secrets redacted, markup escaped."""
+    return escape(redact(str(value)))
+
+
+def print_error(console: Console, exc: BaseException) -> None:
+    """An error for the user: an SKB format error as a table of file, line and reason; anything else
+    as its message (a ``KeyError``'s without the quotes ``str`` adds)."""
+    from rich.table import Table
+
+    from autofocus.skb.errors import SKBFormatError
+
+    if isinstance(exc, SKBFormatError):
+        table = Table(title=f"{len(exc.issues)} problem(s)" + (" (stopped at the cap)" if exc.truncated else ""))
+        for col in ("file", "line", "reason"):
+            table.add_column(col)
+        for issue in exc.issues:
+            table.add_row(safe(issue.file), "" if issue.line is None else str(issue.line), safe(issue.reason))
+        console.print(table)
+        return
+    message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    console.print(f"[red]{safe(message)}[/]")
