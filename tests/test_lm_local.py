@@ -27,6 +27,7 @@ from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
 from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
 from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
+from autofocus.usage import usage_scope
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_openai_server.py"))
 N_PARTS = 11  # part10 and part11 sort before part2 as strings: order must be numeric
@@ -225,7 +226,10 @@ def test_yes_probabilities_batch_and_cache(fake_local_model: tuple[str, LocalSer
     convs = [[{"role": "user", "content": f"Is {c} relevant? Yes or No."}] for c in ("a", "b", "c")]
     assert yes_probability(get_lm(spec, cache=False), convs[0]) == pytest.approx(0.8)
     lm = get_lm(spec, cache=True)
-    assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)
+    with usage_scope() as usage:
+        assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)
+    # one request for the batch; the prompt tokens the server evaluated (the fake reports 10 each, none reused)
+    assert (usage.calls, usage.input_tokens, usage.output_tokens) == (1, 30, 3)
     before = _get(f"{srv.base_url}/fake/stats")["requests"]
     assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)  # all three from DSPy's cache
     assert _get(f"{srv.base_url}/fake/stats")["requests"] == before
@@ -303,3 +307,11 @@ def test_scoring_http_error_is_reported(tmp_path: Path) -> None:
             yes_probability(get_lm(f"local:{gguf}", cache=False), [{"role": "user", "content": "Yes or No?"}])
     finally:
         srv.stop()
+
+
+def test_prompt_prefix_reuse_always_leaves_the_last_token_to_evaluate() -> None:
+    from autofocus.local_lm.serve import _common_prefix
+
+    assert _common_prefix([1, 2, 3, 4], [1, 2, 9, 9]) == 2
+    assert _common_prefix([1, 2, 3], [1, 2, 3]) == 2  # its logits are what scoring reads
+    assert _common_prefix([], [5, 6]) == 0 and _common_prefix([1, 2, 3, 4, 5], [1, 2]) == 1

@@ -193,7 +193,8 @@ def test_pointwise_yes_no_scoring_with_signature_fallback_and_usage() -> None:
     # shared prefix first (KV-cache reuse on the server), candidate last
     prefixes = {c[-1]["content"].split("Candidate")[0] for c in seen}
     assert len(prefixes) == 1 and all(c[0]["role"] == "system" for c in seen)
-    assert trace.steps["8_rerank"].lm_calls == 5  # 4 next-token scorings + 1 signature call
+    # the signature call; a yes/no scorer counts its own requests (``local_lm.scoring``: one per batch)
+    assert trace.steps["8_rerank"].lm_calls == 1
 
 
 def test_pointwise_yes_no_unavailable_uses_the_signature() -> None:

@@ -104,6 +104,9 @@ class AutofocusConfig(BaseModel):
     )
     reranker: Reranker = "auto"
     context_budget_tokens: int = Field(3500, ge=256)
+    yes_no_description_tokens: int | None = Field(
+        160, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"
+    )
     doc_budget_tokens: int = Field(384, ge=32)
     steps: str = "1-8"
     concurrency: int = Field(4, ge=1)

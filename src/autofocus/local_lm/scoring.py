@@ -18,7 +18,7 @@ from typing import Any
 import dspy
 
 from autofocus.local_lm.server import LocalServerError, open_direct, server_for_api_base
-from autofocus.usage import LM_LIMIT
+from autofocus.usage import LM_LIMIT, add_usage
 
 YES = ("Yes", "yes", " Yes", " yes", "YES")
 NO = ("No", "no", " No", " no", "NO")
@@ -85,6 +85,7 @@ def yes_probabilities(
         return out
     payload = _post(lm, server.api_base, "next_token_logprobs", [conversations[i] for i in todo], candidates,
                     assistant_prefix, timeout)
+    _count(payload["results"], output_tokens=len(todo))
     for i, result in zip(todo, payload["results"], strict=True):
         if "logprobs" not in result:
             continue
@@ -92,6 +93,13 @@ def yes_probabilities(
         if lm.cache and out[i] is not None:
             dspy.cache.put(request(conversations[i]), {"p_yes": out[i]})
     return out
+
+
+def _count(results: Sequence[dict[str, Any]], output_tokens: int) -> None:
+    """One LM call per request, and the prompt tokens the server really evaluated: a question's
+    candidates share their prefix (instructions, question), which is evaluated once."""
+    processed = sum(max(0, r.get("prompt_tokens", 0) - r.get("reused_tokens", 0)) for r in results if "logprobs" in r)
+    add_usage(calls=1, input_tokens=processed, output_tokens=output_tokens)
 
 
 def _post(lm: dspy.LM, api_base: str, route: str, conversations: Sequence[Messages], candidates: Sequence[str],
@@ -132,6 +140,7 @@ def choice_probabilities(
         return hit["p"]
     payload = _post(lm, server.api_base, "sequence_logprobs", [messages], key["candidates"], assistant_prefix, timeout)
     result = payload["results"][0]
+    _count(payload["results"], output_tokens=result.get("candidate_tokens", 0))
     if "logprobs" not in result:
         raise LocalServerError(f"sequence scoring failed: {result.get('error', 'no logprobs')}")
     lps = result["logprobs"]

@@ -88,9 +88,11 @@ class Scorer:
             raise ValueError(f"candidate {text!r} has no tokens")
         return tokens[0]
 
-    def _eval_prompt(self, messages: list[dict[str, Any]], assistant_prefix: str) -> tuple[int, int]:
-        """Evaluate the prompt, reusing the KV cache of its longest common prefix with the last one;
-        returns (prompt tokens, reused tokens)."""
+    def _eval_prompt(self, messages: list[dict[str, Any]], assistant_prefix: str, save: bool = False) -> tuple[int, int]:
+        """Evaluate the prompt from the longest common prefix with what the context holds, or with a
+        state in the server's prompt cache (``--cache``: steps 1, 2 and 8 of many questions alternate on
+        one context, so the last prompt alone is rarely the right prefix); ``save`` keeps this prompt's
+        state in the cache for the next question. Returns (prompt tokens, reused tokens)."""
         llama = self.llama
         rendered = self.formatter(messages=messages)
         tokens = llama.tokenize(
@@ -98,17 +100,23 @@ class Scorer:
         )
         if len(tokens) > llama.n_ctx():
             raise ValueError(f"prompt has {len(tokens)} tokens, more than the context window ({llama.n_ctx()})")
-        reuse = 0
-        if llama.n_tokens and not (llama._is_recurrent or llama._is_hybrid):
-            cached = np.asarray(llama.input_ids[: llama.n_tokens])
-            head = np.asarray(tokens[: len(tokens) - 1])
-            m = min(len(cached), len(head))
-            diff = np.flatnonzero(cached[:m] != head[:m])
-            reuse = int(diff[0]) if diff.size else m
+        if llama._is_recurrent or llama._is_hybrid:
+            llama.reset()
+            llama.eval(tokens)
+            return len(tokens), 0
+        reuse = _common_prefix(llama.input_ids[: llama.n_tokens], tokens)
+        if llama.cache is not None:
+            with contextlib.suppress(KeyError):
+                state = llama.cache[tokens]
+                if _common_prefix(state.input_ids[: state.n_tokens], tokens) > reuse:
+                    llama.load_state(state)
+                    reuse = _common_prefix(llama.input_ids[: llama.n_tokens], tokens)
         if reuse == 0:
             llama.reset()
         llama.n_tokens = reuse
         llama.eval(tokens[reuse:])
+        if save and llama.cache is not None:
+            llama.cache[tokens] = llama.save_state()
         return len(tokens), reuse
 
     def _last_logprobs(self) -> np.ndarray:
@@ -120,8 +128,9 @@ class Scorer:
         peak = float(logits.max())
         return logits - (peak + float(np.log(np.exp(logits - peak).sum())))
 
-    def logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, token_ids: list[int]) -> dict[str, Any]:
-        n, reuse = self._eval_prompt(messages, assistant_prefix)
+    def logprobs(self, messages: list[dict[str, Any]], assistant_prefix: str, token_ids: list[int],
+                 save: bool = False) -> dict[str, Any]:
+        n, reuse = self._eval_prompt(messages, assistant_prefix, save)
         lp = self._last_logprobs()
         return {"logprobs": [float(lp[t]) for t in token_ids], "prompt_tokens": n, "reused_tokens": reuse}
 
@@ -129,7 +138,7 @@ class Scorer:
         """log P(candidate | prompt) of whole strings: the prompt is evaluated once, each candidate's tokens
         one at a time after it (candidates are short: labels, a few tokens each)."""
         llama = self.llama
-        n, reuse = self._eval_prompt(messages, assistant_prefix)
+        n, reuse = self._eval_prompt(messages, assistant_prefix, save=True)
         first = self._last_logprobs()
         out = []
         for text in candidates:
@@ -145,6 +154,16 @@ class Scorer:
             llama.n_tokens = n
         return {"logprobs": out, "prompt_tokens": n, "reused_tokens": reuse,
                 "candidate_tokens": sum(len(llama.tokenize(c.encode(), add_bos=False, special=False)) for c in candidates)}
+
+
+def _common_prefix(cached: Any, tokens: list[int]) -> int:
+    """Tokens at the start of ``tokens`` that ``cached`` already holds, leaving at least the last one
+    to evaluate (its logits are what scoring reads)."""
+    cached = np.asarray(cached)
+    head = np.asarray(tokens[: len(tokens) - 1])
+    m = min(len(cached), len(head))
+    diff = np.flatnonzero(cached[:m] != head[:m])
+    return int(diff[0]) if diff.size else m
 
 
 class SequenceRequest(BaseModel):
@@ -178,9 +197,9 @@ def _add_scoring_route(app: Any) -> None:
             scorer = scorers[id(llama)] = Scorer(llama)
         token_ids = [scorer.first_token(c) for c in body.candidates]
         results: list[dict[str, Any] | None] = []
-        for messages in body.conversations:
-            try:
-                results.append(scorer.logprobs(messages, body.assistant_prefix, token_ids))
+        for i, messages in enumerate(body.conversations):
+            try:  # the first candidate's state (instructions + question) is what the next call starts from
+                results.append(scorer.logprobs(messages, body.assistant_prefix, token_ids, save=i == 0))
             except ValueError as exc:
                 results.append({"error": str(exc)})
         return {"token_ids": token_ids, "results": results}

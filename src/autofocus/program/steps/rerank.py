@@ -50,7 +50,7 @@ from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.skb.documents import describe_node
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
-from autofocus.usage import CHARS_PER_TOKEN, add_usage, check_deadline, map_concurrently
+from autofocus.usage import CHARS_PER_TOKEN, check_deadline, map_concurrently
 
 STEP = "8_rerank"
 # description levels: the paper's three scenarios, then truncation to a share of the budget
@@ -413,10 +413,13 @@ class PointwiseReranker(Reranker):
                 },
             ]
 
-        fitted = [s.fit([node], build, estimate_tokens) for node in s.ids]
+        budget = s.config.yes_no_description_tokens
+        if budget:  # a short description per candidate: name, attributes, direct relations, the document's start
+            fitted = [(0, build([s.block(node, 0, budget)])) for node in s.ids]
+        else:
+            fitted = [s.fit([node], build, estimate_tokens) for node in s.ids]
         conversations = [messages for _, messages in fitted]
         try:
-            check_deadline()
             probs = self.yes_scorer(lm, conversations)
         except Exception as exc:  # the signature path takes over
             s.failed("yes_no_error", exc)
@@ -427,11 +430,6 @@ class PointwiseReranker(Reranker):
                 f"{getattr(lm, 'model', lm)} has no next-token scoring; used the signature",
             )
             return {}
-        add_usage(
-            calls=len(conversations),
-            input_tokens=sum(map(estimate_tokens, conversations)),
-            output_tokens=len(conversations),
-        )
         out: dict[int, float] = {}
         for i, ((level, _), p) in enumerate(zip(fitted, probs, strict=True)):
             if p is not None and math.isfinite(p):

@@ -30,7 +30,7 @@ from autofocus.program.steps.constrain import cypher_grammar, grammar_config, qu
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import estimate_tokens, make_reranker
+from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
@@ -39,7 +39,6 @@ from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
-from autofocus.usage import add_usage
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
@@ -98,7 +97,6 @@ def score_target_types(
             return None
         if probs is None:
             return None
-        add_usage(calls=1, input_tokens=estimate_tokens(messages), output_tokens=len(types))
         weights = prior() if prior is not None else None
     if weights:
         trace.data["target_type_lm_probs"] = {t: round(p, 4) for t, p in zip(types, probs, strict=True)}
