@@ -81,6 +81,9 @@ class AutofocusConfig(BaseModel):
     )
     target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
     target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    target_type_cue: float = Field(
+        4.0, ge=1.0, description="step 1 scoring: weight of the type the question names after its question word (1: off)"
+    )
     target_type_prior_k: int = Field(
         20, ge=0, description="step 1 scoring: weigh the types by how the question's k nearest nodes split over them (0: off)"
     )

@@ -88,7 +88,7 @@ def question_mentions(question: str, label_words: set[str]) -> list[tuple[str, s
     return list(out.items())
 
 
-def _label_words(labels: set[str]) -> dict[str, str]:
+def label_words(labels: set[str] | list[str]) -> dict[str, str]:
     """Words that name a label in a question: the label, its plural, its parts (``gene/protein``)."""
     out: dict[str, str] = {}
     for label in labels:
@@ -146,7 +146,7 @@ def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) ->
     labels = set(skb.node_type_names)
     taken = {s.name_value() for s in qg.symbols.values() if s.is_constant}
     in_triplet = {v for t in qg.triplets for v in (t.head, t.tail)}
-    words = _label_words(labels)
+    words = label_words(labels)
     mentions = question_mentions(question, set(words)) if question else []
     symbols, repairs = dict(qg.symbols), []
 

@@ -30,6 +30,7 @@ from autofocus.program.steps.constrain import cypher_grammar, grammar_config, qu
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.repair import label_words
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
@@ -108,6 +109,21 @@ def score_target_types(
     return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
 
 
+_ASKING = re.compile(r"\b(which|what|list|name|find|show|give)\b((?:\s+[\w.-]+){1,3})", re.IGNORECASE)
+
+
+def asked_type(question: str, types: list[str]) -> str | None:
+    """The type a question names right after its question word ("Which modules define ...", "What json
+    functions ...", "List the classes ..."): the form of the question says what it asks for, which a
+    small LM misses when a second type is mentioned later ("... subclass of AttributeError")."""
+    words = label_words(types)
+    for m in _ASKING.finditer(question):
+        for word in m.group(2).split():
+            if word.lower() in words:
+                return words[word.lower()]
+    return None
+
+
 def vss_type_prior(kb: KnowledgeBaseLike, question: str, types: list[str], k: int, variant: str) -> dict[str, float]:
     """How the question's ``k`` nearest candidate nodes split over the types (add-one smoothed): a small LM
     reads "which methods can throw KeyError?" as asking for an exception, the embeddings do not."""
@@ -169,15 +185,24 @@ class AutofocusRetriever(RetrievalProgram):
         """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
         cfg = self.config
         if self.target_type is not None and cfg.target_type_scoring == "auto":
-            prior = None
-            if cfg.target_type_prior_k:
-                prior = functools.partial(vss_type_prior, self.kb, question, self.context.candidate_types,
-                                          cfg.target_type_prior_k, cfg.doc_variant_step7)
+            prior = functools.partial(self._type_prior, question)
             kept = score_target_types(self.target_type, self.context, question, trace,
                                       cfg.target_type_threshold, cfg.target_type_max, prior)
             if kept:
                 return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
+
+    def _type_prior(self, question: str) -> dict[str, float]:
+        """Weights on step 1's type probabilities: how the question's nearest nodes split over the types
+        (``target_type_prior_k``), times ``target_type_cue`` for the type the question names after its
+        question word."""
+        cfg, types = self.config, self.context.candidate_types
+        prior = (vss_type_prior(self.kb, question, types, cfg.target_type_prior_k, cfg.doc_variant_step7)
+                 if cfg.target_type_prior_k else dict.fromkeys(types, 1.0))  # fmt: skip
+        asked = asked_type(question, types) if cfg.target_type_cue > 1 else None
+        if asked is not None:
+            prior[asked] *= cfg.target_type_cue
+        return prior
 
     def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
                      sample: int = 0) -> str | None:
