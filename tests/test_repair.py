@@ -266,3 +266,11 @@ def test_a_constant_takes_the_longer_name_the_question_gives(skb) -> None:
     result = repaired(extended, cypher, "class", question="Which classes does os.path define?")
     assert result.query.symbols["m"].name_value() == "os.path"
     assert result.repairs[0].kind == "bind" and "'os' -> 'os.path'" in result.repairs[0].detail
+
+
+def test_a_constant_leaves_a_label_where_nothing_has_its_name(skb) -> None:
+    # the relationship fits module -> module exactly, but no module is called ValueError: an exception is
+    cypher = 'MATCH (y:module)<-[:exception_defined_in_module]-(b:module {name: "ValueError"}) RETURN y'
+    result = repaired(skb, cypher, "module", question="Which module defines ValueError?")
+    assert result.query.symbols["b"].type == "exception"
+    assert any(r.kind == "relabel" and "exception is named 'ValueError'" in r.detail for r in result.repairs)

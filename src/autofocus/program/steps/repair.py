@@ -40,6 +40,7 @@ W_NAME_EXACT, W_NAME_NEAR = 2.0, 1.5  # near: up to case and punctuation, or the
 W_LABEL = 1.0
 W_TARGET_LABEL = 1.5  # relabelling the target changes what is asked: it takes more evidence
 W_STEP1 = 0.75
+W_UNNAMED = 2.0  # a constant kept under a label that has no node of its name (when another label has one)
 W_REL = 2.0  # per triplet, times the relationship-name similarity
 FLIP_PENALTY = 0.3  # a reversed direction costs this much of a triplet's score
 PATH_PENALTY = 0.5  # a two-hop path in place of one relationship
@@ -220,6 +221,9 @@ def label_evidence(
             weight = W_NAME_EXACT if how == "exact" else W_NAME_NEAR
             for label in named:
                 ev[label] = ev.get(label, 0.0) + weight
+            if named:  # under a label where nothing has its name, a constant grounds on look-alikes only
+                for label in [lab for lab in ev if lab not in named]:
+                    ev[label] -= W_UNNAMED
         if var == qg.target and target_type in labels:
             ev[target_type] = ev.get(target_type, 0.0) + W_STEP1  # type: ignore[index]
         evidence[var] = ev
@@ -334,7 +338,7 @@ def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
     for var, sym in qg.symbols.items():
         label = assign[var]
         if sym.type != label:
-            why = f"a {label} is named {sym.name_value()!r}" if sym.is_constant else "fits the relationships"
+            why = f"{label} is named {sym.name_value()!r}" if sym.is_constant else "fits the relationships"
             was = sym.label or "no label"
             repairs.append(Repair("relabel", f"{var}: {was} -> {label} ({why})"))
         symbols[var] = sym.model_copy(update={"type": label})
