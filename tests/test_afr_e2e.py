@@ -296,3 +296,15 @@ def test_target_type_salvage_ignores_dspy_field_markers() -> None:
 
     assert closest_type("[[ ## target_type ## ]]\ndrug", ["target", "drug"]) == "drug"
     assert closest_type("drug", ["target", "drug"]) == "drug"
+
+
+def test_ask_runs_steps_3_to_8_on_a_given_query(server: FakeOpenAIServer, two_type_skb: Path) -> None:
+    res = CliRunner().invoke(app, [
+        "ask", "Which papers did Ada Lovelace write?", "--skb", str(two_type_skb), "--system", "afr:reranker=none",
+        "--lm", "openai/fake-model", "-k", "4", "--trace",
+        "--query", 'MATCH (p:paper)<-[:writes]-(a:author {name: "Ada Lovelace"}) RETURN p',
+    ], terminal_width=200)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "given (a recorded run or ask --query)" in res.output and "grounded" in res.output
+    outputs = [b["messages"][0]["content"].split("Your output fields are:")[1] for b in server.requests]
+    assert len(outputs) == 1 and "`target_type`" in outputs[0]  # step 1 asked, step 2 not

@@ -32,6 +32,9 @@ def ask(
     k: Annotated[int | None, typer.Option("--k", "-k", help="answers to return")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="print the full trace")] = False,
     trace_json: Annotated[Path | None, typer.Option(help="write the trace as JSON here")] = None,
+    query: Annotated[
+        str | None, typer.Option(help="a step-2 query (Cypher) to run steps 3-8 on instead of the LM's (afr)")
+    ] = None,
     lm_timeout: LmTimeoutOpt = None,
     lm_retries: LmRetriesOpt = None,
     deadline: DeadlineOpt = None,
@@ -47,6 +50,11 @@ def ask(
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
         print_error(err_console, exc)
         raise typer.Exit(1) from None
+    if query is not None:
+        if not hasattr(prog, "recorded"):
+            print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {system}"))
+            raise typer.Exit(1)
+        prog.recorded = {question: (None, query)}  # step 1 still asks the LM
     pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
     show_prediction(prog.kb.skb, pred, console)
     for d in pred.trace.degraded:

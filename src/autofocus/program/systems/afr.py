@@ -253,10 +253,13 @@ class AutofocusRetriever(RetrievalProgram):
 
     def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
         """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation. With
-        ``recorded`` outputs of another run (``autofocus eval --replay``), those instead of the LM's."""
+        ``recorded`` outputs of another run (``autofocus eval --replay``, ``ask --query``), those instead of
+        the LM's."""
         if self.recorded is not None and question in self.recorded:
             y_type, cypher = self.recorded[question]
-            trace.event("2_query", "replayed", "steps 1-2 from a recorded run")
+            if y_type is None:  # a query given without step 1's answer (``ask --query``): step 1 runs
+                y_type = self.predict_target_type(question, trace)
+            trace.event("2_query", "replayed", "step 2's query given (a recorded run or ask --query)")
             trace.data["target_type"], trace.data["cypher"] = y_type, cypher
             return y_type, cypher if self.config.steps != "1+7" else None
         y_type = self.predict_target_type(question, trace)
