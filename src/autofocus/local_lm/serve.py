@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -65,10 +67,89 @@ class MaxCompletionTokensMiddleware:
         await self.app({**scope, "headers": headers}, replay, send)
 
 
+class PromptStates:
+    """Recent prompt states of one llama context (its KV cache and the tokens it holds), so a prompt
+    starts from the longest prefix any recent prompt shares with it, not only the last one: steps 1,
+    2 and 8 of a question alternate on one context, and each is followed by the same step of the
+    next question. llama-cpp-python's own ``LlamaRAMCache`` also copies a batch of logit rows per
+    state (about 300 MB for a 150k vocabulary) and does not count them, so it is not used.
+
+    Args:
+        capacity_bytes: total size of the kept states; the least recently used go first.
+    """
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity = capacity_bytes
+        self.entries: OrderedDict[bytes, tuple[np.ndarray, bytes]] = OrderedDict()  # key -> (tokens, state)
+        self.size = 0
+
+    def store(self, llama: Any) -> None:
+        """Keep what the context holds now."""
+        import llama_cpp
+
+        n = llama.n_tokens
+        if self.capacity <= 0 or n == 0:
+            return
+        tokens = np.array(llama.input_ids[:n], dtype=np.int64)
+        key = tokens.tobytes()
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return
+        size = llama_cpp.llama_state_get_size(llama.ctx)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_get_data(llama.ctx, buffer, size)
+        state = bytes(buffer[:written])
+        self.entries[key] = (tokens, state)
+        self.size += len(state) + tokens.nbytes
+        while self.size > self.capacity and self.entries:
+            _, (old_tokens, old_state) = self.entries.popitem(last=False)
+            self.size -= len(old_state) + old_tokens.nbytes
+
+    def restore(self, llama: Any, tokens: list[int], have: int) -> int:
+        """Load the state sharing the longest prefix with ``tokens`` if it beats the ``have`` tokens the
+        context already shares; returns the shared length now."""
+        import llama_cpp
+
+        best, best_len = None, have
+        for key, (held, _state) in self.entries.items():
+            shared = _common_prefix(held, tokens)
+            if shared > best_len:
+                best, best_len = key, shared
+        if best is None:
+            return have
+        held, state = self.entries[best]
+        self.entries.move_to_end(best)
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        llama_cpp.llama_state_set_data(llama.ctx, buffer, len(state))
+        llama.input_ids[: len(held)] = held
+        llama.n_tokens = len(held)
+        return best_len
+
+
+def _cache_bytes() -> int:
+    return int(os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "1024")) << 20
+
+
+def remember_prompts(llama: Any, states: PromptStates) -> None:
+    """Make the context's text generation (chat completions: step 2) start from the best kept state
+    and keep its state afterwards, as the scoring routes do."""
+    generate = llama.generate
+
+    def generate_from_kept(tokens: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (llama._is_recurrent or llama._is_hybrid):
+            states.restore(llama, list(tokens), _common_prefix(llama.input_ids[: llama.n_tokens], list(tokens)))
+        try:
+            yield from generate(tokens, *args, **kwargs)
+        finally:
+            states.store(llama)
+
+    llama.generate = generate_from_kept
+
+
 class Scorer:
     """Next-token log-probabilities after a chat prompt, with KV-cache reuse of the common prefix."""
 
-    def __init__(self, llama: Any) -> None:
+    def __init__(self, llama: Any, states: PromptStates) -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = llama.metadata.get("tokenizer.chat_template")
@@ -76,6 +157,7 @@ class Scorer:
             raise ValueError("this GGUF has no chat template: yes/no scoring needs one")
         eos, bos = llama.token_eos(), llama.token_bos()
         self.llama = llama
+        self.states = states
         self.formatter = Jinja2ChatFormatter(
             template=template,
             eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
@@ -90,9 +172,9 @@ class Scorer:
 
     def _eval_prompt(self, messages: list[dict[str, Any]], assistant_prefix: str, save: bool = False) -> tuple[int, int]:
         """Evaluate the prompt from the longest common prefix with what the context holds, or with a
-        state in the server's prompt cache (``--cache``: steps 1, 2 and 8 of many questions alternate on
-        one context, so the last prompt alone is rarely the right prefix); ``save`` keeps this prompt's
-        state in the cache for the next question. Returns (prompt tokens, reused tokens)."""
+        kept state (steps 1, 2 and 8 of many questions alternate on
+        one context, so the last prompt alone is rarely the right prefix: ``PromptStates``); ``save``
+        keeps this prompt's state for the next question. Returns (prompt tokens, reused tokens)."""
         llama = self.llama
         rendered = self.formatter(messages=messages)
         tokens = llama.tokenize(
@@ -104,19 +186,13 @@ class Scorer:
             llama.reset()
             llama.eval(tokens)
             return len(tokens), 0
-        reuse = _common_prefix(llama.input_ids[: llama.n_tokens], tokens)
-        if llama.cache is not None:
-            with contextlib.suppress(KeyError):
-                state = llama.cache[tokens]
-                if _common_prefix(state.input_ids[: state.n_tokens], tokens) > reuse:
-                    llama.load_state(state)
-                    reuse = _common_prefix(llama.input_ids[: llama.n_tokens], tokens)
+        reuse = self.states.restore(llama, tokens, _common_prefix(llama.input_ids[: llama.n_tokens], tokens))
         if reuse == 0:
             llama.reset()
         llama.n_tokens = reuse
         llama.eval(tokens[reuse:])
-        if save and llama.cache is not None:
-            llama.cache[tokens] = llama.save_state()
+        if save:
+            self.states.store(llama)
         return len(tokens), reuse
 
     def _last_logprobs(self) -> np.ndarray:
@@ -191,10 +267,17 @@ def _add_scoring_route(app: Any) -> None:
 
     scorers: dict[int, Scorer] = {}
 
-    def score(llama: Any, body: NextTokenRequest) -> dict[str, Any]:
+    def scorer_for(llama: Any) -> Scorer:
+        """One scorer (and one store of prompt states) per llama context, shared with its generation."""
         scorer = scorers.get(id(llama))
         if scorer is None:
-            scorer = scorers[id(llama)] = Scorer(llama)
+            states = PromptStates(_cache_bytes())
+            remember_prompts(llama, states)
+            scorer = scorers[id(llama)] = Scorer(llama, states)
+        return scorer
+
+    def score(llama: Any, body: NextTokenRequest) -> dict[str, Any]:
+        scorer = scorer_for(llama)
         token_ids = [scorer.first_token(c) for c in body.candidates]
         results: list[dict[str, Any] | None] = []
         for i, messages in enumerate(body.conversations):
@@ -205,9 +288,7 @@ def _add_scoring_route(app: Any) -> None:
         return {"token_ids": token_ids, "results": results}
 
     def sequences(llama: Any, body: SequenceRequest) -> dict[str, Any]:
-        scorer = scorers.get(id(llama))
-        if scorer is None:
-            scorer = scorers[id(llama)] = Scorer(llama)
+        scorer = scorer_for(llama)
         results: list[dict[str, Any]] = []
         for messages in body.conversations:
             try:
@@ -215,6 +296,11 @@ def _add_scoring_route(app: Any) -> None:
             except ValueError as exc:
                 results.append({"error": str(exc)})
         return {"results": results}
+
+    @app.on_event("startup")
+    async def keep_prompt_states() -> None:  # from the first chat completion on, not the first scoring call
+        async with contextlib.asynccontextmanager(get_llama_proxy)() as proxy:
+            scorer_for(proxy(None))
 
     @app.post("/v1/autofocus/sequence_logprobs")
     async def sequence_logprobs(body: SequenceRequest) -> dict[str, Any]:

@@ -62,12 +62,6 @@ def default_threads() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def prompt_cache_bytes() -> int:
-    """RAM for the server's prompt-state cache (``AUTOFOCUS_LLM_CACHE_MB``, default 2048; 0 turns it off):
-    the states of recent prompts, so a question's step-2 prompt starts from the last one's schema."""
-    return int(os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "2048")) << 20
-
-
 def default_ctx() -> int:
     return int(os.environ.get("AUTOFOCUS_LLM_CTX", "4096"))
 
@@ -152,7 +146,6 @@ class LocalServer:
             "--host", self.host, "--port", str(port),
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
             "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
-            *(["--cache", "True", "--cache_type", "ram", "--cache_size", str(cache)] if (cache := prompt_cache_bytes()) else []),
             "--parent_pid", str(os.getpid()),
         ]  # fmt: skip
 
