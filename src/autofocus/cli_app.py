@@ -1,6 +1,7 @@
 """The root typer app, on which the modules in ``autofocus.commands`` register their commands, and
 the options several commands share."""
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -25,4 +26,9 @@ DeadlineOpt = Annotated[
     float | None,
     typer.Option("--deadline", help="seconds per question; after it, no more LM calls and the question is degraded "
                  "(default 1800)", min=0.001),
+]
+QADirOpt = Annotated[
+    Path | None,
+    typer.Option(help="folder with more whole-file splits qa_<name>.csv (e.g. from `autofocus synth --out`)",
+                 exists=True, file_okay=False),
 ]

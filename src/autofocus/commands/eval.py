@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
@@ -30,7 +30,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_split(skb: Path, split: str) -> list[Any]:
+def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
     """The split's questions, or exit 1 naming what is wrong. The SKB is opened too, so that a damaged
     one, or a gold answer that is not one of its nodes (it would score 0 silently), stops the command
     with the file and line."""
@@ -43,7 +43,7 @@ def load_split(skb: Path, split: str) -> list[Any]:
         print_error(err_console, exc)
         raise typer.Exit(1) from None
     try:
-        return load_split(skb, split, num_nodes=num_nodes)
+        return load_split(skb, split, num_nodes=num_nodes, qa_dir=qa_dir)
     except SplitError as exc:
         raise fail(str(exc)) from None
 
@@ -73,7 +73,9 @@ def fail_if_degraded(summaries: dict[str, dict[str, Any]], max_degraded: float, 
 
 
 SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
-SplitOpt = Annotated[str, typer.Option(help="QA split: train, val, test, or a whole-file split")]
+SplitOpt = Annotated[
+    str, typer.Option(help="QA split: train, val, test, or a whole-file split (synthetic); a slice: synthetic[:80]")
+]
 LimitOpt = Annotated[int | None, typer.Option(help="only the first N questions of the split", min=0)]
 ConfigOpt = Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)", exists=True)]
 StepsOpt = Annotated[str | None, typer.Option(help="ablation: 1+7, 1-5, 1-6, 1-7 or 1-8")]
@@ -99,6 +101,7 @@ def eval_command(
     out: Annotated[Path, typer.Option(help="run directory, e.g. runs/afr-val (resumed if it exists)")],
     split: SplitOpt = "val",
     limit: LimitOpt = None,
+    qa_dir: QADirOpt = None,
     system: Annotated[
         str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7 (a --program names its own)")
     ] = "afr",
@@ -132,7 +135,7 @@ def eval_command(
     cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
                               concurrency=concurrency)  # fmt: skip
     cfg = runtime.with_waits(cfg, lm_timeout, lm_retries, deadline)
-    items = load_split(skb, split)
+    items = load_split(skb, split, qa_dir)
     prog = open_program(skb, system, cfg, program)
     try:
         done = evaluate_program(prog, split, out, questions=items, limit=limit, resume=not force_new,
@@ -192,6 +195,7 @@ def compare_command(
     out: Annotated[Path, typer.Option(help="directory for one run per system and the comparison")],
     split: SplitOpt = "test",
     limit: LimitOpt = None,
+    qa_dir: QADirOpt = None,
     config: ConfigOpt = None,
     lm: LmOpt = None,
     concurrency: ConcurrencyOpt = None,
@@ -213,10 +217,11 @@ def compare_command(
     if len({run_dir_name(s) for s in specs}) != len(specs):
         raise fail(f"--systems has repeated systems: {', '.join(specs)}")
     cfg = runtime.with_waits(runtime.load_config(config, lm, concurrency=concurrency), lm_timeout, lm_retries, deadline)
-    load_split(skb, split)  # fails here, before any system starts
+    load_split(skb, split, qa_dir)  # fails here, before any system starts
     try:
         done = compare_systems(skb, specs, split, out, config=cfg, limit=limit, resume=not force_new,
-                               progress=progress, console=console, progress_console=err_console)  # fmt: skip
+                               progress=progress, console=console, progress_console=err_console,
+                               qa_dir=qa_dir)  # fmt: skip
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
     except OPEN_ERRORS as exc:  # a damaged index, an unknown system or setting

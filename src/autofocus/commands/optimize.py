@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import app
+from autofocus.cli_app import QADirOpt, app
 from autofocus.console import make_console, print_error, safe
 
 console = make_console()
@@ -73,7 +73,9 @@ def optimize_command(
     ] = "cypher",
     optimizer: Annotated[str, typer.Option(help="bootstrap | bootstrap-rs | mipro | gepa")] = "bootstrap",
     system: Annotated[str, typer.Option(help="system preset, e.g. afr, focusedretriever, 4stepfocus")] = "afr",
-    train: Annotated[str, typer.Option(help="QA split the optimiser learns from")] = "train",
+    train: Annotated[
+        str, typer.Option(help="QA split the optimiser learns from; synthetic[:80] learns without labels")
+    ] = "train",
     val: Annotated[str, typer.Option(help="QA split it selects on; zero-shot vs optimised are scored on it")] = "val",
     test: Annotated[
         str | None, typer.Option(help="held-out split to score zero-shot vs optimised on as well")
@@ -81,6 +83,7 @@ def optimize_command(
     limit_train: Annotated[int | None, typer.Option(help="first N training questions", min=1)] = None,
     limit_val: Annotated[int | None, typer.Option(help="first N validation questions", min=1)] = None,
     limit_test: Annotated[int | None, typer.Option(help="first N test questions", min=1)] = None,
+    qa_dir: QADirOpt = None,
     metric: Annotated[
         str | None, typer.Option(help="objective: mrr, hit@K, recall@K, grounded_hit@K, grounded_recall@K "
                                  "(default: grounded_recall@20 for query steps, mrr for reranker/critic)")
@@ -113,7 +116,7 @@ def optimize_command(
             done = run_prompt_optimisation(
                 skb, runtime.load_config(config, lm=lm), system=system, steps=chosen, optimizer=optimizer,
                 train=train, val=val, test=test, limit_train=limit_train, limit_val=limit_val,
-                limit_test=limit_test, metric=metric, reflection_lm=reflection_lm, max_demos=max_demos,
+                limit_test=limit_test, qa_dir=qa_dir, metric=metric, reflection_lm=reflection_lm, max_demos=max_demos,
                 trials=trials, budget=budget, threads=threads, seed=seed, full_demos=full_demos, out=out,
                 on_start=lambda text: console.print(safe(text)), on_eval=on_eval,
             )  # fmt: skip

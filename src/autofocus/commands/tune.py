@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import app
+from autofocus.cli_app import QADirOpt, app
 from autofocus.config import AutofocusConfig
 from autofocus.console import make_console, safe
 
@@ -72,6 +72,7 @@ def tune_command(
     confirm_defaults: Annotated[
         bool, typer.Option("--confirm-defaults", help="also evaluate the base config with the reranker")
     ] = False,
+    qa_dir: QADirOpt = None,
     test_split: Annotated[
         str | None, typer.Option(help="also confirm (and sweep alpha) on this split, e.g. test")
     ] = None,
@@ -93,7 +94,7 @@ def tune_command(
             skb, base_cfg, system=system, program_file=program, split=split, trials=trials, study=study,
             storage=storage, out=out, metric=metric, second=second, params=params, l_max_range=l_max_range,
             rerank_trials=rerank_trials, seed=seed, limit=limit, confirm=confirm,
-            confirm_defaults=confirm_defaults, test_split=test_split, progress=progress, console=console,
+            confirm_defaults=confirm_defaults, test_split=test_split, qa_dir=qa_dir, progress=progress, console=console,
             progress_console=err_console, on_study_done=_print_study,
         )  # fmt: skip
     except StudyMismatchError as exc:

@@ -69,15 +69,18 @@ class Comparison:
     interrupted: str | None = None
 
 
-def load_split(source: Path | str | None, split: str, num_nodes: int | None = None) -> list[QAItem]:
-    """The questions of ``split`` in the SKB at ``source``; ``SplitError`` names what is wrong, also a
-    gold answer that is not a node id below ``num_nodes`` (it would score 0 silently)."""
+def load_split(
+    source: Path | str | None, split: str, num_nodes: int | None = None, qa_dir: Path | str | None = None
+) -> list[QAItem]:
+    """The questions of ``split`` in the SKB at ``source`` (or a whole-file split in ``qa_dir``, e.g.
+    ``autofocus synth --out``); ``SplitError`` names what is wrong, also a gold answer that is not a
+    node id below ``num_nodes`` (it would score 0 silently)."""
     from autofocus.skb.qa import load_qa
 
     if source is None:
         raise SplitError(f"no QA files: the knowledge base was not loaded from a directory (split {split!r})")
     try:
-        return load_qa(source, split, num_nodes=num_nodes)
+        return load_qa(source, split, num_nodes=num_nodes, qa_dir=qa_dir)
     except KeyError as exc:  # unknown split
         raise SplitError(str(exc.args[0]) if exc.args else str(exc)) from None
     except (FileNotFoundError, ValueError) as exc:  # no QA file, malformed QA
@@ -229,6 +232,7 @@ def compare_systems(
     progress: bool = False,
     console: Console | None = None,
     progress_console: Console | None = None,
+    qa_dir: Path | str | None = None,
 ) -> Comparison:
     """Evaluate each system on the same questions into ``out/<system>/`` and write
     ``comparison.md``/``comparison.csv`` with paired tests against the first system.
@@ -244,7 +248,7 @@ def compare_systems(
     dirs = [run_dir_name(s) for s in specs]
     if len(set(dirs)) != len(dirs):
         raise ValueError(f"repeated systems: {', '.join(specs)}")
-    items = load_split(skb, split)
+    items = load_split(skb, split, qa_dir=qa_dir)
     kb_for = runtime.kb_opener(skb)
     out = Path(out)
     comparison = Comparison()

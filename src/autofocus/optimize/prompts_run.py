@@ -32,12 +32,12 @@ class PromptRun:
     path: Path | None
 
 
-def split_examples(skb: Path | str, split: str, limit: int | None = None) -> list[Any]:
+def split_examples(skb: Path | str, split: str, limit: int | None = None, qa_dir: Path | str | None = None) -> list[Any]:
     """The first ``limit`` questions of ``split`` as DSPy examples (``evaluate.program_runs.SplitError``
     when the split cannot be loaded)."""
     from autofocus.evaluate.program_runs import load_split
 
-    items = load_split(skb, split)
+    items = load_split(skb, split, qa_dir=qa_dir)
     return examples(items[:limit] if limit is not None else items)
 
 
@@ -54,6 +54,7 @@ def run_prompt_optimisation(
     limit_train: int | None = None,
     limit_val: int | None = None,
     limit_test: int | None = None,
+    qa_dir: Path | str | None = None,
     metric: str | None = None,
     reflection_lm: str | Any | None = None,
     max_demos: int = 4,
@@ -86,8 +87,8 @@ def run_prompt_optimisation(
 
     _, cfg = resolve_config(system, config)
     chosen = [s.strip() for s in steps if s.strip()]
-    train_set, val_set = split_examples(skb, train, limit_train), split_examples(skb, val, limit_val)
-    test_set = split_examples(skb, test, limit_test) if test else None
+    train_set, val_set = split_examples(skb, train, limit_train, qa_dir), split_examples(skb, val, limit_val, qa_dir)
+    test_set = split_examples(skb, test, limit_test, qa_dir) if test else None
     kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind)
     reflection = (
         get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS)

@@ -97,6 +97,7 @@ def run_tuning(
     confirm: bool = True,
     confirm_defaults: bool = False,
     test_split: str | None = None,
+    qa_dir: Path | str | None = None,
     progress: bool = False,
     console: Console | None = None,
     progress_console: Console | None = None,
@@ -145,8 +146,8 @@ def run_tuning(
         rerank=rerank_trials,
         seed=seed,
     )  # fmt: skip
-    items = load_split(skb, split)[:limit]
-    test_items = load_split(skb, test_split) if test_split else []
+    items = load_split(skb, split, qa_dir=qa_dir)[:limit]
+    test_items = load_split(skb, test_split, qa_dir=qa_dir) if test_split else []
     out = Path(out) if out is not None else Path("runs") / f"tune-{study}"
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or tuning.default_storage(out)

@@ -1,5 +1,6 @@
 """DSPy signatures of every LLM step: AF-Retriever's (``afr``, the paper's appendix A.2 prompts) and
-those of the other systems it is compared with (``seed_systems``)."""
+those of the other systems it is compared with (``seed_systems``), and the question writer of
+``autofocus synth`` (``synthetic``)."""
 
 from autofocus.signatures.afr import (
     EdgeSpec,
@@ -25,6 +26,7 @@ from autofocus.signatures.seed_systems import (
     TripletGeneration,
     TripletTerm,
 )
+from autofocus.signatures.synthetic import VerbalizePattern
 
 __all__ = [
     "FEEDBACK",
@@ -45,6 +47,7 @@ __all__ = [
     "TopicEntity",
     "TripletGeneration",
     "TripletTerm",
+    "VerbalizePattern",
     "target_type_signature",
     "typed_query_signature",
 ]

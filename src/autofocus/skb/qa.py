@@ -10,6 +10,11 @@ holding all its rows (STaRK's ``stark_qa_human_generated_eval.csv`` becomes the 
 ``human_generated_eval``). ``answer_ids`` may be a JSON list or a Python list literal (what
 STaRK writes); it is parsed with ``json`` then ``ast.literal_eval``, never ``eval``. A split folder
 must hold the standard splits commands default to (``STANDARD_SPLITS``; ``skb validate`` checks).
+
+Whole-file splits may also live in a folder of their own (``qa_dir``, the commands' ``--qa-dir``):
+``autofocus synth --out DIR`` writes ``qa_synthetic.csv`` there without touching the SKB. A split
+name may end in a Python slice, ``synthetic[:80]`` / ``synthetic[80:]``, to train and select on
+disjoint parts of one split.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 
 REQUIRED_COLUMNS = ("id", "query", "answer_ids")
 STANDARD_SPLITS = ("train", "val", "test")
+_SLICE = re.compile(r"^(?P<name>.+?)\[(?P<start>-?\d*):(?P<stop>-?\d*)\]$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +64,17 @@ class QALayout:
             return str(path)
 
 
-def find_qa(path: Path | str) -> QALayout:
-    """Locate the QA files under ``path`` (an SKB directory or a STaRK dataset root)."""
-    root = Path(path)
+def find_qa(path: Path | str, qa_dir: Path | str | None = None) -> QALayout:
+    """Locate the QA files under ``path`` (an SKB directory or a STaRK dataset root); whole-file
+    splits ``qa_<name>.csv`` in ``qa_dir`` are added (and win over the SKB's of the same name)."""
+    layout = _find_qa(Path(path))
+    if qa_dir is None:
+        return layout
+    extra = {p.stem[len("qa_") :]: p for p in sorted(Path(qa_dir).glob("qa_*.csv"))}
+    return QALayout(layout.root, layout.main, layout.split_dir, {**layout.extra, **extra})
+
+
+def _find_qa(root: Path) -> QALayout:
     for main_name, split_name in (
         ("qa.csv", "splits"),
         ("stark_qa/stark_qa.csv", "split"),
@@ -218,9 +233,9 @@ def validate_qa(layout: QALayout, num_nodes: int | None, collector: IssueCollect
                 collector.add(label, line, f"question id {qid} is not in {layout.label(layout.main)}")
 
 
-def splits_available(path: Path | str) -> dict[str, int]:
+def splits_available(path: Path | str, qa_dir: Path | str | None = None) -> dict[str, int]:
     """Split name -> number of questions, for every split file and whole-file split under ``path``."""
-    layout = find_qa(path)
+    layout = find_qa(path, qa_dir)
     out: dict[str, int] = {}
     if layout.split_dir is not None:
         for p in sorted(layout.split_dir.glob("*.index")):
@@ -230,13 +245,33 @@ def splits_available(path: Path | str) -> dict[str, int]:
     return out
 
 
-def load_qa(path: Path | str, split: str | None = None, num_nodes: int | None = None) -> list[QAItem]:
-    """All questions (``split=None``) or one split, in the split file's order.
+def parse_split(spec: str) -> tuple[str, slice | None]:
+    """``"synthetic[:80]"`` -> ``("synthetic", slice(None, 80))``; a plain name has no slice."""
+    match = _SLICE.match(spec.strip())
+    if match is None:
+        return spec, None
+    start, stop = (int(x) if x else None for x in (match["start"], match["stop"]))
+    return match["name"], slice(start, stop)
+
+
+def load_qa(
+    path: Path | str, split: str | None = None, *, num_nodes: int | None = None, qa_dir: Path | str | None = None
+) -> list[QAItem]:
+    """All questions (``split=None``) or one split, in the split file's order; ``split`` may end in
+    a slice (``synthetic[80:]``) and may be a whole-file split in ``qa_dir``.
 
     With ``num_nodes``, every gold answer of the questions returned must be a node id below it.
     Raises ``SKBFormatError`` on malformed files and ``KeyError`` for an unknown split.
     """
-    layout = find_qa(path)
+    if split is None:
+        return _load_qa(path, None, qa_dir, num_nodes)
+    name, part = parse_split(split)
+    items = _load_qa(path, name, qa_dir, num_nodes)
+    return items[part] if part is not None else items
+
+
+def _load_qa(path: Path | str, split: str | None, qa_dir: Path | str | None, num_nodes: int | None) -> list[QAItem]:
+    layout = find_qa(path, qa_dir)
     collector = IssueCollector()
     if split is not None and split in layout.extra:
         label = layout.label(layout.extra[split])
@@ -259,7 +294,7 @@ def load_qa(path: Path | str, split: str | None = None, num_nodes: int | None = 
         return items
     split_path = layout.split_dir / f"{split}.index" if layout.split_dir else None
     if split_path is None or not split_path.is_file():
-        known = ", ".join(splits_available(path)) or "none"
+        known = ", ".join(splits_available(path, qa_dir)) or "none"
         raise KeyError(f"unknown split {split!r} under {path}; available: {known}")
     rows, issues = read_split(split_path, layout.label(split_path))
     by_id = {item.id: item for item in items}

@@ -1,0 +1,192 @@
+"""Zero-shot vs optimised on synthetic questions vs optimised on labelled ones, per LLM step.
+
+For each chosen step of AF-Retriever: optimise it on the synthetic split (``autofocus synth``; no
+labels), optimise it on the labelled train split, and score zero-shot and both optimised programs
+on the same held-out test questions, with paired tests (exact McNemar for 0/1 metrics, sign-flip
+permutation otherwise). Synthetic questions that ask for exactly a test question's answer set are
+counted (an overlap of graph facts, not of labels: synthesis never reads a QA file).
+
+    .venv/bin/autofocus synth --skb data/demo -n 120 --lm local          # once (cost in its summary)
+    .venv/bin/python benchmarks/bench_synthetic.py --skb data/demo --lm local --out runs/synthetic-demo
+
+Outputs in ``--out``: ``results.md`` and ``results.json`` (every comparison, with costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from autofocus.config import AutofocusConfig
+from autofocus.evaluate.report import paired_test
+from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
+from autofocus.skb.qa import QAItem, load_qa
+
+STEPS = ("target_type", "cypher", "reranker")
+QUERY_METRICS = ("grounded_f1", "grounded_recall@20", "grounded_hit@20", "hit@5")
+RERANK_METRICS = ("mrr", "hit@1", "hit@5")
+console = Console()
+
+
+@dataclass
+class Splits:
+    synthetic_train: list[QAItem]
+    synthetic_val: list[QAItem]
+    train: list[QAItem]
+    val: list[QAItem]
+    test: list[QAItem]
+
+    @classmethod
+    def load(cls, skb: Path, qa_dir: Path | None, val_share: float = 0.2) -> Splits:
+        synthetic = load_qa(skb, "synthetic", qa_dir=qa_dir)
+        cut = max(1, int(len(synthetic) * (1 - val_share)))
+        return cls(synthetic[:cut], synthetic[cut:], load_qa(skb, "train"), load_qa(skb, "val"), load_qa(skb, "test"))
+
+    def overlap(self) -> int:
+        """Test questions whose exact answer set is also a synthetic question's."""
+        synthetic = {tuple(sorted(i.answer_ids)) for i in self.synthetic_train + self.synthetic_val}
+        return sum(tuple(sorted(i.answer_ids)) in synthetic for i in self.test)
+
+
+def metrics_for(step: str) -> tuple[str, ...]:
+    return RERANK_METRICS if step == "reranker" else QUERY_METRICS
+
+
+def objective_for(step: str, source: str) -> str | None:
+    """Synthetic answers are exact sets, so query steps learn from the grounded set's F1 there."""
+    return "grounded_f1" if source == "synthetic" and step != "reranker" else None
+
+
+def _column(scores: Scores, key: str) -> np.ndarray:
+    return np.array([row[key] for row in scores.rows], dtype=np.float64)
+
+
+def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer: str, max_demos: int,
+             seed: int, threads: int | None, with_lms: bool = True) -> dict[str, Any]:
+    """Both optimisations of one step and the paired comparisons on the test split."""
+    test = examples(splits.test)
+    runs: dict[str, tuple[OptimizeResult, dict[str, Scores]]] = {}
+    sources = {"synthetic": (splits.synthetic_train, splits.synthetic_val), "labelled": (splits.train, splits.val)}
+    for source, (train, val) in sources.items():
+        console.rule(f"{step}: optimising on {source} ({len(train)} train, {len(val)} val)")
+        result = optimise(kb, "afr", cfg, examples(train), examples(val), optimizer=optimizer, steps=[step],
+                          metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads,
+                          with_lms=with_lms)
+        runs[source] = (result, result.compare(test, "test"))
+    zero = runs["labelled"][1]["zero_shot"]
+    arms = {"zero-shot": zero, "synthetic": runs["synthetic"][1]["optimised"],
+            "labelled": runs["labelled"][1]["optimised"]}
+    comparisons = []
+    for key in metrics_for(step):
+        for a, b in (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic")):
+            test_result = paired_test(_column(arms[a], key), _column(arms[b], key))
+            comparisons.append({**test_result, "metric": key, "base": a, "other": b})
+    return {
+        "step": step,
+        "means": {arm: {k: v for k, v in s.mean().items() if k in metrics_for(step)} for arm, s in arms.items()},
+        "comparisons": comparisons,
+        "cost": {source: {"objective": r.metric, "wall_s": r.metadata["wall_s"],
+                          "program_lm_calls": r.metadata["program_lm_calls"], "demos": r.metadata["demos"]}
+                 for source, (r, _) in runs.items()},
+    }
+
+
+def results_table(results: list[dict[str, Any]], n_test: int) -> Table:
+    table = Table(title=f"Optimised on synthetic vs labelled questions, {n_test} test questions (paired tests)")
+    for col in ("step", "metric", "zero-shot", "synthetic", "labelled", "syn - zero (p)", "lab - zero (p)",
+                "syn - lab (p)"):
+        table.add_column(col, justify="left" if col in ("step", "metric") else "right")
+    for res in results:
+        by = {(c["metric"], c["base"], c["other"]): c for c in res["comparisons"]}
+        for key in metrics_for(res["step"]):
+            m = {arm: res["means"][arm].get(key, float("nan")) for arm in ("zero-shot", "synthetic", "labelled")}
+            cells = []
+            for a, b in (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic")):
+                c = by[(key, a, b)]
+                star = "*" if c["significant"] else ""
+                cells.append(f"{c['diff']:+.3f} ({c['p']:.3f}){star}" if c["diff"] is not None else "")
+            table.add_row(res["step"], key, f"{m['zero-shot']:.3f}", f"{m['synthetic']:.3f}", f"{m['labelled']:.3f}",
+                          *cells)
+    table.caption = "* p < 0.05; exact McNemar for 0/1 metrics, sign-flip permutation test otherwise"
+    return table
+
+
+def markdown(results: list[dict[str, Any]], splits: Splits, synthesis: dict[str, Any] | None) -> str:
+    lines = ["# Optimising without labels: synthetic vs labelled training questions", "",
+             f"Test questions: {len(splits.test)}; synthetic train/val: {len(splits.synthetic_train)}/"
+             f"{len(splits.synthetic_val)}; labelled train/val: {len(splits.train)}/{len(splits.val)}; "
+             f"test questions whose answer set a synthetic question also asks for: {splits.overlap()}.", ""]
+    if synthesis:
+        lines += [f"Synthesis cost: {synthesis.get('lm_calls')} LM calls, {synthesis.get('minutes')} minutes "
+                  f"({synthesis.get('lm_minutes')} in the LM), {synthesis.get('sampled')} patterns sampled.", ""]
+    lines += ["| step | metric | zero-shot | synthetic | labelled | syn - zero (p) | lab - zero (p) | syn - lab (p) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for res in results:
+        by = {(c["metric"], c["base"], c["other"]): c for c in res["comparisons"]}
+        for key in metrics_for(res["step"]):
+            m = res["means"]
+            cells = []
+            for a, b in (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic")):
+                c = by[(key, a, b)]
+                cells.append(f"{c['diff']:+.3f} ({c['p']:.3f})" if c["diff"] is not None else "")
+            lines.append(f"| {res['step']} | {key} | {m['zero-shot'].get(key, 0):.3f} | "
+                         f"{m['synthetic'].get(key, 0):.3f} | {m['labelled'].get(key, 0):.3f} | " + " | ".join(cells) + " |")
+    lines += ["", "Cost of optimisation (program LM calls, seconds):", ""]
+    for res in results:
+        for source, c in res["cost"].items():
+            lines.append(f"- {res['step']} on {source} ({c['objective']}): {c['program_lm_calls']} LM calls, "
+                         f"{c['wall_s']:.0f} s, demos {c['demos']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skb", type=Path, required=True)
+    parser.add_argument("--qa-dir", type=Path, default=None, help="folder of qa_synthetic.csv (synth --out)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--lm", default=None)
+    parser.add_argument("--config", type=Path, default=None)
+    parser.add_argument("--reranker", default="listwise", help="step 8 when the reranker is optimised")
+    parser.add_argument("--optimizer", default="bootstrap")
+    parser.add_argument("--max-demos", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import dspy
+
+    from autofocus.lm import get_lm
+    from autofocus.runtime import load_config, open_kb
+    from autofocus.usage import install_usage_callback
+
+    install_usage_callback()
+    cfg = load_config(args.config, lm=args.lm)
+    kb = open_kb(args.skb, cfg.embedder, cfg.index_kind)
+    splits = Splits.load(args.skb, args.qa_dir)
+    summary_path = (args.qa_dir or args.skb) / "synthetic_summary.json"
+    synthesis = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    dspy.configure(lm=get_lm(cfg.lm.default, temperature=cfg.lm.temperature, max_tokens=cfg.lm.max_tokens))
+    results = []
+    for step in [s.strip() for s in args.steps.split(",") if s.strip()]:
+        step_cfg = cfg.model_copy(update={"reranker": args.reranker}) if step == "reranker" else cfg
+        results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads))
+        console.print(results_table(results, len(splits.test)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({"results": results, "synthesis": synthesis,
+                                                       "overlap": splits.overlap()}, indent=2, default=float))
+    (args.out / "results.md").write_text(markdown(results, splits, synthesis))
+    console.print(f"Results in {args.out / 'results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

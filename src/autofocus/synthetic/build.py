@@ -1,0 +1,268 @@
+"""Synthesise QA pairs from the SKB alone: sample patterns, self-check them, verbalise, filter.
+
+Order of work (cheap before costly): sample a pattern around a target node of the type furthest
+behind its share, execute it exactly, drop duplicates (same type and answer set), run the
+program's own steps 3-5 on its gold Cypher (the self-check), and only then ask the LM for a
+question, which must pass ``verbalise.question_problem``. Sampling is single-threaded from one
+seeded generator, and questions are kept in sampling order, so a seed and a deterministic LM
+give the same file; LM calls run in threads.
+
+The self-check parses the gold Cypher with ``parse_cypher`` and grounds it by the constants'
+*names* (vector search with exact-name-first, one candidate per constant: ``l_max = 1``), as the
+program would; a pattern whose names are ambiguous or whose filters the program reads otherwise
+fails it and never reaches a question. Nothing here opens a QA file.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+import numpy as np
+
+from autofocus.config import AutofocusConfig
+from autofocus.cypher import to_cypher
+from autofocus.signatures import VerbalizePattern
+from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
+from autofocus.synthetic.verbalise import describe, question_problem
+from autofocus.usage import UsageCallback, map_concurrently, usage_scope
+
+Tick = Callable[[str, int], None]  # (stage, amount)
+
+
+@dataclass
+class SyntheticPair:
+    """One kept question with the pattern and gold Cypher behind it."""
+
+    id: int
+    question: str
+    pattern: Pattern
+    cypher: str
+    description: str
+
+
+@dataclass
+class SynthesisResult:
+    pairs: list[SyntheticPair]
+    rejected: Counter = field(default_factory=Counter)  # reason -> patterns dropped
+    sampled: int = 0  # sampling attempts
+    self_checked: int = 0  # patterns that passed the self-check
+    verbalised: int = 0  # patterns sent to the LM
+    lm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+    lm_seconds: float = 0.0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def coverage(self) -> dict[str, dict[str, int]]:
+        """Questions per target type, triplets per edge type, questions per shape and with filters."""
+        return {
+            "target_types": dict(Counter(p.pattern.target_type for p in self.pairs)),
+            "edge_types": dict(Counter(e for p in self.pairs for e in p.pattern.edge_types)),
+            "shapes": dict(Counter(p.pattern.shape for p in self.pairs)),
+            "filters": dict(Counter(c.op for p in self.pairs for _, c in p.pattern.filters)),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "questions": len(self.pairs),
+            "sampled": self.sampled,
+            "self_checked": self.self_checked,
+            "verbalised": self.verbalised,
+            "rejected": dict(self.rejected),
+            "lm_calls": self.lm_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "minutes": round(self.seconds / 60, 2),
+            "lm_minutes": round(self.lm_seconds / 60, 2),
+            "coverage": self.coverage(),
+            "settings": self.settings,
+        }
+
+
+def type_shares(kb: Any, n: int) -> dict[str, float]:
+    """Each candidate type's share of the questions: its share of the candidate nodes, at least 1/n."""
+    counts = {t: len(kb.skb.ids_of_type(t)) for t in kb.skb.schema.answer_types}
+    counts = {t: c for t, c in counts.items() if c}
+    total = sum(counts.values()) or 1
+    floor = 1 / max(n, 1)
+    shares = {t: max(c / total, floor) for t, c in counts.items()}
+    norm = sum(shares.values())
+    return {t: s / norm for t, s in shares.items()}
+
+
+class SelfCheck:
+    """The program's own steps 3-5 on a gold Cypher query, constants found by name (``l_max = 1``)."""
+
+    def __init__(self, kb: Any) -> None:
+        from autofocus.program.systems.afr import AutofocusRetriever
+
+        self.kb = kb
+        # the gold query is schema-valid and grounds: nothing to repair or relax
+        self.config = AutofocusConfig(l_max=1, steps="1-5", reranker="none", repair=False, relax=[])
+        self.program = AutofocusRetriever(kb, self.config)
+
+    @staticmethod
+    def _query_text(pattern: Pattern) -> str:
+        return " ".join(_names(pattern))
+
+    def prefetch(self, patterns: list[Pattern]) -> None:
+        """Embed every search string the checks will need in one batch (the embedding cache keeps them)."""
+        texts = {t for p in patterns for t in (self._query_text(p), *_names(p))}
+        if texts:
+            self.kb.embed_queries(sorted(texts))
+
+    def __call__(self, pattern: Pattern, cypher: str) -> bool:
+        found = self.program.retrieve(self._query_text(pattern), pattern.target_type, cypher, self.config)
+        return np.array_equal(np.sort(np.asarray(found.grounded, np.int64)), pattern.answers)
+
+
+def _names(pattern: Pattern) -> list[str]:
+    return [str(pattern.query.symbols[v].name_value()) for v in pattern.constants]
+
+
+class _Stream:
+    """Self-checked, deduplicated patterns in sampling order, target types kept in proportion."""
+
+    def __init__(self, kb: Any, sampler: PatternSampler, shares: dict[str, float], seed: int,
+                 max_attempts: int, result: SynthesisResult, tick: Tick | None) -> None:
+        self.sampler, self.shares, self.result, self.tick = sampler, dict(shares), result, tick
+        self.rng = np.random.default_rng(seed)
+        self.check = SelfCheck(kb)
+        self.counts: Counter = Counter()
+        self.failures: Counter = Counter()
+        self.seen: set[tuple[str, tuple[int, ...]]] = set()
+        self.max_attempts = max_attempts
+
+    def next_type(self) -> str | None:
+        live = [t for t in self.shares if self.failures[t] < 50 * (self.counts[t] + 1)]
+        if not live:
+            return None
+        return min(live, key=lambda t: ((self.counts[t] + 1) / self.shares[t], t))
+
+    def _sample(self, k: int) -> list[Pattern]:
+        """Up to ``k`` new distinct patterns; a type counts as served once sampled (types stay in step)."""
+        out: list[Pattern] = []
+        res = self.result
+        while len(out) < k and res.sampled < self.max_attempts:
+            t = self.next_type()
+            if t is None:
+                break
+            res.sampled += 1
+            pattern = self.sampler.sample(t, self.rng)
+            if pattern is not None and pattern_key(pattern) in self.seen:
+                res.rejected["duplicate answer set"] += 1
+                pattern = None
+            if pattern is None:
+                self.failures[t] += 1
+                continue
+            self.seen.add(pattern_key(pattern))
+            self.counts[t] += 1
+            self.sampler.count_edges(pattern)
+            out.append(pattern)
+        return out
+
+    def take(self, k: int) -> list[tuple[Pattern, str]]:
+        """Up to ``k`` patterns that passed the self-check, with their gold Cypher."""
+        out: list[tuple[Pattern, str]] = []
+        while len(out) < k:
+            sampled = self._sample(k - len(out))
+            if not sampled:
+                break
+            self.check.prefetch(sampled)
+            for pattern in sampled:
+                cypher = to_cypher(pattern.query)
+                if not self.check(pattern, cypher):
+                    self.result.rejected["self-check failed"] += 1
+                    self.counts[pattern.target_type] -= 1
+                    self.failures[pattern.target_type] += 1
+                    continue
+                self.result.self_checked += 1
+                out.append((pattern, cypher))
+                if self.tick:
+                    self.tick("patterns", 1)
+        return out
+
+
+def synthesise(
+    kb: Any,
+    n: int,
+    *,
+    seed: int = 0,
+    max_answers: int = 20,
+    max_triplets: int = 3,
+    filter_rate: float = 0.3,
+    threads: int = 1,
+    oversample: float = 1.25,
+    max_attempts: int | None = None,
+    tick: Tick | None = None,
+) -> SynthesisResult:
+    """``n`` question/answer pairs made from ``kb``'s graph, verbalised by the configured DSPy LM.
+
+    Args:
+        kb: the knowledge base (``autofocus.kb.KnowledgeBase``); its QA files are never read.
+        n: questions wanted (fewer when the graph runs out of distinct patterns).
+        seed: the sampler's seed.
+        max_answers: largest answer set kept.
+        max_triplets: 1 to 3 triplets per pattern.
+        filter_rate: share of patterns given an attribute filter although their answers are few.
+        threads: LM calls in parallel.
+        oversample: patterns verbalised per missing question (questions can be rejected).
+        max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
+        tick: ``(stage, amount)`` progress callback; stages ``patterns`` and ``questions``.
+    """
+    start = time.perf_counter()
+    settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
+                "filter_rate": filter_rate, "lm": getattr(dspy.settings.lm, "model", None)}
+    result = SynthesisResult(pairs=[], settings=settings)
+    sampler = PatternSampler(kb.skb, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate)
+    stream = _Stream(kb, sampler, type_shares(kb, n), seed, max_attempts or 200 * n + 1000, result, tick)
+    verbalizer = dspy.Predict(VerbalizePattern)
+    kb_description = kb.skb.schema.description or f"A knowledge base named {kb.skb.schema.name}."
+    texts: set[str] = set()
+
+    def ask(item: tuple[Pattern, str]) -> tuple[str | None, str]:
+        text = describe(item[0], kb.skb)
+        try:
+            pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
+            question = " ".join(str(pred.question).split())
+        except Exception as exc:  # a malformed or failed LM answer costs one pattern, not the run
+            return None, f"LM error: {type(exc).__name__}"
+        finally:
+            if tick:
+                tick("questions", 1)
+        return question, text
+
+    callbacks = list(dspy.settings.get("callbacks") or [])
+    if not any(isinstance(c, UsageCallback) for c in callbacks):
+        callbacks.append(UsageCallback())  # counts the LM calls (a dspy.context hides later configure calls)
+    with dspy.context(callbacks=callbacks), usage_scope() as usage:
+        while len(result.pairs) < n:
+            batch = stream.take(math.ceil((n - len(result.pairs)) * oversample))
+            if not batch:
+                break
+            result.verbalised += len(batch)
+            t0 = time.perf_counter()
+            answers = map_concurrently(ask, batch, threads)
+            result.lm_seconds += time.perf_counter() - t0
+            for (pattern, cypher), (question, text) in zip(batch, answers, strict=True):
+                if len(result.pairs) >= n:
+                    break
+                problem = text if question is None else question_problem(question, pattern, kb.skb)
+                if problem is None and question.lower() in texts:
+                    problem = "duplicate question"
+                if problem is not None:
+                    result.rejected[problem] += 1
+                    continue
+                texts.add(question.lower())
+                result.pairs.append(SyntheticPair(len(result.pairs), question, pattern, cypher, text))
+    result.rejected.update(sampler.stats.rejected)
+    result.lm_calls, result.input_tokens, result.output_tokens = usage.calls, usage.input_tokens, usage.output_tokens
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,79 @@
+"""A pattern in readable form for the LM, and the checks its question must pass.
+
+The LM sees names, relationship labels with the schema's descriptions, conditions and the asked
+type; never the answers. A question is kept only when it names every constant, names no answer
+and shows no query syntax.
+"""
+
+from __future__ import annotations
+
+import re
+
+from autofocus.skb.model import SKB
+from autofocus.synthetic.patterns import Pattern
+
+_SYNTAX = re.compile(r"-\[|\]->|\(\w+:\w+|\by\.\w+|\bMATCH\b|\bRETURN\b")
+_OPS = {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"}
+
+
+def describe(pattern: Pattern, skb: SKB) -> str:
+    """The facts the answers satisfy, one per line, e.g. ``the unknown answer (a function) raises the exception "ValueError"``."""
+    qg = pattern.query
+    noun = {v: _noun(v, s.type or "node", pattern) for v, s in qg.symbols.items()}
+    lines = [f"The question asks for the unknown answer (a {qg.target_type}); quoted names are other, known nodes.",
+             "Facts:"]
+    for t in qg.triplets:
+        info = skb.schema.edge_types.get(str(t.rel))
+        phrase = relation_phrase(str(t.rel), info.src_type if info else None, info.dst_type if info else None)
+        lines.append(f"- {noun[t.head]} {phrase} {noun[t.tail]}")
+    for var, c in pattern.filters:
+        lines.append(f"- the {c.key.replace('_', ' ')} of {noun[var]} {_OPS.get(c.op, c.op)} {c.value!r}")
+    meanings = []
+    for rel in dict.fromkeys(pattern.edge_types):
+        info = skb.schema.edge_types.get(rel)
+        if info is not None and info.description:
+            meanings.append(f"- {relation_phrase(rel, info.src_type, info.dst_type)}: {info.description}")
+    if meanings:
+        lines += ["Relationships:", *meanings]
+    return "\n".join(lines)
+
+
+def relation_phrase(rel: str, src_type: str | None, dst_type: str | None) -> str:
+    """An edge label as words, without the endpoint types it repeats: ``function_defined_in_module`` -> ``defined in``."""
+    words = [w for w in re.split(r"[_\W]+", rel) if w]
+    for type_name, end in ((src_type, 0), (dst_type, -1)):
+        if type_name and len(words) > 1 and words[end].lower() == type_name.lower():
+            words.pop(end)
+    return " ".join(words) or rel
+
+
+def _noun(var: str, type_name: str, pattern: Pattern) -> str:
+    if var == pattern.query.target:
+        return f"the unknown answer (a {type_name})"
+    name = pattern.query.symbols[var].name_value()
+    if name is not None:
+        return f'the {type_name} "{name}"'
+    return f"some {type_name} {var.upper()}"
+
+
+def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
+    """Why the question cannot be kept (``None``: it can)."""
+    text = " ".join(question.split())
+    if not text or len(text) < 10:
+        return "empty question"
+    if _SYNTAX.search(text):
+        return "query syntax in the question"
+    lower = text.lower()
+    names = [str(pattern.query.symbols[v].name_value()) for v in pattern.constants]
+    if any(n.lower() not in lower for n in names):
+        return "a constant is not named"
+    if any(re.search(rf"\b(named|called)\s+\W?{re.escape(n.lower())}", lower) for n in names):
+        return "a constant is named as the answer"
+    rest = lower
+    for n in sorted(names, key=len, reverse=True):  # an answer's name inside a constant's is no leak
+        rest = rest.replace(n.lower(), " ")
+    for node in pattern.answers.tolist():
+        name = skb.name(node).strip().lower()
+        if len(name) >= 2 and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", rest):
+            return "an answer is named"
+    return None

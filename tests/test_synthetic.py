@@ -1,0 +1,387 @@
+"""``autofocus synth``: patterns executed exactly, the self-check, determinism, coverage, deduplication,
+no QA file read, the ``synthetic`` split everywhere a split is named, and the demonstration pipeline
+end to end with scripted LMs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autofocus.kb import KnowledgeBase
+from autofocus.optimize.scoring import check_metric, question_scores
+from autofocus.program.steps.symbols import constraint_mask
+from autofocus.skb.model import SKB
+from autofocus.skb.qa import load_qa, splits_available
+from autofocus.synthetic import PatternSampler, SelfCheck, export_chat, synthesise, write_synthetic
+from autofocus.synthetic.build import type_shares
+from autofocus.synthetic.patterns import Pattern
+from autofocus.synthetic.verbalise import describe, question_problem
+from autofocus.trace import Trace
+from tests.skb_factory import make_skb
+from tests.test_optimize import PromptLM, has_demos
+from tests.test_systems_common import ScriptedLM, field_value, make_kb
+
+
+def quoted(text: str) -> list[str]:
+    return re.findall(r'"([^"]+)"', text)
+
+
+def writer(user: str) -> dict[str, str]:
+    """A verbaliser that names every constant of the pattern and the asked type."""
+    pattern = field_value(user, "pattern")
+    kind = field_value(user, "answer_type")
+    names = quoted(pattern)
+    conditions = [line for line in pattern.splitlines() if line.startswith("- the ") and " of " in line]
+    extra = f" where {len(conditions)} condition(s) hold" if conditions else ""
+    return {"question": f"Which {kind} nodes are linked to {' and '.join(names)}{extra}?"}
+
+
+def verbaliser(handler: Any = writer) -> ScriptedLM:
+    return ScriptedLM({"question": handler})
+
+
+def brute_answers(skb: SKB, pattern: Pattern) -> set[int]:
+    """The pattern's answers by trying every assignment of nodes to its symbols."""
+    qg = pattern.query
+    order = list(qg.symbols)
+    edges = {(int(s), e, int(d)) for e in skb.graph.edge_types
+             for s, d in zip(*skb.graph.adjacency(e, "out").gather(np.arange(skb.num_nodes)), strict=True)}
+    domains = []
+    for var in order:
+        sym = qg.symbols[var]
+        ok = skb.node_type == skb.type_code(str(sym.type))
+        if var in pattern.constants:
+            ok = np.zeros(skb.num_nodes, bool)
+            ok[pattern.constants[var]] = True
+        for c in sym.constraints if var not in pattern.constants else []:
+            ok &= constraint_mask(skb, c)
+        domains.append(np.flatnonzero(ok).tolist())
+    found = set()
+    for assignment in itertools.product(*domains):
+        node = dict(zip(order, assignment, strict=True))
+        if all((node[t.head], t.rel, node[t.tail]) in edges for t in qg.triplets):
+            found.add(node[qg.target])
+    return found
+
+
+@pytest.fixture(scope="module")
+def kb(tiny_skb: SKB, tmp_path_factory: pytest.TempPathFactory) -> KnowledgeBase:
+    return make_kb(tiny_skb, tmp_path_factory.mktemp("kb"))
+
+
+def random_skb(seed: int = 0) -> SKB:
+    """Three node types (60/30/10 %), four edge types, unique names and a number column."""
+    rng = np.random.default_rng(seed)
+    types = ["item", "maker", "place"]
+    node_type = np.repeat([0, 1, 2], [60, 30, 10])
+    names = [f"{types[t]} {chr(65 + i % 26)}{i}" for i, t in enumerate(node_type)]
+    items, makers, places = (np.flatnonzero(node_type == t) for t in range(3))
+    edges = [(int(i), "item_made_by_maker", int(rng.choice(makers))) for i in items]
+    edges += [(int(m), "maker_based_in_place", int(rng.choice(places))) for m in makers]
+    edges += [(int(a), "item_part_of_item", int(b)) for a, b in rng.choice(items, (30, 2)) if a != b]
+    edges += [(int(i), "item_sold_in_place", int(rng.choice(places))) for i in rng.choice(items, 25)]
+    et = {"item_made_by_maker": ("item", "maker"), "maker_based_in_place": ("maker", "place"),
+          "item_part_of_item": ("item", "item"), "item_sold_in_place": ("item", "place")}
+    price = rng.integers(1, 50, len(node_type)).astype(float)
+    price[node_type != 0] = np.nan
+    return make_skb(types, node_type, edges, et, names=names, numbers={"price": price.tolist()})
+
+
+@pytest.fixture(scope="module")
+def random_kb(tmp_path_factory: pytest.TempPathFactory) -> KnowledgeBase:
+    return make_kb(random_skb(), tmp_path_factory.mktemp("random_kb"))
+
+
+# --- patterns ---------------------------------------------------------------------------------------
+
+
+def test_sampled_patterns_are_executed_exactly(random_kb: KnowledgeBase) -> None:
+    skb = random_kb.skb
+    sampler = PatternSampler(skb, max_answers=10, filter_rate=0.5)
+    rng = np.random.default_rng(3)
+    patterns = [p for t in ["item", "maker", "place"] * 30 if (p := sampler.sample(t, rng)) is not None]
+    assert len(patterns) > 30
+    assert {p.shape for p in patterns} >= {"1", "2-chain", "2-star"} and any(p.filters for p in patterns)
+    for p in patterns:
+        assert set(p.answers.tolist()) == brute_answers(skb, p), p.query
+        assert 1 <= len(p.answers) <= 10 and not set(p.constants.values()) & set(p.answers.tolist())
+        assert p.query.usable and all(t.rel in skb.graph.edge_types for t in p.query.triplets)
+
+
+def test_self_check_accepts_exact_queries_and_rejects_ambiguous_names(tmp_path: Path) -> None:
+    from autofocus.cypher import to_cypher
+
+    skb = random_skb()
+    names = [skb.name(i) for i in range(skb.num_nodes)]
+    maker, twin = (int(i) for i in np.flatnonzero(skb.node_type == 1)[:2])
+    names[twin] = names[maker]  # two makers share a name: a question naming it is ambiguous
+    twin_skb = make_skb(["item", "maker", "place"], skb.node_type, _edges(skb), _edge_types(skb), names=names,
+                        numbers={"price": np.asarray(skb.columns["price"].values).tolist()})
+    check = SelfCheck(make_kb(twin_skb, tmp_path))
+    sampler = PatternSampler(skb, max_answers=60, max_triplets=1)  # the graph before the names clashed
+    rng = np.random.default_rng(0)
+    results = {}
+    for _ in range(300):
+        p = sampler.sample("item", rng)
+        if p is not None and p.edge_types == ["item_made_by_maker"] and p.constants["a"] != maker:
+            results.setdefault(p.constants["a"] == twin, set()).add(check(p, to_cypher(p.query)))
+    assert results == {True: {False}, False: {True}}  # the name finds `maker` first, not `twin`
+    twin_sampler = PatternSampler(twin_skb, max_answers=60, max_triplets=1)  # the sampler avoids such names
+    for _ in range(300):
+        p = twin_sampler.sample("item", rng)
+        assert p is None or not set(p.constants.values()) & {maker, twin}
+    assert twin_sampler.stats.rejected["constant name shared in its type"] > 0
+
+
+def _edges(skb: SKB) -> list[tuple[int, str, int]]:
+    out = []
+    for e in skb.graph.edge_types:
+        src, dst = skb.graph.adjacency(e, "out").gather(np.arange(skb.num_nodes))
+        out += [(int(s), e, int(d)) for s, d in zip(src, dst, strict=True)]
+    return out
+
+
+def _edge_types(skb: SKB) -> dict[str, tuple[str | None, str | None]]:
+    return {e: (i.src_type, i.dst_type) for e, i in skb.schema.edge_types.items()}
+
+
+def test_describe_names_constants_but_never_answers(kb: KnowledgeBase) -> None:
+    sampler = PatternSampler(kb.skb)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        p = sampler.sample("paper", rng)
+        if p is None:
+            continue
+        text = describe(p, kb.skb)
+        assert set(quoted(text)) == {kb.skb.name(i) for i in p.constants.values()}
+        assert not any(kb.skb.name(i) in text for i in p.answers.tolist())
+
+
+def test_question_checks(kb: KnowledgeBase) -> None:
+    sampler = PatternSampler(kb.skb, max_triplets=1)
+    rng = np.random.default_rng(1)
+    p = next(p for _ in range(100) if (p := sampler.sample("paper", rng)) is not None)
+    const = kb.skb.name(next(iter(p.constants.values())))
+    answer = kb.skb.name(int(p.answers[0]))
+    assert question_problem(f"Which papers relate to {const}?", p, kb.skb) is None
+    assert question_problem(f"Is it {answer}, related to {const}?", p, kb.skb) == "an answer is named"
+    assert question_problem("Which papers are there at all?", p, kb.skb) == "a constant is not named"
+    assert question_problem(f"MATCH (y:paper) -[ {const} ?", p, kb.skb) == "query syntax in the question"
+
+
+# --- synthesis --------------------------------------------------------------------------------------
+
+
+def test_synthesis_is_deterministic_and_writes_a_split(kb: KnowledgeBase, tmp_path: Path) -> None:
+    texts = []
+    for run in ("a", "b", "c"):
+        with dspy.context(lm=verbaliser()):
+            result = synthesise(kb, 6, seed=0 if run != "c" else 1)
+        paths = write_synthetic(result, kb.skb, tmp_path / run)
+        texts.append((paths["qa"].read_text(), paths["patterns"].read_text()))
+    assert texts[0] == texts[1] and texts[0] != texts[2]
+    items = load_qa(tmp_path / "nothing", "synthetic", qa_dir=tmp_path / "a")
+    records = [json.loads(line) for line in (tmp_path / "a" / "synthetic_patterns.jsonl").read_text().splitlines()]
+    assert [i.answer_ids for i in items] == [r["answer_ids"] for r in records] and len(items) == result.summary()["questions"]
+    assert all(r["cypher"].startswith("MATCH") and r["constants"] for r in records)
+    summary = json.loads((tmp_path / "a" / "synthetic_summary.json").read_text())
+    assert summary["lm_calls"] == summary["verbalised"] >= summary["questions"] > 0
+
+
+def test_coverage_follows_the_graph_and_answers_are_unique(random_kb: KnowledgeBase) -> None:
+    lm = verbaliser()
+    with dspy.context(lm=lm):
+        result = synthesise(random_kb, 40, seed=0, max_answers=15)
+    cov = result.coverage()
+    shares = type_shares(random_kb, 40)
+    assert len(result.pairs) == 40
+    for t, share in shares.items():
+        assert abs(cov["target_types"].get(t, 0) - 40 * share) <= 3, cov
+    assert set(cov["edge_types"]) == set(random_kb.skb.graph.edge_types)
+    keys = [(p.pattern.target_type, tuple(p.pattern.answers.tolist())) for p in result.pairs]
+    assert len(set(keys)) == len(keys) and len({p.question for p in result.pairs}) == len(keys)
+    assert result.self_checked >= result.verbalised == result.lm_calls == len(lm.calls)
+
+
+def test_rejected_questions_cost_a_pattern_not_the_run(kb: KnowledgeBase) -> None:
+    with dspy.context(lm=verbaliser(lambda user: {"question": "Which paper is it, really?"})):
+        result = synthesise(kb, 4, seed=0)
+    assert not result.pairs and result.rejected["a constant is not named"] == result.verbalised > 0
+
+    same = verbaliser(lambda user: {"question": f"Which papers are about {' and '.join(quoted(user))}?"})
+    with dspy.context(lm=same):
+        result = synthesise(kb, 3, seed=0)
+    assert len(result.pairs) == 3
+
+
+def test_synthesis_never_reads_a_qa_file(tiny_skb_dir: Path, kb: KnowledgeBase,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import autofocus.skb.qa as qa
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("synthesis read a QA file")
+
+    for name in ("load_qa", "read_qa_csv", "read_split", "splits_available", "parse_answer_ids"):
+        monkeypatch.setattr(qa, name, forbidden)
+    real_open = Path.open
+
+    def guarded_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+        assert not (self.suffix == ".csv" or self.suffix == ".index"), f"opened {self}"
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", guarded_open)
+    kb.source = tiny_skb_dir
+    with dspy.context(lm=verbaliser()):
+        assert synthesise(kb, 3, seed=0).pairs
+
+
+def test_command_writes_beside_qa_and_never_into_test(tiny_skb_dir: Path, kb: KnowledgeBase, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.cli import app
+
+    skb_dir = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, skb_dir)
+    before = {p.name: p.read_text() for p in (skb_dir / "splits").iterdir()}
+    test_before = load_qa(skb_dir, "test")
+    monkeypatch.setattr(KnowledgeBase, "open", classmethod(lambda cls, path, embedder=None, **kw: kb))
+    monkeypatch.setattr("autofocus.lm.get_lm", lambda spec, **kw: verbaliser())
+    chat = tmp_path / "chat.jsonl"
+    res = CliRunner().invoke(app, ["synth", "--skb", str(skb_dir), "-n", "5", "--no-progress",
+                                   "--export-chat", str(chat)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "Coverage" in res.output and "lm calls" in res.output
+    assert {p.name: p.read_text() for p in (skb_dir / "splits").iterdir()} == before
+    assert load_qa(skb_dir, "test") == test_before
+    synthetic = load_qa(skb_dir, "synthetic")
+    assert splits_available(skb_dir)["synthetic"] == len(synthetic) == 5
+    assert not {i.query for i in synthetic} & {i.query for i in load_qa(skb_dir)}
+    rows = [json.loads(line) for line in chat.read_text().splitlines()]
+    assert [m["role"] for m in rows[0]["messages"]] == ["system", "user", "assistant"]
+    assert "MATCH" in rows[0]["messages"][2]["content"] and synthetic[0].query in rows[0]["messages"][1]["content"]
+
+    out = tmp_path / "elsewhere"
+    res = CliRunner().invoke(app, ["synth", "--skb", str(skb_dir), "-n", "3", "--out", str(out), "--no-progress",
+                                   "--seed", "4"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert len(load_qa(skb_dir, "synthetic", qa_dir=out)) == 3 and len(load_qa(skb_dir, "synthetic")) == 5
+    assert len(load_qa(skb_dir, "synthetic[:2]", qa_dir=out)) == 2
+    assert [i.id for i in load_qa(skb_dir, "synthetic[2:]", qa_dir=out)] == [2]
+
+
+def test_chat_export_matches_the_program_prompt(kb: KnowledgeBase, tmp_path: Path) -> None:
+    with dspy.context(lm=verbaliser()):
+        result = synthesise(kb, 2, seed=0)
+    rows = [json.loads(line) for line in export_chat(result, kb.skb, tmp_path / "c.jsonl").read_text().splitlines()]
+    assert len(rows) == len(result.pairs)
+    assert rows[0]["messages"][2]["content"].startswith("[[ ## cypher ## ]]\n" + result.pairs[0].cypher)
+
+
+# --- the metric and the splits -------------------------------------------------------------------------
+
+
+def test_grounded_f1_scores_the_whole_grounded_set() -> None:
+    trace = Trace()
+    trace.data.update(grounded_ids=np.array([1, 2, 3, 4]), num_grounded=4, strand={}, pre_rerank=[])
+    pred = dspy.Prediction(ranked_ids=[], trace=trace)
+    assert check_metric("Grounded_F1") == "grounded_f1"
+    assert question_scores([1, 2], pred, names=["grounded_f1"])["grounded_f1"] == pytest.approx(2 * 2 / 6)
+    assert question_scores([9], pred, names=["grounded_f1"])["grounded_f1"] == 0.0
+    trace.data.update(grounded_ids=[1, 2], num_grounded=2)
+    assert question_scores([2, 1], pred)["grounded_f1"] == 1.0
+
+
+def test_split_slices(tiny_skb_dir: Path) -> None:
+    assert [i.id for i in load_qa(tiny_skb_dir, "train[1:]")] == [1, 2]
+    assert [i.id for i in load_qa(tiny_skb_dir, "train[:-1]")] == [0, 1]
+    with pytest.raises(KeyError, match="unknown split 'synthetic'"):
+        load_qa(tiny_skb_dir, "synthetic[:3]")
+
+
+# --- the demonstration, end to end --------------------------------------------------------------------
+
+
+def test_demonstration_pipeline_with_scripted_lms(kb: KnowledgeBase, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    """Synthesise, optimise step 2 on synthetic and on labelled questions, compare on test."""
+    import benchmarks.bench_synthetic as bench
+    from autofocus.config import AutofocusConfig, LMConfig
+
+    with dspy.context(lm=verbaliser()):
+        result = synthesise(kb, 8, seed=0, max_answers=5)
+    write_synthetic(result, kb.skb, tmp_path)
+    gold = {p.question: p.cypher for p in result.pairs}
+    labelled = {
+        "Ada Lovelace": "MATCH (a:author {name: 'Ada Lovelace'})-[:author_writes_paper]->(p:paper) RETURN p",
+        "ACL": "MATCH (p:paper)-[:paper_published_in_venue]->(v:venue {name: 'ACL'}) RETURN p",
+        "extends": "MATCH (p:paper)-[:paper_extends_paper]->(q:paper {name: 'Cypher Queries from Text'}) RETURN p",
+    }
+
+    def cypher(messages: list[dict[str, Any]]) -> dict[str, str]:
+        """Synthetic and the first training question right at once, test questions only with demos."""
+        question = field_value(messages[-1]["content"], "question").split("\n\n")[0]
+        if question in gold:
+            return {"cypher": gold[question]}
+        key = next((k for k in labelled if k in question), None)
+        ok = key is not None and (key == "Ada Lovelace" or has_demos(messages))
+        return {"cypher": labelled[key] if ok else "MATCH (p:paper) RETURN p"}
+
+    lm = PromptLM({"cypher": cypher})
+    splits = bench.Splits.load(tiny_skb_dir, tmp_path)
+    cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none")
+    with dspy.context(lm=lm):
+        out = bench.run_step(kb, cfg, "cypher", splits, "bootstrap", 2, 0, 1, with_lms=False)
+    assert set(out["means"]) == {"zero-shot", "synthetic", "labelled"}
+    assert out["cost"]["synthetic"]["objective"] == "grounded_f1"
+    assert {(c["metric"], c["base"], c["other"]) for c in out["comparisons"]} >= {("grounded_f1", "zero-shot", "synthetic")}
+    gf1 = next(c for c in out["comparisons"] if c["metric"] == "grounded_f1" and c["base"] == "zero-shot")
+    assert gf1["b"] > gf1["a"] and gf1["n"] == len(splits.test)  # demos help the scripted LM
+    text = bench.markdown([out], splits, result.summary())
+    assert "| cypher | grounded_f1 |" in text and "Synthesis cost" in text
+
+
+def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb: KnowledgeBase, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """eval, optimize and tune on `synthetic` (and slices of it) with no labelled question involved."""
+    from autofocus.cli import app
+    from autofocus.config import AutofocusConfig, LMConfig
+    from autofocus.program.systems import registry
+    from autofocus.usage import install_usage_callback
+
+    with dspy.context(lm=verbaliser()):
+        result = synthesise(kb, 5, seed=0)
+    qa_dir = tmp_path / "qa"
+    write_synthetic(result, kb.skb, qa_dir)
+    gold = {p.question: p.cypher for p in result.pairs}
+    lm = ScriptedLM({"cypher": lambda user: {"cypher": gold[field_value(user, "question").split("\n\n")[0]]},
+                     "question": writer})
+    monkeypatch.setattr(KnowledgeBase, "open", classmethod(lambda cls, path, embedder=None, **kw: kb))
+    monkeypatch.setattr(registry, "apply_lms", lambda program, config: None)
+    monkeypatch.setattr("autofocus.lm.get_lm", lambda spec, **kw: lm)
+    install_usage_callback()
+    cfg = tmp_path / "cfg.json"
+    AutofocusConfig(k=4, reranker="none", lm=LMConfig(default="test/scripted"), concurrency=1).save(cfg)
+    common = ["--skb", str(tiny_skb_dir), "--qa-dir", str(qa_dir), "--config", str(cfg), "--no-progress"]
+    runner = CliRunner()
+    with dspy.context(lm=lm):
+        res = runner.invoke(app, ["eval", *common, "--split", "synthetic", "--out", str(tmp_path / "run")],
+                            terminal_width=200)
+        assert res.exit_code == 0, res.output
+        traces = [json.loads(x) for x in (tmp_path / "run" / "traces.jsonl").read_text().splitlines()]
+        assert len(traces) == 5 and all(t["metrics"]["hit@5"] == 1.0 for t in traces), traces[0]["metrics"]
+        res = runner.invoke(app, ["optimize", *common, "--train", "synthetic[:3]", "--val", "synthetic[3:]",
+                                  "--metric", "grounded_f1", "--out", str(tmp_path / "p.json")], terminal_width=200)
+        assert res.exit_code == 0, res.output
+        assert "grounded_f1 *" in res.output and "on synthetic[3:]: 2 questions" in res.output
+        res = runner.invoke(app, ["tune", *common, "--split", "synthetic", "--trials", "3", "--params", "alpha",
+                                  "--no-confirm", "--out", str(tmp_path / "tune"), "--metric", "hit@4"],
+                            terminal_width=200)
+        assert res.exit_code == 0, res.output
+        assert json.loads((tmp_path / "tune" / "summary.json").read_text())["pre_rerank"]["tuned"]["hit@4"] == 1.0
