@@ -31,7 +31,7 @@ from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimis
 from autofocus.skb.qa import QAItem, load_qa
 
 STEPS = ("target_type", "cypher", "reranker")
-QUERY_METRICS = ("grounded_f1", "grounded_recall@20", "grounded_hit@20", "hit@5")
+QUERY_METRICS = ("grounded_f1", "grounded_recall@20", "grounded_hit@20", "hit@1", "hit@5", "mrr")
 RERANK_METRICS = ("mrr", "hit@1", "hit@5")
 console = Console()
 

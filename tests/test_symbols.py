@@ -81,6 +81,17 @@ def test_exact_names_first_case_insensitive_within_the_type(skb: Any, tmp_path: 
     assert sc.constants["i"].tolist() == [0]  # the author named "Ærø institute" is not an institution
 
 
+def test_a_constant_its_exact_name_settles_is_neither_embedded_nor_searched(skb: Any, tmp_path: Path) -> None:
+    """With ``exact_name_only`` only constants without an exact name match cost an embedding and a scan."""
+    kb = CountingKB(make_kb(skb, tmp_path))
+    qg = parse_cypher('MATCH (a:author {name: "Bob"})-[:writes]->(y:paper), (a)-[:member_of]->(i:institution '
+                      '{name: "Aero Inst"}) RETURN y', skb.schema)
+    sc = retrieve_symbol_candidates(kb, qg, l_max=5, exact_name_only=True)
+    assert kb.batches == [["Aero Inst"]] and kb.single == []
+    assert sc.constants["a"].tolist() == [3]  # Bob, by name alone
+    assert sc.constants["i"].tolist() == [0]  # no exact name: the vector search over institutions
+
+
 def test_type_only_search_ranks_as_the_type_mask_did(skb: Any, tmp_path: Path) -> None:
     """Without attribute filters a constant searches its type's index; the old path (candidates = the
     type's ids) must give the same ranking."""

@@ -242,12 +242,17 @@ def retrieve_symbol_candidates(
         node_type = sym.type if tmask is not None and not applied else None
         searches.append(_ConstantSearch(var, name, search, None if node_type else mask, node_type, tmask))
     todo = [c for c in searches if c.mask is None or c.mask.any()]  # an empty filter needs no search
-    vectors = _embed_all(kb, [c.search for c in todo])
+    named = {c.var: _named(skb, c) if exact_name_first else np.zeros(0, np.int64) for c in todo}
+    # a constant its exact name settles needs no embedding and no scan (the common case at scale)
+    settled = {c.var: named[c.var] for c in todo
+               if exact_name_only and c.var not in widened and 0 < len(named[c.var]) <= l_max}
+    vectors = _embed_all(kb, [c.search for c in todo if c.var not in settled])
     for c in searches:
         ranked = np.zeros(0, np.int64)
-        if c.search in vectors and (c.mask is None or c.mask.any()):
-            ranked = _rank_constant(kb, skb, vectors[c.search], c, l_max, variant, exact_name_first,
-                                    exact_name_only and c.var not in widened)
+        if c.var in settled:
+            ranked = settled[c.var]
+        elif c.search in vectors:
+            ranked = _rank_constant(kb, vectors[c.search], c, l_max, variant, named[c.var])
         if len(ranked) == 0:
             out.events.append(("constant_without_candidates", f"{c.var}: {c.search}"))
             out.variables[c.var] = None
@@ -265,20 +270,17 @@ def _embed_all(kb: KnowledgeBaseLike, texts: list[str]) -> dict[str, np.ndarray]
     return dict(zip(texts, vecs, strict=True))
 
 
+def _named(skb: SKB, c: _ConstantSearch) -> np.ndarray:
+    """The nodes ``c``'s name identifies (``skb.names.named_ids``) inside its mask or type."""
+    named, _ = named_ids(skb, c.name)
+    allowed = c.mask if c.mask is not None else c.type_mask
+    return named[allowed[named]] if allowed is not None and len(named) else named
+
+
 def _rank_constant(
-    kb: KnowledgeBaseLike, skb: SKB, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, exact_name_first: bool,
-    exact_name_only: bool = False,
+    kb: KnowledgeBaseLike, qvec: np.ndarray, c: _ConstantSearch, l_max: int, variant: str, named: np.ndarray,
 ) -> np.ndarray:
-    """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), the nodes its name identifies first
-    (``skb.names.named_ids``); with ``exact_name_only`` those alone, when there are any."""
-    named = np.zeros(0, np.int64)
-    if exact_name_first:
-        named, _ = named_ids(skb, c.name)
-        allowed = c.mask if c.mask is not None else c.type_mask
-        if allowed is not None and len(named):
-            named = named[allowed[named]]
-        if exact_name_only and 0 < len(named) <= l_max:
-            return named
+    """Top ``l_max`` nodes for ``c`` inside its mask (or of its type), the ``named`` ones first."""
     index = kb.index(variant)
     ids, _ = index.search(qvec, node_type=c.node_type, candidates=c.mask, k=l_max)
     ids = np.asarray(ids, dtype=np.int64)
