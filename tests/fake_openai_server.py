@@ -231,11 +231,11 @@ class FakeOpenAIServer:
                 is_yes = [c.strip().lower() == "yes" for c in cands]
                 n_yes = sum(is_yes)
                 results = []
-                for messages in body["conversations"]:
+                for i, messages in enumerate(body["conversations"]):
                     p = server.p_yes(messages)
                     mass = [p / n_yes if y else (1 - p) / (len(cands) - n_yes) for y in is_yes]
                     results.append({"logprobs": [math.log(m) if m > 0 else -1e9 for m in mass],
-                                    "prompt_tokens": 10, "reused_tokens": 0})
+                                    "prompt_tokens": 10, "reused_tokens": 6 if i else 0})  # the shared prefix
                 self._send(200, {"token_ids": list(range(len(cands))), "results": results})
 
         return Handler

@@ -110,9 +110,9 @@ def test_summary_numbers(tmp_path: Path) -> None:
     assert lat["total"] == {"n": 4, "median": 3.0, "mean": 3.5, "max": 7.5}
 
     usage = s["usage"]
-    assert usage["per_question"] == {"lm_calls": 2.0, "input_tokens": 300.0, "output_tokens": 30.0}
-    assert usage["max_per_question"] == {"lm_calls": 3.0, "input_tokens": 500.0, "output_tokens": 50.0}
-    assert usage["per_step"]["2_query"] == {"lm_calls": 1.0, "input_tokens": 200.0, "output_tokens": 20.0}
+    assert usage["per_question"] == {"lm_calls": 2.0, "input_tokens": 300.0, "output_tokens": 30.0, "cached_tokens": 0.0}
+    assert usage["max_per_question"] == {"lm_calls": 3.0, "input_tokens": 500.0, "output_tokens": 50.0, "cached_tokens": 0.0}
+    assert usage["per_step"]["2_query"] == {"lm_calls": 1.0, "input_tokens": 200.0, "output_tokens": 20.0, "cached_tokens": 0.0}
 
     ep = s["error_propagation"]
     assert [(st["name"], st["count"]) for st in ep["stages"]] == [

@@ -52,6 +52,23 @@ def test_predict_end_to_end_through_chat_adapter() -> None:
     assert lm.history[-1]["usage"]["completion_tokens"] > 0
 
 
+def test_prompt_tokens_a_server_took_from_its_cache_are_counted_apart() -> None:
+    """A server that reports ``prompt_tokens_details.cached_tokens`` (the local one does, as OpenAI):
+    the step's usage keeps the prompt size and says how much of it was not evaluated again."""
+    from autofocus.trace import Trace
+    from autofocus.usage import install_usage_callback
+
+    install_usage_callback()
+    reply = {"content": chat_adapter_reply(answer="a"),
+             "usage": {"prompt_tokens": 120, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 100}}}
+    with FakeOpenAIServer(lambda body: reply) as srv:
+        lm = get_lm(_model(), api_base=srv.api_base, api_key="k", cache=False)
+        trace = Trace()
+        with dspy.context(lm=lm), trace.step("2_query") as rec:
+            dspy.Predict("question -> answer")(question="q")
+    assert rec.lm_calls == 1 and rec.cached_tokens == 100 and rec.input_tokens > 0
+
+
 def test_api_base_and_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeOpenAIServer(_echo) as srv:
         monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", srv.api_base)

@@ -228,8 +228,8 @@ def test_yes_probabilities_batch_and_cache(fake_local_model: tuple[str, LocalSer
     lm = get_lm(spec, cache=True)
     with usage_scope() as usage:
         assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)
-    # one request for the batch; the prompt tokens the server evaluated (the fake reports 10 each, none reused)
-    assert (usage.calls, usage.input_tokens, usage.output_tokens) == (1, 30, 3)
+    # one request for the batch; 10 prompt tokens each, of which the fake reuses 6 after the first prompt
+    assert (usage.calls, usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (1, 30, 3, 12)
     before = _get(f"{srv.base_url}/fake/stats")["requests"]
     assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)  # all three from DSPy's cache
     assert _get(f"{srv.base_url}/fake/stats")["requests"] == before

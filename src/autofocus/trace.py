@@ -21,8 +21,9 @@ MAX_DETAIL_CHARS = 500
 class StepRecord(BaseModel):
     seconds: float = 0.0
     lm_calls: int = 0
-    input_tokens: int = 0
+    input_tokens: int = 0  # prompt tokens sent
     output_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those the server reused from its prompt cache
 
 
 class Event(BaseModel):
@@ -73,6 +74,7 @@ class Trace(BaseModel):
                 rec.lm_calls += usage.calls
                 rec.input_tokens += usage.input_tokens
                 rec.output_tokens += usage.output_tokens
+                rec.cached_tokens += usage.cached_tokens
 
     @property
     def lm_calls(self) -> int:

@@ -31,16 +31,22 @@ CHARS_PER_TOKEN = 4
 
 @dataclass
 class Usage:
+    """LM work of a scope. ``input_tokens`` is what the prompts held; ``cached_tokens`` the part of it a
+    server answered from its prompt cache instead of evaluating (where it says so), so the work done
+    is ``input_tokens - cached_tokens``."""
+
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    def add(self, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0) -> None:
         with self._lock:
             self.calls += calls
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
+            self.cached_tokens += cached_tokens
 
 
 _scopes: contextvars.ContextVar[tuple[Usage, ...]] = contextvars.ContextVar("autofocus_usage", default=())
@@ -82,10 +88,29 @@ class UsageCallback(BaseCallback):
             usage.add(output_tokens=chars // CHARS_PER_TOKEN)
 
 
-def add_usage(calls: int, input_tokens: int = 0, output_tokens: int = 0) -> None:
+def add_usage(calls: int, input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0) -> None:
     """Count LM work done outside ``dspy.LM`` (e.g. next-token yes/no scoring) in the active scopes."""
     for usage in _scopes.get():
-        usage.add(calls=calls, input_tokens=input_tokens, output_tokens=output_tokens)
+        usage.add(calls=calls, input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens)
+
+
+def cached_prompt_tokens(usage: Any) -> int:
+    """``prompt_tokens_details.cached_tokens`` of an OpenAI-style usage (dict or LiteLLM object), else 0."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else getattr(usage, "prompt_tokens_details", None)
+    cached = details.get("cached_tokens") if isinstance(details, dict) else getattr(details, "cached_tokens", None)
+    return int(cached or 0)
+
+
+class CachedTokenTracker:
+    """DSPy's ``usage_tracker`` hook: the server-reported usage of each answered call (never of a DSPy
+    cache hit), from which the prompt tokens the server took from its cache go to the active scopes.
+    The prompt size itself stays the character estimate of ``UsageCallback``, which cache hits have too."""
+
+    def add_usage(self, lm: str, usage: dict[str, Any]) -> None:
+        cached = cached_prompt_tokens(usage)
+        if cached:
+            for scope in _scopes.get():
+                scope.add(cached_tokens=cached)
 
 
 def lm_key(lm: Any) -> str:
@@ -169,6 +194,8 @@ def install_usage_callback() -> None:
         missing = [c for c in (UsageCallback(), LM_LIMIT) if not any(isinstance(x, type(c)) for x in callbacks)]
         if missing:
             dspy.configure(callbacks=[*callbacks, *missing])
+        if not isinstance(dspy.settings.get("usage_tracker"), CachedTokenTracker):
+            dspy.configure(usage_tracker=CachedTokenTracker())
 
 
 def limit_lm_concurrency(limit: int | None) -> None:

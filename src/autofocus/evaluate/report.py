@@ -132,14 +132,15 @@ def _latency(ok: Sequence[Mapping[str, Any]], all_records: Sequence[Mapping[str,
 
 
 def _usage(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """LLM calls and tokens per question (the paper's Table 7), in total and per step."""
-    keys = ("lm_calls", "input_tokens", "output_tokens")
+    """LLM calls and tokens per question (the paper's Table 7), in total and per step; ``cached_tokens``
+    are the input tokens a server reused from its prompt cache instead of evaluating them."""
+    keys = ("lm_calls", "input_tokens", "output_tokens", "cached_tokens")
     steps: dict[str, np.ndarray] = {}
-    totals = np.zeros((len(ok), 3))
+    totals = np.zeros((len(ok), len(keys)))
     for row, r in enumerate(ok):
         for step, rec in ((r.get("trace") or {}).get("steps") or {}).items():
             vals = np.array([float(rec.get(k, 0)) for k in keys])
-            steps.setdefault(step, np.zeros((len(ok), 3)))[row] += vals
+            steps.setdefault(step, np.zeros((len(ok), len(keys))))[row] += vals
             totals[row] += vals
     n = max(len(ok), 1)
     per_step = {
@@ -373,6 +374,7 @@ def comparison_rows(
         row.update(
             lm_calls=usage["lm_calls"],
             input_tokens=usage["input_tokens"],
+            evaluated_tokens=usage["input_tokens"] - usage.get("cached_tokens", 0.0),
             output_tokens=usage["output_tokens"],
             seconds_median=s["latency"]["total"]["median"],
         )
@@ -425,13 +427,16 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
         )
     )
     usage = summary["usage"]
-    rows = [
-        [s, _num(v["lm_calls"]), _num(v["input_tokens"], 0), _num(v["output_tokens"], 0)]
-        for s, v in usage["per_step"].items()
-    ]
-    pq = usage["per_question"]
-    rows.append(["total", _num(pq["lm_calls"]), _num(pq["input_tokens"], 0), _num(pq["output_tokens"], 0)])
-    tables.append(("LLM usage per question (mean)", ["step", "calls", "input tokens", "output tokens"], rows))
+
+    def usage_row(name: str, v: Mapping[str, float]) -> list[str]:
+        cached = v.get("cached_tokens", 0.0)
+        return [name, _num(v["lm_calls"]), _num(v["input_tokens"], 0), _num(cached, 0),
+                _num(v["input_tokens"] - cached, 0), _num(v["output_tokens"], 0)]
+
+    rows = [usage_row(s, v) for s, v in usage["per_step"].items()]
+    rows.append(usage_row("total", usage["per_question"]))
+    tables.append(("LLM usage per question (mean); cached: input tokens the server took from its prompt cache",
+                   ["step", "calls", "input tokens", "cached", "evaluated", "output tokens"], rows))
     ep = summary["error_propagation"]
     rows = [[st["name"], str(st["count"]), _pct(st["fraction"])] for st in ep["stages"]]
     g, tt = ep["grounding"], ep["target_type"]
@@ -516,6 +521,7 @@ _COST: tuple[tuple[str, str], ...] = (
     ("errors", "errors"),
     ("lm_calls", "LLM calls/q"),
     ("input_tokens", "tok in/q"),
+    ("evaluated_tokens", "tok evaluated/q"),
     ("output_tokens", "tok out/q"),
     ("seconds_median", "s/q mdn"),
 )
@@ -532,6 +538,7 @@ def _comparison_tables(
             str(r["errors"]),
             _num(r["lm_calls"], 1),
             _num(r["input_tokens"], 0),
+            _num(r["evaluated_tokens"], 0),
             _num(r["output_tokens"], 0),
             _num(r["seconds_median"]),
         ]

@@ -96,10 +96,11 @@ def yes_probabilities(
 
 
 def _count(results: Sequence[dict[str, Any]], output_tokens: int) -> None:
-    """One LM call per request, and the prompt tokens the server really evaluated: a question's
-    candidates share their prefix (instructions, question), which is evaluated once."""
-    processed = sum(max(0, r.get("prompt_tokens", 0) - r.get("reused_tokens", 0)) for r in results if "logprobs" in r)
-    add_usage(calls=1, input_tokens=processed, output_tokens=output_tokens)
+    """One LM call per request; every prompt's tokens, and those the server reused from its cache (a
+    question's candidates share their prefix, instructions and question, which is evaluated once)."""
+    scored = [r for r in results if "logprobs" in r]
+    add_usage(calls=1, input_tokens=sum(r.get("prompt_tokens", 0) for r in scored), output_tokens=output_tokens,
+              cached_tokens=sum(r.get("reused_tokens", 0) for r in scored))
 
 
 def _post(lm: dspy.LM, api_base: str, route: str, conversations: Sequence[Messages], candidates: Sequence[str],

@@ -132,18 +132,29 @@ def _cache_bytes() -> int:
 
 def remember_prompts(llama: Any, states: PromptStates) -> None:
     """Make the context's text generation (chat completions: step 2) start from the best kept state
-    and keep its state afterwards, as the scoring routes do."""
-    generate = llama.generate
+    and keep its state afterwards, as the scoring routes do; a completion's usage says how many prompt
+    tokens came from the cache (``prompt_tokens_details.cached_tokens``, as OpenAI reports it)."""
+    generate, complete = llama.generate, llama.create_chat_completion
+    reused = [0]
 
     def generate_from_kept(tokens: Any, *args: Any, **kwargs: Any) -> Any:
-        if not (llama._is_recurrent or llama._is_hybrid):
-            states.restore(llama, list(tokens), _common_prefix(llama.input_ids[: llama.n_tokens], list(tokens)))
+        tokens = list(tokens)
+        have = _common_prefix(llama.input_ids[: llama.n_tokens], tokens)
+        reused[0] = have if llama._is_recurrent or llama._is_hybrid else states.restore(llama, tokens, have)
         try:
             yield from generate(tokens, *args, **kwargs)
         finally:
             states.store(llama)
 
+    def complete_with_cached_count(*args: Any, **kwargs: Any) -> Any:
+        reused[0] = 0
+        result = complete(*args, **kwargs)
+        if isinstance(result, dict) and isinstance(result.get("usage"), dict):
+            result["usage"]["prompt_tokens_details"] = {"cached_tokens": reused[0]}
+        return result
+
     llama.generate = generate_from_kept
+    llama.create_chat_completion = complete_with_cached_count
 
 
 class Scorer:
