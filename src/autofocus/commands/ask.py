@@ -96,12 +96,13 @@ def show_trace(skb, tr, out: Console) -> None:
     # the query as grounded: after repair and any relaxation (``program.steps.grounded_strand``)
     grounded = d.get("relaxed_query_graph") or d.get("repaired_query_graph")
     if grounded:
+        out.print("[bold]query as grounded[/]:\n" + safe(to_cypher(QueryGraph.model_validate(grounded))))
+    if grounded or d.get("query_graph"):
         from autofocus.skb.export import console_cypher
 
-        qg_grounded = QueryGraph.model_validate(grounded)
-        out.print("[bold]query as grounded[/]:\n" + safe(to_cypher(qg_grounded)))
+        qg_db = QueryGraph.model_validate(grounded or d["query_graph"])
         out.print("[bold]for the database[/] (the graph `autofocus skb export` writes; paste into its console):\n"
-                  + safe(console_cypher(qg_grounded, skb.schema)))  # fmt: skip
+                  + safe(console_cypher(qg_db, skb.schema)))  # fmt: skip
     for rung in d.get("relaxed") or []:
         out.print(f"  [yellow]relaxed[/] {safe(rung[:200])}")
     qg = grounded or d.get("query_graph") or {}

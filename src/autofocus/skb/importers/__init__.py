@@ -71,6 +71,8 @@ def import_skb(
     """
     src = open_source(source, id_prop=id_prop, roles=roles, type_key=type_key, page=page)
     options = _with_settings(options or ImportOptions(), getattr(src, "settings", {}))
+    if hasattr(src, "string_columns"):  # CSV would read a declared string "0123" as the number 123
+        src.string_columns = {k for k, kind in options.attribute_types.items() if kind == "string"}
     try:
         return write_import(src, out, options, id_prop=id_prop, qa=qa, overwrite=overwrite, tick=tick)
     finally:

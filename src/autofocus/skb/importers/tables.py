@@ -64,10 +64,11 @@ class TablesSource:
     label: str
     default_name: str
     settings: dict[str, Any] = field(default_factory=dict)  # options a mapping file sets
+    string_columns: set[str] = field(default_factory=set)  # CSV columns read as text ("0123" stays)
 
     def nodes(self) -> Iterator[list[NodeRecord]]:
         for spec in self.node_tables:
-            batches, columns = _open(spec.path)
+            batches, columns = _open(spec.path, self.string_columns)
             id_col = _column(spec, "id", spec.id, ID_COLUMNS, columns, required=True)
             type_col = None if spec.type else _column(spec, "type", spec.type_column, TYPE_COLUMNS, columns)
             keep = None if spec.attributes is None else set(spec.attributes)
@@ -130,7 +131,7 @@ def _labels(value: Any) -> list[str]:
     return [part.strip() for part in str(value).replace(";", ":").split(":") if part.strip()]
 
 
-def _open(path: Path) -> tuple[Iterator[pa.RecordBatch], list[str]]:
+def _open(path: Path, strings: set[str] = frozenset()) -> tuple[Iterator[pa.RecordBatch], list[str]]:
     """Record batches of a table and its column names; a damaged file is one error line."""
     if not path.is_file():
         raise SourceError(f"{path}: no such file")
@@ -141,7 +142,8 @@ def _open(path: Path) -> tuple[Iterator[pa.RecordBatch], list[str]]:
         reader = pa_csv.open_csv(
             path,
             read_options=pa_csv.ReadOptions(block_size=1 << 24),
-            convert_options=pa_csv.ConvertOptions(strings_can_be_null=True),
+            convert_options=pa_csv.ConvertOptions(strings_can_be_null=True,
+                                                  column_types={c: pa.string() for c in strings}),
         )
         return _guard(path, iter(reader)), reader.schema.names
     except (pa.ArrowException, OSError, ValueError) as exc:
