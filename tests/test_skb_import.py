@@ -23,7 +23,8 @@ from autofocus.cli import app
 from autofocus.cypher.builder import parse_cypher
 from autofocus.skb.export import console_cypher, export_skb
 from autofocus.skb.falkordb_local import LocalFalkorDB, free_port
-from autofocus.skb.importers import ImportOptions, SourceError, import_skb
+from autofocus.skb.importers import ImportOptions, SourceError, graphdb, import_skb
+from autofocus.skb.importers.build import write_import
 from autofocus.skb.importers.graphdb import parse_url
 from autofocus.skb.model import SKB
 from autofocus.skb.skbdir import load_skb_dir
@@ -379,3 +380,46 @@ def test_urls() -> None:
     assert (bolt.bolt, bolt.port, bolt.graph) == (True, 7687, "movies")
     with pytest.raises(SourceError, match="not a database URL"):
         parse_url("http://example.org")
+
+
+class FakeBolt:
+    """What ``BoltConnection`` hands the reader: records of the reader's own Cypher (no server here)."""
+
+    def __init__(self, graph: nx.MultiDiGraph) -> None:
+        self.graph = graph
+        self.index = {n: i * 10 for i, n in enumerate(graph)}  # sparse internal ids, as Neo4j has
+        self.seen: list[str] = []
+
+    def query(self, cypher: str, params: dict[str, Any]) -> list[list[Any]]:
+        return list(self.stream(cypher, params))
+
+    def stream(self, cypher: str, params: dict[str, Any]) -> Iterator[list[Any]]:
+        self.seen.append(cypher)
+        if cypher == graphdb.NODES.format(where=""):
+            for n, data in self.graph.nodes(data=True):
+                props = {k: v for k, v in data.items() if k != "type"}
+                yield [self.index[n], [data["type"]] if "type" in data else [], {"key": n, **props}]
+        elif cypher == graphdb.EDGES:
+            for u, v, data in self.graph.edges(data=True):
+                yield [self.index[u], data.get("type", ""), self.index[v]]
+        elif cypher == graphdb.EDGE_PROPS:
+            yield ["since", 2]
+        else:
+            raise AssertionError(cypher)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_bolt_route_reads_streamed_records(tmp_path: Path) -> None:
+    """The Bolt route (Neo4j, Memgraph) with the driver's session replaced: records stream into pages,
+    internal ids are sparse, ``--id-prop`` names the nodes. No Bolt server runs in these tests."""
+    fake = FakeBolt(movie_graph())
+    source = graphdb.GraphDBSource(fake, parse_url("bolt://db.example:7687/movies"), id_prop="key", page=2)
+    result = write_import(source, tmp_path / "skb", ImportOptions())
+    assert set(fake.seen) == {graphdb.NODES.format(where=""), graphdb.EDGES, graphdb.EDGE_PROPS}
+    assert result.nodes == 5 and result.edge_types == {"directed": 2, "related_to": 1}
+    ids = pd.read_csv(tmp_path / "skb" / "source_ids.csv")["source_id"].tolist()
+    assert ids == ["m1", "m2", "m3", "p1", "p2"]
+    skb = load_skb_dir(tmp_path / "skb", progress=False)
+    assert skb.name(ids.index("m2")) == "Arrival" and skb.graph.num_edges("directed") == 2
