@@ -43,6 +43,7 @@ from autofocus.skb.importers.rules import DATE_RE, GraphProfile, Rules, decide, 
 
 SPOOL = ".import-nodes.spool"
 WRITTEN = ("schema.json", "nodes.jsonl", "edges.csv", "qa.csv", "splits", "source_ids.csv", "import_report.json")
+_SCALARS = frozenset((str, int, float, bool))
 SPLIT_SHARES = (("train", 0.6), ("val", 0.2), ("test", 0.2))
 Tick = Callable[[str, int], None]
 
@@ -215,6 +216,8 @@ def _spool_nodes(
 
 def _plain(value: Any) -> Any:
     """A property value as JSON can hold it (dates as ISO text, NaN as missing)."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, datetime.date | datetime.datetime | datetime.time):
         return value.isoformat()
     if isinstance(value, np.generic):
@@ -374,7 +377,7 @@ def _write_edges(
     else:
         src = dst = code = np.zeros(0, np.int64)
     edges = Edges(src, dst, code, list(relations))
-    repeated = len(src) - len(np.unique(np.stack([src, code, dst]), axis=1).T) if len(src) else 0
+    repeated = int(pd.DataFrame({"s": src, "c": code, "d": dst}).duplicated().sum())
     if repeated:
         report.add("repeated edges", f"{repeated} edge(s) repeat a (source, type, target) already read: the SKB "
                    "keeps each such edge once", repeated)  # fmt: skip

@@ -187,8 +187,10 @@ class BoltConnection:
         self.driver.close()
 
 
-def _reason(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def _reason(exc: BaseException, limit: int = 300) -> str:
+    """A driver's message on one line (the neo4j driver spreads one over several)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def connect(url: GraphURL) -> CypherConnection:
