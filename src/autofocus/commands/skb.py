@@ -237,12 +237,13 @@ def import_command(
         _print_issues(exc)
         raise typer.Exit(1) from None
     for line in result.report.lines:
-        console.print(f"  {safe(line)}")
+        console.print(f"  {safe(line)}", soft_wrap=True)
     console.print(
         f"[green]Imported[/] {result.nodes:,} nodes of {len(result.node_types)} types and {result.edges:,} edges of "
         f"{len(result.edge_types)} types in {time.perf_counter() - start:.1f} s -> {safe(out)} (valid: "
         f"{skb.num_nodes:,} nodes, {skb.num_edges:,} distinct edges"
-        + (f"; {result.questions} questions" if result.questions else "") + ")"
+        + (f"; {result.questions} questions" if result.questions else "") + ")",
+        soft_wrap=True,
     )
     console.print(f"Next: autofocus index build {safe(out)}; autofocus synth --skb {safe(out)} -n 100 (questions "
                   "without labels)")  # fmt: skip

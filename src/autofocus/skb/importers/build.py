@@ -132,6 +132,7 @@ class IdMap:
     def __init__(self) -> None:
         self.refs: list[Hashable] = []
         self.keys: list[Hashable] = []
+        self.key_index: pd.Index | None = None  # dense id -> key, once ``finish`` ran
 
     def finish(self) -> None:
         """Number the distinct keys (integers in order, others as read) and index the refs."""
@@ -152,7 +153,7 @@ class IdMap:
 
     @property
     def count(self) -> int:
-        return len(self.key_index) if hasattr(self, "key_index") else len(self.keys)
+        return len(self.keys) if self.key_index is None else len(self.key_index)
 
     def lookup(self, refs: np.ndarray) -> np.ndarray:
         """Dense ids of edge endpoints (-1: not a node)."""
