@@ -362,6 +362,7 @@ def test_bad_tables(tmp_path: Path) -> None:
     pd.DataFrame([*EDGES, ("p1", "directed", "m9")], columns=["src", "type", "dst"]).to_csv(src / "edges.csv", index=False)
     line = one_error_line(cli("skb", "import", str(src), str(tmp_path / "b")))
     assert line == "edges.csv: row 3: target 'm9' is not a node id (--drop-dangling drops such edges)"
+    assert not (tmp_path / "b").exists()  # a failed import leaves nothing behind
     res = cli("skb", "import", str(src), str(tmp_path / "c"), "--drop-dangling")
     assert res.exit_code == 0 and "1 edge(s) to or from an unknown node were dropped" in res.output
 

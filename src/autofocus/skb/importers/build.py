@@ -75,19 +75,31 @@ def write_import(
     source that cannot be imported. ``out`` must be new or empty unless ``overwrite``."""
     options = options or ImportOptions()
     out = Path(out)
+    existed = out.exists()
     _prepare(out, overwrite)
-    report = ImportReport()
-    tick = tick or (lambda stage, n: None)
-    spool = out / SPOOL
     try:
-        with spool.open("wb") as fh:
-            ids, profile = _spool_nodes(source.nodes(), fh, report, tick)
-        if not ids.count:
-            raise SourceError(f"{source.label}: no nodes")
-        rules = decide(profile, options, report, id_prop)
-        node_type, type_names, attrs = _write_nodes(out, spool, ids, rules, report)
+        return _import(source, out, options, id_prop, qa, tick or (lambda stage, n: None))
+    except BaseException:  # a failed import leaves no half-written SKB behind
+        _clear(out)
+        if not existed and not any(out.iterdir()):
+            out.rmdir()
+        raise
     finally:
-        spool.unlink(missing_ok=True)
+        (out / SPOOL).unlink(missing_ok=True)
+
+
+def _import(
+    source: Source, out: Path, options: ImportOptions, id_prop: str | None, qa: Path | str | None, tick: Tick
+) -> ImportResult:
+    report = ImportReport()
+    spool = out / SPOOL
+    with spool.open("wb") as fh:
+        ids, profile = _spool_nodes(source.nodes(), fh, report, tick)
+    if not ids.count:
+        raise SourceError(f"{source.label}: no nodes")
+    rules = decide(profile, options, report, id_prop)
+    node_type, type_names, attrs = _write_nodes(out, spool, ids, rules, report)
+    spool.unlink()
     edges = _write_edges(out, source.edges(), ids, node_type, options, report, tick)
     for note in source.notes():
         report.add("source", note)
@@ -114,7 +126,11 @@ def _prepare(out: Path, overwrite: bool) -> None:
     if present and not overwrite:
         raise SourceError(f"{out}: not empty ({', '.join(sorted(present)[:5])}); choose a new folder or --overwrite")
     out.mkdir(parents=True, exist_ok=True)
-    for name in WRITTEN:  # an older import's files, so that none of them outlives this one
+    _clear(out)  # an older import's files, so that none of them outlives this one
+
+
+def _clear(out: Path) -> None:
+    for name in WRITTEN:
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
