@@ -370,6 +370,7 @@ def test_bad_tables(tmp_path: Path) -> None:
     write_tables(src, "parquet", per_type=False)
     (src / "nodes.parquet").write_bytes(b"PAR1 this is not parquet")
     assert "nodes.parquet: cannot read it as parquet" in one_error_line(cli("skb", "import", str(src), str(tmp_path / "d")))
+    assert not (tmp_path / "d").exists()
     assert "not empty" in one_error_line(cli("skb", "import", str(src), str(tmp_path / "c")))
 
 

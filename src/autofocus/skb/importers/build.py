@@ -84,8 +84,6 @@ def write_import(
         if not existed and not any(out.iterdir()):
             out.rmdir()
         raise
-    finally:
-        (out / SPOOL).unlink(missing_ok=True)
 
 
 def _import(
@@ -130,7 +128,7 @@ def _prepare(out: Path, overwrite: bool) -> None:
 
 
 def _clear(out: Path) -> None:
-    for name in WRITTEN:
+    for name in (*WRITTEN, SPOOL):
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
