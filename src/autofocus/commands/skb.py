@@ -9,6 +9,7 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autofocus.cli_app import app
@@ -208,6 +209,7 @@ def import_command(
     qa: Annotated[Path | None, typer.Option(help="QA CSV (id, query, answer_ids as source ids[, split])")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="write into a folder that is not empty")] = False,
     page: Annotated[int | None, typer.Option(help="database: records per page", min=1)] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show counts while reading")] = True,
 ) -> None:
     """Turn a graph database, node/edge tables or a networkx graph into an SKB directory (docs/import.md)."""
     from autofocus.skb.importers import ImportOptions, SourceError, import_skb
@@ -229,9 +231,14 @@ def import_command(
     )
     roles = TableRoles(id=id_col, type=type_col, source=src_col, target=dst_col, relation=rel_col)
     start = time.perf_counter()
+    bar = Progress(TextColumn("{task.description}"), TextColumn("{task.completed:,}"), TimeElapsedColumn(),
+                   console=err_console, transient=True, disable=not progress)  # fmt: skip
+    tasks = {"nodes": bar.add_task("nodes read", total=None), "edges": bar.add_task("edges written", total=None)}
     try:
-        result = import_skb(source, out, options, id_prop=id_prop, qa=qa, overwrite=overwrite, roles=roles,
-                            type_key=type_col or "type", page=page)  # fmt: skip
+        with bar:
+            result = import_skb(source, out, options, id_prop=id_prop, qa=qa, overwrite=overwrite, roles=roles,
+                                type_key=type_col or "type", page=page,
+                                tick=lambda stage, n: bar.advance(tasks[stage], n))  # fmt: skip
         skb = load_skb(out, progress=False)  # validates, and writes the cache every command reads
     except (SourceError, SKBFormatError, FileNotFoundError) as exc:
         _print_issues(exc)
