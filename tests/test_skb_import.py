@@ -347,6 +347,8 @@ def test_wrong_credentials_and_unknown_graph(tmp_path: Path) -> None:
     try:
         wrong = one_error_line(cli("skb", "import", f"falkordb://:nope-pass@127.0.0.1:{server.port}/g", str(tmp_path / "a")))
         assert "authentication failed" in wrong and "nope-pass" not in wrong
+        none = one_error_line(cli("skb", "import", f"falkordb://127.0.0.1:{server.port}/g", str(tmp_path / "a")))
+        assert "authentication failed (wrong or missing user or password)" in none
         missing = one_error_line(cli("skb", "import", f"{server.url}/nothing", str(tmp_path / "b")))
         assert "no graph 'nothing'" in missing and "s3cret-pass" not in missing
     finally:

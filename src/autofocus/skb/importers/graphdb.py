@@ -108,7 +108,7 @@ class FalkorDBConnection:
                                socket_connect_timeout=timeout)  # fmt: skip
             graphs = self.db.list_graphs()
         except redis.exceptions.AuthenticationError:
-            raise SourceError(f"{url.display()}: authentication failed (wrong user or password)") from None
+            raise SourceError(f"{url.display()}: authentication failed (wrong or missing user or password)") from None
         except redis.exceptions.ConnectionError as exc:
             raise SourceError(f"{url.display()}: cannot connect: {_reason(exc)}") from None
         except redis.exceptions.ResponseError as exc:
@@ -164,7 +164,7 @@ class BoltConnection:
                                                      connection_timeout=timeout)  # fmt: skip
             self.driver.verify_connectivity()
         except neo4j.exceptions.AuthError:
-            raise SourceError(f"{url.display()}: authentication failed (wrong user or password)") from None
+            raise SourceError(f"{url.display()}: authentication failed (wrong or missing user or password)") from None
         except (neo4j.exceptions.ServiceUnavailable, OSError) as exc:
             raise SourceError(f"{url.display()}: cannot connect: {_reason(exc)}") from None
         except neo4j.exceptions.Neo4jError as exc:
