@@ -9,7 +9,8 @@ The public API (``autofocus.api``; a guide in ``docs/guide.md``)::
 
 ``open`` (a program), ``evaluate`` (a resumable run on a QA split), ``compare`` (several systems),
 ``tune`` (Optuna over the settings), ``optimize_prompts`` (DSPy optimisers over the prompts),
-``systems`` (the registered names), ``load_config``; the types ``AutofocusConfig``, ``LMConfig``,
+``systems`` (the registered names), ``load_config``, ``import_skb`` / ``export_skb`` (a graph database,
+tables or networkx to an SKB and back to FalkorDB); the types ``AutofocusConfig``, ``LMConfig``,
 ``QueryGraph``, ``Trace``, ``KnowledgeBase``, ``RetrievalProgram``.
 """
 
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from autofocus import _env  # noqa: F401  (sets DSPY_CACHEDIR etc. before anything imports dspy)
 from autofocus._version import __version__
-from autofocus.api import compare, evaluate, open, optimize_prompts, systems, tune
+from autofocus.api import compare, evaluate, export_skb, import_skb, open, optimize_prompts, systems, tune
 from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.query_graph import QueryGraph
 from autofocus.runtime import load_config
@@ -37,6 +38,8 @@ __all__ = [
     "__version__",
     "compare",
     "evaluate",
+    "export_skb",
+    "import_skb",
     "load_config",
     "open",
     "optimize_prompts",

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from autofocus.optimize.prompts_run import PromptRun
     from autofocus.optimize.tune_run import TuningResult
     from autofocus.program.systems.base import RetrievalProgram
+    from autofocus.skb.export import ExportResult
+    from autofocus.skb.importers import ImportOptions, ImportResult
     from autofocus.skb.qa import QAItem
 
 
@@ -186,3 +188,28 @@ def systems() -> list[str]:
     from autofocus.program.systems.registry import systems as registered
 
     return registered()
+
+
+def import_skb(
+    source: Any, out: Path | str, options: ImportOptions | None = None, **kwargs: Any
+) -> ImportResult:
+    """Turn a knowledge graph into an SKB directory: ``autofocus skb import`` (docs/import.md).
+
+    ``source`` is a ``falkordb://host:port/graph`` or ``bolt://``/``neo4j://`` URL, a folder of node and
+    edge tables (CSV/Parquet), a mapping file, a GraphML/GEXF/node-link JSON file, or a ``networkx``
+    graph. ``options`` (``autofocus.skb.importers.ImportOptions``) hold the choices (name and text
+    properties, candidate types, label priority, attribute types, ``drop_dangling``, ...);
+    ``kwargs`` are ``id_prop``, ``qa`` (a QA CSV answered in source ids), ``overwrite``, ``roles``
+    (table columns), ``type_key`` (networkx), ``page``. Returns an ``ImportResult`` with the counts
+    and ``.report`` (every rule applied); raises ``SourceError`` (one line) for a bad source.
+    """
+    from autofocus.skb.importers import import_skb as run_import
+
+    return run_import(source, out, options, **kwargs)
+
+
+def export_skb(skb: Path | str, to: str, *, replace: bool = False) -> ExportResult:
+    """Load an SKB directory into FalkorDB (``falkordb://host:port/graph``): ``autofocus skb export``."""
+    from autofocus.skb.export import export_skb as run_export
+
+    return run_export(skb, to, replace=replace)

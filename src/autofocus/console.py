@@ -42,4 +42,4 @@ def print_error(console: Console, exc: BaseException) -> None:
         console.print(table)
         return
     message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-    console.print(f"[red]{safe(message)}[/]")
+    console.print(f"[red]{safe(message)}[/]", soft_wrap=True)  # one line: the terminal wraps, logs stay greppable

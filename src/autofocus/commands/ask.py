@@ -97,6 +97,12 @@ def show_trace(skb, tr, out: Console) -> None:
     grounded = d.get("relaxed_query_graph") or d.get("repaired_query_graph")
     if grounded:
         out.print("[bold]query as grounded[/]:\n" + safe(to_cypher(QueryGraph.model_validate(grounded))))
+    if grounded or d.get("query_graph"):
+        from autofocus.skb.export import console_cypher
+
+        qg_db = QueryGraph.model_validate(grounded or d["query_graph"])
+        out.print("[bold]for the database[/] (the graph `autofocus skb export` writes; paste into its console):\n"
+                  + safe(console_cypher(qg_db, skb.schema)))  # fmt: skip
     for rung in d.get("relaxed") or []:
         out.print(f"  [yellow]relaxed[/] {safe(rung[:200])}")
     qg = grounded or d.get("query_graph") or {}
