@@ -29,6 +29,13 @@ class Column:
     values: np.ndarray | TextArray
     present: np.ndarray
 
+    @property
+    def text(self) -> TextArray:
+        """The values of a ``string`` or ``json`` column (a number or date column has none)."""
+        if not isinstance(self.values, TextArray):
+            raise TypeError(f"a {self.kind} column holds numbers, not text")
+        return self.values
+
     def get(self, node_id: int) -> float | str | None:
         if not self.present[node_id]:
             return None

@@ -86,8 +86,8 @@ class NameMatcher:
         return matcher
 
     def _choices(self, node_type: str | None) -> tuple[list[str], np.ndarray]:
-        if node_type not in self._by_type:
-            keep = np.flatnonzero(self.skb.node_type[self.owner] == self.skb.type_code(node_type))  # type: ignore[arg-type]
+        if node_type is not None and node_type not in self._by_type:  # None (every type) is there from the start
+            keep = np.flatnonzero(self.skb.node_type[self.owner] == self.skb.type_code(node_type))
             self._by_type[node_type] = ([self.choices[i] for i in keep.tolist()], self.owner[keep])
         return self._by_type[node_type]
 
