@@ -143,6 +143,9 @@ def eval_command(
                                 replay=replay)  # fmt: skip
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OPEN_ERRORS as exc:  # a --replay run that is missing or damaged, or a system without steps 1-2
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -194,13 +194,14 @@ def evaluate_program(
 
 
 def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
-    """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory."""
+    """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory.
+    The run is only read: a damaged line raises ``ValueError`` naming it, and nothing is repaired."""
     from autofocus.evaluate.traces import read_traces
 
     path = run_dir / "traces.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no traces.jsonl to replay")
-    records, _ = read_traces(path)
+    records, _ = read_traces(path, repair=False)
     out: dict[str, tuple[Any, str | None]] = {}
     for rec in records:
         data = (rec.get("trace") or {}).get("data") or {}
