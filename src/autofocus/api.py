@@ -1,4 +1,5 @@
-"""The public Python API: open a program, evaluate it, compare systems, tune settings, optimise prompts.
+"""The public Python API: open a program, evaluate it, compare systems, tune settings, optimise prompts,
+synthesise training questions.
 
 Everything here is exported from ``autofocus``; the ``autofocus`` commands are thin wrappers over the
 same functions. Programs are ``dspy.Module``s (``program.systems.base.RetrievalProgram``):
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from autofocus.optimize.tune_run import TuningResult
     from autofocus.program.systems.base import RetrievalProgram
     from autofocus.skb.qa import QAItem
+    from autofocus.synthetic.run import SynthesisRun
 
 
 def _config(config: Any, lm: Any, program: Path | str | None, **overrides: Any) -> AutofocusConfig:
@@ -179,6 +181,28 @@ def optimize_prompts(
 
     return run_prompt_optimisation(skb, _config(config, lm, None), system=system, steps=list(steps),
                                    optimizer=optimizer, out=out, **options)  # fmt: skip
+
+
+def synthesise(
+    skb: Path | str,
+    n: int = 100,
+    *,
+    out: Path | str | None = None,
+    lm: str | None = None,
+    config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
+    **options: Any,
+) -> SynthesisRun:
+    """Training questions made from the SKB's own graph, no labels needed: ``autofocus synth``.
+
+    Writes the ``synthetic`` split beside the SKB's QA file (or into ``out``; then pass its folder as
+    ``qa_dir``). ``options`` are ``synthetic.run.run_synthesis``'s: ``seed``, ``max_answers``,
+    ``max_triplets``, ``filter_rate``, ``threads``, ``chat`` (step 2 fine-tuning data). Returns a
+    ``SynthesisRun``: ``.result.pairs``, ``.result.summary()``, ``.result.stopped`` (the LM outage
+    that ended it early, if one did), ``.paths``.
+    """
+    from autofocus.synthetic.run import run_synthesis
+
+    return run_synthesis(skb, _config(config, lm, None), n, out=out, **options)
 
 
 def systems() -> list[str]:
