@@ -262,6 +262,19 @@ def test_one_place_assembles_programs_and_commands_only_handle_arguments() -> No
         if re.search(r"\bbuild_program\(", p.read_text()) and p.name != "registry.py"
     )  # fmt: skip
     assert builders == ["runtime.py"]
+    autofocus.systems()  # imports every built-in system
+    classes, todo = set(), [RetrievalProgram]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            classes.add(sub.__name__)
+            todo.append(sub)
+    assert {"AutofocusRetriever", "VSSRetriever", "HybGRAG"} <= classes
+    constructed = sorted(
+        f"{p.relative_to(SRC)}: {node.func.id}" for p in SRC.rglob("*.py") if p.name != "registry.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes
+    )  # fmt: skip
+    assert constructed == []  # a system is built by the registry, for runtime.assemble
     graph = module_imports()
     for name, imported in graph.items():
         if name.startswith("autofocus.commands."):

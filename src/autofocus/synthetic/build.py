@@ -113,11 +113,14 @@ class SelfCheck:
 
     def __init__(self, kb: Any) -> None:
         from autofocus.program.systems.afr import AutofocusRetriever
+        from autofocus.runtime import assemble
 
         self.kb = kb
         # the gold query is schema-valid and grounds: nothing to repair or relax
         self.config = AutofocusConfig(l_max=1, steps="1-5", reranker="none", repair=False, relax=[])
-        self.program = AutofocusRetriever(kb, self.config)
+        program = assemble("afr", kb, self.config, lms=False)  # steps 3-5 only: no LM
+        assert isinstance(program, AutofocusRetriever)
+        self.program = program
 
     @staticmethod
     def _query_text(pattern: Pattern) -> str:
