@@ -175,6 +175,26 @@ def test_evaluate_names_a_bad_split(kb: KnowledgeBase, tmp_path: Path) -> None:
         autofocus.evaluate(autofocus.open(kb, "bm25"), split="nope", out=tmp_path / "x")
 
 
+def test_every_entry_point_refuses_a_gold_answer_that_is_no_node(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    """It would score 0 silently: compare, tune and optimize_prompts check it too, before any LM call."""
+    import shutil
+
+    from autofocus.evaluate.program_runs import SplitError
+    from autofocus.skb.io import load_skb
+
+    skb = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, skb)
+    load_skb(skb, progress=False)  # cached: QA files are not part of the cache, so it stays valid
+    (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text().replace("[1, 2, 11]", "[1, 2, 999]"))
+    message = r"qa\.csv:3: question 1: answer id 999 is not a node id"
+    with pytest.raises(SplitError, match=message):
+        autofocus.compare(skb, ["vss", "bm25"], split="train", out=tmp_path / "cmp")
+    with pytest.raises(SplitError, match=message):
+        autofocus.tune(skb, split="train", trials=1, out=tmp_path / "tune")
+    with pytest.raises(SplitError, match=message):
+        autofocus.optimize_prompts(skb, train="train", val="val")
+
+
 def test_systems_and_exports() -> None:
     assert {"afr", "vss", "bm25", "hybgrag"} <= set(autofocus.systems())
     for name in autofocus.__all__:

@@ -74,11 +74,16 @@ def load_split(
 ) -> list[QAItem]:
     """The questions of ``split`` in the SKB at ``source`` (or a whole-file split in ``qa_dir``, e.g.
     ``autofocus synth --out``); ``SplitError`` names what is wrong, also a gold answer that is not a
-    node id below ``num_nodes`` (it would score 0 silently)."""
+    node id below ``num_nodes`` (it would score 0 silently). Without ``num_nodes`` the SKB is opened
+    (from its cache) to count them."""
     from autofocus.skb.qa import load_qa
 
     if source is None:
         raise SplitError(f"no QA files: the knowledge base was not loaded from a directory (split {split!r})")
+    if num_nodes is None:
+        from autofocus.skb.io import load_skb
+
+        num_nodes = load_skb(source, progress=False).num_nodes
     try:
         return load_qa(source, split, num_nodes=num_nodes, qa_dir=qa_dir)
     except KeyError as exc:  # unknown split
