@@ -132,7 +132,7 @@ def _print_settings(cfg: AutofocusConfig, best: AutofocusConfig, names: list[str
         a, b = getattr(cfg, n), getattr(best, n)
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)
         fb = f"{b:.3f}" if isinstance(b, float) else str(b)
-        table.add_row(n, fa, f"[bold]{fb}[/]" if a != b else fb)
+        table.add_row(n, safe(fa), f"[bold]{safe(fb)}[/]" if a != b else safe(fb))
     console.print(table)
 
 
@@ -156,7 +156,7 @@ def _print_front(front: list[Any], spec: Any) -> None:
         settings = ", ".join(
             f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items()
         )
-        table.add_row(str(t.number), f"{t.values[0]:.3f}", f"{t.values[1]:.4g}", settings)
+        table.add_row(str(t.number), f"{t.values[0]:.3f}", f"{t.values[1]:.4g}", safe(settings))
     console.print(table)
 
 
