@@ -423,12 +423,17 @@ def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb:
         assert res.exit_code == 0, res.output
         traces = [json.loads(x) for x in (tmp_path / "run" / "traces.jsonl").read_text().splitlines()]
         assert len(traces) == 5 and all(t["metrics"]["hit@5"] == 1.0 for t in traces), traces[0]["metrics"]
+        waits = ["--lm-timeout", "7", "--lm-retries", "0", "--deadline", "60"]
         res = runner.invoke(app, ["optimize", *common, "--train", "synthetic[:3]", "--val", "synthetic[3:]",
-                                  "--metric", "grounded_f1", "--out", str(tmp_path / "p.json")], terminal_width=200)
+                                  "--metric", "grounded_f1", "--out", str(tmp_path / "p.json"), *waits],
+                            terminal_width=200)
         assert res.exit_code == 0, res.output
         assert "grounded_f1 *" in res.output and "on synthetic[3:]: 2 questions" in res.output
         res = runner.invoke(app, ["tune", *common, "--split", "synthetic", "--trials", "3", "--params", "alpha",
-                                  "--no-confirm", "--out", str(tmp_path / "tune"), "--metric", "hit@4"],
+                                  "--no-confirm", "--out", str(tmp_path / "tune"), "--metric", "hit@4", *waits],
                             terminal_width=200)
         assert res.exit_code == 0, res.output
+        for saved in (json.loads((tmp_path / "p.json").read_text())["config"],
+                      json.loads((tmp_path / "tune" / "best_config.json").read_text())):
+            assert (saved["lm"]["timeout_s"], saved["lm"]["num_retries"], saved["question_deadline_s"]) == (7, 0, 60)
         assert json.loads((tmp_path / "tune" / "summary.json").read_text())["pre_rerank"]["tuned"]["hit@4"] == 1.0

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import QADirOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
 from autofocus.config import AutofocusConfig
 from autofocus.console import make_console, safe
 
@@ -77,6 +77,9 @@ def tune_command(
         str | None, typer.Option(help="also confirm (and sweep alpha) on this split, e.g. test")
     ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Tune alpha, l_max, the expansion schedule, type/edge modes and document variants with Optuna.
 
@@ -89,6 +92,7 @@ def tune_command(
     from autofocus.optimize.tune_run import TuningInterrupted, run_tuning
 
     base_cfg = runtime.load_config(config, lm, program_file=program, concurrency=concurrency)
+    base_cfg = runtime.with_waits(base_cfg, lm_timeout, lm_retries, deadline)
     try:
         result = run_tuning(
             skb, base_cfg, system=system, program_file=program, split=split, trials=trials, study=study,
