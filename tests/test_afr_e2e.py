@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig
 from autofocus.kb import KnowledgeBase
-from autofocus.skb.writer import write_skb_dir
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
 from tests.skb_factory import make_skb
 from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config
@@ -247,15 +246,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
         monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", srv.api_base)
         monkeypatch.setenv("AUTOFOCUS_LM_API_KEY", "test-key")
         yield srv
-
-
-@pytest.fixture
-def two_type_skb(tiny_skb_data: dict[str, Any], tmp_path: Path) -> Path:
-    """The tiny SKB with papers and authors as candidates, so that step 1 asks the LM."""
-    data = tiny_skb_data
-    data["schema"]["candidate_types"] = ["paper", "author"]
-    write_skb_dir(tmp_path / "skb", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
-    return tmp_path / "skb"
 
 
 def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
