@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -285,6 +286,19 @@ def test_bad_options_fail_clearly(cli: CliRunner, planted_dir: Path, tmp_path: P
     assert res.exit_code == 1 and "unknown metric" in res.output
     res = invoke(cli, scripted_lm(), *base, "--system", "vss")
     assert res.exit_code == 1 and "AF-Retriever presets" in res.output
+
+
+def test_a_folder_that_is_no_skb_or_a_damaged_one_is_named_without_a_traceback(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_skb_dir, damaged)
+    with (damaged / "edges.csv").open("a") as fh:
+        fh.write("4,[/],0\n")
+    (tmp_path / "empty").mkdir()
+    for skb, message in ((tmp_path / "empty", "is not an SKB"), (damaged, "[/]")):
+        res = CliRunner().invoke(app, ["tune", "--skb", str(skb), "--out", str(tmp_path / "t"), "--no-progress"],
+                                 terminal_width=200)
+        assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+        assert message in " ".join(res.output.split())  # however the console wrapped it
 
 
 # --- the library ------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from rich.table import Table
 from autofocus import runtime
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
 from autofocus.config import AutofocusConfig
-from autofocus.console import make_console, safe
+from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -105,8 +105,9 @@ def tune_command(
         raise _fail(str(exc), EXIT_MISMATCH) from None
     except TuningInterrupted as exc:
         raise _fail(str(exc), EXIT_INTERRUPTED) from None
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
+    except OPEN_ERRORS as exc:  # not an SKB, a damaged one, an unknown split, system or option
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     if result.confirmed:
         _print_confirmed(result.confirmed)
     console.print(safe(
