@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
@@ -22,12 +22,6 @@ err_console = make_console(stderr=True)
 EXIT_MISMATCH = 2
 EXIT_DEGRADED = 3
 EXIT_INTERRUPTED = 130
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print ``message`` in red on stderr (as text, never as markup); the ``typer.Exit`` to raise."""
-    err_console.print(f"[red]{safe(message)}[/]")
-    return typer.Exit(code)
 
 
 def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
@@ -23,11 +23,6 @@ err_console = make_console(stderr=True)
 EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
 SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]{safe(message)}[/]")
-    return typer.Exit(code)
 
 
 @app.command("tune")
@@ -102,9 +97,9 @@ def tune_command(
             progress_console=err_console, on_study_done=_print_study,
         )  # fmt: skip
     except StudyMismatchError as exc:
-        raise _fail(str(exc), EXIT_MISMATCH) from None
+        raise fail(str(exc), EXIT_MISMATCH) from None
     except TuningInterrupted as exc:
-        raise _fail(str(exc), EXIT_INTERRUPTED) from None
+        raise fail(str(exc), EXIT_INTERRUPTED) from None
     except OPEN_ERRORS as exc:  # not an SKB, a damaged one, an unknown split, system or option
         print_error(err_console, exc)
         raise typer.Exit(1) from None
