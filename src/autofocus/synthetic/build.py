@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 import numpy as np
@@ -39,6 +39,9 @@ from autofocus.signatures import VerbalizePattern
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
 from autofocus.synthetic.verbalise import describe, question_problem
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
 
 Tick = Callable[[str, int], None]  # (stage, amount)
 OUTAGES_TO_STOP = 3  # LM outages in a row that stop a synthesis: the LM is down, not one request unlucky
@@ -97,7 +100,7 @@ class SynthesisResult:
         }
 
 
-def type_shares(kb: Any, n: int) -> dict[str, float]:
+def type_shares(kb: KnowledgeBaseLike, n: int) -> dict[str, float]:
     """Each candidate type's share of the questions: its share of the candidate nodes, at least 1/n."""
     counts = {t: len(kb.skb.ids_of_type(t)) for t in kb.skb.schema.answer_types}
     counts = {t: c for t, c in counts.items() if c}
@@ -111,7 +114,7 @@ def type_shares(kb: Any, n: int) -> dict[str, float]:
 class SelfCheck:
     """The program's own steps 3-5 on a gold Cypher query, constants found by name (``l_max = 1``)."""
 
-    def __init__(self, kb: Any) -> None:
+    def __init__(self, kb: KnowledgeBaseLike) -> None:
         from autofocus.program.systems.afr import AutofocusRetriever
         from autofocus.runtime import assemble
 
@@ -144,7 +147,7 @@ def _names(pattern: Pattern) -> list[str]:
 class _Stream:
     """Self-checked, deduplicated patterns in sampling order, target types kept in proportion."""
 
-    def __init__(self, kb: Any, sampler: PatternSampler, shares: dict[str, float], seed: int,
+    def __init__(self, kb: KnowledgeBaseLike, sampler: PatternSampler, shares: dict[str, float], seed: int,
                  max_attempts: int, result: SynthesisResult, tick: Tick | None) -> None:
         self.sampler, self.shares, self.result, self.tick = sampler, dict(shares), result, tick
         self.rng = np.random.default_rng(seed)
@@ -205,7 +208,7 @@ class _Stream:
 
 
 def synthesise(
-    kb: Any,
+    kb: KnowledgeBaseLike,
     n: int,
     *,
     seed: int = 0,
