@@ -57,7 +57,7 @@ def _progress(enabled: bool) -> tuple[Progress, Callable[[str, int], Callable[[]
                    console=err_console, disable=not enabled)
 
     def on_eval(label: str, n: int) -> Callable[[], None]:
-        task = bar.add_task(label, total=n)
+        task = bar.add_task(safe(label), total=n)
         return lambda: bar.advance(task)
 
     return bar, on_eval

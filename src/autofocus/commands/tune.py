@@ -186,5 +186,5 @@ def _print_confirmed(confirmed: dict[str, dict[str, Any]]) -> None:
     for m in SHOWN_METRICS:
         table.add_column(m, justify="right")
     for label, row in confirmed.items():
-        table.add_row(label, *(f"{row[m]:.3f}" if row.get(m) is not None else "-" for m in SHOWN_METRICS))
+        table.add_row(safe(label), *(f"{row[m]:.3f}" if row.get(m) is not None else "-" for m in SHOWN_METRICS))
     console.print(table)
