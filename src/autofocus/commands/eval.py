@@ -25,21 +25,15 @@ EXIT_INTERRUPTED = 130
 
 
 def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
-    """The split's questions, or exit 1 naming what is wrong. The SKB is opened too, so that a damaged
-    one, or a gold answer that is not one of its nodes (it would score 0 silently), stops the command
-    with the file and line."""
-    from autofocus.evaluate.program_runs import SplitError, load_split
-    from autofocus.skb.io import load_skb
+    """The split's questions (``program_runs.load_split``, which opens the SKB too), or exit 1 naming
+    what is wrong: a damaged SKB, an unknown split, a gold answer that is not one of its nodes."""
+    from autofocus.evaluate.program_runs import load_split
 
     try:
-        num_nodes = load_skb(skb).num_nodes  # builds the cache the knowledge base then memory-maps
+        return load_split(skb, split, qa_dir=qa_dir)
     except OPEN_ERRORS as exc:
         print_error(err_console, exc)
         raise typer.Exit(1) from None
-    try:
-        return load_split(skb, split, num_nodes=num_nodes, qa_dir=qa_dir)
-    except SplitError as exc:
-        raise fail(str(exc)) from None
 
 
 def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | None) -> Any:

@@ -83,7 +83,7 @@ def load_split(
     if num_nodes is None:
         from autofocus.skb.io import load_skb
 
-        num_nodes = load_skb(source, progress=False).num_nodes
+        num_nodes = load_skb(source).num_nodes  # builds the cache the knowledge base then memory-maps
     try:
         return load_qa(source, split, num_nodes=num_nodes, qa_dir=qa_dir)
     except KeyError as exc:  # unknown split
