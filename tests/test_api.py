@@ -168,11 +168,15 @@ def test_evaluate_is_the_resumable_runner_and_autofocus_evaluate_stays_callable(
         autofocus.evaluate(autofocus.open(kb, "vss", config={"k": 2}), split="train", out=out)
 
 
-def test_evaluate_names_a_bad_split(kb: KnowledgeBase, tmp_path: Path) -> None:
+def test_evaluate_names_a_bad_split_and_reads_whole_file_splits_of_a_qa_dir(kb: KnowledgeBase, tmp_path: Path) -> None:
     from autofocus.evaluate.program_runs import SplitError
 
     with pytest.raises(SplitError, match="nope"):
         autofocus.evaluate(autofocus.open(kb, "bm25"), split="nope", out=tmp_path / "x")
+    (tmp_path / "qa").mkdir()
+    (tmp_path / "qa" / "qa_extra.csv").write_text("id,query,answer_ids\n0,Which papers cite Graph Retrieval at Scale?,[1]\n")
+    done = autofocus.evaluate(autofocus.open(kb, "bm25"), split="extra", out=tmp_path / "y", qa_dir=tmp_path / "qa")
+    assert done.summary["n"] == 1 and [r["query"] for r in done.run.records] == ["Which papers cite Graph Retrieval at Scale?"]
 
 
 def test_every_entry_point_refuses_a_gold_answer_that_is_no_node(tiny_skb_dir: Path, tmp_path: Path) -> None:

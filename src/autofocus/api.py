@@ -91,13 +91,17 @@ def evaluate(
     resume: bool = True,
     progress: bool = False,
     concurrency: int | None = None,
+    qa_dir: Path | str | None = None,
+    replay: Path | str | None = None,
 ) -> ProgramRun:
     """Run ``program`` on a QA split of its knowledge base: the resumable runner of ``autofocus eval``.
 
     Writes ``manifest.json``, ``traces.jsonl`` (one line per question), ``summary.json``/``.md`` and
     plots into ``out`` (default ``runs/<system>-<split>``). Calling again with the same program
     resumes (finished questions are kept); a different system, config, split or program file is
-    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside.
+    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside. ``qa_dir``
+    holds more whole-file splits (``autofocus.synthesise(out=...)``); ``replay`` reuses the step 1-2
+    outputs of another run directory (``eval --replay``).
 
     Returns a ``ProgramRun``: ``.summary["metrics"]["hit@1"]["mean"]``, ``.run.records`` (one dict per
     question with ``ranked``, ``metrics`` and ``trace``), ``.interrupted``.
@@ -107,7 +111,7 @@ def evaluate(
     system = getattr(program, "system", "program")
     out = Path(out) if out is not None else Path("runs") / f"{run_dir_name(system)}-{split}"
     return evaluate_program(program, split, out, questions=questions, limit=limit, resume=resume,
-                            progress=progress, concurrency=concurrency)  # fmt: skip
+                            progress=progress, concurrency=concurrency, qa_dir=qa_dir, replay=replay)  # fmt: skip
 
 
 def compare(

@@ -133,6 +133,7 @@ def evaluate_program(
     progress_console: Console | None = None,
     title: str | None = None,
     replay: Path | str | None = None,
+    qa_dir: Path | str | None = None,
 ) -> ProgramRun:
     """Run ``program`` (from ``autofocus.open``/``runtime.assemble``) on a QA split into ``out``.
 
@@ -149,6 +150,7 @@ def evaluate_program(
         replay: a run directory whose step 1-2 outputs (target type, query) are reused instead of
             asking the LM, so steps 3-8 can be compared under another config at no LM cost; questions
             the run lacks are asked as usual.
+        qa_dir: a folder with more whole-file splits (``qa_<split>.csv``, e.g. ``autofocus synth --out``).
 
     Raises ``evaluate.runner.RunMismatchError`` when ``out`` holds a different run, ``SplitError``
     for a split that cannot be loaded. A Ctrl-C keeps the finished questions and returns with
@@ -161,7 +163,7 @@ def evaluate_program(
     cfg: AutofocusConfig = program.config
     system: str = program.system
     program_file = getattr(program, "program_file", None)
-    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes)
+    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes, qa_dir)
     out = Path(out)
     if replay is not None:
         if not hasattr(program, "recorded"):
