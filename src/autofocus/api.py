@@ -125,13 +125,14 @@ def compare(
     limit: int | None = None,
     resume: bool = True,
     progress: bool = False,
+    qa_dir: Path | str | None = None,
 ) -> Comparison:
     """Evaluate several systems on the same questions (one run each in ``out/<system>/``) and compare
     them with the first (``comparison.md``/``.csv``, paired tests): ``autofocus compare``."""
     from autofocus.evaluate.program_runs import compare_systems
 
     return compare_systems(skb, list(systems), split, out, config=_config(config, lm, None), limit=limit,
-                           resume=resume, progress=progress)  # fmt: skip
+                           resume=resume, progress=progress, qa_dir=qa_dir)  # fmt: skip
 
 
 def tune(
