@@ -99,6 +99,11 @@ class SKB:
     def candidate_ids(self) -> np.ndarray:
         return np.flatnonzero(self.type_mask(self.schema.answer_types))
 
+    def only_candidates(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """The ``ids`` whose type is a candidate (answer) type, in their order."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids[np.isin(self.node_type[ids], [self.type_code(t) for t in self.schema.answer_types])]
+
     def type_of(self, node_id: int) -> str:
         return self.node_type_names[int(self.node_type[node_id])]
 
