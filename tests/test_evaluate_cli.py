@@ -177,6 +177,11 @@ def test_eval_on_damaged_files_names_the_place_without_a_traceback(
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
     assert re.search(r"qa\.csv\s*│\s*3\s*│ question 1: answer id 999 is not a node id", res.output), res.output
 
+    (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text().replace('"[1, 2, 11]"', "[/]"))
+    res = invoke(cli, *base)  # Rich markup in qa.csv: printed as text
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert said(res, "answer_ids is not a JSON or Python list: '[/]'")
+
     (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text())
     (skb / "splits" / "train.index").write_text("0\n[/]\n")  # Rich markup in a file: printed as text
     res = invoke(cli, *base)
