@@ -183,6 +183,15 @@ def tiny_skb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def two_type_skb(tiny_skb_data: dict[str, Any], tmp_path: Path) -> Path:
+    """The tiny SKB with papers and authors as candidates, so that step 1 asks the LM."""
+    data = tiny_skb_data
+    data["schema"]["candidate_types"] = ["paper", "author"]
+    write_skb_dir(tmp_path / "skb", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
+    return tmp_path / "skb"
+
+
 @pytest.fixture(scope="session")
 def tiny_skb(tiny_skb_dir: Path) -> SKB:
     """``tiny_skb_dir`` loaded (no cache); shared, so do not mutate it."""

@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig
 from autofocus.kb import KnowledgeBase
-from autofocus.skb.writer import write_skb_dir
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply, last_user_text
 from tests.skb_factory import make_skb
 from tests.test_systems_common import ScriptedLM, field_value, make_kb, run, scripted_config
@@ -249,15 +248,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
         yield srv
 
 
-@pytest.fixture
-def two_type_skb(tiny_skb_data: dict[str, Any], tmp_path: Path) -> Path:
-    """The tiny SKB with papers and authors as candidates, so that step 1 asks the LM."""
-    data = tiny_skb_data
-    data["schema"]["candidate_types"] = ["paper", "author"]
-    write_skb_dir(tmp_path / "skb", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
-    return tmp_path / "skb"
-
-
 def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
     server: FakeOpenAIServer, two_type_skb: Path, tmp_path: Path
 ) -> None:
@@ -308,3 +298,41 @@ def test_ask_runs_steps_3_to_8_on_a_given_query(server: FakeOpenAIServer, two_ty
     assert "given (a recorded run or ask --query)" in res.output and "grounded" in res.output
     outputs = [b["messages"][0]["content"].split("Your output fields are:")[1] for b in server.requests]
     assert len(outputs) == 1 and "`target_type`" in outputs[0]  # step 1 asked, step 2 not
+
+
+def test_eval_replays_a_runs_step_1_2_outputs_without_asking_the_lm(
+    server: FakeOpenAIServer, two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autofocus import runtime
+    from autofocus.skb.skbdir import load_skb_dir
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "kb", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)  # the real KB with a cheap embedder
+
+    def evaluate(out: Path, *extra: str) -> Any:
+        return CliRunner().invoke(app, [
+            "eval", "--skb", str(two_type_skb), "--split", "train", "--out", str(out), "--lm", "openai/fake-model",
+            "--concurrency", "1", "--no-progress", *extra], terminal_width=200)  # fmt: skip
+
+    first = tmp_path / "first"
+    assert evaluate(first, "--system", "afr:steps=1-7").exit_code == 0
+    asked = len(server.requests)
+    res = evaluate(tmp_path / "replayed", "--system", "afr:steps=1-7,k=2", "--replay", str(first))
+    assert res.exit_code == 0, res.output
+    assert len(server.requests) == asked  # steps 1-2 came from the first run
+    for line in (tmp_path / "replayed" / "traces.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record["status"] == "ok" and len(record["ranked"]) == 2 and record["ranked"][0] in record["gold"]
+        assert ("2_query", "replayed") in {(e["step"], e["kind"]) for e in record["trace"]["events"]}
+
+    lines = (first / "traces.jsonl").read_text().splitlines(keepends=True)
+    (first / "traces.jsonl").write_text("".join([lines[0], "garbage\n", *lines[1:]]))
+    for extra, message in (
+        (("--system", "afr", "--replay", str(first)), "traces.jsonl:2: not a valid JSON trace line"),
+        (("--system", "afr", "--replay", str(tmp_path)), "no traces.jsonl to replay"),
+        (("--system", "vss", "--replay", str(first)), "replaying step 1-2 outputs needs a program with steps 1-2"),
+    ):
+        res = evaluate(tmp_path / "refused", *extra)
+        assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+        assert re.sub(r"\s+", "", message) in re.sub(r"\s+", "", res.output), res.output  # however it wrapped
+    assert (first / "traces.jsonl").read_text().count("garbage") == 1  # a replayed run is read, never repaired

@@ -168,11 +168,35 @@ def test_evaluate_is_the_resumable_runner_and_autofocus_evaluate_stays_callable(
         autofocus.evaluate(autofocus.open(kb, "vss", config={"k": 2}), split="train", out=out)
 
 
-def test_evaluate_names_a_bad_split(kb: KnowledgeBase, tmp_path: Path) -> None:
+def test_evaluate_names_a_bad_split_and_reads_whole_file_splits_of_a_qa_dir(kb: KnowledgeBase, tmp_path: Path) -> None:
     from autofocus.evaluate.program_runs import SplitError
 
     with pytest.raises(SplitError, match="nope"):
         autofocus.evaluate(autofocus.open(kb, "bm25"), split="nope", out=tmp_path / "x")
+    (tmp_path / "qa").mkdir()
+    (tmp_path / "qa" / "qa_extra.csv").write_text("id,query,answer_ids\n0,Which papers cite Graph Retrieval at Scale?,[1]\n")
+    done = autofocus.evaluate(autofocus.open(kb, "bm25"), split="extra", out=tmp_path / "y", qa_dir=tmp_path / "qa")
+    assert done.summary["n"] == 1 and [r["query"] for r in done.run.records] == ["Which papers cite Graph Retrieval at Scale?"]
+
+
+def test_every_entry_point_refuses_a_gold_answer_that_is_no_node(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    """It would score 0 silently: compare, tune and optimize_prompts check it too, before any LM call."""
+    import shutil
+
+    from autofocus.evaluate.program_runs import SplitError
+    from autofocus.skb.io import load_skb
+
+    skb = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, skb)
+    load_skb(skb, progress=False)  # cached: QA files are not part of the cache, so it stays valid
+    (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text().replace("[1, 2, 11]", "[1, 2, 999]"))
+    message = r"qa\.csv:3: question 1: answer id 999 is not a node id"
+    with pytest.raises(SplitError, match=message):
+        autofocus.compare(skb, ["vss", "bm25"], split="train", out=tmp_path / "cmp")
+    with pytest.raises(SplitError, match=message):
+        autofocus.tune(skb, split="train", trials=1, out=tmp_path / "tune")
+    with pytest.raises(SplitError, match=message):
+        autofocus.optimize_prompts(skb, train="train", val="val")
 
 
 def test_systems_and_exports() -> None:
@@ -262,6 +286,19 @@ def test_one_place_assembles_programs_and_commands_only_handle_arguments() -> No
         if re.search(r"\bbuild_program\(", p.read_text()) and p.name != "registry.py"
     )  # fmt: skip
     assert builders == ["runtime.py"]
+    autofocus.systems()  # imports every built-in system
+    classes, todo = set(), [RetrievalProgram]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            classes.add(sub.__name__)
+            todo.append(sub)
+    assert {"AutofocusRetriever", "VSSRetriever", "HybGRAG"} <= classes
+    constructed = sorted(
+        f"{p.relative_to(SRC)}: {node.func.id}" for p in SRC.rglob("*.py") if p.name != "registry.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes
+    )  # fmt: skip
+    assert constructed == []  # a system is built by the registry, for runtime.assemble
     graph = module_imports()
     for name, imported in graph.items():
         if name.startswith("autofocus.commands."):

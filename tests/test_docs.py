@@ -3,6 +3,7 @@ the validation table quotes the validator's real messages, and no document point
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -88,3 +89,44 @@ def test_the_module_map_names_every_module() -> None:
         if f"`{name}`" not in text:
             missing.append(name)
     assert missing == []
+
+
+MOVIES = {  # written from the rules of docs/skb-format.md alone, using the freedoms the worked example does not
+    "schema.json": json.dumps({
+        "name": "tiny-movies",
+        "node_types": {"film": {"name_field": "title", "attribute_types": {"budget": "number"}}, "person": {},
+                       "studio": {}},
+        "edge_types": {"person_directed_film": {"src_type": "person", "dst_type": "film", "count": 2},
+                       "remake_of": {}},
+        "candidate_types": ["film"],
+    }),
+    "nodes.jsonl": '{"id": 2, "type": "person", "name": "Ana Ruiz", "oscar": true}\n'  # any order, blank lines
+                   '{"id": 0, "type": "film", "title": "Salt Road", "premiere": "1999-09-10", "budget": 2500000}\n\n'
+                   '{"id": 1, "type": "film", "title": "Salt Road (2020)", "premiere": "2020-02", "budget": null, '
+                   '"tags": []}\n'
+                   '{"id": 3, "type": "studio", "name": "Blue Gate", "meta": {"city": "Oslo"}}\n',
+    "edges.csv": "dst,src,type,note\n0, 2, person_directed_film,first\n1,2,person_directed_film,\n\n"
+                 "0,1,remake_of,\n0,1,remake_of,repeated\n",  # columns in any order, a repeated edge
+    "qa.csv": 'id,query,answer_ids\n10,Which films did Ana Ruiz direct?,"[0, 1]"\n11,Which film remakes Salt Road?,[1]\n'
+              "12,Which film premiered in 1999?,[0]\n",
+    "qa_human.csv": 'id,query,answer_ids\n1,films by Ana Ruiz,"[0,1]"\n',
+    "splits/train.index": "10\n\n11\n", "splits/val.index": "12\n", "splits/test.index": "12\n",
+}
+
+
+def test_a_kb_written_from_the_rules_alone_validates_and_loads_as_the_spec_says(tmp_path: Path) -> None:
+    kb = tmp_path / "movies"
+    for name, body in MOVIES.items():
+        (kb / name).parent.mkdir(parents=True, exist_ok=True)
+        (kb / name).write_text(body)
+    res = CliRunner().invoke(app, ["skb", "validate", str(kb)])
+    assert res.exit_code == 0, res.output
+    skb = load_skb_dir(kb, progress=False)
+    assert (skb.num_nodes, skb.num_edges) == (4, 3) and skb.name(2) == "Ana Ruiz" and skb.name(0) == "Salt Road"
+    kinds = {k: c.kind for k, c in skb.columns.items()}
+    assert kinds == {"oscar": "number", "premiere": "date", "budget": "number", "meta": "json"}  # tags: all missing
+    assert skb.columns["oscar"].values[2] == 1 and not skb.columns["budget"].present[1]
+    assert skb.columns["premiere"].values[1] == np.datetime64("2020-02-01", "D").astype(np.int64)
+    assert skb.schema.edge_types["remake_of"].src_type is None and skb.graph.num_edges("remake_of") == 1
+    assert splits_available(kb) == {"test": 1, "train": 2, "val": 1, "human": 1}
+    assert [q.answer_ids for q in load_qa(kb, "human")] == [[0, 1]]

@@ -177,6 +177,11 @@ def test_eval_on_damaged_files_names_the_place_without_a_traceback(
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
     assert re.search(r"qa\.csv\s*│\s*3\s*│ question 1: answer id 999 is not a node id", res.output), res.output
 
+    (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text().replace('"[1, 2, 11]"', "[/]"))
+    res = invoke(cli, *base)  # Rich markup in qa.csv: printed as text
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert said(res, "answer_ids is not a JSON or Python list: '[/]'")
+
     (skb / "qa.csv").write_text((tiny_skb_dir / "qa.csv").read_text())
     (skb / "splits" / "train.index").write_text("0\n[/]\n")  # Rich markup in a file: printed as text
     res = invoke(cli, *base)
@@ -197,9 +202,9 @@ def test_eval_refuses_to_resume_over_a_damaged_traces_line(cli: CliRunner, tiny_
     assert invoke(cli, *args).exit_code == 0
     lines = (out / "traces.jsonl").read_text().splitlines(keepends=True)
     (out / "traces.jsonl").write_text("".join([lines[0], "garbage\n", *lines[1:]]))
-    for command in (args, ("report", out)):
+    for command, code in ((args, eval_cmd.EXIT_MISMATCH), (("report", out), 1)):
         res = invoke(cli, *command)
-        assert res.exit_code in (1, eval_cmd.EXIT_MISMATCH) and isinstance(res.exception, SystemExit), res.output
+        assert res.exit_code == code and isinstance(res.exception, SystemExit), res.output
         assert said(res, "traces.jsonl:2: not a valid JSON trace line")
 
 

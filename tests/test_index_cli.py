@@ -75,3 +75,18 @@ def test_import_then_search_needs_the_same_model(skb_dir: Path, tmp_path: Path) 
     result = runner.invoke(app, ["search", "graph retrieval", "--skb", str(skb_dir), "--index-dir",
                                  str(tmp_path / "idx"), "--embedder", "openai/text-embedding-3-small"])
     assert result.exit_code == 1 and "built with: openai/text-embedding-ada-002 (text)" in result.output
+
+
+def test_info_prints_paths_and_model_names_as_text(skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autofocus.commands.index as index_cmd
+
+    # wide enough for the whole path: the console's width was fixed when it was made (pytest-xdist sets COLUMNS=80)
+    monkeypatch.setattr(index_cmd.console, "_width", 400)
+    odd = tmp_path / "[bold]idx[/bold]"  # Rich markup in a user's path
+    vecs = np.ones((12, 4), dtype=np.float32)
+    torch.save(torch.from_numpy(vecs), tmp_path / "vectors.pt")
+    run("index", "import", str(tmp_path / "vectors.pt"), "--skb", str(skb_dir), "--variant", "text",
+        "--model", "openai/text-embedding-3-small", "--index-dir", str(odd))
+    result = runner.invoke(app, ["index", "info", str(skb_dir), "--index-dir", str(odd)])
+    assert result.exit_code == 0, result.output
+    assert "[bold]idx[/bold]" in result.output and "openai/text-embedding-3-small" in result.output

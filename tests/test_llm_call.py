@@ -70,16 +70,15 @@ def _ask(script: Any, *, timeout: float = 5.0) -> tuple[dspy.Prediction | None, 
     return pred, raw, trace
 
 
-@pytest.mark.parametrize(("name", "script"), [
-    ("5xx", lambda body: {"json": {"error": {"message": "overloaded"}}, "status": 503}),
-    ("empty answer", lambda body: ""),
-    ("rejected key", lambda body: {"json": {"error": {"message": "bad key"}}, "status": 401}),
+@pytest.mark.parametrize(("error", "script"), [
+    ("LMServerError", lambda body: {"json": {"error": {"message": "overloaded"}}, "status": 503}),
+    ("AdapterParseError", lambda body: ""),  # an empty answer
+    ("LMAuthError", lambda body: {"json": {"error": {"message": "bad key"}}, "status": 401}),
 ])
-def test_an_lm_outage_degrades_the_trace_with_its_step_and_error(name: str, script: Any) -> None:
+def test_an_lm_outage_degrades_the_trace_with_its_step_and_error(error: str, script: Any) -> None:
     pred, _, trace = _ask(script)
     assert pred is None
-    assert [d.step for d in trace.degraded] == ["2_query"], name
-    assert trace.degraded[0].error.split(":")[0] in {"LMServerError", "AdapterParseError", "LMAuthError"}
+    assert [(d.step, d.error.split(":")[0]) for d in trace.degraded] == [("2_query", error)]
 
 
 def test_a_server_that_never_answers_times_out_and_degrades() -> None:

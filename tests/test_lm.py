@@ -148,6 +148,15 @@ def test_cli_lm_list_and_check(monkeypatch: pytest.MonkeyPatch) -> None:
     assert missing.exit_code == 1 and "autofocus lm setup" in " ".join(missing.output.split())
 
 
+def test_lm_serve_prints_a_bad_model_path_as_text() -> None:
+    from typer.testing import CliRunner
+
+    from autofocus.cli import app
+
+    res = CliRunner().invoke(app, ["lm", "serve", "--model", "local:/nowhere/[b]x[/b].gguf"])
+    assert res.exit_code == 1 and "/nowhere/[b]x[/b].gguf: no such GGUF file" in " ".join(res.output.split())
+
+
 def test_timeout_and_retries_come_from_arguments_then_environment_then_defaults(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

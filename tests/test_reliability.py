@@ -24,7 +24,6 @@ from autofocus import runtime
 from autofocus.cli import app
 from autofocus.evaluate.traces import latest_by_id, read_traces
 from autofocus.skb.skbdir import load_skb_dir
-from autofocus.skb.writer import write_skb_dir
 from tests.fake_openai_server import FakeOpenAIServer
 from tests.test_afr_e2e import serve
 from tests.test_systems_common import make_kb
@@ -61,12 +60,9 @@ class FaultyServer:
 
 
 @pytest.fixture
-def skb(tiny_skb_data: dict[str, Any], tmp_path: Path) -> Path:
-    """The tiny SKB with papers and authors as candidates, so that step 1 asks the LM."""
-    data = tiny_skb_data
-    data["schema"]["candidate_types"] = ["paper", "author"]
-    write_skb_dir(tmp_path / "skb", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
-    return tmp_path / "skb"
+def skb(two_type_skb: Path) -> Path:
+    """The SKB of the probes: step 1 asks the LM (two candidate types)."""
+    return two_type_skb
 
 
 @pytest.fixture

@@ -234,6 +234,8 @@ def test_qa_errors(tmp_path, tiny_skb_data):
         '4,"words","[one]"\n'  # line 7
         '5,"python syntax","[1, 11]"\n'  # line 8 ok
         '6,"bad node","[500]"\n'  # line 9 answer is not a node
+        "7,too few\n"  # line 10
+        "8,Which books, by whom?,[1]\n"  # line 11: an unquoted comma
     )
     (path / "splits" / "val.index").write_text("5\n77\nx\n")
     issues = _issues(path)
@@ -243,6 +245,8 @@ def test_qa_errors(tmp_path, tiny_skb_data):
     assert _has(issues, "qa.csv", 6, "must be a list")
     assert _has(issues, "qa.csv", 7, "not a JSON or Python list")
     assert _has(issues, "qa.csv", 9, "answer id 500")  # the line, not only the file
+    assert _has(issues, "qa.csv", 10, "2 field(s), the header has 3")
+    assert _has(issues, "qa.csv", 11, "4 field(s), the header has 3")
     assert _has(issues, "splits/val.index", 2, "77", "not in qa.csv")
     assert _has(issues, "splits/val.index", 3, "not a question id")
     assert _has(issues, "splits/train.index", 2, "question id 1", "not in qa.csv")

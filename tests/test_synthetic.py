@@ -277,6 +277,53 @@ def test_command_writes_beside_qa_and_never_into_test(tiny_skb_dir: Path, kb: Kn
     assert [i.id for i in load_qa(skb_dir, "synthetic[2:]", qa_dir=out)] == [2]
 
 
+def test_an_lm_that_is_down_stops_the_synthesis_loudly(tiny_skb_dir: Path, kb: KnowledgeBase, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy.utils.exceptions import LMAuthError
+
+    import autofocus
+    from autofocus.cli import app
+    from autofocus.synthetic.build import OUTAGES_TO_STOP
+
+    asked: list[str] = []
+
+    def down(user: str) -> dict[str, str]:
+        asked.append(user)
+        raise LMAuthError("401 invalid key sk-synth-0123456789abcdefghij")
+
+    with dspy.context(lm=verbaliser(down)):
+        result = synthesise(kb, 6, seed=0)  # a batch of 8 patterns, asked one at a time
+    assert result.pairs == [] and len(asked) == OUTAGES_TO_STOP  # not every pattern after a full timeout
+    assert result.verbalised == OUTAGES_TO_STOP and result.rejected["LM error: LMAuthError"] == OUTAGES_TO_STOP
+    assert result.stopped is not None and "LMAuthError: 401 invalid key [REDACTED]" in result.stopped
+
+    waits: list[dict[str, Any]] = []
+    monkeypatch.setattr(KnowledgeBase, "open", classmethod(lambda cls, path, embedder=None, **kw: kb))
+    monkeypatch.setattr("autofocus.lm.get_lm", lambda spec, **kw: waits.append(kw) or verbaliser(down))
+    res = CliRunner().invoke(app, ["synth", "--skb", str(tiny_skb_dir), "-n", "4", "--out", str(tmp_path / "a"),
+                                   "--no-progress", "--lm-timeout", "7", "--lm-retries", "0"], terminal_width=200)
+    assert res.exit_code == 3 and isinstance(res.exception, SystemExit), res.output
+    assert "Stopped after 0 of 4 questions: the LM gave no answer 3 times in a row" in " ".join(res.output.split())
+    assert (waits[0]["timeout"], waits[0]["num_retries"]) == (7, 0)  # the command's waits reach the LM
+    assert json.loads((tmp_path / "a" / "synthetic_summary.json").read_text())["stopped"] == result.stopped
+
+    monkeypatch.setattr("autofocus.lm.get_lm", lambda spec, **kw: verbaliser())
+    done = autofocus.synthesise(tiny_skb_dir, 3, out=tmp_path / "b", lm="test/scripted", seed=0)
+    assert done.result.stopped is None and len(done.result.pairs) == 3 and done.paths["qa"].parent == tmp_path / "b"
+
+
+def test_synth_on_a_damaged_skb_names_the_place_without_a_traceback(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    from autofocus.cli import app
+
+    skb_dir = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, skb_dir)
+    with (skb_dir / "edges.csv").open("a") as fh:
+        fh.write("4,[/],0\n")  # an unknown edge type, in Rich's markup
+    res = CliRunner().invoke(app, ["synth", "--skb", str(skb_dir), "-n", "3", "--no-progress"], terminal_width=200)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert "edges.csv" in res.output and "[/]" in res.output
+
+
 def test_chat_export_matches_the_program_prompt(kb: KnowledgeBase, tmp_path: Path) -> None:
     with dspy.context(lm=verbaliser()):
         result = synthesise(kb, 2, seed=0)
@@ -376,12 +423,17 @@ def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb:
         assert res.exit_code == 0, res.output
         traces = [json.loads(x) for x in (tmp_path / "run" / "traces.jsonl").read_text().splitlines()]
         assert len(traces) == 5 and all(t["metrics"]["hit@5"] == 1.0 for t in traces), traces[0]["metrics"]
+        waits = ["--lm-timeout", "7", "--lm-retries", "0", "--deadline", "60"]
         res = runner.invoke(app, ["optimize", *common, "--train", "synthetic[:3]", "--val", "synthetic[3:]",
-                                  "--metric", "grounded_f1", "--out", str(tmp_path / "p.json")], terminal_width=200)
+                                  "--metric", "grounded_f1", "--out", str(tmp_path / "p.json"), *waits],
+                            terminal_width=200)
         assert res.exit_code == 0, res.output
         assert "grounded_f1 *" in res.output and "on synthetic[3:]: 2 questions" in res.output
         res = runner.invoke(app, ["tune", *common, "--split", "synthetic", "--trials", "3", "--params", "alpha",
-                                  "--no-confirm", "--out", str(tmp_path / "tune"), "--metric", "hit@4"],
+                                  "--no-confirm", "--out", str(tmp_path / "tune"), "--metric", "hit@4", *waits],
                             terminal_width=200)
         assert res.exit_code == 0, res.output
+        for saved in (json.loads((tmp_path / "p.json").read_text())["config"],
+                      json.loads((tmp_path / "tune" / "best_config.json").read_text())):
+            assert (saved["lm"]["timeout_s"], saved["lm"]["num_retries"], saved["question_deadline_s"]) == (7, 0, 60)
         assert json.loads((tmp_path / "tune" / "summary.json").read_text())["pre_rerank"]["tuned"]["hit@4"] == 1.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -285,6 +286,29 @@ def test_bad_options_fail_clearly(cli: CliRunner, planted_dir: Path, tmp_path: P
     assert res.exit_code == 1 and "unknown metric" in res.output
     res = invoke(cli, scripted_lm(), *base, "--system", "vss")
     assert res.exit_code == 1 and "AF-Retriever presets" in res.output
+
+
+def test_user_text_in_a_study_name_or_a_split_prints_as_text(
+    cli: CliRunner, planted_dir: Path, base_config: Path, tmp_path: Path
+) -> None:
+    res = invoke(cli, scripted_lm(), "--skb", planted_dir, "--split", "val", "--study", "[/]odd", "--out", tmp_path / "s",
+                 "--config", base_config, "--params", "alpha", "--trials", "2", "--no-confirm", "--progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # however the console wrapped it
+    assert "study [/]odd ━" in text and "study '[/]odd' holds 2 complete trials" in text  # the bar and the note
+
+
+def test_a_folder_that_is_no_skb_or_a_damaged_one_is_named_without_a_traceback(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_skb_dir, damaged)
+    with (damaged / "edges.csv").open("a") as fh:
+        fh.write("4,[/],0\n")
+    (tmp_path / "empty").mkdir()
+    for skb, message in ((tmp_path / "empty", "is not an SKB"), (damaged, "[/]")):
+        res = CliRunner().invoke(app, ["tune", "--skb", str(skb), "--out", str(tmp_path / "t"), "--no-progress"],
+                                 terminal_width=200)
+        assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+        assert message in " ".join(res.output.split())  # however the console wrapped it
 
 
 # --- the library ------------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ The public API (``autofocus.api``; a guide in ``docs/guide.md``)::
 
 ``open`` (a program), ``evaluate`` (a resumable run on a QA split), ``compare`` (several systems),
 ``tune`` (Optuna over the settings), ``optimize_prompts`` (DSPy optimisers over the prompts),
-``systems`` (the registered names), ``load_config``, ``import_skb`` / ``export_skb`` (a graph database,
-tables or networkx to an SKB and back to FalkorDB); the types ``AutofocusConfig``, ``LMConfig``,
+``synthesise`` (training questions from the graph), ``systems`` (the registered names), ``load_config``,
+``import_skb`` / ``export_skb`` (a graph database, tables or networkx to an SKB and back to FalkorDB); the
+types ``AutofocusConfig``, ``LMConfig``,
 ``QueryGraph``, ``Trace``, ``KnowledgeBase``, ``RetrievalProgram``.
 """
 
@@ -18,7 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from autofocus import _env  # noqa: F401  (sets DSPY_CACHEDIR etc. before anything imports dspy)
 from autofocus._version import __version__
-from autofocus.api import compare, evaluate, export_skb, import_skb, open, optimize_prompts, systems, tune
+from autofocus.api import (
+    compare,
+    evaluate,
+    export_skb,
+    import_skb,
+    open,
+    optimize_prompts,
+    synthesise,
+    systems,
+    tune,
+)
 from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.query_graph import QueryGraph
 from autofocus.runtime import load_config
@@ -43,6 +54,7 @@ __all__ = [
     "load_config",
     "open",
     "optimize_prompts",
+    "synthesise",
     "systems",
     "tune",
 ]

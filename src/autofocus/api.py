@@ -1,4 +1,5 @@
-"""The public Python API: open a program, evaluate it, compare systems, tune settings, optimise prompts.
+"""The public Python API: open a program, evaluate it, compare systems, tune settings, optimise prompts,
+synthesise training questions.
 
 Everything here is exported from ``autofocus``; the ``autofocus`` commands are thin wrappers over the
 same functions. Programs are ``dspy.Module``s (``program.systems.base.RetrievalProgram``):
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from autofocus.skb.export import ExportResult
     from autofocus.skb.importers import ImportOptions, ImportResult
     from autofocus.skb.qa import QAItem
+    from autofocus.synthetic.run import SynthesisRun
 
 
 def _config(config: Any, lm: Any, program: Path | str | None, **overrides: Any) -> AutofocusConfig:
@@ -91,13 +93,17 @@ def evaluate(
     resume: bool = True,
     progress: bool = False,
     concurrency: int | None = None,
+    qa_dir: Path | str | None = None,
+    replay: Path | str | None = None,
 ) -> ProgramRun:
     """Run ``program`` on a QA split of its knowledge base: the resumable runner of ``autofocus eval``.
 
     Writes ``manifest.json``, ``traces.jsonl`` (one line per question), ``summary.json``/``.md`` and
     plots into ``out`` (default ``runs/<system>-<split>``). Calling again with the same program
     resumes (finished questions are kept); a different system, config, split or program file is
-    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside.
+    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside. ``qa_dir``
+    holds more whole-file splits (``autofocus.synthesise(out=...)``); ``replay`` reuses the step 1-2
+    outputs of another run directory (``eval --replay``).
 
     Returns a ``ProgramRun``: ``.summary["metrics"]["hit@1"]["mean"]``, ``.run.records`` (one dict per
     question with ``ranked``, ``metrics`` and ``trace``), ``.interrupted``.
@@ -107,7 +113,7 @@ def evaluate(
     system = getattr(program, "system", "program")
     out = Path(out) if out is not None else Path("runs") / f"{run_dir_name(system)}-{split}"
     return evaluate_program(program, split, out, questions=questions, limit=limit, resume=resume,
-                            progress=progress, concurrency=concurrency)  # fmt: skip
+                            progress=progress, concurrency=concurrency, qa_dir=qa_dir, replay=replay)  # fmt: skip
 
 
 def compare(
@@ -121,13 +127,14 @@ def compare(
     limit: int | None = None,
     resume: bool = True,
     progress: bool = False,
+    qa_dir: Path | str | None = None,
 ) -> Comparison:
     """Evaluate several systems on the same questions (one run each in ``out/<system>/``) and compare
     them with the first (``comparison.md``/``.csv``, paired tests): ``autofocus compare``."""
     from autofocus.evaluate.program_runs import compare_systems
 
     return compare_systems(skb, list(systems), split, out, config=_config(config, lm, None), limit=limit,
-                           resume=resume, progress=progress)  # fmt: skip
+                           resume=resume, progress=progress, qa_dir=qa_dir)  # fmt: skip
 
 
 def tune(
@@ -181,6 +188,28 @@ def optimize_prompts(
 
     return run_prompt_optimisation(skb, _config(config, lm, None), system=system, steps=list(steps),
                                    optimizer=optimizer, out=out, **options)  # fmt: skip
+
+
+def synthesise(
+    skb: Path | str,
+    n: int = 100,
+    *,
+    out: Path | str | None = None,
+    lm: str | None = None,
+    config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
+    **options: Any,
+) -> SynthesisRun:
+    """Training questions made from the SKB's own graph, no labels needed: ``autofocus synth``.
+
+    Writes the ``synthetic`` split beside the SKB's QA file (or into ``out``; then pass its folder as
+    ``qa_dir``). ``options`` are ``synthetic.run.run_synthesis``'s: ``seed``, ``max_answers``,
+    ``max_triplets``, ``filter_rate``, ``threads``, ``chat`` (step 2 fine-tuning data). Returns a
+    ``SynthesisRun``: ``.result.pairs``, ``.result.summary()``, ``.result.stopped`` (the LM outage
+    that ended it early, if one did), ``.paths``.
+    """
+    from autofocus.synthetic.run import run_synthesis
+
+    return run_synthesis(skb, _config(config, lm, None), n, out=out, **options)
 
 
 def systems() -> list[str]:

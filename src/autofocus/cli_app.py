@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from autofocus.console import make_console, safe
+
 app = typer.Typer(
     name="autofocus",
     help="AF-Retriever and friends: multi-hop QA over semi-structured knowledge bases.",
@@ -32,3 +34,9 @@ QADirOpt = Annotated[
     typer.Option(help="folder with more whole-file splits qa_<name>.csv (e.g. from `autofocus synth --out`)",
                  exists=True, file_okay=False),
 ]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``message`` in red on stderr (as text, never as markup); the ``typer.Exit`` to raise."""
+    make_console(stderr=True).print(f"[red]{safe(message)}[/]")
+    return typer.Exit(code)

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
@@ -24,28 +24,16 @@ EXIT_DEGRADED = 3
 EXIT_INTERRUPTED = 130
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print ``message`` in red on stderr (as text, never as markup); the ``typer.Exit`` to raise."""
-    err_console.print(f"[red]{safe(message)}[/]")
-    return typer.Exit(code)
-
-
 def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
-    """The split's questions, or exit 1 naming what is wrong. The SKB is opened too, so that a damaged
-    one, or a gold answer that is not one of its nodes (it would score 0 silently), stops the command
-    with the file and line."""
-    from autofocus.evaluate.program_runs import SplitError, load_split
-    from autofocus.skb.io import load_skb
+    """The split's questions (``program_runs.load_split``, which opens the SKB too), or exit 1 naming
+    what is wrong: a damaged SKB, an unknown split, a gold answer that is not one of its nodes."""
+    from autofocus.evaluate.program_runs import load_split
 
     try:
-        num_nodes = load_skb(skb).num_nodes  # builds the cache the knowledge base then memory-maps
+        return load_split(skb, split, qa_dir=qa_dir)
     except OPEN_ERRORS as exc:
         print_error(err_console, exc)
         raise typer.Exit(1) from None
-    try:
-        return load_split(skb, split, num_nodes=num_nodes, qa_dir=qa_dir)
-    except SplitError as exc:
-        raise fail(str(exc)) from None
 
 
 def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | None) -> Any:
@@ -143,6 +131,9 @@ def eval_command(
                                 replay=replay)  # fmt: skip
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OPEN_ERRORS as exc:  # a --replay run that is missing or damaged, or a system without steps 1-2
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -148,8 +148,8 @@ def info(
             if verify and store.consistent:
                 store.verify()
                 state = "verified"
-            table.add_row(m.model, m.variant, f"{m.rows_done}/{m.num_nodes}", str(m.dim), str(m.doc_budget_tokens),
-                          m.source, state, str(store.directory))
+            table.add_row(safe(m.model), safe(m.variant), f"{m.rows_done}/{m.num_nodes}", str(m.dim),
+                          str(m.doc_budget_tokens), safe(m.source), state, safe(store.directory))
     console.print(table if table.row_count else f"no indexes under {safe(kb.index_root)}")
 
 

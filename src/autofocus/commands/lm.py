@@ -122,16 +122,16 @@ def serve_cmd(
     try:
         spec = resolve_local(model)
     except ModelError as exc:
-        console.print(f"[red]cannot serve {model!r}:[/red] {exc}")
+        console.print(f"[red]cannot serve {safe(repr(model))}:[/red] {safe(exc)}")
         raise typer.Exit(1) from exc
     server = LocalServer(spec.path, spec.alias)
     server.port = port
     try:
         server.start()
     except LocalServerError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{safe(exc)}[/red]")
         raise typer.Exit(1) from exc
-    console.print(f"serving {spec.alias} at {server.api_base}; in other shells: "
+    console.print(f"serving {safe(spec.alias)} at {server.api_base}; in other shells: "
                   f"[bold]export AUTOFOCUS_LLM_SERVER=127.0.0.1:{server.port}[/bold]. Ctrl-C stops it.")
     try:
         while server.is_running():

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import QADirOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app
 from autofocus.console import make_console, print_error, safe
 
 console = make_console()
@@ -57,7 +57,7 @@ def _progress(enabled: bool) -> tuple[Progress, Callable[[str, int], Callable[[]
                    console=err_console, disable=not enabled)
 
     def on_eval(label: str, n: int) -> Callable[[], None]:
-        task = bar.add_task(label, total=n)
+        task = bar.add_task(safe(label), total=n)
         return lambda: bar.advance(task)
 
     return bar, on_eval
@@ -105,16 +105,20 @@ def optimize_command(
         bool, typer.Option("--full-demos", help="keep the schema inputs in every demo (longer prompts)")
     ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Optimise the prompts/demos of some LLM steps with a DSPy optimiser; the other steps stay zero-shot."""
     from autofocus.optimize.prompts_run import run_prompt_optimisation
 
     chosen = [s.strip() for s in steps.split(",") if s.strip()]
+    cfg = runtime.with_waits(runtime.load_config(config, lm=lm), lm_timeout, lm_retries, deadline)
     bar, on_eval = _progress(progress)
     try:
         with bar:
             done = run_prompt_optimisation(
-                skb, runtime.load_config(config, lm=lm), system=system, steps=chosen, optimizer=optimizer,
+                skb, cfg, system=system, steps=chosen, optimizer=optimizer,
                 train=train, val=val, test=test, limit_train=limit_train, limit_val=limit_val,
                 limit_test=limit_test, qa_dir=qa_dir, metric=metric, reflection_lm=reflection_lm, max_demos=max_demos,
                 trials=trials, budget=budget, threads=threads, seed=seed, full_demos=full_demos, out=out,

@@ -17,28 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autofocus.cli_app import app
-from autofocus.runtime import open_kb
+from autofocus.cli_app import LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
-console = Console()
-err_console = Console(stderr=True)
-VERBALISE_MAX_TOKENS = 256  # one question
-
-
-def qa_folder(skb: Path) -> tuple[Path, str]:
-    """Where the SKB's whole-file splits live and the file name the ``synthetic`` split takes there."""
-    from autofocus.skb.qa import find_qa
-    from autofocus.synthetic import QA_FILE, SPLIT
-
-    main = find_qa(skb).main  # locates files only: nothing is read
-    if main is None:
-        return skb, QA_FILE
-    return main.parent, f"{main.stem}_{SPLIT}.csv"
+console = make_console()
+err_console = make_console(stderr=True)
+EXIT_LM_DOWN = 3  # as ``eval``'s EXIT_DEGRADED: the LM failed, the files hold what was made before
 
 
 @app.command("synth")
@@ -62,40 +49,44 @@ def synth_command(
         Path | None, typer.Option(help="also write step 2 fine-tuning data (chat JSONL) to this file")
     ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
 ) -> None:
     """Sample query patterns from the graph, execute them, self-check them with steps 3-5 and have an
     LM write each as a question: a QA split for `optimize` and `tune` without labelled data."""
-    import dspy
+    from autofocus.runtime import load_config, with_waits
+    from autofocus.synthetic.run import run_synthesis
 
-    from autofocus.lm import get_lm
-    from autofocus.runtime import load_config
-    from autofocus.synthetic import export_chat as write_chat
-    from autofocus.synthetic import synthesise, write_synthetic
-
-    cfg = load_config(config, lm=lm)
-    kb = open_kb(skb, cfg.embedder, cfg.index_kind)
-    folder, qa_name = (out, "qa_synthetic.csv") if out is not None else qa_folder(skb)
-    task_lm = get_lm(cfg.lm.default, temperature=cfg.lm.temperature, max_tokens=VERBALISE_MAX_TOKENS)
+    cfg = with_waits(load_config(config, lm=lm), lm_timeout, lm_retries)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, disable=not progress)
     tasks = {"patterns": bar.add_task("self-checked patterns", total=None),
              "questions": bar.add_task("questions asked of the LM", total=None)}
-    with bar, dspy.context(lm=task_lm):
-        result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                            filter_rate=filter_rate, threads=threads,
-                            tick=lambda stage, k: bar.advance(tasks[stage], k))
+    try:
+        with bar:
+            done = run_synthesis(skb, cfg, n, out=out, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
+                                 filter_rate=filter_rate, threads=threads, chat=export_chat,
+                                 tick=lambda stage, k: bar.advance(tasks[stage], k))  # fmt: skip
+    except OPEN_ERRORS as exc:  # a damaged SKB or index, an LM spec that names nothing
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
+    result = done.result
+    console.print(_summary_table(result))
+    console.print(_coverage_table(result, done.kb))
+    for pair in result.pairs[:5]:
+        console.print(safe(f"  [{pair.pattern.target_type}, {pair.pattern.shape}] {pair.question}"))
+    if done.chat is not None:
+        console.print(f"Chat fine-tuning data: {safe(done.chat)}")
+    paths = done.paths
+    where = "" if out is None else f" --qa-dir {out}"
+    console.print(safe(f"Wrote {paths['qa']}, {paths['patterns'].name} and {paths['summary'].name}; use them with "
+                       f"--split synthetic / --train 'synthetic[:{max(1, len(result.pairs) * 4 // 5)}]'{where}"))
+    if result.stopped:
+        err_console.print(f"[red]Stopped after {len(result.pairs)} of {n} questions: {safe(result.stopped)}. Fix the "
+                          "LM and run the command again.[/]")
+        raise typer.Exit(EXIT_LM_DOWN)
     if not result.pairs:
         err_console.print("[red]No question survived; see the rejections above (is the graph empty?)[/]")
-    paths = write_synthetic(result, kb.skb, folder, qa_name)
-    console.print(_summary_table(result))
-    console.print(_coverage_table(result, kb))
-    for pair in result.pairs[:5]:
-        console.print(escape(f"  [{pair.pattern.target_type}, {pair.pattern.shape}] {pair.question}"))
-    if export_chat is not None:
-        console.print(f"Chat fine-tuning data: {write_chat(result, kb.skb, export_chat)}")
-    where = "" if out is None else f" --qa-dir {out}"
-    console.print(f"Wrote {paths['qa']}, {paths['patterns'].name} and {paths['summary'].name}; use them with "
-                  f"--split synthetic / --train 'synthetic[:{max(1, len(result.pairs) * 4 // 5)}]'{where}")
 
 
 def _summary_table(result: Any) -> Table:
@@ -107,7 +98,7 @@ def _summary_table(result: Any) -> Table:
         table.add_row(key.replace("_", " "), str(s[key]))
     table.add_row("minutes (LM)", f"{s['minutes']:.2f} ({s['lm_minutes']:.2f})")
     for reason, count in sorted(s["rejected"].items(), key=lambda kv: -kv[1]):
-        table.add_row(f"[dim]rejected: {reason}[/]", str(count))
+        table.add_row(f"[dim]rejected: {safe(reason)}[/]", str(count))
     return table
 
 
@@ -123,6 +114,6 @@ def _coverage_table(result: Any, kb: Any) -> Table:
     for kind, ours, graph in (("target type", cov["target_types"], types), ("edge type", cov["edge_types"], edges)):
         total_ours, total_graph = sum(ours.values()) or 1, sum(graph.values()) or 1
         for name, count in graph.most_common():
-            table.add_row(kind, name, f"{ours.get(name, 0) / total_ours:.0%} ({ours.get(name, 0)})",
+            table.add_row(kind, safe(name), f"{ours.get(name, 0) / total_ours:.0%} ({ours.get(name, 0)})",
                           f"{count / total_graph:.0%}")
     return table

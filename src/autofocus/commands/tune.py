@@ -13,9 +13,9 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import QADirOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
 from autofocus.config import AutofocusConfig
-from autofocus.console import make_console, safe
+from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -23,11 +23,6 @@ err_console = make_console(stderr=True)
 EXIT_MISMATCH = 2
 EXIT_INTERRUPTED = 130
 SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]{safe(message)}[/]")
-    return typer.Exit(code)
 
 
 @app.command("tune")
@@ -77,6 +72,9 @@ def tune_command(
         str | None, typer.Option(help="also confirm (and sweep alpha) on this split, e.g. test")
     ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
+    lm_timeout: LmTimeoutOpt = None,
+    lm_retries: LmRetriesOpt = None,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Tune alpha, l_max, the expansion schedule, type/edge modes and document variants with Optuna.
 
@@ -89,6 +87,7 @@ def tune_command(
     from autofocus.optimize.tune_run import TuningInterrupted, run_tuning
 
     base_cfg = runtime.load_config(config, lm, program_file=program, concurrency=concurrency)
+    base_cfg = runtime.with_waits(base_cfg, lm_timeout, lm_retries, deadline)
     try:
         result = run_tuning(
             skb, base_cfg, system=system, program_file=program, split=split, trials=trials, study=study,
@@ -98,11 +97,12 @@ def tune_command(
             progress_console=err_console, on_study_done=_print_study,
         )  # fmt: skip
     except StudyMismatchError as exc:
-        raise _fail(str(exc), EXIT_MISMATCH) from None
+        raise fail(str(exc), EXIT_MISMATCH) from None
     except TuningInterrupted as exc:
-        raise _fail(str(exc), EXIT_INTERRUPTED) from None
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc), EXIT_INTERRUPTED) from None
+    except OPEN_ERRORS as exc:  # not an SKB, a damaged one, an unknown split, system or option
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     if result.confirmed:
         _print_confirmed(result.confirmed)
     console.print(safe(
@@ -132,7 +132,7 @@ def _print_settings(cfg: AutofocusConfig, best: AutofocusConfig, names: list[str
         a, b = getattr(cfg, n), getattr(best, n)
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)
         fb = f"{b:.3f}" if isinstance(b, float) else str(b)
-        table.add_row(n, fa, f"[bold]{fb}[/]" if a != b else fb)
+        table.add_row(n, safe(fa), f"[bold]{safe(fb)}[/]" if a != b else safe(fb))
     console.print(table)
 
 
@@ -156,7 +156,7 @@ def _print_front(front: list[Any], spec: Any) -> None:
         settings = ", ".join(
             f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items()
         )
-        table.add_row(str(t.number), f"{t.values[0]:.3f}", f"{t.values[1]:.4g}", settings)
+        table.add_row(str(t.number), f"{t.values[0]:.3f}", f"{t.values[1]:.4g}", safe(settings))
     console.print(table)
 
 
@@ -186,5 +186,5 @@ def _print_confirmed(confirmed: dict[str, dict[str, Any]]) -> None:
     for m in SHOWN_METRICS:
         table.add_column(m, justify="right")
     for label, row in confirmed.items():
-        table.add_row(label, *(f"{row[m]:.3f}" if row.get(m) is not None else "-" for m in SHOWN_METRICS))
+        table.add_row(safe(label), *(f"{row[m]:.3f}" if row.get(m) is not None else "-" for m in SHOWN_METRICS))
     console.print(table)

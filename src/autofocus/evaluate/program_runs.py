@@ -74,11 +74,16 @@ def load_split(
 ) -> list[QAItem]:
     """The questions of ``split`` in the SKB at ``source`` (or a whole-file split in ``qa_dir``, e.g.
     ``autofocus synth --out``); ``SplitError`` names what is wrong, also a gold answer that is not a
-    node id below ``num_nodes`` (it would score 0 silently)."""
+    node id below ``num_nodes`` (it would score 0 silently). Without ``num_nodes`` the SKB is opened
+    (from its cache) to count them."""
     from autofocus.skb.qa import load_qa
 
     if source is None:
         raise SplitError(f"no QA files: the knowledge base was not loaded from a directory (split {split!r})")
+    if num_nodes is None:
+        from autofocus.skb.io import load_skb
+
+        num_nodes = load_skb(source).num_nodes  # builds the cache the knowledge base then memory-maps
     try:
         return load_qa(source, split, num_nodes=num_nodes, qa_dir=qa_dir)
     except KeyError as exc:  # unknown split
@@ -128,6 +133,7 @@ def evaluate_program(
     progress_console: Console | None = None,
     title: str | None = None,
     replay: Path | str | None = None,
+    qa_dir: Path | str | None = None,
 ) -> ProgramRun:
     """Run ``program`` (from ``autofocus.open``/``runtime.assemble``) on a QA split into ``out``.
 
@@ -144,6 +150,7 @@ def evaluate_program(
         replay: a run directory whose step 1-2 outputs (target type, query) are reused instead of
             asking the LM, so steps 3-8 can be compared under another config at no LM cost; questions
             the run lacks are asked as usual.
+        qa_dir: a folder with more whole-file splits (``qa_<split>.csv``, e.g. ``autofocus synth --out``).
 
     Raises ``evaluate.runner.RunMismatchError`` when ``out`` holds a different run, ``SplitError``
     for a split that cannot be loaded. A Ctrl-C keeps the finished questions and returns with
@@ -156,7 +163,7 @@ def evaluate_program(
     cfg: AutofocusConfig = program.config
     system: str = program.system
     program_file = getattr(program, "program_file", None)
-    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes)
+    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes, qa_dir)
     out = Path(out)
     if replay is not None:
         if not hasattr(program, "recorded"):
@@ -194,13 +201,14 @@ def evaluate_program(
 
 
 def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
-    """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory."""
+    """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory.
+    The run is only read: a damaged line raises ``ValueError`` naming it, and nothing is repaired."""
     from autofocus.evaluate.traces import read_traces
 
     path = run_dir / "traces.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no traces.jsonl to replay")
-    records, _ = read_traces(path)
+    records, _ = read_traces(path, repair=False)
     out: dict[str, tuple[Any, str | None]] = {}
     for rec in records:
         data = (rec.get("trace") or {}).get("data") or {}

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from autofocus.console import safe
 from autofocus.index.cache import EmbeddingCache, default_cache
 from autofocus.index.embedders import Embedder, l2_normalise
 from autofocus.index.store import MANIFEST, EmbeddingStore, IndexError_, skb_fingerprint
@@ -48,7 +49,7 @@ def _bar(enabled: bool, total: int, completed: int, description: str) -> Iterato
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns) as progress:
-        task = progress.add_task(description, total=total, completed=completed)
+        task = progress.add_task(safe(description), total=total, completed=completed)  # names paths and models
         yield lambda n: progress.advance(task, n)
 
 

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from autofocus.console import safe
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
@@ -75,7 +77,7 @@ def _progress(enabled: bool, total: int, description: str) -> Iterator[tuple[Pro
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
-        yield bar, bar.add_task(description, total=total)
+        yield bar, bar.add_task(safe(description), total=total)  # names a model, perhaps a path
 
 
 def _batched_embed(

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 
@@ -48,6 +48,10 @@ from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, n
 from autofocus.optimize.scoring import question_scores as _question_scores
 from autofocus.trace import Trace
 from autofocus.usage import UsageCallback
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
+    from autofocus.skb.model import SKB
 
 OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa")
 DEFAULT_RS_CANDIDATES = 4
@@ -279,7 +283,7 @@ def _with_usage_callback() -> list[Any]:
 def make_optimizer(
     name: str,
     metric: str,
-    skb: Any,
+    skb: SKB,
     candidates: Candidates | None,
     *,
     max_demos: int,
@@ -318,7 +322,7 @@ def make_optimizer(
 
 
 def optimise(
-    kb: Any,
+    kb: KnowledgeBaseLike,
     system: str,
     config: AutofocusConfig | None,
     train: Sequence[dspy.Example],

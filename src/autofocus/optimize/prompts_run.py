@@ -91,7 +91,8 @@ def run_prompt_optimisation(
     test_set = split_examples(skb, test, limit_test, qa_dir) if test else None
     kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind)
     reflection = (
-        get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS)
+        get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS, timeout=cfg.lm.timeout_s,
+               num_retries=cfg.lm.num_retries)
         if isinstance(reflection_lm, str)
         else reflection_lm
     )

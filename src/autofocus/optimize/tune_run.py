@@ -183,14 +183,14 @@ def run_tuning(
             lms_attached.append(True)
         with progress_bar(progress_console, progress and bool(missing)) as bar:
             task = bar.add_task(
-                f"steps 1-2 ({label})", total=len(questions), completed=len(questions) - len(missing), stats=""
+                safe(f"steps 1-2 ({label})"), total=len(questions), completed=len(questions) - len(missing), stats=""
             )
             got, asked = tuning.fill_llm_outputs(
                 prog, questions, cache, concurrency=cfg.concurrency, on_done=lambda _: bar.advance(task)
             )
         failed = sum(tuning.transient(o) for o in got.values())
         say(
-            f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now"
+            safe(f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now")
             + (f", [yellow]{failed} LM failures (asked again next run)[/]" if failed else "")
             + (
                 f" ({cache.other_identities} cached lines of other LMs/prompts ignored)"
@@ -221,7 +221,7 @@ def run_tuning(
     done_before = len(tuning.complete_trials(st))
     start = time.perf_counter()
     with progress_bar(progress_console, progress) as bar:
-        task = bar.add_task(f"study {study}", total=trials, completed=min(done_before, trials), stats="")
+        task = bar.add_task(safe(f"study {study}"), total=trials, completed=min(done_before, trials), stats="")
 
         def on_trial(s: Any, t: Any) -> None:
             try:
@@ -275,7 +275,7 @@ def run_tuning(
         for run_split, run_items, label, run_cfg in runs:
             run_dir = out / f"confirm-{run_split}-{config_hash(run_cfg)}"
             if console is not None:
-                console.rule(f"confirmation: {label} settings on {run_split} -> {run_dir}")
+                console.rule(safe(f"confirmation: {label} settings on {run_split} -> {run_dir}"))
             result.confirmed[f"{label} on {run_split}"] = _confirm(
                 make_program(run_cfg, lms="lazy"), run_items, run_dir, run_split, progress, console, progress_console
             )

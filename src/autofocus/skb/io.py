@@ -18,7 +18,7 @@ ProfileArg = str | Path | Mapping[str, Any] | None
 def detect_format(path: Path | str) -> SKBFormat:
     """``"dir"`` or ``"stark"``, from the files present; nothing is read, so no pickle is opened.
 
-    A folder with ``schema.json`` or ``nodes.jsonl`` is an SKB directory (its loader reports the files
+    A folder with ``schema.json``, ``nodes.jsonl`` or ``edges.csv`` is an SKB directory (its loader reports the files
     it lacks), whatever ``.pkl`` files lie beside it; otherwise a STaRK layout must be complete
     (``stark.REQUIRED_FILES``), and an incomplete one is reported by its missing files.
     """

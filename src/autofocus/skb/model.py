@@ -29,6 +29,13 @@ class Column:
     values: np.ndarray | TextArray
     present: np.ndarray
 
+    @property
+    def text(self) -> TextArray:
+        """The values of a ``string`` or ``json`` column (a number or date column has none)."""
+        if not isinstance(self.values, TextArray):
+            raise TypeError(f"a {self.kind} column holds numbers, not text")
+        return self.values
+
     def get(self, node_id: int) -> float | str | None:
         if not self.present[node_id]:
             return None
@@ -91,6 +98,11 @@ class SKB:
     @cached_property
     def candidate_ids(self) -> np.ndarray:
         return np.flatnonzero(self.type_mask(self.schema.answer_types))
+
+    def only_candidates(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """The ``ids`` whose type is a candidate (answer) type, in their order."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids[np.isin(self.node_type[ids], [self.type_code(t) for t in self.schema.answer_types])]
 
     def type_of(self, node_id: int) -> str:
         return self.node_type_names[int(self.node_type[node_id])]

@@ -140,7 +140,7 @@ def _read_qa_rows(path: Path, label: str) -> tuple[list[QAItem], dict[int, int],
             line, start = start, reader.line_num + 1
             if not row or all(not cell.strip() for cell in row):
                 continue
-            if len(row) < len(header):
+            if len(row) != len(header):  # one more: an unquoted comma cut the question short
                 issues.add(label, line, f"{len(row)} field(s), the header has {len(header)}")
                 continue
             try:

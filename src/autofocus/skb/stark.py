@@ -5,8 +5,8 @@ files are torch tensors. Unpickling runs code, so load only files you trust: the
 ``stark-qa`` package downloads from STaRK's own repository. The rules:
 
 * The format is decided from the files present, before any file is read (``autofocus.skb.io``):
-  a folder with ``schema.json`` or ``nodes.jsonl`` is an SKB directory, whatever ``.pkl`` files lie
-  beside it; a STaRK layout needs every file of ``REQUIRED_FILES``.
+  a folder with ``schema.json``, ``nodes.jsonl`` or ``edges.csv`` is an SKB directory, whatever
+  ``.pkl`` files lie beside it; a STaRK layout needs every file of ``REQUIRED_FILES``.
 * Tensors are read with ``torch.load(weights_only=True)``; the type dictionaries with an unpickler
   that refuses every class and function (``_load_plain_pickle``), so profile detection cannot run
   code.

@@ -11,28 +11,40 @@ The self-check parses the gold Cypher with ``parse_cypher`` and grounds it by th
 *names* (vector search with exact-name-first, one candidate per constant: ``l_max = 1``), as the
 program would; a pattern whose names are ambiguous or whose filters the program reads otherwise
 fails it and never reaches a question. Nothing here opens a QA file.
+
+A malformed LM answer costs one pattern. An LM that gives no answer (``is_lm_outage``: down, timing
+out, refusing the key) ``OUTAGES_TO_STOP`` times in a row stops the synthesis (``stopped``) instead of
+trying every pattern the graph has, each after a full LM timeout; the patterns not asked then are
+not counted as verbalised or rejected.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import to_cypher
+from autofocus.program.steps.llm_call import is_lm_outage
+from autofocus.redact import redact
 from autofocus.signatures import VerbalizePattern
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
 from autofocus.synthetic.verbalise import describe, question_problem
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
 
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
+
 Tick = Callable[[str, int], None]  # (stage, amount)
+OUTAGES_TO_STOP = 3  # LM outages in a row that stop a synthesis: the LM is down, not one request unlucky
 
 
 @dataclass
@@ -59,6 +71,7 @@ class SynthesisResult:
     seconds: float = 0.0
     lm_seconds: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
+    stopped: str | None = None  # why the synthesis stopped before ``n`` questions: an LM outage
 
     def coverage(self) -> dict[str, dict[str, int]]:
         """Questions per target type, triplets per edge type, questions per shape and with filters."""
@@ -72,6 +85,7 @@ class SynthesisResult:
     def summary(self) -> dict[str, Any]:
         return {
             "questions": len(self.pairs),
+            "stopped": self.stopped,
             "sampled": self.sampled,
             "self_checked": self.self_checked,
             "verbalised": self.verbalised,
@@ -86,7 +100,7 @@ class SynthesisResult:
         }
 
 
-def type_shares(kb: Any, n: int) -> dict[str, float]:
+def type_shares(kb: KnowledgeBaseLike, n: int) -> dict[str, float]:
     """Each candidate type's share of the questions: its share of the candidate nodes, at least 1/n."""
     counts = {t: len(kb.skb.ids_of_type(t)) for t in kb.skb.schema.answer_types}
     counts = {t: c for t, c in counts.items() if c}
@@ -100,13 +114,16 @@ def type_shares(kb: Any, n: int) -> dict[str, float]:
 class SelfCheck:
     """The program's own steps 3-5 on a gold Cypher query, constants found by name (``l_max = 1``)."""
 
-    def __init__(self, kb: Any) -> None:
+    def __init__(self, kb: KnowledgeBaseLike) -> None:
         from autofocus.program.systems.afr import AutofocusRetriever
+        from autofocus.runtime import assemble
 
         self.kb = kb
         # the gold query is schema-valid and grounds: nothing to repair or relax
         self.config = AutofocusConfig(l_max=1, steps="1-5", reranker="none", repair=False, relax=[])
-        self.program = AutofocusRetriever(kb, self.config)
+        program = assemble("afr", kb, self.config, lms=False)  # steps 3-5 only: no LM
+        assert isinstance(program, AutofocusRetriever)
+        self.program = program
 
     @staticmethod
     def _query_text(pattern: Pattern) -> str:
@@ -130,7 +147,7 @@ def _names(pattern: Pattern) -> list[str]:
 class _Stream:
     """Self-checked, deduplicated patterns in sampling order, target types kept in proportion."""
 
-    def __init__(self, kb: Any, sampler: PatternSampler, shares: dict[str, float], seed: int,
+    def __init__(self, kb: KnowledgeBaseLike, sampler: PatternSampler, shares: dict[str, float], seed: int,
                  max_attempts: int, result: SynthesisResult, tick: Tick | None) -> None:
         self.sampler, self.shares, self.result, self.tick = sampler, dict(shares), result, tick
         self.rng = np.random.default_rng(seed)
@@ -191,7 +208,7 @@ class _Stream:
 
 
 def synthesise(
-    kb: Any,
+    kb: KnowledgeBaseLike,
     n: int,
     *,
     seed: int = 0,
@@ -227,16 +244,29 @@ def synthesise(
     kb_description = kb.skb.schema.description or f"A knowledge base named {kb.skb.schema.name}."
     texts: set[str] = set()
 
-    def ask(item: tuple[Pattern, str]) -> tuple[str | None, str]:
+    lock, streak = threading.Lock(), [0]  # LM outages in a row
+
+    def ask(item: tuple[Pattern, str]) -> tuple[str | None, str | None]:
+        """(the question or None, the pattern's text or why it was rejected); (None, None): not asked."""
+        if result.stopped:
+            return None, None
         text = describe(item[0], kb.skb)
         try:
             pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
             question = " ".join(str(pred.question).split())
         except Exception as exc:  # a malformed or failed LM answer costs one pattern, not the run
+            if is_lm_outage(exc):
+                with lock:
+                    streak[0] += 1
+                    if streak[0] >= OUTAGES_TO_STOP and result.stopped is None:
+                        result.stopped = (f"the LM gave no answer {OUTAGES_TO_STOP} times in a row, the last: "
+                                          + redact(f"{type(exc).__name__}: {exc}")[:500])
             return None, f"LM error: {type(exc).__name__}"
         finally:
             if tick:
                 tick("questions", 1)
+        with lock:
+            streak[0] = 0
         return question, text
 
     callbacks = list(dspy.settings.get("callbacks") or [])
@@ -252,6 +282,9 @@ def synthesise(
             answers = map_concurrently(ask, batch, threads)
             result.lm_seconds += time.perf_counter() - t0
             for (pattern, cypher), (question, text) in zip(batch, answers, strict=True):
+                if text is None:  # not asked: the LM was down
+                    result.verbalised -= 1
+                    continue
                 if len(result.pairs) >= n:
                     break
                 problem = text if question is None else question_problem(question, pattern, kb.skb)
@@ -262,6 +295,8 @@ def synthesise(
                     continue
                 texts.add(question.lower())
                 result.pairs.append(SyntheticPair(len(result.pairs), question, pattern, cypher, text))
+            if result.stopped:
+                break
     result.rejected.update(sampler.stats.rejected)
     result.lm_calls, result.input_tokens, result.output_tokens = usage.calls, usage.input_tokens, usage.output_tokens
     result.seconds = time.perf_counter() - start

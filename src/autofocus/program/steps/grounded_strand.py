@@ -195,7 +195,7 @@ def _distances(qg: QueryGraph) -> dict[str, int]:
                         dist[b] = dist[v] + 1
                         nxt.append(b)
         frontier = nxt
-    return dist  # type: ignore[return-value]
+    return dist
 
 
 def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGraph, frozenset[str]]]:

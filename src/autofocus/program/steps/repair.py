@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -225,7 +226,7 @@ def label_evidence(
                 for label in [lab for lab in ev if lab not in named]:
                     ev[label] -= W_UNNAMED
         if var == qg.target and target_type in labels:
-            ev[target_type] = ev.get(target_type, 0.0) + W_STEP1  # type: ignore[index]
+            ev[target_type] = ev.get(target_type, 0.0) + W_STEP1
         evidence[var] = ev
     return evidence, notes
 
@@ -299,7 +300,7 @@ def repair_query(
             touching[t.tail] |= {r.src, r.dst}
     variables = list(qg.symbols)
     options = [_options(v, evidence[v], touching[v], sg.labels) for v in variables]
-    while _product(len(o) for o in options) > MAX_ASSIGNMENTS:
+    while math.prod(len(o) for o in options) > MAX_ASSIGNMENTS:
         longest = max(range(len(options)), key=lambda i: len(options[i]))
         options[longest] = options[longest][:-1]
     best: tuple[float, dict[str, str], list[tuple[_Choice, _Choice | None]]] | None = None
@@ -322,13 +323,6 @@ def repair_query(
         if alt is not None
     ]
     return Repaired(*_apply(qg, assign, first, notes), alternatives[:MAX_ALTERNATIVES])
-
-
-def _product(sizes: object) -> int:
-    out = 1
-    for s in sizes:  # type: ignore[attr-defined]
-        out *= s
-    return out
 
 
 def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],

@@ -606,3 +606,18 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reran
     if choice == "pointwise":
         kwargs.setdefault("scoring", "yes_no" if local else "signature")
     return RERANKERS[choice](config, **kwargs)
+
+
+def rerank_candidates(
+    reranker: dspy.Module | None, question: str, ids: list[int], skb: SKB, target_type: str | None,
+    retrieved: set[int], trace: Trace,
+) -> list[int]:
+    """Step 8 on ``ids`` as the systems run it, timed under ``8_rerank``; without a reranker (or
+    candidates) the ids as they are (a reranker keeps the order where it fails)."""
+    if reranker is None or not ids:
+        return [int(i) for i in ids]
+    with trace.step("8_rerank"):
+        ranked = reranker(
+            question=question, candidates=list(ids), skb=skb, target_type=target_type, retrieved=retrieved, trace=trace,
+        )
+    return [int(i) for i in ranked]

@@ -118,11 +118,12 @@ def _date_mask(values: np.ndarray, present: np.ndarray, op: str, value: object) 
         return _text_mask(iso, op, value)
     with np.errstate(invalid="ignore"):
         if op == "IN":
-            spans = [_parse_date(v) for v in value] if isinstance(value, list) else [None]
-            if any(span is None for span in spans):
+            parsed = [_parse_date(v) for v in value] if isinstance(value, list) else [None]
+            spans = [span for span in parsed if span is not None]
+            if len(spans) < len(parsed):
                 return None
             mask = np.zeros(len(values), dtype=bool)
-            for lo, hi in spans:  # type: ignore[misc]
+            for lo, hi in spans:
                 mask |= (values >= lo) & (values < hi)
             return mask
         span = _parse_date(value)
@@ -155,7 +156,7 @@ def _string_values(skb: SKB, key: str, col: Column) -> np.ndarray:
     """Lower-cased column text as a numpy StringDType array, built once per column."""
     cache = skb.__dict__.setdefault("_lower_text_cache", {})
     if key not in cache:
-        cache[key] = np.strings.lower(np.array(col.values.strings(), dtype=np.dtypes.StringDType()))  # type: ignore[arg-type]
+        cache[key] = np.strings.lower(np.array(col.text.strings(), dtype=np.dtypes.StringDType()))
     return cache[key]
 
 

@@ -67,7 +67,7 @@ def derive_target_type(
     types = context.candidate_types
     if predictor is None:
         return types[0]
-    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}  # type: ignore[attr-defined]
+    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
     with trace.step("1_target_type"):
         pred, raw = safe_predict(predictor, trace, "1_target_type", **inputs)
     if pred is not None:
@@ -340,7 +340,7 @@ class AutofocusRetriever(RetrievalProgram):
             types = list(self.context.candidate_types)
         label = strand.query_graph.target_type if strand.query_graph is not None else None
         if cfg.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
-            types.append(label)  # type: ignore[arg-type]
+            types.append(label)
             trace.event("7_vss_rest", "types_disagree", f"step 1: {', '.join(types1) or 'none'}; query: {label}")
         trace.data["step7_types"] = types
         return types

@@ -1,4 +1,5 @@
-"""``RetrievalProgram``: what every system is, a ``dspy.Module`` over a knowledge base.
+"""``RetrievalProgram``: what every system is, a ``dspy.Module`` over a knowledge base
+(``SeedSystem``: the systems compared with AF-Retriever, which have no step ablations).
 
 ``forward(question=...)`` returns a ``dspy.Prediction`` with ``ranked_ids`` and ``trace``. The base
 class adds what DSPy's conventions promise and a knowledge base needs:
@@ -33,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from autofocus.config import AutofocusConfig
 from autofocus.usage import question_deadline
 
 if TYPE_CHECKING:
-    from autofocus.config import AutofocusConfig
     from autofocus.kb import KnowledgeBaseLike
 
 _ATTACH_LOCK = threading.Lock()
@@ -113,6 +114,27 @@ class RetrievalProgram(dspy.Module):
         else:
             super().load(path, allow_pickle=allow_pickle, allow_unsafe_lm_state=allow_unsafe_lm_state)
         return self
+
+
+class SeedSystem(RetrievalProgram):
+    """What every system compared with AF-Retriever holds: the knowledge base, its config (refusing
+    AF-Retriever's step ablations, see ``require_full_pipeline``) and its spec for the trace."""
+
+    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None, system: str) -> None:
+        super().__init__()
+        self.kb = kb
+        self.config = config or AutofocusConfig()
+        self.system = system
+        require_full_pipeline(self.config, system)
+
+
+def require_full_pipeline(config: AutofocusConfig, system: str) -> None:
+    """The ``steps`` ablations are AF-Retriever's; other systems refuse them instead of ignoring them."""
+    if config.steps != "1-8":
+        raise ValueError(
+            f"{system}: steps={config.steps} is an AF-Retriever ablation; this system has no step ablations "
+            "(use reranker=none to skip its reranker)"
+        )
 
 
 def share(program: dspy.Module, memo: dict[int, Any]) -> None:

@@ -2,13 +2,11 @@
 
 They share the SKB, the embedding indexes (VSS ranks exactly like AF's step 7 without a target type)
 and the step-8 rerankers with AF-Retriever, so a comparison isolates the method, not the plumbing.
-The helpers at the bottom are shared by the other seed systems of this package.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -20,11 +18,9 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.cypher.mapping import SchemaMapper
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.vss import step7_rank_rest
-from autofocus.program.systems.base import RetrievalProgram
-from autofocus.query_graph import Constraint, Symbol
+from autofocus.program.systems.base import SeedSystem
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
@@ -32,7 +28,6 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
 
 BM25_FORMAT = 1
-_BRACKETED = re.compile(r"\[:?\s*([^\]]+?)\s*\]")
 
 
 class BM25Index:
@@ -109,18 +104,6 @@ def _load_or_build(skb: SKB, variant: str, budget_tokens: int | None, root: Path
     return index
 
 
-class SeedSystem(RetrievalProgram):
-    """What every system compared with AF-Retriever holds: the knowledge base, its config (refusing
-    AF-Retriever's step ablations, see ``require_full_pipeline``) and its spec for the trace."""
-
-    def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None, system: str) -> None:
-        super().__init__()
-        self.kb = kb
-        self.config = config or AutofocusConfig()
-        self.system = system
-        require_full_pipeline(self.config, system)
-
-
 class BM25Retriever(SeedSystem):
     """Lexical baseline: BM25 of the question against candidate documents; no LLM."""
 
@@ -157,51 +140,5 @@ class VSSRetriever(SeedSystem):
         trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
         trace.data["pre_rerank"] = ids
         target = types[0] if len(types) == 1 else None
-        ranked = rerank(self.reranker, question, ids, skb, target, set(), trace)
+        ranked = rerank_candidates(self.reranker, question, ids, skb, target, set(), trace)
         return dspy.Prediction(ranked_ids=ranked, trace=trace)
-
-
-# --- shared by the seed systems ---------------------------------------------------------------------
-
-
-def require_full_pipeline(config: AutofocusConfig, system: str) -> None:
-    """The ``steps`` ablations are AF-Retriever's; other systems refuse them instead of ignoring them."""
-    if config.steps != "1-8":
-        raise ValueError(
-            f"{system}: steps={config.steps} is an AF-Retriever ablation; this system has no step ablations "
-            "(use reranker=none to skip its reranker)"
-        )
-
-
-def rerank(
-    reranker: dspy.Module | None, question: str, ids: list[int], skb: SKB, target_type: str | None,
-    retrieved: set[int], trace: Trace,
-) -> list[int]:
-    """Step 8 on ``ids`` when a reranker is configured (the reranker keeps the order if it fails)."""
-    if reranker is None or not ids:
-        return [int(i) for i in ids]
-    with trace.step("8_rerank"):
-        ranked = reranker(
-            question=question, candidates=list(ids), skb=skb, target_type=target_type, retrieved=retrieved, trace=trace,
-        )
-    return [int(i) for i in ranked]
-
-
-def candidate_filter(skb: SKB, ids: np.ndarray) -> np.ndarray:
-    """The ``ids`` whose type is a candidate (answer) type, in their order."""
-    ids = np.asarray(ids, dtype=np.int64)
-    codes = [skb.type_code(t) for t in skb.schema.answer_types]
-    return ids[np.isin(skb.node_type[ids], codes)]
-
-
-def named_node(var: str, name: str, label: str, mapper: SchemaMapper) -> Symbol:
-    """A constant of a query graph: the node called ``name``, of the schema type ``label`` maps to
-    (untyped when it maps to none), as 4StepFocus's triplets and HybGRAG's topic entities name them."""
-    node_type = mapper.node_type(label).name if label else None
-    return Symbol(var=var, type=node_type, label=label, constraints=[Constraint(key="name", value=name)])
-
-
-def relation_label(raw: str) -> str:
-    """The relationship type inside ``(a)-[r]->(b)``, the form the prompts list them in, else the text."""
-    found = _BRACKETED.search(raw)
-    return found.group(1) if found else raw.strip()

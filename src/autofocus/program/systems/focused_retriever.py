@@ -25,12 +25,11 @@ from autofocus.config import AutofocusConfig
 from autofocus.program.steps.grounded_strand import ground_strand, parse_step
 from autofocus.program.steps.grounding import support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.afr import derive_target_type
-from autofocus.program.systems.base import RetrievalProgram
-from autofocus.program.systems.baselines import candidate_filter, require_full_pipeline, rerank
+from autofocus.program.systems.base import SeedSystem
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import target_type_signature
 from autofocus.signatures.seed_systems import DeriveCypher
@@ -41,15 +40,11 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
 
 
-class FocusedRetriever(RetrievalProgram):
+class FocusedRetriever(SeedSystem):
     """Answer a question with FocusedRetriever's Cypher, grounding, merge and rerank steps."""
 
     def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
-        super().__init__()
-        self.kb = kb
-        self.config = config or AutofocusConfig()
-        self.system = system
-        require_full_pipeline(self.config, system)
+        super().__init__(kb, config, system)
         if self.config.query_format != "cypher":
             raise ValueError(f"{system}: FocusedRetriever derives Cypher; query_format={self.config.query_format} "
                              "is an AF-Retriever option")
@@ -76,7 +71,7 @@ class FocusedRetriever(RetrievalProgram):
     def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray], QueryGraph]:
         """C_cypher (candidate types only), the final candidate set of every symbol and the graph grounded."""
         strand = ground_strand(self.kb, qg, self.config, trace)
-        grounded = candidate_filter(self.kb.skb, strand.answers)
+        grounded = self.kb.skb.only_candidates(strand.answers)
         trace.data["grounded_ids"] = grounded
         trace.data["num_grounded"] = len(grounded)
         trace.flags["grounded_nonempty"] = len(grounded) > 0
@@ -111,7 +106,7 @@ class FocusedRetriever(RetrievalProgram):
         retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000
                      for i in ids}
         # the grounded strand has the Cypher's type, the VSS strand y': each candidate is shown with its own
-        ranked = rerank(self.reranker, question, merged.ids, skb, None, retrieved, trace)
+        ranked = rerank_candidates(self.reranker, question, merged.ids, skb, None, retrieved, trace)
         if qg is not None and final:
             on_graph = set(y_cypher)
             trace.data["support"] = {str(i): support_paths(skb, qg, final, i) for i in ranked if i in on_graph}

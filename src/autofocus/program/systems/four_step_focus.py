@@ -25,18 +25,13 @@ from rapidfuzz import fuzz, process, utils
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
+from autofocus.program.steps.entities import named_node, relation_label
 from autofocus.program.steps.grounding import ground_triplets, support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.vss import merge, step6_rank_grounded, step7_rank_rest
-from autofocus.program.systems.baselines import (
-    SeedSystem,
-    candidate_filter,
-    named_node,
-    relation_label,
-    rerank,
-)
+from autofocus.program.systems.base import SeedSystem
 from autofocus.query_graph import Dropped, QueryGraph, Symbol, Triplet
 from autofocus.signatures.seed_systems import RawTriplet, TripletGeneration
 from autofocus.skb.model import SKB
@@ -86,8 +81,8 @@ class NameMatcher:
         return matcher
 
     def _choices(self, node_type: str | None) -> tuple[list[str], np.ndarray]:
-        if node_type not in self._by_type:
-            keep = np.flatnonzero(self.skb.node_type[self.owner] == self.skb.type_code(node_type))  # type: ignore[arg-type]
+        if node_type is not None and node_type not in self._by_type:  # None (every type) is there from the start
+            keep = np.flatnonzero(self.skb.node_type[self.owner] == self.skb.type_code(node_type))
             self._by_type[node_type] = ([self.choices[i] for i in keep.tolist()], self.owner[keep])
         return self._by_type[node_type]
 
@@ -241,7 +236,7 @@ class FourStepFocus(SeedSystem):
             sets.setdefault(v, None)
         final = ground_triplets(skb, used.triplets, sets, type_masks)
         target = final.get(qg.target)
-        filtered = candidate_filter(skb, target) if target is not None else np.zeros(0, np.int64)
+        filtered = skb.only_candidates(target) if target is not None else np.zeros(0, np.int64)
         trace.data["grounded_ids"] = filtered[:1000].tolist()
         trace.data["num_grounded"] = len(filtered)
         trace.flags["grounded_nonempty"] = len(filtered) > 0
@@ -274,7 +269,7 @@ class FourStepFocus(SeedSystem):
         retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000
                      for i in ids}
         # no target type: C_additional spans all candidate types, so each candidate is shown with its own
-        ranked = rerank(self.reranker, question, merged.ids, skb, None, retrieved, trace)
+        ranked = rerank_candidates(self.reranker, question, merged.ids, skb, None, retrieved, trace)
         grounded = set(first)
         ranked = [i for i in ranked if i in grounded] + [i for i in ranked if i not in grounded]
         if qg is not None and final:

@@ -35,11 +35,12 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import mapper_for
+from autofocus.program.steps.entities import named_node, relation_label
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.symbols import retrieve_symbol_candidates
 from autofocus.program.steps.vss import step7_rank_rest
-from autofocus.program.systems.baselines import SeedSystem, candidate_filter, named_node, relation_label
+from autofocus.program.systems.base import SeedSystem
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures.seed_systems import FEEDBACK, HybComment, HybRoute, HybValidate, TopicEntity
 from autofocus.skb.documents import render_document
@@ -232,9 +233,9 @@ class HybGRAG(SeedSystem):
             if node is None:
                 continue
             mask = ego_graph(skb, node, edge_types, cfg.ego_radius)
-            out.ego[label] = candidate_filter(skb, np.flatnonzero(mask))
+            out.ego[label] = skb.only_candidates(np.flatnonzero(mask))
             pool = mask if pool is None else pool & mask
-        out.pool = candidate_filter(skb, np.flatnonzero(pool) if pool is not None else np.zeros(0, np.int64))
+        out.pool = skb.only_candidates(np.flatnonzero(pool) if pool is not None else np.zeros(0, np.int64))
         if len(out.pool):
             qvec = self.kb.embed_query(question)
             ids, _ = self.kb.index(cfg.doc_variant_step7).search(qvec, candidates=out.pool, k=cfg.k)

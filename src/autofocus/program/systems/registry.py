@@ -109,8 +109,6 @@ def _load_builtin() -> None:
     if _SYSTEMS:
         return
     from autofocus.program.systems.afr import AutofocusRetriever
-
-    register("afr", lambda kb, cfg, spec: AutofocusRetriever(kb, cfg, system=spec))
     from autofocus.program.systems.baselines import BM25Retriever, VSSRetriever
     from autofocus.program.systems.focused_retriever import FocusedRetriever
     from autofocus.program.systems.four_step_focus import FourStepFocus
@@ -119,6 +117,7 @@ def _load_builtin() -> None:
     def afr(kb: KnowledgeBaseLike, cfg: AutofocusConfig, spec: str) -> dspy.Module:
         return AutofocusRetriever(kb, cfg, system=spec)
 
+    register("afr", afr)
     # AF-Retriever as the paper has it (no repair, relaxation, type scoring, constrained decoding, graph-derived
     # prompts or evidence-weighted slots), its ablations (paper Table 5), rerankers (Table 6) and the authors' code
     register("afr-paper", afr, **PAPER)

@@ -1,0 +1,80 @@
+"""A whole synthesis run (``autofocus.synthesise``, ``autofocus synth``): the knowledge base, the LM that
+writes the questions, the synthesis, and the files of the ``synthetic`` split.
+
+The files go beside the SKB's QA file (``qa_synthetic.csv``; ``stark_qa_synthetic.csv`` beside a
+STaRK ``stark_qa.csv``), or into ``out`` (then give ``qa_dir=out`` / ``--qa-dir`` to the commands
+that read the split).
+
+Example:
+    run = run_synthesis("data/demo", load_config(lm="local"), 100)
+    run.paths["qa"], run.result.summary()["questions"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autofocus.config import AutofocusConfig
+from autofocus.synthetic.build import SynthesisResult, Tick, synthesise
+from autofocus.synthetic.files import QA_FILE, SPLIT, export_chat, write_synthetic
+
+if TYPE_CHECKING:
+    from autofocus.kb import KnowledgeBaseLike
+
+VERBALISE_MAX_TOKENS = 256  # one question
+
+
+@dataclass
+class SynthesisRun:
+    """What a run made: the pairs (``result``), the knowledge base, the split's files by kind (``qa``,
+    ``patterns``, ``summary``) and the chat export, if one was asked for."""
+
+    result: SynthesisResult
+    kb: KnowledgeBaseLike
+    paths: dict[str, Path]
+    chat: Path | None = None
+
+
+def qa_folder(skb: Path | str) -> tuple[Path, str]:
+    """Where the SKB's whole-file splits live and the file name the ``synthetic`` split takes there."""
+    from autofocus.skb.qa import find_qa
+
+    main = find_qa(skb).main  # locates files only: nothing is read
+    if main is None:
+        return Path(skb), QA_FILE
+    return main.parent, f"{main.stem}_{SPLIT}.csv"
+
+
+def run_synthesis(
+    skb: Path | str,
+    config: AutofocusConfig,
+    n: int,
+    *,
+    out: Path | str | None = None,
+    seed: int = 0,
+    max_answers: int = 20,
+    max_triplets: int = 3,
+    filter_rate: float = 0.3,
+    threads: int = 1,
+    chat: Path | str | None = None,
+    tick: Tick | None = None,
+) -> SynthesisRun:
+    """Synthesise ``n`` questions from the SKB at ``skb`` (``synthetic.build.synthesise``), asking the
+    config's default LM (with its timeout and retries), and write the split's files; ``chat`` also
+    writes step 2's fine-tuning data there. Raises what opening the SKB or the LM raises
+    (``SKBFormatError``, ``FileNotFoundError``, ``ValueError``)."""
+    import dspy
+
+    from autofocus import runtime
+    from autofocus.lm import get_lm
+
+    kb = runtime.open_kb(skb, config.embedder, config.index_kind)
+    folder, qa_name = (Path(out), QA_FILE) if out is not None else qa_folder(skb)
+    lm = get_lm(config.lm.default, **{**config.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
+    with dspy.context(lm=lm):
+        result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
+                            filter_rate=filter_rate, threads=threads, tick=tick)  # fmt: skip
+    paths = write_synthetic(result, kb.skb, folder, qa_name)
+    return SynthesisRun(result, kb, paths, export_chat(result, kb.skb, chat) if chat is not None else None)
