@@ -5,6 +5,9 @@ Run as ``python -m autofocus.local_lm.serve`` with the options of ``python -m ll
 
 * maps ``max_completion_tokens`` (what DSPy sends for ``openai/`` models) to ``max_tokens``, which the
   stock server ignores, so generation stops where the caller asked;
+* starts every prompt from the longest prefix of a recently kept prompt state (``PromptStates``) and says
+  in a chat completion's usage how many prompt tokens that saved (``prompt_tokens_details.cached_tokens``,
+  as OpenAI reports it; the stock response model has no such field, so ``CachedTokensMiddleware`` adds it);
 * adds ``POST /v1/autofocus/next_token_logprobs``: log-probabilities of chosen first tokens of the
   assistant's answer, for yes/no scoring. The stock server returns logprobs only for models loaded with
   ``logits_all=True``, which keeps an n_ctx x n_vocab float array (2.5 GB for Qwen at n_ctx 4096) and
@@ -65,6 +68,53 @@ class MaxCompletionTokensMiddleware:
             return await receive()
 
         await self.app({**scope, "headers": headers}, replay, send)
+
+
+_CACHED_BY_ID: dict[str, int] = {}  # completion id -> prompt tokens taken from the cache, until its response is sent
+
+
+class CachedTokensMiddleware:
+    """ASGI middleware: put ``prompt_tokens_details.cached_tokens`` into a chat completion's usage (the
+    server's response model would drop it), looked up by the completion's id."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def buffered(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body" or not start:
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = _with_cached_tokens(b"".join(chunks))
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+        streaming = any(k.lower() == b"accept" and b"event-stream" in v for k, v in scope.get("headers", []))
+        await self.app(scope, receive, send if streaming else buffered)
+
+
+def _with_cached_tokens(body: bytes) -> bytes:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict) or not isinstance(data.get("usage"), dict) or data.get("id") not in _CACHED_BY_ID:
+        return body
+    data["usage"]["prompt_tokens_details"] = {"cached_tokens": _CACHED_BY_ID.pop(data["id"])}
+    return json.dumps(data).encode()
 
 
 class PromptStates:
@@ -149,8 +199,10 @@ def remember_prompts(llama: Any, states: PromptStates) -> None:
     def complete_with_cached_count(*args: Any, **kwargs: Any) -> Any:
         reused[0] = 0
         result = complete(*args, **kwargs)
-        if isinstance(result, dict) and isinstance(result.get("usage"), dict):
-            result["usage"]["prompt_tokens_details"] = {"cached_tokens": reused[0]}
+        if isinstance(result, dict) and "id" in result:
+            if len(_CACHED_BY_ID) > 1000:  # responses that were never sent (client gone)
+                _CACHED_BY_ID.clear()
+            _CACHED_BY_ID[result["id"]] = reused[0]
         return result
 
     llama.generate = generate_from_kept
@@ -354,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(server_settings=server_settings, model_settings=[parse_model_from_args(ModelSettings, args)])
     _add_scoring_route(app)
     app.add_middleware(MaxCompletionTokensMiddleware)
+    app.add_middleware(CachedTokensMiddleware)
     if args.parent_pid is not None:
         _exit_with_parent(args.parent_pid)
     uvicorn.run(app, host=server_settings.host, port=server_settings.port, log_level="warning")
