@@ -25,7 +25,7 @@ from autofocus.local_lm import models, server
 from autofocus.local_lm import server as server_module
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
-from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
+from autofocus.local_lm.serve import _CACHED_BY_ID, CachedTokensMiddleware, MaxCompletionTokensMiddleware
 from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
 from autofocus.usage import usage_scope
 
@@ -295,6 +295,40 @@ def test_middleware_maps_max_completion_tokens() -> None:
     assert body == {"model": "m", "max_tokens": 7} and length == len(json.dumps(body).encode())
     body, _ = _run_middleware({"model": "m", "max_completion_tokens": 7, "max_tokens": 3})
     assert body["max_tokens"] == 3 and "max_completion_tokens" not in body
+
+
+def test_cached_prompt_tokens_are_added_to_the_chat_completions_usage() -> None:
+    """The stock response model drops ``prompt_tokens_details``; the middleware puts it back by completion id,
+    in pieces or whole, and leaves other routes and unknown completions alone."""
+    completion = {"id": "chatcmpl-1", "usage": {"prompt_tokens": 900, "completion_tokens": 3, "total_tokens": 903}}
+
+    def respond(path: str, cached: int | None) -> tuple[dict, int]:
+        if cached is not None:
+            _CACHED_BY_ID[completion["id"]] = cached
+        raw = json.dumps(completion).encode()
+        sent: list[dict] = []
+
+        async def app(scope: dict, receive: object, send: object) -> None:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(len(raw)).encode())]})  # fmt: skip
+            await send({"type": "http.response.body", "body": raw[:10], "more_body": True})
+            await send({"type": "http.response.body", "body": raw[10:]})
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        asyncio.run(CachedTokensMiddleware(app)({"type": "http", "method": "POST", "path": path, "headers": []}, None, send))
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        length = int(dict(sent[0]["headers"])[b"content-length"])
+        assert length == len(body)
+        return json.loads(body), len(_CACHED_BY_ID)
+
+    data, left = respond("/v1/chat/completions", 850)
+    assert data["usage"]["prompt_tokens_details"] == {"cached_tokens": 850} and left == 0
+    assert "prompt_tokens_details" not in respond("/v1/chat/completions", None)[0]["usage"]
+    _CACHED_BY_ID[completion["id"]] = 5
+    assert "prompt_tokens_details" not in respond("/v1/completions_other", None)[0]["usage"]
+    _CACHED_BY_ID.clear()
 
 
 def test_scoring_http_error_is_reported(tmp_path: Path) -> None:
