@@ -31,10 +31,10 @@ def run(*args: str) -> str:
 
 
 def test_build_then_search_then_info(skb_dir: Path, tmp_path: Path) -> None:
-    out = run("index", "build", str(skb_dir), "--variant", "all", "--index-dir", str(tmp_path))
+    out = run("index", "build", str(skb_dir), "--index-dir", str(tmp_path))  # the variants the default config searches
     assert "text+rel" in out and "12/12" in out
     stores = sorted(p.parent for p in tmp_path.glob("*/*/manifest.json"))
-    assert [p.name for p in stores] == ["text", "text+rel"]
+    assert [p.name for p in stores] == ["text-128t", "text+rel-128t"]
     assert list((stores[0] / "faiss" / "flat").glob("*.faiss"))
 
     out = run("search", "multi-hop question answering over knowledge graphs", "--skb", str(skb_dir),
@@ -74,4 +74,4 @@ def test_import_then_search_needs_the_same_model(skb_dir: Path, tmp_path: Path) 
     assert "Graph Retrieval at Scale" in out  # node 0's own vector was the query
     result = runner.invoke(app, ["search", "graph retrieval", "--skb", str(skb_dir), "--index-dir",
                                  str(tmp_path / "idx"), "--embedder", "openai/text-embedding-3-small"])
-    assert result.exit_code == 1 and "built with: openai/text-embedding-ada-002 (text)" in result.output
+    assert result.exit_code == 1 and "built with: openai/text-embedding-ada-002 (text, imported)" in result.output

@@ -110,7 +110,9 @@ class AutofocusConfig(BaseModel):
     yes_no_description_tokens: int | None = Field(
         160, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"
     )
-    doc_budget_tokens: int = Field(384, ge=32)
+    doc_budget_tokens: int | None = Field(
+        None, ge=32, description="node documents embedded in at most this many tokens (None: the embedder's trained length, 128 for MiniLM)"
+    )
     steps: str = "1-8"
     concurrency: int = Field(4, ge=1)
     lm_concurrency: int | None = Field(
@@ -148,6 +150,13 @@ class AutofocusConfig(BaseModel):
     @property
     def last_step(self) -> int:
         return int(self.steps[-1])
+
+    @property
+    def doc_variants(self) -> list[str]:
+        """The document variants whose indexes these steps search: step 7's alone for ``1+7``."""
+        used = {self.doc_variant_step7} if self.steps == "1+7" else {self.doc_variant_step4, self.doc_variant_step6,
+                                                                      self.doc_variant_step7}
+        return sorted(used)
 
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2))

@@ -73,7 +73,7 @@ def synth_command(
     from autofocus.synthetic import synthesise, write_synthetic
 
     cfg = load_config(config, lm=lm)
-    kb = open_kb(skb, cfg.embedder, cfg.index_kind)
+    kb = open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
     folder, qa_name = (out, "qa_synthetic.csv") if out is not None else qa_folder(skb)
     task_lm = get_lm(cfg.lm.default, temperature=cfg.lm.temperature, max_tokens=VERBALISE_MAX_TOKENS)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
