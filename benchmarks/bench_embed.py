@@ -9,7 +9,7 @@ Configurations, each embedding every node of the SKB in both document variants (
   once), then the 128-token budget (MiniLM's trained length), then the ONNX backends;
 - ``after``: the new defaults (``auto`` backend, the embedder's trained budget, the new loop).
 
-Also: texts per second of each backend on the very same texts (equal length), the cosine of the ONNX
+Also: the ONNX int8 backend at budgets 64 and 256, texts per second of each backend on the very same texts (equal length), the cosine of the ONNX
 vectors to torch's, and VSS on the QA split (``--split``) with each backend's index: hit@20 and how
 many questions keep the same top 20. Writes ``benchmarks/results/embed.json``.
 
@@ -121,7 +121,7 @@ def main() -> None:
         e.embed(["warm up"])  # loads torch, exports the ONNX models on first use
     setup_s = time.perf_counter() - t0
     new_budget = trained_tokens(auto)
-    docs = {384: documents(skb, ids, 384), new_budget: documents(skb, ids, new_budget)}
+    docs = {b: documents(skb, ids, b) for b in sorted({64, new_budget, 256, 384})}
     configs: dict[str, Callable[[], np.ndarray]] = {
         "before: torch, 384 tokens, old loop": lambda: old_loop(emb["torch"], docs[384]),
         "torch, 384, new loop (sorted chunks, dedup)": lambda: new_loop(emb["torch"], docs[384]),
@@ -130,6 +130,8 @@ def main() -> None:
         f"onnx-int8, {new_budget}, new loop": lambda: new_loop(emb["onnx-int8"], docs[new_budget]),
         "onnx, 384, new loop (backend alone)": lambda: new_loop(emb["onnx"], docs[384]),
         "onnx-int8, 384, new loop (backend alone)": lambda: new_loop(emb["onnx-int8"], docs[384]),
+        "onnx-int8, 64, new loop (budget)": lambda: new_loop(emb["onnx-int8"], docs[64]),
+        "onnx-int8, 256, new loop (budget)": lambda: new_loop(emb["onnx-int8"], docs[256]),
     }
     seconds: dict[str, list[float]] = {name: [] for name in configs}
     vectors: dict[str, np.ndarray] = {}

@@ -53,7 +53,8 @@ import synthetic_skb
 from autofocus import paths
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"
-EMBEDDER = "local:all-MiniLM-L6-v2"
+EMBEDDER = "local:all-MiniLM-L6-v2"  # embeds the questions and constants (its time is real), any backend
+STORE_MODEL, STORE_BUDGET = "synthetic:random-vectors", 128  # what the stores are registered under, once for every backend
 TARGET_MS = {"median": 50.0, "p95": 300.0}
 # Table 8, MAG validation set, seconds (median, mean, max); step 5 with l_max = 100
 PAPER_MAG_S = {
@@ -108,11 +109,10 @@ def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[
     FAISS indexes cached under the stores are kept: they record the checksum of the vectors they
     were built from and are rebuilt only when those changed."""
     ready = _ready_file(workdir)
-    wanted = {"scale": scale, "seed": seed, "embedder": EMBEDDER, "variants": list(VARIANTS), "vectors": vectors,
-              "rel_noise": REL_NOISE}  # fmt: skip
+    wanted = {"scale": scale, "seed": seed, "model": STORE_MODEL, "budget": STORE_BUDGET, "variants": list(VARIANTS),
+              "vectors": vectors, "rel_noise": REL_NOISE}  # fmt: skip
     if ready.is_file() and json.loads(ready.read_text()).get("spec") == wanted:
         return {"reused": True, **json.loads(ready.read_text())}
-    from autofocus.index.embedders import get_embedder
     from autofocus.index.store import DONE, MANIFEST, VECTORS, Manifest, now, sha256_file, store_dir
     from autofocus.skb.cache import write_cache
 
@@ -124,9 +124,9 @@ def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[
     del arrays
     write_cache(skb, workdir / "skb", source="synthetic")
     t_skb = time.perf_counter() - t0
-    name = get_embedder(EMBEDDER).name
+    name = STORE_MODEL
     t0 = time.perf_counter()
-    dirs = {v: store_dir(workdir / "index", name, v) for v in VARIANTS}
+    dirs = {v: store_dir(workdir / "index", name, v, STORE_BUDGET) for v in VARIANTS}
     for directory in dirs.values():
         directory.mkdir(parents=True, exist_ok=True)
         (directory / MANIFEST).unlink(missing_ok=True)
@@ -134,7 +134,7 @@ def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[
     for variant, directory in dirs.items():
         np.save(directory / DONE, np.ones(n, dtype=bool))
         manifest = Manifest(
-            model=name, dim=384, variant=variant, doc_budget_tokens=384, skb_fingerprint=skb.fingerprint,
+            model=name, dim=384, variant=variant, doc_budget_tokens=STORE_BUDGET, skb_fingerprint=skb.fingerprint,
             num_nodes=n, rows_done=n, sha256=sha256_file(directory / VECTORS), source="synthetic", updated=now(),
         )
         (directory / MANIFEST).write_text(manifest.model_dump_json(indent=2))
@@ -257,7 +257,7 @@ class NearTargetEmbedder:
 
     def __init__(self, inner: Any, vectors: np.ndarray, targets: dict[str, int]) -> None:
         self.inner, self.vectors, self.targets = inner, vectors, targets
-        self.name = inner.name
+        self.name = STORE_MODEL  # the stores' model, whichever backend pays the embedding time
 
     @property
     def dim(self) -> int:
@@ -339,13 +339,14 @@ def _recall(got: list[int], truth: list[int]) -> float | None:
 
 
 def phase_run(
-    workdir: Path, count: int, seed: int, index_kind: str, warmup: int, torch_threads: int, query_vectors: str
+    workdir: Path, count: int, seed: int, index_kind: str, warmup: int, torch_threads: int, query_vectors: str,
+    backend: str,
 ) -> dict[str, Any]:
     import torch
 
     from autofocus.config import AutofocusConfig
     from autofocus.index.cache import EmbeddingCache
-    from autofocus.index.embedders import get_embedder
+    from autofocus.index.embedders import get_embedder, with_backend
     from autofocus.kb import KnowledgeBase
     from autofocus.program.systems.afr import AutofocusRetriever
     from autofocus.skb.cache import read_cache
@@ -358,19 +359,19 @@ def phase_run(
     skb = read_cache(workdir / "skb")
     cold["load_skb_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    embedder = get_embedder(EMBEDDER)
-    embedder.embed(["warm up"])
+    model = get_embedder(with_backend(EMBEDDER, backend))
+    model.embed(["warm up"])
     cold["load_embedder_s"] = time.perf_counter() - t0
     queries = make_queries(skb, count + warmup, seed)
-    if query_vectors == "near-target":
-        from autofocus.index.store import EmbeddingStore, store_dir
+    from autofocus.index.store import EmbeddingStore, store_dir
 
-        stored = EmbeddingStore.open(store_dir(workdir / "index", embedder.name, "text")).vectors
-        embedder = NearTargetEmbedder(embedder, stored, {t: n for q in queries for t, n in q["targets"].items()})
+    stored = EmbeddingStore.open(store_dir(workdir / "index", STORE_MODEL, "text", STORE_BUDGET)).vectors
+    targets = {t: n for q in queries for t, n in q["targets"].items()} if query_vectors == "near-target" else {}
+    embedder = NearTargetEmbedder(model, stored, targets)
 
     def open_kb(kind: str) -> TimedKB:
         kb = KnowledgeBase(skb, embedder, workdir / "index", index_kind=kind, build_missing=False,  # type: ignore[arg-type]
-                           progress=False, cache=EmbeddingCache(None))  # fmt: skip
+                           progress=False, cache=EmbeddingCache(None), doc_budget_tokens=STORE_BUDGET)  # fmt: skip
         for variant in VARIANTS:
             kb.index(variant).prepare(["paper"] if variant == "text+rel" else None)
         return TimedKB(kb)
@@ -404,7 +405,8 @@ def phase_run(
         recall = {k: float(np.mean([x for x in v if x is not None])) for k, v in per.items()}
     return {"cold": cold, "memory": {"start": mem0, "after_open": mem_open, "after_queries": mem_end},
             "rows": rows, "recall": recall, "examples": [{k: q[k] for k in ("shape", "cypher")} for q in queries[warmup : warmup + len(SHAPES)]],
-            "index_kind": index_kind, "query_vectors": query_vectors, "torch_threads": torch.get_num_threads(), "load_avg": os.getloadavg()}  # fmt: skip
+            "index_kind": index_kind, "query_vectors": query_vectors, "torch_threads": torch.get_num_threads(),
+            "embedder": model.name, "load_avg": os.getloadavg()}  # fmt: skip
 
 
 # --- report ---------------------------------------------------------------------------------------
@@ -505,6 +507,8 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="intra-op threads of the query embedder (0: torch's default, all cores; on a busy "
                              "machine its spinning threads made one embedding 5x slower at the median)")
+    parser.add_argument("--embedder-backend", default="auto", choices=["auto", "torch", "onnx", "onnx-int8"],
+                        help="what embeds the questions and constants (torch: the path before ONNX Runtime)")
     parser.add_argument("--workdir", type=Path, default=None, help="SKB + stores (kept and reused)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--phase", choices=["prepare", "run"], help=argparse.SUPPRESS)
@@ -515,7 +519,7 @@ def main() -> None:
         return
     if args.phase == "run":
         print(json.dumps(phase_run(workdir, args.queries, args.seed, args.index_kind, args.warmup, args.torch_threads,
-                                   args.query_vectors)))
+                                   args.query_vectors, args.embedder_backend)))
         return
     common = ["--scale", str(args.scale), "--seed", str(args.seed), "--workdir", str(workdir), "--vectors", args.vectors]
     result: dict[str, Any] = {
@@ -527,7 +531,7 @@ def main() -> None:
     result["prepare"] = _run_phase(["--phase", "prepare", *common])
     run = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
                       "--index-kind", args.index_kind, "--torch-threads", str(args.torch_threads),
-                      "--query-vectors", args.query_vectors])  # fmt: skip
+                      "--query-vectors", args.query_vectors, "--embedder-backend", args.embedder_backend])  # fmt: skip
     result["aggregate"] = aggregate(run["rows"])
     result["run"] = {k: v for k, v in run.items() if k != "rows"}
     result["rows"] = run["rows"]

@@ -340,30 +340,42 @@ def get_embedder(spec: str | Embedder, **kwargs: Any) -> Embedder:
     """
     if not isinstance(spec, str):
         return spec
+    spec = _resolve(spec.strip())
     key = spec if not kwargs else f"{spec}|{sorted(kwargs.items())!r}"
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:
-            _EMBEDDERS[key] = _make_embedder(spec.strip(), **kwargs)
+            _EMBEDDERS[key] = _make_embedder(spec, **kwargs)
         return _EMBEDDERS[key]
+
+
+def _local_model(rest: str) -> tuple[Path, str, int | None]:
+    """``(directory, base name, trained tokens)`` of a local spec's model part."""
+    if rest.lower() in (PACKAGED_MINILM.lower(), f"sentence-transformers/{PACKAGED_MINILM}".lower()):
+        return packaged_minilm_path(), f"local:{PACKAGED_MINILM}", PACKAGED_MINILM_TRAINED_TOKENS
+    path = Path(rest).expanduser()
+    if not path.is_dir():
+        raise EmbedderError(
+            f"local embedder {rest!r}: no such directory (models are never downloaded; "
+            f"the packaged model is {DEFAULT_EMBEDDER!r})"
+        )
+    return path, f"local:{path.resolve()}", None
+
+
+def _resolve(spec: str) -> str:
+    """A local spec with its backend decided (``auto`` resolved), so both spellings share one instance."""
+    if not spec.startswith("local:"):
+        return spec
+    rest, backend = split_backend(spec.removeprefix("local:"))
+    if backend == "auto":
+        backend = auto_backend(_local_model(rest)[0])
+    return f"local:{rest}@{backend}"
 
 
 def _make_embedder(spec: str, **kwargs: Any) -> Embedder:
     kind, sep, rest = spec.partition(":")
     if sep and kind == "local":
         rest, backend = split_backend(rest)
-        trained: int | None = None
-        if rest.lower() in (PACKAGED_MINILM.lower(), f"sentence-transformers/{PACKAGED_MINILM}".lower()):
-            path, base, trained = packaged_minilm_path(), f"local:{PACKAGED_MINILM}", PACKAGED_MINILM_TRAINED_TOKENS
-        else:
-            path = Path(rest).expanduser()
-            if not path.is_dir():
-                raise EmbedderError(
-                    f"local embedder {rest!r}: no such directory (models are never downloaded; "
-                    f"the packaged model is {DEFAULT_EMBEDDER!r})"
-                )
-            base = f"local:{path.resolve()}"
-        if backend == "auto":
-            backend = auto_backend(path)
+        path, base, trained = _local_model(rest)
         return SentenceTransformerEmbedder(path, base, backend, trained_tokens=trained, **kwargs)
     if sep and kind == "precomputed":
         return PrecomputedEmbedder(rest, **kwargs)
