@@ -26,6 +26,7 @@ resident memory). Prints a table and writes ``benchmarks/results/retrieval.json`
 
     .venv/bin/python benchmarks/bench_retrieval.py                      # full scale, 300 queries
     .venv/bin/python benchmarks/bench_retrieval.py --scale 0.01 --queries 50 --out /tmp/r.json
+    .venv/bin/python benchmarks/bench_retrieval.py --embedder-backend torch,auto   # before/after, same rankings asserted
 """
 
 from __future__ import annotations
@@ -507,8 +508,9 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="intra-op threads of the query embedder (0: torch's default, all cores; on a busy "
                              "machine its spinning threads made one embedding 5x slower at the median)")
-    parser.add_argument("--embedder-backend", default="auto", choices=["auto", "torch", "onnx", "onnx-int8"],
-                        help="what embeds the questions and constants (torch: the path before ONNX Runtime)")
+    parser.add_argument("--embedder-backend", default="auto",
+                        help="what embeds the questions and constants: auto, torch (the path before ONNX Runtime), onnx, "
+                             "onnx-int8; a comma list runs each in turn and checks that they rank identically")
     parser.add_argument("--workdir", type=Path, default=None, help="SKB + stores (kept and reused)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--phase", choices=["prepare", "run"], help=argparse.SUPPRESS)
@@ -529,16 +531,31 @@ def main() -> None:
         "targets_ms": TARGET_MS, "paper_mag_s": PAPER_MAG_S,
     }  # fmt: skip
     result["prepare"] = _run_phase(["--phase", "prepare", *common])
-    run = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
-                      "--index-kind", args.index_kind, "--torch-threads", str(args.torch_threads),
-                      "--query-vectors", args.query_vectors, "--embedder-backend", args.embedder_backend])  # fmt: skip
-    result["aggregate"] = aggregate(run["rows"])
-    result["run"] = {k: v for k, v in run.items() if k != "rows"}
-    result["rows"] = run["rows"]
+    backends = args.embedder_backend.split(",")
+    runs = {}
+    for backend in backends:  # one fresh process each, one after the other
+        runs[backend] = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
+                                    "--index-kind", args.index_kind, "--torch-threads", str(args.torch_threads),
+                                    "--query-vectors", args.query_vectors, "--embedder-backend", backend])  # fmt: skip
+    if len(runs) > 1 and args.query_vectors == "near-target":  # same query vectors: every ranking must be the same
+        first = [r["ids"] for r in runs[backends[0]]["rows"]]
+        for backend in backends[1:]:
+            assert [r["ids"] for r in runs[backend]["rows"]] == first, f"{backend} ranks differently from {backends[0]}"
+        result["identical_rankings"] = True
+    result["by_backend"] = {b: {"aggregate": aggregate(r["rows"]), "run": {k: v for k, v in r.items() if k != "rows"}}
+                            for b, r in runs.items()}  # fmt: skip
+    last = runs[backends[-1]]
+    result["aggregate"] = aggregate(last["rows"])
+    result["run"] = {k: v for k, v in last.items() if k != "rows"}
+    result["rows"] = last["rows"]
     result["peak_rss_mb_parent"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print_report(result)
+    for r in result["by_backend"].values():
+        print(f"--- questions and constants embedded by {r['run']['embedder']} ---")
+        print_report({**result, **r})
+    if result.get("identical_rankings"):
+        print(f"identical rankings (merged top 20, step 7, constants) with {', '.join(backends)}")
     print(f"results written to {args.out}")
 
 
