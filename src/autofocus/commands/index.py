@@ -23,7 +23,7 @@ app.add_typer(index_app, name="index")
 VARIANTS = ("text", "text+rel")
 KINDS = ("flat", "hnsw", "ivf")
 
-VariantOpt = Annotated[str, typer.Option(help="document variant: text, text+rel, all, or auto (those the config searches)")]
+VariantOpt = Annotated[str, typer.Option(help="document variant: text, text+rel, all, or auto (those AF-Retriever's config searches)")]
 EmbedderOpt = Annotated[str, typer.Option(help="local:all-MiniLM-L6-v2, local:/path, provider/model, precomputed:...")]
 KindOpt = Annotated[str, typer.Option(help="FAISS index for unfiltered search: flat (exact), hnsw or ivf")]
 IndexDirOpt = Annotated[Path | None, typer.Option(help="index root (default: <SKB cache dir>/index)")]
@@ -35,12 +35,12 @@ def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
-def _variants(value: str, config: Path | None, system: str) -> list[str]:
-    """``auto``: the variants the system's config searches (``AutofocusConfig.doc_variants``)."""
+def _variants(value: str, config: Path | None) -> list[str]:
+    """``auto``: the variants AF-Retriever searches under ``config`` (``AutofocusConfig.doc_variants``)."""
     if value == "auto":
         from autofocus import runtime
 
-        return runtime.resolve_system(system, runtime.load_config(config))[1].doc_variants
+        return runtime.load_config(config).doc_variants
     return list(VARIANTS) if value == "all" else [_choice(value, VARIANTS, "--variant")]
 
 
@@ -77,12 +77,11 @@ def build(
         help="document budget in tokens (default: the config's, else the embedder's trained length: 128 for MiniLM)"
     )] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON whose variants and budget --variant auto builds")] = None,
-    system: Annotated[str, typer.Option(help="system whose variants --variant auto builds")] = "afr",
     chunk_size: Annotated[int, typer.Option(help="nodes embedded between two checkpoints")] = 2048,
     batch_size: Annotated[int, typer.Option(help="texts per embedder call")] = 64,
 ) -> None:
     """Embed every node document (resumable: rerun after a crash to continue) and build the FAISS indexes."""
-    variants = _variants(variant, config, system)
+    variants = _variants(variant, config)
     _choice(kind, KINDS, "--kind")
     _choice(embedder_backend, BACKEND_CHOICES, "--embedder-backend")
     if budget is None and config is not None:
