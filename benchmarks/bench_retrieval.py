@@ -26,7 +26,7 @@ resident memory). Prints a table and writes ``benchmarks/results/retrieval.json`
 
     .venv/bin/python benchmarks/bench_retrieval.py                      # full scale, 300 queries
     .venv/bin/python benchmarks/bench_retrieval.py --scale 0.01 --queries 50 --out /tmp/r.json
-    .venv/bin/python benchmarks/bench_retrieval.py --embedder-backend torch,auto   # before/after, same rankings asserted
+    .venv/bin/python benchmarks/bench_retrieval.py --embedder-backend torch,auto   # before/after, same rankings checked
 """
 
 from __future__ import annotations
@@ -510,7 +510,7 @@ def main() -> None:
                              "machine its spinning threads made one embedding 5x slower at the median)")
     parser.add_argument("--embedder-backend", default="auto",
                         help="what embeds the questions and constants: auto, torch (the path before ONNX Runtime), onnx, "
-                             "onnx-int8; a comma list runs each in turn and checks that they rank identically")
+                             "onnx-int8; a comma list runs each in turn and counts the queries they rank differently")
     parser.add_argument("--workdir", type=Path, default=None, help="SKB + stores (kept and reused)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--phase", choices=["prepare", "run"], help=argparse.SUPPRESS)
@@ -533,18 +533,18 @@ def main() -> None:
     result["prepare"] = _run_phase(["--phase", "prepare", *common])
     backends = args.embedder_backend.split(",")
     runs = {}
-    for backend in backends:  # one fresh process each, one after the other
-        runs[backend] = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
+    for i, backend in enumerate(backends):  # one fresh process each, one after the other (repeat a backend to alternate)
+        runs[f"{i + 1}:{backend}"] = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
                                     "--index-kind", args.index_kind, "--torch-threads", str(args.torch_threads),
                                     "--query-vectors", args.query_vectors, "--embedder-backend", backend])  # fmt: skip
     if len(runs) > 1 and args.query_vectors == "near-target":  # same query vectors: every ranking must be the same
-        first = [r["ids"] for r in runs[backends[0]]["rows"]]
-        for backend in backends[1:]:
-            assert [r["ids"] for r in runs[backend]["rows"]] == first, f"{backend} ranks differently from {backends[0]}"
-        result["identical_rankings"] = True
+        first = [r["ids"] for r in next(iter(runs.values()))["rows"]]
+        result["queries_ranked_differently"] = {key: sum(row["ids"] != f for row, f in zip(r["rows"], first, strict=True))
+                                               for key, r in runs.items()}  # fmt: skip
+        result["identical_rankings"] = not any(result["queries_ranked_differently"].values())
     result["by_backend"] = {b: {"aggregate": aggregate(r["rows"]), "run": {k: v for k, v in r.items() if k != "rows"}}
                             for b, r in runs.items()}  # fmt: skip
-    last = runs[backends[-1]]
+    last = runs[f"{len(backends)}:{backends[-1]}"]
     result["aggregate"] = aggregate(last["rows"])
     result["run"] = {k: v for k, v in last.items() if k != "rows"}
     result["rows"] = last["rows"]
@@ -554,8 +554,9 @@ def main() -> None:
     for r in result["by_backend"].values():
         print(f"--- questions and constants embedded by {r['run']['embedder']} ---")
         print_report({**result, **r})
-    if result.get("identical_rankings"):
-        print(f"identical rankings (merged top 20, step 7, constants) with {', '.join(backends)}")
+    if "identical_rankings" in result:
+        print(f"rankings (merged top 20, step 7, constants) identical in every run: {result['identical_rankings']} "
+              f"(queries ranked differently from the first run: {result['queries_ranked_differently']})")
     print(f"results written to {args.out}")
 
 
