@@ -125,6 +125,13 @@ class AutofocusConfig(BaseModel):
     index_kind: Literal["flat", "hnsw", "ivf"] = Field(
         "flat", description="FAISS index of whole-type searches (steps 4, 7): flat is exact; hnsw is approximate"
     )
+    scan_ahead: bool = Field(
+        True, description="steps 3-7: embed the question and run step 7's exact whole-type scan on a worker thread "
+        "while steps 3-5 run (the same rankings as one after the other; False: one after the other)",
+    )
+    scan_shards: int = Field(
+        1, ge=1, le=64, description="scan_ahead: split each whole-type scan into this many ranges, each on its own thread"
+    )
     lm: LMConfig = Field(default_factory=LMConfig)
     seed: int = 0
     # other systems (program/four_step_focus.py, program/hybgrag.py); FocusedRetriever's k-hat_max is l_max
