@@ -10,6 +10,7 @@ each type's ``depth`` best nodes (``NodeIndex.head``); step 7 then drops the gro
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,22 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
 
 SCAN_SLACK = 4096  # a head keeps k + this many nodes: grounded sets up to this size are excluded from it
+SCAN_WORKERS = max(4, os.cpu_count() or 1)  # threads of the process-wide pool that embeds and scans ahead
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def scan_pool() -> ThreadPoolExecutor:
+    """The process's pool of scan-ahead threads (at most ``SCAN_WORKERS``, started as needed and then
+    kept: starting a thread per question cost up to 4 ms on a busy machine). A forked child gets its own."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=SCAN_WORKERS, thread_name_prefix="autofocus-scan")
+            _pool_pid = os.getpid()
+        return _pool
 
 
 @dataclass
@@ -105,13 +122,14 @@ def merge(step6: list[int], step7: list[int], k: int, scores: dict[int, float] |
 
 class ScanAhead:
     """Step 7's whole-type scans started before steps 3-5: the question is embedded and the scans run on
-    worker threads (FAISS and the embedders release the GIL), so steps 3-5 and the scans overlap.
+    worker threads (``scan_pool``; FAISS and the embedders release the GIL), so steps 3-5 and the scans
+    overlap.
 
     ``question_vector()`` waits for the embedding; ``heads(types)`` for those types' scans (types never
     passed to ``scan`` are left out: ``step7_rank_rest`` searches them then). Each type is scanned in
-    ``shards`` ranges, each on its own thread (``threads`` of them). Use as a context manager:
-    leaving it cancels the scans nobody waited for; one that already runs finishes on its thread,
-    which then ends (nothing outlives the scans of the question).
+    ``shards`` ranges, one job each, which run side by side on free threads of the pool. Use as a
+    context manager: leaving it cancels the jobs not started (a scan of a type step 7 did not need);
+    one already running finishes, and its thread goes back to the pool.
 
     Example:
         >>> with ScanAhead(kb, question, "text+rel", depth=20 + SCAN_SLACK, types=["paper"]) as ahead:  # doctest: +SKIP
@@ -122,7 +140,7 @@ class ScanAhead:
 
     def __init__(
         self, kb: KnowledgeBaseLike, question: str, variant: str, depth: int, types: list[str] | None = None,
-        shards: int = 1, threads: int | None = None, qvec: np.ndarray | None = None,
+        shards: int = 1, qvec: np.ndarray | None = None,
     ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be >= 1, got {shards}")
@@ -132,7 +150,7 @@ class ScanAhead:
         self.waited_s = 0.0
         self._lock = threading.Lock()
         self._scans: dict[str, list[Future[Head | None]]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=threads or shards, thread_name_prefix="autofocus-scan")
+        self._pool = scan_pool()
         if qvec is not None:
             self._qvec: Future[np.ndarray] = Future()
             self._qvec.set_result(qvec)
@@ -147,10 +165,15 @@ class ScanAhead:
         self.close()
 
     def close(self) -> None:
-        """Cancel the scans not started; a running one ends on its own (its thread exits after it)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Cancel the jobs not started; a running one finishes on its own."""
+        with self._lock:
+            jobs = [self._qvec, *(f for futures in self._scans.values() for f in futures)]
+        for job in jobs:
+            job.cancel()
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """A job on the pool. Jobs start in the order submitted, and a scan waits only for the embedding,
+        submitted before it: however many questions share the pool, a job never waits for one behind it."""
         context = contextvars.copy_context()  # usage scopes and DSPy settings follow the work
         return self._pool.submit(context.run, fn, *args)
 
