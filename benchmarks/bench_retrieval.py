@@ -20,12 +20,24 @@ built around a sampled answer paper so that grounding has real work. Each goes t
 (``parse_cypher``), the question's embedding, step 4 (symbol candidates, ``l_max`` = 100, their
 embedding included), step 5 (grounding with expansion), step 6, step 7 and the merge.
 
-Run in two child processes: ``prepare`` (build the SKB cache and stores once, kept under
-``~/.cache/autofocus/bench``) and ``run`` (a fresh process: open, warm up, answer the queries, report
-resident memory). Prints a table and writes ``benchmarks/results/retrieval.json``.
+Two paths through steps 3-7 (``--runs BACKEND/PATH,...``): ``sequential`` embeds the question, runs
+steps 3-5, then scans for step 7 (``scan_ahead=False``, the path before the scan moved); ``ahead`` (the
+default) embeds the question and scans step 7's type on a worker thread while steps 3-5 run, and step 7
+drops the grounded nodes from that scan (``ahead-N``: the scan split over N threads, ``scan_shards``).
+In ``ahead`` runs, "embed_question" and "scan (worker)" run beside steps 3-5; steps 6 and 7 include
+the time spent waiting for them ("waited"), so the total is the critical path.
+
+Run in child processes: ``prepare`` (build the SKB cache and stores once, kept under
+``~/.cache/autofocus/bench``) and one ``run`` per entry of ``--runs`` (a fresh process each, one after
+the other: open, warm up, answer the queries, report resident memory). With near-target query vectors
+every run must rank every query identically (merged top 20, step 7, constants): the script checks that
+and exits with status 1 if one differs. Prints a table per run and writes
+``benchmarks/results/retrieval.json``.
 
     .venv/bin/python benchmarks/bench_retrieval.py                      # full scale, 300 queries
     .venv/bin/python benchmarks/bench_retrieval.py --scale 0.01 --queries 50 --out /tmp/r.json
+    # before/after in one run, alternating, identical rankings asserted:
+    .venv/bin/python benchmarks/bench_retrieval.py --runs torch/sequential,auto/ahead,torch/sequential,auto/ahead
 """
 
 from __future__ import annotations
@@ -53,7 +65,8 @@ import synthetic_skb
 from autofocus import paths
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"
-EMBEDDER = "local:all-MiniLM-L6-v2"
+EMBEDDER = "local:all-MiniLM-L6-v2"  # embeds the questions and constants (its time is real), any backend
+STORE_MODEL, STORE_BUDGET = "synthetic:random-vectors", 128  # what the stores are registered under, once for every backend
 TARGET_MS = {"median": 50.0, "p95": 300.0}
 # Table 8, MAG validation set, seconds (median, mean, max); step 5 with l_max = 100
 PAPER_MAG_S = {
@@ -63,6 +76,8 @@ PAPER_MAG_S = {
     "7_vss_rest": (2.62, 2.70, 3.13),
 }
 STEPS = ("3_parse", "embed_question", "4_symbols", "5_grounding", "6_vss_grounded", "7_vss_rest", "other")
+WORKER = ("scan_worker", "waited")  # ahead runs: step 7's scan on the worker thread; time steps 6-7 waited for it
+PATHS = ("sequential", "ahead")
 VARIANTS = ("text", "text+rel")
 REL_NOISE = 0.3  # text+rel vectors: the text vector plus noise of this norm (cosine ~0.96 to it)
 QUERY_NOISE = 0.5  # near-target query vectors: the target's vector plus noise of this norm (as bench_search.py)
@@ -108,11 +123,10 @@ def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[
     FAISS indexes cached under the stores are kept: they record the checksum of the vectors they
     were built from and are rebuilt only when those changed."""
     ready = _ready_file(workdir)
-    wanted = {"scale": scale, "seed": seed, "embedder": EMBEDDER, "variants": list(VARIANTS), "vectors": vectors,
-              "rel_noise": REL_NOISE}  # fmt: skip
+    wanted = {"scale": scale, "seed": seed, "model": STORE_MODEL, "budget": STORE_BUDGET, "variants": list(VARIANTS),
+              "vectors": vectors, "rel_noise": REL_NOISE}  # fmt: skip
     if ready.is_file() and json.loads(ready.read_text()).get("spec") == wanted:
         return {"reused": True, **json.loads(ready.read_text())}
-    from autofocus.index.embedders import get_embedder
     from autofocus.index.store import DONE, MANIFEST, VECTORS, Manifest, now, sha256_file, store_dir
     from autofocus.skb.cache import write_cache
 
@@ -124,9 +138,9 @@ def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[
     del arrays
     write_cache(skb, workdir / "skb", source="synthetic")
     t_skb = time.perf_counter() - t0
-    name = get_embedder(EMBEDDER).name
+    name = STORE_MODEL
     t0 = time.perf_counter()
-    dirs = {v: store_dir(workdir / "index", name, v) for v in VARIANTS}
+    dirs = {v: store_dir(workdir / "index", name, v, STORE_BUDGET) for v in VARIANTS}
     for directory in dirs.values():
         directory.mkdir(parents=True, exist_ok=True)
         (directory / MANIFEST).unlink(missing_ok=True)
@@ -134,7 +148,7 @@ def phase_prepare(workdir: Path, scale: float, seed: int, vectors: str) -> dict[
     for variant, directory in dirs.items():
         np.save(directory / DONE, np.ones(n, dtype=bool))
         manifest = Manifest(
-            model=name, dim=384, variant=variant, doc_budget_tokens=384, skb_fingerprint=skb.fingerprint,
+            model=name, dim=384, variant=variant, doc_budget_tokens=STORE_BUDGET, skb_fingerprint=skb.fingerprint,
             num_nodes=n, rows_done=n, sha256=sha256_file(directory / VECTORS), source="synthetic", updated=now(),
         )
         (directory / MANIFEST).write_text(manifest.model_dump_json(indent=2))
@@ -257,7 +271,7 @@ class NearTargetEmbedder:
 
     def __init__(self, inner: Any, vectors: np.ndarray, targets: dict[str, int]) -> None:
         self.inner, self.vectors, self.targets = inner, vectors, targets
-        self.name = inner.name
+        self.name = STORE_MODEL  # the stores' model, whichever backend pays the embedding time
 
     @property
     def dim(self) -> int:
@@ -300,7 +314,10 @@ class TimedKB:
 
 
 def retrieve(program: Any, kb: TimedKB, cypher: str, question: str, target_type: str) -> tuple[dict, dict, dict]:
-    """``AutofocusRetriever.retrieve`` (steps 3-7) for one query: per-step seconds, stats, result ids."""
+    """``AutofocusRetriever.retrieve`` (steps 3-7) for one query: per-step seconds, stats, result ids.
+
+    On the ``ahead`` path the question's embedding runs beside steps 3-5, so it is left out of "other"
+    (the waits for it are inside steps 6 and 7)."""
     from autofocus.trace import Trace
 
     trace = Trace(system="bench", question=question)
@@ -309,8 +326,12 @@ def retrieve(program: Any, kb: TimedKB, cypher: str, question: str, target_type:
     found = program.retrieve(question, target_type, cypher, trace=trace)
     total = time.perf_counter() - t0
     times = {name: rec.seconds for name, rec in trace.steps.items()}
+    ahead = trace.data.get("scan_ahead")
     times.update(embed_question=kb.question_s, **{"4_embed": kb.constants_s}, total=total)
-    times["other"] = total - kb.question_s - sum(rec.seconds for rec in trace.steps.values())
+    on_path = kb.question_s if ahead is None else 0.0
+    times["other"] = total - on_path - sum(rec.seconds for rec in trace.steps.values())
+    if ahead is not None:
+        times.update(scan_worker=sum(ahead["scan_s"].values()), waited=ahead["waited_s"])
     rounds = found.grounding.rounds if found.grounding is not None else []
     stats = {"usable": bool(trace.flags.get("has_constant")), "constants": len(trace.data.get("symbol_candidates", {})),
              "rounds": len(rounds), "grounded": len(found.grounded), "returned": len(found.ids)}  # fmt: skip
@@ -338,18 +359,31 @@ def _recall(got: list[int], truth: list[int]) -> float | None:
     return len(set(got) & set(truth)) / len(truth) if truth else None
 
 
+def split_run(spec: str) -> tuple[str, str, int]:
+    """``BACKEND[/PATH]`` -> (backend, path, shards); PATH is ``sequential``, ``ahead`` (default) or ``ahead-N``."""
+    backend, _, path = spec.partition("/")
+    path = path or "ahead"
+    base, _, shards = path.partition("-")
+    if base not in PATHS or (shards and (base != "ahead" or not shards.isdigit() or int(shards) < 1)):
+        raise SystemExit(f"bad run {spec!r}: BACKEND/PATH with PATH sequential, ahead or ahead-N")
+    return backend, base, int(shards or 1)
+
+
 def phase_run(
-    workdir: Path, count: int, seed: int, index_kind: str, warmup: int, torch_threads: int, query_vectors: str
+    workdir: Path, count: int, seed: int, index_kind: str, warmup: int, torch_threads: int, query_vectors: str,
+    run: str,
 ) -> dict[str, Any]:
     import torch
 
     from autofocus.config import AutofocusConfig
     from autofocus.index.cache import EmbeddingCache
-    from autofocus.index.embedders import get_embedder
+    from autofocus.index.embedders import get_embedder, with_backend
     from autofocus.kb import KnowledgeBase
     from autofocus.program.systems.afr import AutofocusRetriever
     from autofocus.skb.cache import read_cache
 
+    backend, path, shards = split_run(run)
+    config = AutofocusConfig(scan_ahead=path == "ahead", scan_shards=shards)
     if torch_threads:
         torch.set_num_threads(torch_threads)
     cold: dict[str, float] = {}
@@ -358,19 +392,19 @@ def phase_run(
     skb = read_cache(workdir / "skb")
     cold["load_skb_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    embedder = get_embedder(EMBEDDER)
-    embedder.embed(["warm up"])
+    model = get_embedder(with_backend(EMBEDDER, backend))
+    model.embed(["warm up"])
     cold["load_embedder_s"] = time.perf_counter() - t0
     queries = make_queries(skb, count + warmup, seed)
-    if query_vectors == "near-target":
-        from autofocus.index.store import EmbeddingStore, store_dir
+    from autofocus.index.store import EmbeddingStore, store_dir
 
-        stored = EmbeddingStore.open(store_dir(workdir / "index", embedder.name, "text")).vectors
-        embedder = NearTargetEmbedder(embedder, stored, {t: n for q in queries for t, n in q["targets"].items()})
+    stored = EmbeddingStore.open(store_dir(workdir / "index", STORE_MODEL, "text", STORE_BUDGET)).vectors
+    targets = {t: n for q in queries for t, n in q["targets"].items()} if query_vectors == "near-target" else {}
+    embedder = NearTargetEmbedder(model, stored, targets)
 
     def open_kb(kind: str) -> TimedKB:
         kb = KnowledgeBase(skb, embedder, workdir / "index", index_kind=kind, build_missing=False,  # type: ignore[arg-type]
-                           progress=False, cache=EmbeddingCache(None))  # fmt: skip
+                           progress=False, cache=EmbeddingCache(None), doc_budget_tokens=STORE_BUDGET)  # fmt: skip
         for variant in VARIANTS:
             kb.index(variant).prepare(["paper"] if variant == "text+rel" else None)
         return TimedKB(kb)
@@ -379,7 +413,7 @@ def phase_run(
     kb = open_kb(index_kind)
     cold["open_or_build_faiss_s"] = time.perf_counter() - t0
     mem_open = _memory()
-    program = AutofocusRetriever(kb, AutofocusConfig())
+    program = AutofocusRetriever(kb, config)
     t0 = time.perf_counter()
     for q in queries[:warmup]:  # first-use costs: name index, column caches, page faults
         retrieve(program, kb, q["cypher"], q["question"], "paper")
@@ -393,7 +427,7 @@ def phase_run(
     recall = None
     if index_kind != "flat":  # the same queries with exact search, after the timing and the memory reading
         exact_kb = open_kb("flat")
-        exact = AutofocusRetriever(exact_kb, AutofocusConfig())
+        exact = AutofocusRetriever(exact_kb, config)
         per = {"merged@20": [], "step7": [], "step4_constants@20": []}
         for q, row in zip(queries[warmup:], rows, strict=True):
             _, _, truth = retrieve(exact, exact_kb, q["cypher"], q["question"], "paper")
@@ -404,14 +438,16 @@ def phase_run(
         recall = {k: float(np.mean([x for x in v if x is not None])) for k, v in per.items()}
     return {"cold": cold, "memory": {"start": mem0, "after_open": mem_open, "after_queries": mem_end},
             "rows": rows, "recall": recall, "examples": [{k: q[k] for k in ("shape", "cypher")} for q in queries[warmup : warmup + len(SHAPES)]],
-            "index_kind": index_kind, "query_vectors": query_vectors, "torch_threads": torch.get_num_threads(), "load_avg": os.getloadavg()}  # fmt: skip
+            "index_kind": index_kind, "query_vectors": query_vectors, "torch_threads": torch.get_num_threads(),
+            "embedder": model.name, "path": path, "scan_shards": shards, "load_avg": os.getloadavg()}  # fmt: skip
 
 
 # --- report ---------------------------------------------------------------------------------------
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    steps = {s: _summary([r["times"].get(s, 0.0) for r in rows]) for s in (*STEPS, "4_embed")}
+    steps = {s: _summary([r["times"].get(s, 0.0) for r in rows]) for s in (*STEPS, "4_embed", *WORKER)}
     totals = [r["times"]["total"] for r in rows]
-    no_embed = [t - r["times"].get("embed_question", 0) - r["times"].get("4_embed", 0) for t, r in zip(totals, rows, strict=True)]
+    no_embed = [t - (r["times"].get("embed_question", 0) if "scan_worker" not in r["times"] else 0)
+                - r["times"].get("4_embed", 0) for t, r in zip(totals, rows, strict=True)]  # fmt: skip
     by_shape: dict[str, Any] = {}
     for shape in SHAPES:
         sel = [t for t, r in zip(totals, rows, strict=True) if r["shape"] == shape]
@@ -441,15 +477,20 @@ def print_report(result: dict[str, Any]) -> None:
 
     console = Console()
     agg, run = result["aggregate"], result["run"]
+    path = run.get("path", "sequential") + (f", {run['scan_shards']} shards" if run.get("scan_shards", 1) > 1 else "")
     t = Table(title=f"Steps 3-7 on the synthetic MAG SKB ({result['prepare']['nodes']:,} nodes, "
                     f"{result['prepare']['edges']:,} edges), {agg['queries']} queries, index {run['index_kind']}, "
-                    f"{run['query_vectors']} query vectors")  # fmt: skip
+                    f"{run['query_vectors']} query vectors, {path} path")  # fmt: skip
     for col in ("step", "median ms", "p95 ms", "max ms", "paper MAG median", "paper / ours"):
         t.add_column(col, justify="left" if col == "step" else "right")
-    for s in (*STEPS[:3], "4_embed", *STEPS[3:]):
+    ahead = run.get("path") == "ahead"
+    for s in (*STEPS[:3], "4_embed", *STEPS[3:], *(WORKER if ahead else ())):
         v = agg["steps"][s]
         p = agg["paper_ratio"].get(s)
-        label = {"4_embed": "  of which embedding", "other": "other (merge, trace)"}.get(s, s)
+        label = {"4_embed": "  of which embedding", "other": "other (merge, trace)",
+                 "embed_question": "embed_question (worker thread)" if ahead else "embed_question",
+                 "scan_worker": "step 7 scan (worker thread, beside 3-5)",
+                 "waited": "  steps 6-7 waiting for the worker"}.get(s, s)  # fmt: skip
         t.add_row(label, f"{v['median_ms']:.2f}", f"{v['p95_ms']:.2f}", f"{v['max_ms']:.1f}",
                   f"{p['paper_median_s']:.2f} s" if p else "", f"{p['ratio']:,.0f}x" if p else "")  # fmt: skip
     p47 = agg["paper_ratio"]["4-7"]
@@ -505,6 +546,13 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="intra-op threads of the query embedder (0: torch's default, all cores; on a busy "
                              "machine its spinning threads made one embedding 5x slower at the median)")
+    parser.add_argument("--embedder-backend", default=None,
+                        help="what embeds the questions and constants: auto, torch (the path before ONNX Runtime), onnx, "
+                             "onnx-int8; a comma list runs each in turn (ahead path); same as --runs B1,B2")
+    parser.add_argument("--runs", default=None,
+                        help="comma list of BACKEND/PATH, run in turn in fresh processes: PATH sequential (question "
+                             "embedded, steps 3-5, then step 7's scan), ahead (the scan on a worker thread beside "
+                             "steps 3-5; the default) or ahead-N (that scan in N shards); default auto/ahead")
     parser.add_argument("--workdir", type=Path, default=None, help="SKB + stores (kept and reused)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--phase", choices=["prepare", "run"], help=argparse.SUPPRESS)
@@ -515,7 +563,7 @@ def main() -> None:
         return
     if args.phase == "run":
         print(json.dumps(phase_run(workdir, args.queries, args.seed, args.index_kind, args.warmup, args.torch_threads,
-                                   args.query_vectors)))
+                                   args.query_vectors, args.runs)))
         return
     common = ["--scale", str(args.scale), "--seed", str(args.seed), "--workdir", str(workdir), "--vectors", args.vectors]
     result: dict[str, Any] = {
@@ -525,17 +573,40 @@ def main() -> None:
         "targets_ms": TARGET_MS, "paper_mag_s": PAPER_MAG_S,
     }  # fmt: skip
     result["prepare"] = _run_phase(["--phase", "prepare", *common])
-    run = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
-                      "--index-kind", args.index_kind, "--torch-threads", str(args.torch_threads),
-                      "--query-vectors", args.query_vectors])  # fmt: skip
-    result["aggregate"] = aggregate(run["rows"])
-    result["run"] = {k: v for k, v in run.items() if k != "rows"}
-    result["rows"] = run["rows"]
+    specs = (args.runs or args.embedder_backend or "auto").split(",")
+    for spec in specs:
+        split_run(spec)  # a bad spec fails before any run
+    runs = {}
+    for i, spec in enumerate(specs):  # one fresh process each, one after the other (repeat a spec to alternate)
+        runs[f"{i + 1}:{spec}"] = _run_phase(["--phase", "run", *common, "--queries", str(args.queries), "--warmup", str(args.warmup),
+                                    "--index-kind", args.index_kind, "--torch-threads", str(args.torch_threads),
+                                    "--query-vectors", args.query_vectors, "--runs", spec])  # fmt: skip
+    if len(runs) > 1 and args.query_vectors == "near-target":  # same query vectors: every ranking must be the same
+        first = [r["ids"] for r in next(iter(runs.values()))["rows"]]
+        result["queries_ranked_differently"] = {key: sum(row["ids"] != f for row, f in zip(r["rows"], first, strict=True))
+                                               for key, r in runs.items()}  # fmt: skip
+        result["identical_rankings"] = not any(result["queries_ranked_differently"].values())
+    result["by_backend"] = {b: {"aggregate": aggregate(r["rows"]), "run": {k: v for k, v in r.items() if k != "rows"}}
+                            for b, r in runs.items()}  # fmt: skip
+    last = runs[f"{len(specs)}:{specs[-1]}"]
+    result["aggregate"] = aggregate(last["rows"])
+    result["run"] = {k: v for k, v in last.items() if k != "rows"}
+    result["rows"] = last["rows"]
     result["peak_rss_mb_parent"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print_report(result)
+    for key, r in result["by_backend"].items():
+        print(f"--- run {key}: questions and constants embedded by {r['run']['embedder']}, {r['run']['path']} path ---")
+        print_report({**result, **r})
+    if len(runs) > 1:
+        print("median total per run (ms): " + ", ".join(f"{key} {r['aggregate']['total']['median_ms']:.1f}"
+                                                    for key, r in result["by_backend"].items()))  # fmt: skip
     print(f"results written to {args.out}")
+    if "identical_rankings" in result:
+        print(f"rankings (merged top 20, step 7, constants) identical in every run: {result['identical_rankings']} "
+              f"(queries ranked differently from the first run: {result['queries_ranked_differently']})")
+        if not result["identical_rankings"]:
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":

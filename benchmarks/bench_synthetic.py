@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     install_usage_callback()
     cfg = load_config(args.config, lm=args.lm)
-    kb = open_kb(args.skb, cfg.embedder, cfg.index_kind)
+    kb = open_kb(args.skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
     splits = Splits.load(args.skb, args.qa_dir)
     summary_path = (args.qa_dir or args.skb) / "synthetic_summary.json"
     synthesis = json.loads(summary_path.read_text()) if summary_path.is_file() else None

@@ -107,7 +107,7 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
     from autofocus.program.systems.base import program_copy
 
     system, cfg = runtime.resolve_system(system, cfg)
-    kb = kb_for(cfg.embedder, cfg.index_kind)
+    kb = kb_for(cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
     program = runtime.assemble(system, kb, cfg, lms="lazy")  # each thread's copy attaches its LMs
 
     def factory() -> Any:

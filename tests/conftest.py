@@ -136,10 +136,15 @@ TINY_SPLITS: dict[str, list[int]] = {"train": [0, 1, 2], "val": [3], "test": [5,
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_autofocus_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Point ``AUTOFOCUS_HOME`` at a temporary folder so tests never write caches into ``~``."""
+    """Point ``AUTOFOCUS_HOME`` at a temporary folder so tests never write caches into ``~``.
+
+    Exported ONNX models are derived from the packaged weights alone, so they are kept across sessions
+    in the checkout's ``.cache/models`` (ignored by git) instead of being exported again every run.
+    """
     home = tmp_path_factory.mktemp("autofocus_home")
     old = os.environ.get("AUTOFOCUS_HOME")
     os.environ["AUTOFOCUS_HOME"] = str(home)
+    os.environ.setdefault("AUTOFOCUS_MODELS", str(Path(__file__).resolve().parents[1] / ".cache" / "models"))
     os.environ.pop("AUTOFOCUS_LLM_SERVER", None)  # a shared LM server of the user's must not serve the tests
     yield home
     if old is None:

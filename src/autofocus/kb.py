@@ -17,9 +17,17 @@ from typing import Protocol
 
 import numpy as np
 
-from autofocus.index.build import DEFAULT_DOC_BUDGET, DocumentFn, build_embeddings
+from autofocus.index.build import DocumentFn, build_embeddings
 from autofocus.index.cache import EmbeddingCache, default_cache
-from autofocus.index.embedders import DEFAULT_EMBEDDER, Embedder, SentenceTransformerEmbedder, get_embedder
+from autofocus.index.embedders import (
+    DEFAULT_EMBEDDER,
+    Embedder,
+    SentenceTransformerEmbedder,
+    get_embedder,
+    split_backend,
+    trained_tokens,
+    with_backend,
+)
 from autofocus.index.search import AnnParams, IndexKind, NodeIndex
 from autofocus.index.store import (
     MANIFEST,
@@ -60,6 +68,23 @@ class KnowledgeBaseLike(Protocol):
     def embed_queries(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray: ...
 
 
+def manifests(root: Path) -> list[Manifest]:
+    """The manifests of every store under an index root."""
+    return [Manifest.model_validate_json(p.read_text()) for p in sorted(Path(root).glob(f"*/*/{MANIFEST}"))]
+
+
+def backend_of_existing(spec: str, root: Path) -> str:
+    """A local spec without a backend gets the backend of the stores of that model under ``root``
+    (when there are stores of exactly one backend): queries are embedded by the backend that embedded
+    the nodes. Otherwise (none built yet, or several) the spec is returned unchanged (auto)."""
+    base, backend = split_backend(spec)
+    if backend != "auto" or not base.startswith("local:"):
+        return spec
+    model = get_embedder(with_backend(base, "torch")).name.rsplit("@", 1)[0]
+    found = {m.model.rsplit("@", 1)[1] for m in manifests(root) if m.model.rsplit("@", 1)[0] == model and "@" in m.model}
+    return with_backend(base, found.pop()) if len(found) == 1 else spec
+
+
 class IndexNotFoundError(FileNotFoundError):
     """No index for this embedder and variant, and building one was not allowed."""
 
@@ -72,8 +97,9 @@ class KnowledgeBase:
         embedder: embeds queries (and node documents when an index is built).
         index_root: holds ``<embedder slug>/<variant>/`` stores.
         index_kind: FAISS index kind for unfiltered searches (``flat`` is exact).
-        doc_budget_tokens: document budget for building; ``None`` accepts an existing store's budget
-            and builds new ones with the default (384).
+        doc_budget_tokens: document budget of the stores (part of their path); ``None``: the embedder's
+            trained length (``embedders.trained_tokens``, 128 for MiniLM). Imported vectors (a store
+            without a budget) serve every budget.
         build_missing: build missing indexes on first use; ``None`` allows it for local embedders only
             (embedding every node with a hosted model costs money, so that takes an explicit build).
     """
@@ -90,7 +116,7 @@ class KnowledgeBase:
         self.index_root = Path(index_root)
         self.index_kind = index_kind
         self.ann_params = ann_params
-        self.doc_budget_tokens = doc_budget_tokens
+        self.doc_budget_tokens = doc_budget_tokens or trained_tokens(embedder)
         self.documents = documents
         self.build_missing = isinstance(embedder, SentenceTransformerEmbedder) if build_missing is None else build_missing
         self.progress = progress
@@ -113,7 +139,8 @@ class KnowledgeBase:
         """Load the SKB if given a path (cached loader) and attach the embedder and index directory.
 
         ``index_dir`` defaults to ``<SKB cache dir>/index`` for a path and to a fingerprint-keyed
-        folder under the autofocus home for an in-memory SKB.
+        folder under the autofocus home for an in-memory SKB. A local embedder spec that names no
+        backend takes the backend of the indexes already there (``backend_of_existing``).
         """
         source: Path | None = None
         if not isinstance(skb, SKB):
@@ -122,26 +149,29 @@ class KnowledgeBase:
             source = Path(skb)
             skb = load_skb(source, progress=progress)
         root = Path(index_dir) if index_dir is not None else default_index_root(skb, source)
+        if isinstance(embedder, str):
+            embedder = get_embedder(backend_of_existing(embedder, root))
         return cls(
-            skb, get_embedder(embedder), root, index_kind=index_kind, ann_params=ann_params,
+            skb, embedder, root, index_kind=index_kind, ann_params=ann_params,
             doc_budget_tokens=doc_budget_tokens, documents=documents, build_missing=build_missing,
             progress=progress, cache=cache, source=source,
         )
 
     def store_dir(self, variant: str) -> Path:
-        return store_dir(self.index_root, self.embedder.name, variant)
+        """The store of ``variant`` at this budget, or the imported (budget-free) one when only that exists."""
+        budgeted = store_dir(self.index_root, self.embedder.name, variant, self.doc_budget_tokens)
+        imported = store_dir(self.index_root, self.embedder.name, variant)
+        if not (budgeted / MANIFEST).is_file() and (imported / MANIFEST).is_file():
+            return imported
+        return budgeted
 
     def build(self, variant: str, *, chunk_size: int = 2048, batch_size: int = 64) -> EmbeddingStore:
         """Embed (or finish embedding) every node document of ``variant``."""
         return build_embeddings(
             self.skb, self.embedder, variant, self.store_dir(variant), documents=self.documents,
-            doc_budget_tokens=self.doc_budget_tokens or self._existing_budget(variant) or DEFAULT_DOC_BUDGET,
-            chunk_size=chunk_size, batch_size=batch_size, progress=self.progress,
+            doc_budget_tokens=self.doc_budget_tokens, chunk_size=chunk_size, batch_size=batch_size,
+            progress=self.progress,
         )
-
-    def _existing_budget(self, variant: str) -> int | None:
-        path = self.store_dir(variant) / MANIFEST
-        return Manifest.model_validate_json(path.read_text()).doc_budget_tokens if path.is_file() else None
 
     def index(self, variant: str = "text") -> NodeIndex:
         """The index of ``variant`` for this embedder, built first if missing or unfinished (when allowed)."""
@@ -158,8 +188,8 @@ class KnowledgeBase:
                 raise self._missing_error(variant, store)
             self.build(variant)
             store = EmbeddingStore.open(directory)
-        store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb),
-                    num_nodes=self.skb.num_nodes, variant=variant, doc_budget_tokens=self.doc_budget_tokens)
+        store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb), num_nodes=self.skb.num_nodes,
+                    variant=variant, doc_budget_tokens=store.manifest.doc_budget_tokens and self.doc_budget_tokens)
         return NodeIndex(store, self.skb.node_type, self.skb.node_type_names, kind=self.index_kind,
                          params=self.ann_params)
 
@@ -169,13 +199,14 @@ class KnowledgeBase:
                 f"{store.directory}: unfinished ({store.manifest.rows_done}/{store.manifest.num_nodes} rows); "
                 f"resume with `autofocus index build --variant {variant} --embedder {self.embedder.name}`"
             )
-        manifests = [Manifest.model_validate_json(p.read_text()) for p in self.index_root.glob(f"*/*/{MANIFEST}")]
-        others = sorted(f"{m.model} ({m.variant})" for m in manifests)
+        others = sorted(f"{m.model} ({m.variant}, {f'{m.doc_budget_tokens} tokens' if m.doc_budget_tokens else 'imported'})"
+                        for m in manifests(self.index_root))
         found = f"; indexes here were built with: {', '.join(others)}" if others else ""
         return IndexNotFoundError(
             f"no {variant!r} index for embedder {self.embedder.name!r} under {self.index_root}{found}. "
             f"Queries must be embedded by the model that embedded the nodes: pass that model as the embedder, "
-            f"or build with `autofocus index build --variant {variant} --embedder {self.embedder.name}`"
+            f"or build with `autofocus index build --variant {variant} --embedder {self.embedder.name} "
+            f"--budget {self.doc_budget_tokens}`"
         )
 
     def embed_query(self, text: str) -> np.ndarray:

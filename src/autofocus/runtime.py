@@ -55,24 +55,27 @@ def load_config(
     return AutofocusConfig.model_validate(data)
 
 
-def open_kb(skb_path: Path | str, embedder: str, index_kind: IndexKind = "flat") -> KnowledgeBase:
+def open_kb(
+    skb_path: Path | str, embedder: str, index_kind: IndexKind = "flat", doc_budget_tokens: int | None = None
+) -> KnowledgeBase:
     """The knowledge base a program runs on; the seam for tests, which use small fakes."""
     from autofocus.kb import KnowledgeBase
 
-    return KnowledgeBase.open(skb_path, embedder=embedder, index_kind=index_kind)
+    return KnowledgeBase.open(skb_path, embedder=embedder, index_kind=index_kind, doc_budget_tokens=doc_budget_tokens)
 
 
 def kb_opener(skb_path: Path | str) -> Callable[..., KnowledgeBaseLike]:
-    """``(embedder, index_kind) -> knowledge base``, opening the SKB once per embedder and index kind
-    however many systems share it (``compare``)."""
-    opened: dict[tuple[str, IndexKind], KnowledgeBaseLike] = {}
+    """``(embedder, index_kind, doc budget) -> knowledge base``, opening the SKB once per embedder, index
+    kind and budget however many systems share it (``compare``)."""
+    opened: dict[tuple[str, IndexKind, int | None], KnowledgeBaseLike] = {}
     lock = threading.Lock()
 
-    def kb_for(embedder: str, index_kind: IndexKind = "flat") -> KnowledgeBaseLike:
+    def kb_for(embedder: str, index_kind: IndexKind = "flat", doc_budget_tokens: int | None = None) -> KnowledgeBaseLike:
+        key = (embedder, index_kind, doc_budget_tokens)
         with lock:
-            if (embedder, index_kind) not in opened:
-                opened[embedder, index_kind] = open_kb(skb_path, embedder, index_kind)
-            return opened[embedder, index_kind]
+            if key not in opened:
+                opened[key] = open_kb(skb_path, embedder, index_kind, doc_budget_tokens)
+            return opened[key]
 
     return kb_for
 
@@ -154,7 +157,7 @@ def open_program(
 
     install_usage_callback()  # on the caller's thread: dspy.configure refuses the others
     system, cfg = resolve_system(system, config, program_file)
-    kb = open_kb(skb, cfg.embedder, cfg.index_kind) if isinstance(skb, str | Path) else skb
+    kb = open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens) if isinstance(skb, str | Path) else skb
     return assemble(system, kb, cfg, program_file=program_file, lms=lms)
 
 

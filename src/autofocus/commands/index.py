@@ -12,7 +12,7 @@ from rich.table import Table
 
 from autofocus.cli_app import app
 from autofocus.console import make_console, safe
-from autofocus.index.embedders import DEFAULT_EMBEDDER, EmbedderError
+from autofocus.index.embedders import BACKEND_CHOICES, DEFAULT_EMBEDDER, EmbedderError, with_backend
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -23,7 +23,7 @@ app.add_typer(index_app, name="index")
 VARIANTS = ("text", "text+rel")
 KINDS = ("flat", "hnsw", "ivf")
 
-VariantOpt = Annotated[str, typer.Option(help="document variant: text, text+rel or all")]
+VariantOpt = Annotated[str, typer.Option(help="document variant: text, text+rel, all, or auto (those AF-Retriever's config searches)")]
 EmbedderOpt = Annotated[str, typer.Option(help="local:all-MiniLM-L6-v2, local:/path, provider/model, precomputed:...")]
 KindOpt = Annotated[str, typer.Option(help="FAISS index for unfiltered search: flat (exact), hnsw or ivf")]
 IndexDirOpt = Annotated[Path | None, typer.Option(help="index root (default: <SKB cache dir>/index)")]
@@ -35,7 +35,12 @@ def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
-def _variants(value: str) -> list[str]:
+def _variants(value: str, config: Path | None) -> list[str]:
+    """``auto``: the variants AF-Retriever searches under ``config`` (``AutofocusConfig.doc_variants``)."""
+    if value == "auto":
+        from autofocus import runtime
+
+        return runtime.load_config(config).doc_variants
     return list(VARIANTS) if value == "all" else [_choice(value, VARIANTS, "--variant")]
 
 
@@ -61,26 +66,39 @@ def _open(path: Path, embedder: str, index_dir: Path | None, **kwargs: Any) -> A
 @index_app.command("build")
 def build(
     path: Annotated[Path, typer.Argument(help="SKB directory (or STaRK processed directory)")],
-    variant: VariantOpt = "all",
+    variant: VariantOpt = "auto",
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+    embedder_backend: Annotated[str, typer.Option(
+        help="what runs a local model: auto (onnx-int8 when onnxruntime is installed, else torch), torch, onnx, onnx-int8"
+    )] = "auto",
     kind: KindOpt = "flat",
     index_dir: IndexDirOpt = None,
-    budget: Annotated[int | None, typer.Option(help="document budget in tokens (default 384)")] = None,
+    budget: Annotated[int | None, typer.Option(
+        help="document budget in tokens (default: the config's, else the embedder's trained length: 128 for MiniLM)"
+    )] = None,
+    config: Annotated[Path | None, typer.Option(help="config JSON whose variants and budget --variant auto builds")] = None,
     chunk_size: Annotated[int, typer.Option(help="nodes embedded between two checkpoints")] = 2048,
     batch_size: Annotated[int, typer.Option(help="texts per embedder call")] = 64,
 ) -> None:
     """Embed every node document (resumable: rerun after a crash to continue) and build the FAISS indexes."""
-    variants = _variants(variant)
+    variants = _variants(variant, config)
     _choice(kind, KINDS, "--kind")
+    _choice(embedder_backend, BACKEND_CHOICES, "--embedder-backend")
+    if budget is None and config is not None:
+        from autofocus import runtime
+
+        budget = runtime.load_config(config).doc_budget_tokens
     with _user_errors():
-        kb = _open(path, embedder, index_dir, index_kind=kind, doc_budget_tokens=budget, build_missing=True)
-        table = Table("variant", "model", "rows", "dim", "index", "directory")
+        kb = _open(path, with_backend(embedder, embedder_backend), index_dir, index_kind=kind,
+                   doc_budget_tokens=budget, build_missing=True)
+        table = Table("variant", "model", "rows", "dim", "budget", "index", "directory")
         for v in variants:
             store = kb.build(v, chunk_size=chunk_size, batch_size=batch_size)
             with console.status(f"building {kind} FAISS indexes for {v!r}"):
                 kb.index(v).prepare()
             m = store.manifest
-            table.add_row(v, safe(m.model), f"{m.rows_done}/{m.num_nodes}", str(m.dim), kind, safe(store.directory))
+            table.add_row(v, safe(m.model), f"{m.rows_done}/{m.num_nodes}", str(m.dim), str(m.doc_budget_tokens), kind,
+                          safe(store.directory))
     console.print(table)
 
 
@@ -95,11 +113,13 @@ def import_(
 ) -> None:
     """Convert published node embeddings to a float16 store; queries must then use the same model."""
     from autofocus.index.build import import_embeddings
+    from autofocus.index.store import store_dir
 
     _choice(variant, VARIANTS, "--variant")
     with _user_errors():
         kb = _open(skb, model, index_dir, build_missing=False)
-        store = import_embeddings(file, kb.skb, kb.store_dir(variant), variant=variant, model=kb.embedder.name,
+        directory = store_dir(kb.index_root, kb.embedder.name, variant)  # no budget: they serve every budget
+        store = import_embeddings(file, kb.skb, directory, variant=variant, model=kb.embedder.name,
                                   allow_pickle=allow_pickle)
     m = store.manifest
     console.print(f"imported {m.rows_done}/{m.num_nodes} rows of dim {m.dim} into {safe(store.directory)}")

@@ -264,7 +264,7 @@ def compare_systems(
         if console is not None:
             console.rule(safe(f"{spec} -> {out / sub}"))
         system, cfg = runtime.resolve_system(spec, config)
-        program = runtime.assemble(system, kb_for(cfg.embedder, cfg.index_kind), cfg, lms="lazy")
+        program = runtime.assemble(system, kb_for(cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens), cfg, lms="lazy")
         done = evaluate_program(
             program, split, out / sub, questions=items, limit=limit, resume=resume, progress=progress,
             console=console, progress_console=progress_console,

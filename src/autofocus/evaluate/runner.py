@@ -162,7 +162,7 @@ def build_manifest(
 
 
 # config fields that change how fast a run goes, or how long it waits for an LM, not its results
-EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s"})
+EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s", "scan_ahead", "scan_shards"})
 WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
 
 

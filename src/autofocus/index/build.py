@@ -8,20 +8,18 @@ done mask and manifest before the next one starts, and a rerun embeds only the r
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autofocus.console import safe
 from autofocus.index.cache import EmbeddingCache, default_cache
-from autofocus.index.embedders import Embedder, l2_normalise
+from autofocus.index.embedders import Embedder, l2_normalise, trained_tokens
+from autofocus.index.progress import progress_bar
 from autofocus.index.store import MANIFEST, EmbeddingStore, IndexError_, skb_fingerprint
 from autofocus.skb.model import SKB
 
 DocumentFn = Callable[[SKB, np.ndarray, str, int], list[str]]
-DEFAULT_DOC_BUDGET = 384
 
 
 def default_documents() -> DocumentFn:
@@ -31,62 +29,57 @@ def default_documents() -> DocumentFn:
     return render_documents
 
 
-@contextmanager
-def _bar(enabled: bool, total: int, completed: int, description: str) -> Iterator[Callable[[int], None]]:
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+def embed_unique(embedder: Embedder, texts: list[str], batch_size: int) -> np.ndarray:
+    """Vectors of ``texts``, each distinct text embedded once, longest first.
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns) as progress:
-        task = progress.add_task(safe(description), total=total, completed=completed)  # names paths and models
-        yield lambda n: progress.advance(task, n)
+    Sorting the whole chunk by length keeps every batch's padding small (sentence-transformers sorts
+    only inside one call); duplicates (empty documents rendered alike, repeated boilerplate) cost nothing.
+    """
+    unique, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    lengths = np.fromiter((len(t) for t in unique), dtype=np.int64, count=len(unique))
+    order = np.argsort(-lengths, kind="stable")
+    vecs = embedder.embed(unique[order].tolist(), batch_size=batch_size)
+    out = np.empty_like(vecs)
+    out[order] = vecs
+    return out[inverse]
 
 
 def build_embeddings(
     skb: SKB, embedder: Embedder, variant: str, directory: Path, *, documents: DocumentFn | None = None,
-    doc_budget_tokens: int = DEFAULT_DOC_BUDGET, chunk_size: int = 2048, batch_size: int = 64, progress: bool = True,
+    doc_budget_tokens: int | None = None, chunk_size: int = 2048, batch_size: int = 64, progress: bool = True,
 ) -> EmbeddingStore:
     """Embed every node's ``variant`` document into the store at ``directory``, resuming a partial one.
+
+    ``doc_budget_tokens`` defaults to the embedder's trained length (``embedders.trained_tokens``).
 
     Example:
         >>> store = build_embeddings(skb, get_embedder("local:all-MiniLM-L6-v2"), "text", Path("idx/text"))
     """
     directory = Path(directory)
     documents = documents or default_documents()
+    budget = doc_budget_tokens or trained_tokens(embedder)
     fp = skb_fingerprint(skb)
     n = skb.num_nodes
     store: EmbeddingStore | None = None
     if (directory / MANIFEST).exists():
         store = EmbeddingStore.open(directory, writable=True)
-        store.check(model=embedder.name, skb_fingerprint=fp, num_nodes=n, variant=variant,
-                    doc_budget_tokens=doc_budget_tokens)
+        store.check(model=embedder.name, skb_fingerprint=fp, num_nodes=n, variant=variant, doc_budget_tokens=budget)
         todo = np.flatnonzero(~np.asarray(store.done))
         if len(todo) == 0 and store.consistent:
             return store
     else:
         todo = np.arange(n, dtype=np.int64)
-    with _bar(progress, n, n - len(todo), f"embedding {variant!r} with {embedder.name}") as advance:
+    with progress_bar(progress, n, f"embedding {variant!r} ({budget} tokens)", completed=n - len(todo)) as advance:
         for start in range(0, len(todo), chunk_size):
             ids = todo[start : start + chunk_size]
-            texts = documents(skb, ids, variant, doc_budget_tokens)
+            texts = documents(skb, ids, variant, budget)
             if len(texts) != len(ids):
                 raise IndexError_(f"document function returned {len(texts)} texts for {len(ids)} nodes")
-            vecs = embedder.embed(texts, batch_size=batch_size)
+            vecs = embed_unique(embedder, texts, batch_size)
             if store is None:
                 store = EmbeddingStore.create(
                     directory, model=embedder.name, dim=int(vecs.shape[1]), variant=variant,
-                    doc_budget_tokens=doc_budget_tokens, skb_fingerprint=fp, num_nodes=n,
+                    doc_budget_tokens=budget, skb_fingerprint=fp, num_nodes=n,
                 )
             store.begin_write()
             store.write_rows(ids, vecs)
@@ -190,7 +183,7 @@ def import_embeddings(
         store = EmbeddingStore.open(directory, writable=True)
         store.check(model=model, skb_fingerprint=fp, num_nodes=n, variant=variant)
     seen = np.zeros(n, dtype=bool)
-    with _bar(progress, 0, 0, f"importing {file.name}") as advance:
+    with progress_bar(progress, None, f"importing {file.name}") as advance:
         for ids, vecs in iter_vector_file(obj, str(file)):
             bad = (ids < 0) | (ids >= n)
             if bad.any():

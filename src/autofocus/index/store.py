@@ -99,9 +99,13 @@ def default_index_root(skb: SKB, source: Path | str | None = None) -> Path:
     return paths.sub("index") / re.sub(r"[^A-Za-z0-9._-]+", "-", skb_fingerprint(skb))
 
 
-def store_dir(root: Path, model: str, variant: str) -> Path:
-    """``<root>/<embedder slug>/<variant>``."""
-    return Path(root) / slug(model) / variant
+def store_dir(root: Path, model: str, variant: str, budget: int | None = None) -> Path:
+    """``<root>/<embedder slug>/<variant>-<budget>t``, or ``<variant>`` for imported vectors (no budget).
+
+    The budget is part of the path so that stores of several budgets live side by side (comparing
+    them, or a config that asks for another budget, never overwrites or silently reuses one).
+    """
+    return Path(root) / slug(model) / (variant if budget is None else f"{variant}-{budget}t")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 24) -> str:

@@ -152,7 +152,7 @@ def run_tuning(
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or tuning.default_storage(out)
 
-    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind)
+    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
 
     def make_program(c: AutofocusConfig, lms: bool = True) -> Any:
         return runtime.assemble(tuning.system_spec(name, c), kb, c, program_file=program_file, lms=lms)

@@ -70,7 +70,7 @@ def run_synthesis(
     from autofocus import runtime
     from autofocus.lm import get_lm
 
-    kb = runtime.open_kb(skb, config.embedder, config.index_kind)
+    kb = runtime.open_kb(skb, config.embedder, config.index_kind, config.doc_budget_tokens)
     folder, qa_name = (Path(out), QA_FILE) if out is not None else qa_folder(skb)
     lm = get_lm(config.lm.default, **{**config.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
     with dspy.context(lm=lm):

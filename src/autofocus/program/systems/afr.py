@@ -34,7 +34,14 @@ from autofocus.program.steps.repair import label_words
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
-from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
+from autofocus.program.steps.vss import (
+    SCAN_SLACK,
+    ScanAhead,
+    grounded_slots,
+    merge,
+    step6_rank_grounded,
+    step7_rank_rest,
+)
 from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
@@ -287,14 +294,30 @@ class AutofocusRetriever(RetrievalProgram):
         cfg = config or self.config
         trace = trace if trace is not None else Trace(system=self.system, question=question)
         types1 = _as_types(target_type)
+        runs7 = cfg.steps in ("1+7", "1-7", "1-8")
+        if not (cfg.scan_ahead and runs7):
+            return self._retrieve(question, types1, cypher, cfg, trace, None)
+        with ScanAhead(self.kb, question, cfg.doc_variant_step7, depth=cfg.k + SCAN_SLACK,
+                       types=self._step7_base_types(types1), shards=cfg.scan_shards) as ahead:
+            try:
+                return self._retrieve(question, types1, cypher, cfg, trace, ahead)
+            finally:
+                trace.data["scan_ahead"] = ahead.summary()
+
+    def _retrieve(self, question: str, types1: list[str], cypher: str | list[str] | None, cfg: AutofocusConfig,
+                  trace: Trace, ahead: ScanAhead | None) -> Retrieval:
+        """Steps 3-7; with ``ahead`` the question's vector and step 7's scans come from it (started
+        before step 3), else the question is embedded first and step 7 scans after grounding."""
         primary = types1[0] if types1 else None
-        qvec = self.kb.embed_query(question)
+        qvec = self.kb.embed_query(question) if ahead is None else None
 
         strand = Strand(np.zeros(0, np.int64))
         if cfg.steps != "1+7" and isinstance(cypher, list):
             strand = ground_by_votes(self.kb, cypher, cfg, trace, primary)
         elif cfg.steps != "1+7":
             qg = parse_step(self.kb, cypher, primary, cfg, trace)
+            if ahead is not None and qg is not None and cfg.step7_types == "agree":
+                ahead.scan([t for t in [qg.target_type] if t in self.context.candidate_types])  # in case it grounds
             strand = ground_strand(self.kb, qg, cfg, trace, primary)
         grounded = strand.answers
         round_of = strand.grounding.round_of if strand.grounding is not None else {}
@@ -308,6 +331,8 @@ class AutofocusRetriever(RetrievalProgram):
                     order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
                     step6 = order[:n6]
                 else:
+                    if qvec is None and ahead is not None:
+                        qvec = ahead.question_vector()
                     step6, s6 = step6_rank_grounded(
                         self.kb,
                         qvec,
@@ -323,7 +348,11 @@ class AutofocusRetriever(RetrievalProgram):
             exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
             n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
             with trace.step("7_vss_rest"):
-                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.doc_variant_step7)
+                heads = None
+                if ahead is not None:
+                    qvec = ahead.question_vector() if qvec is None else qvec
+                    heads = ahead.heads(types) if n7 > 0 else None
+                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.doc_variant_step7, heads=heads)
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
         merged = merge(step6, step7, cfg.k, scores)
@@ -331,13 +360,15 @@ class AutofocusRetriever(RetrievalProgram):
         trace.data["pre_rerank"] = merged.ids
         return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding)
 
+    def _step7_base_types(self, types1: list[str]) -> list[str]:
+        """Step 7's types as far as step 1 decides them (``step7_types`` may add the query's label)."""
+        known = self.kb.skb.node_type_names
+        return [t for t in types1 if t in known] or list(self.context.candidate_types)
+
     def step7_types(self, types1: list[str], strand: Strand, cfg: AutofocusConfig, trace: Trace) -> list[str]:
         """The types step 7 searches: step 1's, and the query's own target label when grounding found
         answers of it (the graph agrees with step 2), so one wrong guess does not exclude the other."""
-        known = self.kb.skb.node_type_names
-        types = [t for t in types1 if t in known]
-        if not types:  # step 1 gave nothing usable: every candidate type
-            types = list(self.context.candidate_types)
+        types = self._step7_base_types(types1)  # step 1 gave nothing usable: every candidate type
         label = strand.query_graph.target_type if strand.query_graph is not None else None
         if cfg.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
             types.append(label)

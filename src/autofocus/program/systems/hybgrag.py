@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 KG, TEXT = "knowledge graph", "text documents"
 MAX_PATHS = 5
+VALIDATION_DOC_TOKENS = 384  # the critic's top document when the config leaves the (embedding) budget unset
 ROUTER_DEMOS = 10
 Demos = tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]  # router, validator, commenter
 # examples collected per KB and (config, LM): the evaluation runner builds one program per thread
@@ -247,7 +248,7 @@ class HybGRAG(SeedSystem):
         """The top document and the reasoning paths from the topic entities to it."""
         skb: SKB = self.kb.skb
         top = retrieval.ids[0]
-        doc = render_document(skb, top, "text", self.config.doc_budget_tokens)
+        doc = render_document(skb, top, "text", self.config.doc_budget_tokens or VALIDATION_DOC_TOKENS)
         edge_types = sorted({r for r in retrieval.relations.values() if r is not None}) or skb.graph.edge_types
         paths = [p for node in retrieval.linked.values() if node is not None
                  for p in reasoning_paths(skb, node, top, edge_types, self.config.ego_radius)]

@@ -1,0 +1,149 @@
+"""Embedder backends (torch, ONNX Runtime fp32 and int8), their names in index manifests, the default
+document budget per embedder, only-used variants, chunk sorting and dedup, and the progress bar's time left."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.progress import Progress
+
+from autofocus.config import AutofocusConfig
+from autofocus.index import embedders
+from autofocus.index.build import embed_unique
+from autofocus.index.embedders import (
+    DEFAULT_EMBEDDER,
+    EmbedderError,
+    get_embedder,
+    split_backend,
+    trained_tokens,
+    with_backend,
+)
+from autofocus.index.onnx_model import onnx_available
+from autofocus.index.progress import eta_text
+from autofocus.index.store import EmbeddingStore, store_dir
+from autofocus.kb import KnowledgeBase, backend_of_existing
+from tests.test_index import HashingEmbedder, word_skb
+
+TEXTS = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market fell sharply today.",
+         "json.loads(s): deserialize s (a str, bytes or bytearray instance containing a JSON document) to a "
+         "Python object. Raises JSONDecodeError if the data being deserialized is not a valid JSON document.",
+         "ValueError"]  # fmt: skip (an empty text, which no document is, agrees least: cosine 0.98 in int8)
+
+
+def test_specs_name_their_backend() -> None:
+    assert split_backend("local:all-MiniLM-L6-v2@onnx-int8") == ("local:all-MiniLM-L6-v2", "onnx-int8")
+    assert split_backend("local:/models/a@b") == ("local:/models/a@b", "auto")  # not a backend: part of the path
+    assert with_backend("local:all-MiniLM-L6-v2@torch", "onnx") == "local:all-MiniLM-L6-v2@onnx"
+    assert with_backend("local:all-MiniLM-L6-v2@torch", "auto") == "local:all-MiniLM-L6-v2"
+    assert with_backend("openai/text-embedding-3-small", "onnx") == "openai/text-embedding-3-small"
+    with pytest.raises(EmbedderError, match="unknown backend"):
+        embedders.SentenceTransformerEmbedder(Path("."), "local:x", "tensorrt")
+
+
+def test_auto_backend_prefers_onnx_and_falls_back_to_torch_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = embedders.packaged_minilm_path()
+    assert embedders.auto_backend(path) == ("onnx-int8" if onnx_available() else "torch")
+    monkeypatch.setattr("autofocus.index.onnx_model.onnx_available", lambda: False)
+    monkeypatch.setattr(embedders, "_WARNED", [])
+    with caplog.at_level(logging.WARNING):
+        assert embedders.auto_backend(path) == "torch"
+    assert "onnxruntime is not installed" in caplog.text
+
+
+def test_default_budget_follows_the_embedder(tmp_path: Path) -> None:
+    assert get_embedder(f"{DEFAULT_EMBEDDER}@torch").trained_tokens == 128  # type: ignore[attr-defined]
+    assert trained_tokens(get_embedder("openai/text-embedding-3-small")) == 8191
+    assert trained_tokens(get_embedder("hosted:acme/embed-v1")) == 512
+    assert trained_tokens(HashingEmbedder()) == 512  # says nothing: the hosted default
+    assert AutofocusConfig().doc_budget_tokens is None
+    kb = KnowledgeBase(word_skb(10), get_embedder(f"{DEFAULT_EMBEDDER}@torch"), tmp_path, progress=False)
+    assert kb.doc_budget_tokens == 128 and kb.store_dir("text").name == "text-128t"
+    kb384 = KnowledgeBase(word_skb(10), get_embedder(f"{DEFAULT_EMBEDDER}@torch"), tmp_path, doc_budget_tokens=384,
+                          progress=False)
+    assert kb384.store_dir("text").name == "text-384t"
+
+
+def test_stores_of_several_budgets_live_side_by_side(tmp_path: Path) -> None:
+    skb, emb = word_skb(12), HashingEmbedder()
+    small = KnowledgeBase(skb, emb, tmp_path, doc_budget_tokens=64, build_missing=True, progress=False)
+    large = KnowledgeBase(skb, emb, tmp_path, doc_budget_tokens=384, build_missing=True, progress=False)
+    small.index("text")
+    large.index("text")
+    budgets = sorted(EmbeddingStore.open(p.parent).manifest.doc_budget_tokens for p in tmp_path.glob("*/*/manifest.json"))
+    assert budgets == [64, 384]
+    imported = store_dir(tmp_path, emb.name, "text+rel")  # no budget: imported vectors serve every budget
+    assert small.store_dir("text+rel") != imported
+    imported.mkdir(parents=True)
+    (imported / "manifest.json").write_text("{}")
+    assert small.store_dir("text+rel") == imported == large.store_dir("text+rel")
+
+
+def test_queries_use_the_backend_the_index_was_built_with(tmp_path: Path) -> None:
+    spec = DEFAULT_EMBEDDER
+    assert backend_of_existing(spec, tmp_path) == spec  # nothing built: auto
+    for backend in ("torch",):
+        name = get_embedder(f"{spec}@{backend}").name
+        EmbeddingStore.create(store_dir(tmp_path, name, "text", 128), model=name, dim=4, variant="text",
+                              doc_budget_tokens=128, skb_fingerprint="fp", num_nodes=2)
+    assert backend_of_existing(spec, tmp_path) == f"{spec}@torch"
+    assert backend_of_existing(f"{spec}@onnx", tmp_path) == f"{spec}@onnx"  # named: kept
+    name = get_embedder(f"{spec}@onnx-int8").name
+    EmbeddingStore.create(store_dir(tmp_path, name, "text", 128), model=name, dim=4, variant="text",
+                          doc_budget_tokens=128, skb_fingerprint="fp", num_nodes=2)
+    assert backend_of_existing(spec, tmp_path) == spec  # two backends built: auto decides
+
+
+def test_only_the_variants_a_config_searches() -> None:
+    assert AutofocusConfig().doc_variants == ["text", "text+rel"]
+    assert AutofocusConfig(steps="1+7").doc_variants == ["text+rel"]
+    assert AutofocusConfig(doc_variant_step7="text").doc_variants == ["text"]
+
+
+def test_embed_unique_sorts_by_length_embeds_each_text_once_and_keeps_the_order() -> None:
+    calls: list[list[str]] = []
+
+    class Recording(HashingEmbedder):
+        def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+            calls.append(list(texts))
+            return super().embed(texts, batch_size, progress)
+
+    texts = ["bb", "a", "cccc", "a", "bb", ""]
+    emb = Recording()
+    out = embed_unique(emb, texts, batch_size=2)
+    assert calls == [["cccc", "bb", "a", ""]]
+    np.testing.assert_array_equal(out, HashingEmbedder().embed(texts))
+
+
+def test_the_bar_says_how_long_is_left() -> None:
+    now = [0.0]
+    with Progress(get_time=lambda: now[0], disable=True) as bar:
+        task_id = bar.add_task("embedding", total=1000, completed=200, resumed=200)
+        task = bar.tasks[0]
+        assert eta_text(task) == "estimating time left"
+        now[0] = 10.0
+        bar.advance(task_id, 100)  # 100 rows in 10 s this run (the 200 resumed ones do not count)
+        assert eta_text(task) == "10.0/s, 0:01:10 left"
+        now[0] = 80.0
+        bar.advance(task_id, 700)
+        assert eta_text(task) == "done in 0:01:20"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not onnx_available(), reason="needs the onnx extra (onnxruntime, onnx)")
+@pytest.mark.parametrize(("backend", "floor"), [("onnx", 0.9999), ("onnx-int8", 0.99)])
+def test_onnx_vectors_agree_with_torch(backend: str, floor: float) -> None:
+    torch_vecs = get_embedder(f"{DEFAULT_EMBEDDER}@torch").embed(TEXTS)
+    emb = get_embedder(f"{DEFAULT_EMBEDDER}@{backend}")
+    assert emb.name == f"local:all-MiniLM-L6-v2@{backend}" and emb.dim == 384
+    vecs = emb.embed(TEXTS, batch_size=2)
+    assert vecs.dtype == np.float32 and vecs.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    cos = (vecs * torch_vecs).sum(axis=1)
+    assert cos.min() >= floor, cos
+    np.testing.assert_array_equal(emb.embed(TEXTS[:1]), emb.embed(TEXTS[:1]))  # deterministic
