@@ -179,7 +179,7 @@ def test_pointwise_yes_no_scoring_with_signature_fallback_and_usage() -> None:
     def scorer(lm: Any, conversations: list[list[dict[str, Any]]]) -> list[float | None]:
         seen.extend(conversations)
         return [
-            p_yes[int(re.search(r"Candidate \[(\d+)\]", c[-1]["content"]).group(1))] for c in conversations
+            p_yes[int(re.search(r"Candidate: paper number (\d+)\.", c[-1]["content"]).group(1))] for c in conversations
         ]
 
     lm, engine = scripted(pointwise_answer({2: 0.8}))

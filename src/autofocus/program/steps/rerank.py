@@ -169,6 +169,10 @@ class _Session:
 
     def block(self, node: int, level: int, budget_tokens: int | None = None) -> str:
         """``[ID] type: description`` at a description level (cached per call)."""
+        return f"[{node}] {self.skb.type_of(node)}: {self.description(node, level, budget_tokens)}"
+
+    def description(self, node: int, level: int, budget_tokens: int | None = None) -> str:
+        """The node's description at a description level (cached per call); it starts with name and type."""
         relations = LEVELS[min(level, 2)]
         budget = budget_tokens if budget_tokens is not None else self.cap_tokens
         key = (node, relations, budget)
@@ -179,7 +183,7 @@ class _Session:
                 self.skb, node, relations=relations, retrieved=retrieved, budget_tokens=budget
             )
             self._descriptions[key] = text
-        return f"[{node}] {self.skb.type_of(node)}: {text}"
+        return text
 
     def payload(
         self,
@@ -408,14 +412,14 @@ class PointwiseReranker(Reranker):
                 {"role": "system", "content": YES_NO_INSTRUCTIONS},
                 {
                     "role": "user",
-                    "content": f"Query: {s.question}\n\nCandidate {blocks[0]}\n\n"
+                    "content": f"Query: {s.question}\n\nCandidate: {blocks[0]}\n\n"
                     "Does the candidate satisfy the query? Answer Yes or No.",
                 },
             ]
 
         budget = s.config.yes_no_description_tokens
-        if budget:  # a short description per candidate: name, attributes, direct relations, the document's start
-            fitted = [(0, build([s.block(node, 0, budget)])) for node in s.ids]
+        if budget:  # a short description per candidate: name and type, attributes, direct relations, the document's start
+            fitted = [(0, build([s.description(node, 0, budget)])) for node in s.ids]
         else:
             fitted = [s.fit([node], build, estimate_tokens) for node in s.ids]
         conversations = [messages for _, messages in fitted]
