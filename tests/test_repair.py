@@ -277,3 +277,32 @@ def test_a_constant_leaves_a_label_where_nothing_has_its_name(skb) -> None:
     result = repaired(skb, cypher, "module", question="Which module defines ValueError?")
     assert result.query.symbols["b"].type == "exception"
     assert any(r.kind == "relabel" and "exception is named 'ValueError'" in r.detail for r in result.repairs)
+
+
+
+def test_an_entity_the_question_names_and_the_query_left_out_is_linked_to_the_target(skb) -> None:
+    one_condition = 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y'
+    result = repaired(skb, one_condition, "function", question="Which functions of the json module raise KeyError?")
+    assert triples(result.query) == [("function", "function_raises_exception", "exception"),
+                                     ("function", "function_defined_in_module", "module")]
+    added = next(v for v in result.query.symbols if v.startswith("_named"))
+    assert result.query.symbols[added].name_value() == "json" and [r.kind for r in result.repairs] == ["mention"]
+    # a qualified name needs no label word beside it; a query with no triplet gets the link too
+    bare = repaired(skb, "MATCH (y:exception) RETURN y", "exception", question="What does json.loads raise?")
+    assert triples(bare.query) == [("function", "function_raises_exception", "exception")]
+    # a plain word away from its label's word is no name; a name the query has already is not added twice
+    for question in ("Which functions does json define that raise KeyError?", "Which functions raise a KeyError?"):
+        assert repaired(skb, one_condition, "function", question=question).repairs == []
+    # an entity of the target's own label is left alone: which way the relationship goes is open
+    same = repaired(skb, 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "json"}) RETURN y',
+                    "exception", question="Which exceptions like ValueError are defined in json?")
+    assert same.repairs == []
+
+
+def test_an_entity_two_relationships_could_link_is_not_guessed() -> None:
+    edges = [*EDGES, (6, "function_documented_in_module", 1)]
+    two = make_skb(TYPES, NODE_TYPE, edges, {**EDGE_TYPES, "function_documented_in_module": ("function", "module")},
+                   names=NAMES)
+    result = repaired(two, 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y',
+                      "function", question="Which functions of the json module raise KeyError?")
+    assert result.repairs == [] and len(result.query.triplets) == 1

@@ -63,6 +63,9 @@ class AutofocusConfig(BaseModel):
         True, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
     )
     repair: bool = Field(True, description="step 3b: repair labels, relationships, directions and hops the schema rejects")
+    repair_mentions: bool = Field(
+        True, description="step 3b: link entities the question names and the query left out to the target (with repair)"
+    )
     relax: list[RelaxRung] = Field(
         default_factory=lambda: ["filters", "triplets", "constants", "edges"],
         description="step 5: relaxations tried in order while grounding is empty ([] = the paper's: none)",

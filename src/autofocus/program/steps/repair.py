@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from rapidfuzz import fuzz
 
 from autofocus.cypher.mapping import SchemaMapper
@@ -194,6 +195,70 @@ def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) ->
     return qg.model_copy(update={"symbols": symbols}), repairs
 
 
+MAX_MENTIONED = 2  # constraints added for entities the question names and the query left out
+
+
+def _mentioned_entities(qg: QueryGraph, skb: SKB, question: str) -> list[tuple[str, str]]:
+    """``(name, label)`` of the entities the question names that no constant of the query names: a
+    mention next to its label's word ("the random module") or that looks like a name
+    (``subprocess.Popen``), naming nodes of one label (the word beside it decides between several)."""
+    labels = set(skb.node_type_names)
+    words = label_words(labels)
+    names = [n.lower() for n in (s.name_value() for s in qg.symbols.values()) if n]
+    found: list[tuple[str, str]] = []
+    for text, near in question_mentions(question, set(words)) if question else []:
+        low = text.lower()
+        if any(low in n or n in low for n in [*names, *(t.lower() for t, _ in found)]):
+            continue  # the query names it already (or a longer mention was taken)
+        beside = {words[w] for w in near}
+        if not (beside or _IDENTIFIER.search(text)):
+            continue
+        ids, _ = named_ids(skb, text)
+        named = {skb.node_type_names[int(c)] for c in np.unique(skb.node_type[ids])} if len(ids) else set()
+        if len(named) > 1:
+            named &= beside
+        if len(named) == 1:
+            found.append((text, named.pop()))
+    return found
+
+
+def constrain_mentions(qg: QueryGraph, skb: SKB, sg: SchemaGraph, question: str) -> tuple[QueryGraph, list[Repair]]:
+    """Link entities the question names but the query left out to the target: a small LM often writes
+    one of a question's two conditions ("methods of subprocess.Popen that raise ValueError" as methods
+    raising ValueError). The link is the one relationship between the two labels, else the one two-hop
+    schema path; where the schema offers several (or the labels are the same, so the direction is
+    open), nothing is added. Relaxation drops the link again if the answers cannot satisfy it."""
+    target = qg.symbols.get(qg.target)
+    tlabel = target.type if target is not None else None
+    if tlabel not in sg.labels:
+        return qg, []
+    symbols, triplets, repairs = dict(qg.symbols), list(qg.triplets), []
+    fresh = itertools.count(1)
+    for name, label in _mentioned_entities(qg, skb, question)[:MAX_MENTIONED]:
+        if label == tlabel:
+            continue
+        direct = [(r.rel, True) for r in sg.between(tlabel, label)] + [(r.rel, False) for r in sg.between(label, tlabel)]
+        paths = sg.paths(tlabel, label, hops=2) if not direct else []
+        if len(direct) + len(paths) != 1:
+            continue
+        var = _fresh(symbols, fresh, "_named")
+        symbols[var] = Symbol(var=var, type=label, label=label, constraints=[Constraint(key="name", value=name)])
+        hops = [Hop(rel, forward, label) for rel, forward in direct] or paths[0]
+        node, shown = qg.target, []
+        for i, hop in enumerate(hops):
+            nxt = var if i == len(hops) - 1 else _fresh(symbols, fresh)
+            if nxt not in symbols:
+                symbols[nxt] = Symbol(var=nxt, type=hop.dst)
+            a, b = (node, nxt) if hop.forward else (nxt, node)
+            triplets.append(Triplet(head=a, rel=hop.rel, tail=b))
+            shown.append(f"-[:{hop.rel}]{'->' if hop.forward else '-'}({nxt}:{hop.dst})")
+            node = nxt
+        repairs.append(Repair("mention", f"the question names the {label} {name!r}: ({qg.target})" + "".join(shown)))
+    if not repairs:
+        return qg, []
+    return qg.model_copy(update={"symbols": symbols, "triplets": triplets}), repairs
+
+
 def label_evidence(
     qg: QueryGraph, skb: SKB, mapper: SchemaMapper, target_type: str | None
 ) -> tuple[dict[str, dict[str, float]], list[Repair]]:
@@ -281,11 +346,13 @@ class Repaired:
 
 def repair_query(
     qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
-    question: str = "",
+    question: str = "", mentions: bool = True,
 ) -> Repaired:
-    """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring)."""
-    if not qg.triplets:
-        return Repaired(qg, [], [])
+    """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
+    with the entities the question names and the query left out linked to the target (``mentions``)."""
+    question_for_mentions = question if mentions else ""
+    if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
+        return Repaired(*constrain_mentions(qg, skb, sg, question_for_mentions), [])
     qg, dropped = drop_unsupported(qg, question)
     qg, bound = bind_names(qg, skb, mapper, question)
     evidence, notes = label_evidence(qg, skb, mapper, target_type)
@@ -322,7 +389,9 @@ def repair_query(
         for i, (_, alt) in enumerate(choices)
         if alt is not None
     ]
-    return Repaired(*_apply(qg, assign, first, notes), alternatives[:MAX_ALTERNATIVES])
+    query, repairs = _apply(qg, assign, first, notes)
+    query, mentioned = constrain_mentions(query, skb, sg, question_for_mentions)
+    return Repaired(query, repairs + mentioned, alternatives[:MAX_ALTERNATIVES])
 
 
 def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
@@ -368,8 +437,8 @@ def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
     return qg.model_copy(update={"symbols": symbols, "triplets": triplets, "target_type": target_type}), repairs
 
 
-def _fresh(symbols: dict[str, Symbol], counter: itertools.count[int]) -> str:
+def _fresh(symbols: dict[str, Symbol], counter: itertools.count[int], stem: str = "_via") -> str:
     while True:
-        name = f"_via{next(counter)}"
+        name = f"{stem}{next(counter)}"
         if name not in symbols:
             return name
