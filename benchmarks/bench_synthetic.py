@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autofocus.config import AutofocusConfig
-from autofocus.evaluate.report import paired_test
+from autofocus.evaluation.report import paired_test
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
 from autofocus.skb.qa import QAItem, load_qa
 

@@ -100,9 +100,9 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
     import numpy as np
 
     from autofocus import runtime
-    from autofocus.evaluate.program_runs import index_checksums
-    from autofocus.evaluate.runner import build_manifest, run_eval
-    from autofocus.evaluate.traces import read_traces
+    from autofocus.evaluation.program_runs import index_checksums
+    from autofocus.evaluation.runner import build_manifest, run_eval
+    from autofocus.evaluation.traces import read_traces
     from autofocus.index.store import skb_fingerprint
     from autofocus.program.systems.base import program_copy
 

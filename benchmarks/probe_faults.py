@@ -76,7 +76,7 @@ class Faulty:
 def eval_once(skb: Path, split: str, limit: int, out: Path, lm_timeout: float, concurrency: int) -> Any:
     """What ``autofocus eval`` runs, in this process."""
     from autofocus.commands.eval import _kb_cache, index_checksums, prepare_system
-    from autofocus.evaluate.runner import build_manifest, run_eval
+    from autofocus.evaluation.runner import build_manifest, run_eval
     from autofocus.index.store import skb_fingerprint
     from autofocus.runtime import load_config, with_waits
     from autofocus.skb.qa import load_qa
@@ -91,7 +91,7 @@ def eval_once(skb: Path, split: str, limit: int, out: Path, lm_timeout: float, c
 
 
 def summary(out: Path) -> dict[str, Any]:
-    from autofocus.evaluate.traces import latest_by_id, read_traces
+    from autofocus.evaluation.traces import latest_by_id, read_traces
 
     records, _ = read_traces(out / "traces.jsonl", repair=False)
     latest = latest_by_id(records)

@@ -10,7 +10,6 @@ import copy
 import importlib
 import json
 import re
-import types
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +146,7 @@ def test_save_then_open_or_load_brings_the_prompts_back(kb: KnowledgeBase, tmp_p
     assert len(other.cypher.demos) == 1 and other.program_file is None
 
 
-def test_evaluate_is_the_resumable_runner_and_autofocus_evaluate_stays_callable(
+def test_evaluate_is_the_resumable_runner_and_autofocus_evaluate_stays_a_function(
     kb: KnowledgeBase, tmp_path: Path, no_lm: list[str]
 ) -> None:
     program = autofocus.open(kb, "vss", config={"k": 4, "concurrency": 2})
@@ -159,17 +158,19 @@ def test_evaluate_is_the_resumable_runner_and_autofocus_evaluate_stays_callable(
     for name in ("traces.jsonl", "summary.json", "summary.md"):
         assert (out / name).is_file()
 
-    importlib.import_module("autofocus.evaluate.runner")  # a subpackage import rebinds ``autofocus.evaluate``
-    assert isinstance(autofocus.evaluate, types.ModuleType)
+    importlib.import_module("autofocus.evaluation.runner")  # the package has its own name: nothing rebinds the function
+    assert autofocus.evaluate is autofocus.api.evaluate
     again = autofocus.evaluate(program, split="train", out=out)
     assert again.result.skipped == 3 and again.result.finished == 0
     assert again.summary["metrics"] == done.summary["metrics"]
-    with pytest.raises(autofocus.evaluate.RunMismatchError, match=r"config\.k"):
+    from autofocus.evaluation import RunMismatchError
+
+    with pytest.raises(RunMismatchError, match=r"config\.k"):
         autofocus.evaluate(autofocus.open(kb, "vss", config={"k": 2}), split="train", out=out)
 
 
 def test_evaluate_names_a_bad_split_and_reads_whole_file_splits_of_a_qa_dir(kb: KnowledgeBase, tmp_path: Path) -> None:
-    from autofocus.evaluate.program_runs import SplitError
+    from autofocus.evaluation.program_runs import SplitError
 
     with pytest.raises(SplitError, match="nope"):
         autofocus.evaluate(autofocus.open(kb, "bm25"), split="nope", out=tmp_path / "x")
@@ -183,7 +184,7 @@ def test_every_entry_point_refuses_a_gold_answer_that_is_no_node(tiny_skb_dir: P
     """It would score 0 silently: compare, tune and optimize_prompts check it too, before any LM call."""
     import shutil
 
-    from autofocus.evaluate.program_runs import SplitError
+    from autofocus.evaluation.program_runs import SplitError
     from autofocus.skb.io import load_skb
 
     skb = tmp_path / "skb"
@@ -302,7 +303,7 @@ def test_one_place_assembles_programs_and_commands_only_handle_arguments() -> No
     graph = module_imports()
     for name, imported in graph.items():
         if name.startswith("autofocus.commands."):
-            reached = {m for m in imported if m.startswith(("autofocus.program", "autofocus.evaluate.runner"))}
-            assert reached <= {"autofocus.evaluate.runner"}, (name, reached)  # RunMismatchError only
+            reached = {m for m in imported if m.startswith(("autofocus.program", "autofocus.evaluation.runner"))}
+            assert reached <= {"autofocus.evaluation.runner"}, (name, reached)  # RunMismatchError only
             assert not any(m.startswith("autofocus.commands.") for m in imported), name
     assert len((SRC / "commands" / "tune.py").read_text().splitlines()) < 200

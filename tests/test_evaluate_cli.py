@@ -23,7 +23,7 @@ import autofocus.commands.eval as eval_cmd
 from autofocus import runtime
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig
-from autofocus.evaluate.program_runs import run_dir_name, split_systems
+from autofocus.evaluation.program_runs import run_dir_name, split_systems
 from autofocus.program.systems import registry
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace

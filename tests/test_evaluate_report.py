@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from autofocus.evaluate.plots import plot_funnel, plot_metric_curves, plot_step_latency, save_run_plots
-from autofocus.evaluate.report import (
+from autofocus.evaluation.plots import plot_funnel, plot_metric_curves, plot_step_latency, save_run_plots
+from autofocus.evaluation.report import (
     comparison_csv,
     comparison_markdown,
     comparison_rows,
@@ -297,8 +297,8 @@ def test_questions_lost_to_the_types_step7_searched() -> None:
 
 
 def test_runs_break_down_by_a_column_of_the_qa_file(tmp_path) -> None:
-    from autofocus.evaluate.groups import grouped_rows
-    from autofocus.evaluate.report import Run
+    from autofocus.evaluation.groups import grouped_rows
+    from autofocus.evaluation.report import Run
 
     (tmp_path / "qa.csv").write_text("id,query,answer_ids,kind\n1,a,[1],relational\n2,b,[2],textual\n3,c,[3],textual\n")
     manifest = {"system": "afr", "skb": {"path": str(tmp_path)}}

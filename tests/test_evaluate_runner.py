@@ -17,8 +17,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from rich.console import Console
 
-from autofocus.evaluate.runner import RunMismatchError, build_manifest, evaluate_one, run_eval
-from autofocus.evaluate.traces import latest_by_id, read_traces, to_jsonable
+from autofocus.evaluation.runner import RunMismatchError, build_manifest, evaluate_one, run_eval
+from autofocus.evaluation.traces import latest_by_id, read_traces, to_jsonable
 from autofocus.metrics import Candidates
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import QAItem

@@ -12,7 +12,7 @@ from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.utils.dummies import DummyLM
 
 from autofocus.config import AutofocusConfig
-from autofocus.evaluate.runner import manifest_diff
+from autofocus.evaluation.runner import manifest_diff
 from autofocus.program.systems.registry import apply_lms
 from autofocus.usage import LM_LIMIT, limit_lm_concurrency, lm_key, map_concurrently
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autofocus.evaluate.traces import TraceWriter
+from autofocus.evaluation.traces import TraceWriter
 from autofocus.redact import REDACTED, redact, register_secret
 
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 import autofocus.commands.eval as eval_cmd
 from autofocus import runtime
 from autofocus.cli import app
-from autofocus.evaluate.traces import latest_by_id, read_traces
+from autofocus.evaluation.traces import latest_by_id, read_traces
 from autofocus.skb.skbdir import load_skb_dir
 from tests.fake_openai_server import FakeOpenAIServer
 from tests.test_afr_e2e import serve

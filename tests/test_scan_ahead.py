@@ -297,7 +297,7 @@ def test_an_approximate_index_keeps_its_own_search(tmp_path: Path) -> None:
 
 
 def test_scan_ahead_is_execution_only() -> None:
-    from autofocus.evaluate.runner import EXECUTION_ONLY
+    from autofocus.evaluation.runner import EXECUTION_ONLY
 
     assert {"scan_ahead", "scan_shards"} <= EXECUTION_ONLY
     assert vss.SCAN_SLACK >= 1024  # at least the exclusions search() takes from one top-k scan

@@ -27,7 +27,7 @@ from autofocus import runtime
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.cypher import parse_cypher
-from autofocus.evaluate.runner import evaluate_one
+from autofocus.evaluation.runner import evaluate_one
 from autofocus.index.cache import EmbeddingCache
 from autofocus.index.embedders import l2_normalise
 from autofocus.kb import KnowledgeBase

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import dspy
 
     from autofocus.config import AutofocusConfig
-    from autofocus.evaluate.program_runs import Comparison, ProgramRun
+    from autofocus.evaluation.program_runs import Comparison, ProgramRun
     from autofocus.kb import KnowledgeBaseLike
     from autofocus.optimize.prompts_run import PromptRun
     from autofocus.optimize.tune_run import TuningResult
@@ -108,7 +108,7 @@ def evaluate(
     Returns a ``ProgramRun``: ``.summary["metrics"]["hit@1"]["mean"]``, ``.run.records`` (one dict per
     question with ``ranked``, ``metrics`` and ``trace``), ``.interrupted``.
     """
-    from autofocus.evaluate.program_runs import evaluate_program, run_dir_name
+    from autofocus.evaluation.program_runs import evaluate_program, run_dir_name
 
     system = getattr(program, "system", "program")
     out = Path(out) if out is not None else Path("runs") / f"{run_dir_name(system)}-{split}"
@@ -131,7 +131,7 @@ def compare(
 ) -> Comparison:
     """Evaluate several systems on the same questions (one run each in ``out/<system>/``) and compare
     them with the first (``comparison.md``/``.csv``, paired tests): ``autofocus compare``."""
-    from autofocus.evaluate.program_runs import compare_systems
+    from autofocus.evaluation.program_runs import compare_systems
 
     return compare_systems(skb, list(systems), split, out, config=_config(config, lm, None), limit=limit,
                            resume=resume, progress=progress, qa_dir=qa_dir)  # fmt: skip

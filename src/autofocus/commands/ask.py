@@ -62,7 +62,7 @@ def ask(
     if trace:
         show_trace(prog.kb.skb, pred.trace, console)
     if trace_json:
-        from autofocus.evaluate.traces import to_jsonable
+        from autofocus.evaluation.traces import to_jsonable
         from autofocus.redact import redact
 
         # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl

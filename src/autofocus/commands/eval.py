@@ -1,6 +1,6 @@
 """``autofocus eval``, ``autofocus report`` and ``autofocus compare``: resumable runs and their summaries.
 
-Argument handling and printing only; the runs are ``autofocus.evaluate.program_runs``.
+Argument handling and printing only; the runs are ``autofocus.evaluation.program_runs``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ EXIT_INTERRUPTED = 130
 def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
     """The split's questions (``program_runs.load_split``, which opens the SKB too), or exit 1 naming
     what is wrong: a damaged SKB, an unknown split, a gold answer that is not one of its nodes."""
-    from autofocus.evaluate.program_runs import load_split
+    from autofocus.evaluation.program_runs import load_split
 
     try:
         return load_split(skb, split, qa_dir=qa_dir)
@@ -117,8 +117,8 @@ def eval_command(
     With ``--program``, the saved program's system and config are used (``--config`` replaces the
     config; the other options apply on top) and its prompts/demos are loaded into every copy.
     """
-    from autofocus.evaluate.program_runs import evaluate_program
-    from autofocus.evaluate.runner import RunMismatchError
+    from autofocus.evaluation.program_runs import evaluate_program
+    from autofocus.evaluation.runner import RunMismatchError
 
     cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
                               concurrency=concurrency)  # fmt: skip
@@ -146,9 +146,9 @@ def report_command(
     by: Annotated[str | None, typer.Option(help="also break the runs down by this QA-file column, e.g. kind")] = None,
 ) -> None:
     """Print (and refresh) the summary of each run; with several, compare them with the first."""
-    from autofocus.evaluate.groups import grouped_rows
-    from autofocus.evaluate.program_runs import summarise_run
-    from autofocus.evaluate.report import comparison_rows, load_run, print_comparison
+    from autofocus.evaluation.groups import grouped_rows
+    from autofocus.evaluation.program_runs import summarise_run
+    from autofocus.evaluation.report import comparison_rows, load_run, print_comparison
 
     loaded = []
     for path in runs:
@@ -198,9 +198,9 @@ def compare_command(
     max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Run several systems on the same questions and print one table, with paired tests against the first."""
-    from autofocus.evaluate.program_runs import compare_systems, run_dir_name, split_systems
-    from autofocus.evaluate.report import print_comparison
-    from autofocus.evaluate.runner import RunMismatchError
+    from autofocus.evaluation.program_runs import compare_systems, run_dir_name, split_systems
+    from autofocus.evaluation.report import print_comparison
+    from autofocus.evaluation.runner import RunMismatchError
 
     specs = split_systems(systems)
     if len(specs) < 2:

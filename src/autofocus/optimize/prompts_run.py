@@ -35,7 +35,7 @@ class PromptRun:
 def split_examples(skb: Path | str, split: str, limit: int | None = None, qa_dir: Path | str | None = None) -> list[Any]:
     """The first ``limit`` questions of ``split`` as DSPy examples (``evaluate.program_runs.SplitError``
     when the split cannot be loaded)."""
-    from autofocus.evaluate.program_runs import load_split
+    from autofocus.evaluation.program_runs import load_split
 
     items = load_split(skb, split, qa_dir=qa_dir)
     return examples(items[:limit] if limit is not None else items)

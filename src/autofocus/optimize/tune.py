@@ -32,7 +32,7 @@ from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from autofocus.config import AutofocusConfig
-from autofocus.evaluate.traces import TraceWriter, read_traces
+from autofocus.evaluation.traces import TraceWriter, read_traces
 from autofocus.metrics import DEFAULT_KS, Candidates, compute_metrics, dspy_metric, prepare
 from autofocus.trace import Trace
 from autofocus.usage import map_concurrently

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
 from autofocus.console import safe
-from autofocus.evaluate.runner import without_waits
+from autofocus.evaluation.runner import without_waits
 from autofocus.optimize import tune as tuning
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ def run_tuning(
     tunes something else, ``TuningInterrupted`` on Ctrl-C (rerun to resume).
     """
     from autofocus import runtime
-    from autofocus.evaluate.program_runs import load_split
-    from autofocus.evaluate.runner import progress_bar
+    from autofocus.evaluation.program_runs import load_split
+    from autofocus.evaluation.runner import progress_bar
     from autofocus.index.store import skb_fingerprint
     from autofocus.metrics import as_candidates
     from autofocus.program.systems import registry
@@ -168,7 +168,7 @@ def run_tuning(
 
     program_sha = None
     if program_file is not None:
-        from autofocus.evaluate.runner import file_sha256
+        from autofocus.evaluation.runner import file_sha256
 
         program_sha = file_sha256(Path(program_file))
     identity = tuning.llm_identity(name, cfg, skb_fingerprint(kb.skb), program_sha)
@@ -326,7 +326,7 @@ def _confirm(
     progress_console: Console | None,
 ) -> dict[str, Any]:
     """A resumable evaluation run of the program with every step (the reranker too); its mean metrics."""
-    from autofocus.evaluate.program_runs import evaluate_program
+    from autofocus.evaluation.program_runs import evaluate_program
 
     done = evaluate_program(program, split, run_dir, questions=items, progress=progress, console=console,
                             progress_console=progress_console)  # fmt: skip

@@ -27,7 +27,7 @@ from rich.table import Table
 from scipy import stats
 
 from autofocus.console import make_console, safe
-from autofocus.evaluate.traces import TRACES_FILE, latest_by_id, read_traces
+from autofocus.evaluation.traces import TRACES_FILE, latest_by_id, read_traces
 
 MAIN_METRICS: tuple[str, ...] = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
 COMPARE_METRICS: tuple[str, ...] = ("hit@1", "mrr")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from autofocus.evaluate.report import Run
+from autofocus.evaluation.report import Run
 from autofocus.skb.qa import find_qa
 
 

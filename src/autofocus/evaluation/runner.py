@@ -43,7 +43,7 @@ from rich.progress import (
 )
 
 from autofocus.console import make_console, safe
-from autofocus.evaluate.traces import (
+from autofocus.evaluation.traces import (
     RECORD_VERSION,
     TRACES_FILE,
     TraceWriter,

@@ -13,7 +13,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from autofocus.evaluate.report import step_seconds
+from autofocus.evaluation.report import step_seconds
 
 FUNNEL_PNG = "funnel.png"
 LATENCY_PNG = "latency.png"

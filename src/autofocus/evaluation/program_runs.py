@@ -2,7 +2,7 @@
 systems on the same questions. ``autofocus.evaluate``/``compare`` and the ``eval``/``compare``/
 ``report`` commands are thin wrappers over these.
 
-A run directory gets ``manifest.json`` and ``traces.jsonl`` (``evaluate.runner``: resumable,
+A run directory gets ``manifest.json`` and ``traces.jsonl`` (``evaluation.runner``: resumable,
 refusing to mix different runs), then ``summary.json``, ``summary.md`` and the plots.
 
 Example:
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
 from autofocus.console import safe
-from autofocus.evaluate.report import (
+from autofocus.evaluation.report import (
     Run,
     comparison_csv,
     comparison_markdown,
@@ -31,7 +31,7 @@ from autofocus.evaluate.report import (
     summarize,
     write_summary,
 )
-from autofocus.evaluate.runner import EvalResult, build_manifest, run_eval
+from autofocus.evaluation.runner import EvalResult, build_manifest, run_eval
 
 if TYPE_CHECKING:
     import dspy
@@ -107,7 +107,7 @@ def index_checksums(kb: KnowledgeBaseLike, cfg: AutofocusConfig) -> dict[str, st
 def summarise_run(run: Run, title: str, console: Console | None = None) -> dict[str, Any]:
     """Write a run's summary (``summary.md``, ``summary.json``) and plots into its directory, print
     them to ``console`` if given; returns the summary."""
-    from autofocus.evaluate.plots import save_run_plots
+    from autofocus.evaluation.plots import save_run_plots
 
     summary = summarize(run.records, run.manifest)
     if console is not None:
@@ -203,7 +203,7 @@ def evaluate_program(
 def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
     """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory.
     The run is only read: a damaged line raises ``ValueError`` naming it, and nothing is repaired."""
-    from autofocus.evaluate.traces import read_traces
+    from autofocus.evaluation.traces import read_traces
 
     path = run_dir / "traces.jsonl"
     if not path.is_file():
