@@ -14,7 +14,9 @@ labels to its variables jointly with the best relationship (and direction) for e
   relationship connects them, the shortest schema path (two hops) whose relationship names fit
   stands in for it (a two-hop question written as one hop).
 
-Every change is returned as a ``Repair`` for the trace. A query the schema already accepts as
+Last, an entity the question names and the query leaves out is linked to the target where the
+schema connects their labels in exactly one way (``constrain_mentions``). Every change is returned
+as a ``Repair`` for the trace. A query the schema already accepts as
 written comes back unchanged.
 """
 
