@@ -143,6 +143,18 @@ def test_describe_node_modes(tiny_skb):
     assert estimate_tokens(describe_node(tiny_skb, 11, "full", budget_tokens=80)) <= 80
 
 
+def test_describe_node_under_a_budget_puts_relations_before_attributes(tiny_skb):
+    # the step 8 yes/no description: a short budget must still show the edges a question asks about
+    cut = describe_node(tiny_skb, 11, "full", budget_tokens=48)
+    lines = cut.splitlines()
+    assert lines[0] == "Multi-hop Reasoning over Graphs (paper)" and lines[1] == "- relations:"
+    assert "  <-[author_writes_paper]- author: Ada Lovelace; Grace Hopper" in lines
+    assert cut.index("- relations:") < cut.index("- attributes:")
+    assert estimate_tokens(cut) <= 48
+    # without a budget the order is unchanged: attributes right after the name
+    assert describe_node(tiny_skb, 11).splitlines()[1] == "- attributes:"
+
+
 def test_describe_node_skips_attributes_already_in_document(tiny_skb):
     # paper 3 has no document; its attributes are shown once
     desc = describe_node(tiny_skb, 3, "none")

@@ -111,7 +111,7 @@ class AutofocusConfig(BaseModel):
     reranker: Reranker = "auto"
     context_budget_tokens: int = Field(3500, ge=256)
     yes_no_description_tokens: int | None = Field(
-        64, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"
+        128, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"
     )
     doc_budget_tokens: int | None = Field(
         None, ge=32, description="node documents embedded in at most this many tokens (None: the embedder's trained length, 128 for MiniLM)"

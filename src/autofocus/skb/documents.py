@@ -236,7 +236,8 @@ def _fit_lines(lines: list[str], max_chars: int) -> list[str]:
             room = max_chars - used - 1
             if not kept and room > 16:  # keep at least a cut first line
                 kept.append(truncate_to_tokens(line, room // CHARS_PER_TOKEN))
-            break
+                used = max_chars
+            continue  # a shorter line further down may still fit
         kept.append(line)
         used += len(line) + 1
     return kept
@@ -324,9 +325,11 @@ def describe_node(
     """
     doc = skb.doc(node_id)
     attrs = [f"  - {k}: {v}" for k, v in skb.attributes(node_id).items() if v not in doc]
-    head = "\n".join(
-        [f"{_label(skb, node_id)} ({skb.type_of(node_id)})", *(["- attributes:", *attrs] if attrs else [])]
-    )
+    attr_block = ["- attributes:", *attrs] if attrs else []
+    label = f"{_label(skb, node_id)} ({skb.type_of(node_id)})"
+    # Under a budget the relations come before the attributes: a multi-hop question asks about them,
+    # and a short description that spends its budget on attributes cannot show the answer's edges.
+    head = "\n".join([label, *attr_block]) if budget_tokens is None else label
     rel_lines: list[str] = []
     if relations != "none":
         keep = None
@@ -335,4 +338,6 @@ def describe_node(
             keep[np.asarray(list(retrieved or ()), dtype=np.int64)] = True
         rel_lines = format_relations(skb, gather_relations(skb, [node_id], keep=keep)[0])
     body = f"- document:\n{doc}" if doc.strip() else ""
+    if budget_tokens is not None:
+        body = "\n".join([*attr_block, *([body] if body else [])])
     return _combine(head, rel_lines, body, budget_tokens)
