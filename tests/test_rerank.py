@@ -461,3 +461,31 @@ def test_random_malformed_outputs_never_lose_or_duplicate_candidates(
     out, trace = run(reranker, lm, candidates)
     assert sorted(out) == sorted(candidates) and len(out) == len(candidates)
     assert trace.data["rerank"]["output"] == out
+
+
+# --- fusion with the retrieval order ---------------------------------------------------------------
+
+
+def test_rrf_fuse_keeps_what_both_orders_rank_high() -> None:
+    from autofocus.program.steps.rerank import rrf_fuse
+
+    assert rrf_fuse([0, 1, 2, 3]) == [0, 1, 2, 3]  # agreement changes nothing
+    # the reranker puts the retrieval's last first and its first last: what both rank second leads,
+    # the two swapped ones tie (1/61 + 1/64 each) and the tie goes to the reranker's order
+    assert rrf_fuse([3, 1, 2, 0]) == [1, 3, 0, 2]
+    assert rrf_fuse([1, 0], k=1) == [1, 0]
+    assert rrf_fuse([]) == []
+    order = [int(i) for i in random.Random(0).sample(range(20), 20)]
+    assert sorted(rrf_fuse(order)) == list(range(20))
+
+
+def test_pointwise_with_rrf_fusion_records_both_orders() -> None:
+    candidates = [5, 3, 9, 1]
+    scores = {5: 0.1, 3: 0.2, 9: 0.3, 1: 0.9}  # the reranker reverses the retrieval order but for 1
+    lm, _ = scripted(pointwise_answer(scores))
+    plain, _ = run(PointwiseReranker(config()), lm, candidates)
+    assert plain == [1, 9, 3, 5]
+    lm, _ = scripted(pointwise_answer(scores))
+    fused, trace = run(PointwiseReranker(config(rerank_fusion="rrf")), lm, candidates)
+    assert fused == [1, 5, 9, 3]  # 5 was retrieval's first: fusion keeps it above 9 and 3
+    assert trace.data["rerank"]["reranker_output"] == plain and trace.data["rerank"]["output"] == fused

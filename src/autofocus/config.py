@@ -109,6 +109,11 @@ class AutofocusConfig(BaseModel):
         "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"
     )
     reranker: Reranker = "auto"
+    rerank_fusion: Literal["none", "rrf"] = Field(
+        "none", description="step 8: none: the reranker's order (paper); rrf: reciprocal rank fusion of the "
+        "reranker's order with the retrieval order, for rerankers weaker than steps 1-7"
+    )
+    rerank_fusion_k: int = Field(60, ge=1, description="rrf: the rank offset k of 1/(k + rank) (60: Cormack et al.)")
     context_budget_tokens: int = Field(3500, ge=256)
     yes_no_description_tokens: int | None = Field(
         128, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"

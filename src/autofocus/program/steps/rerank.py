@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import dspy
+import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec, yes_probabilities
@@ -268,6 +269,9 @@ class Reranker(dspy.Module):
         )
         data: dict[str, Any] = {"method": self.method, "input": ids}
         order = self._rank(session, target_type, data) if len(ids) > 1 else list(range(len(ids)))
+        if cfg.rerank_fusion == "rrf":
+            data["reranker_output"] = [ids[i] for i in order]
+            order = rrf_fuse(order, cfg.rerank_fusion_k)
         ranked = [ids[i] for i in order]
         if sorted(ranked) != sorted(ids):  # the sorts guarantee this; a failure is a bug, not LM noise
             raise RuntimeError(f"reranker {self.method} lost or duplicated candidates: {ids} -> {ranked}")
@@ -610,6 +614,17 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reran
     if choice == "pointwise":
         kwargs.setdefault("scoring", "yes_no" if local else "signature")
     return RERANKERS[choice](config, **kwargs)
+
+
+def rrf_fuse(order: Sequence[int], k: int = 60) -> list[int]:
+    """Reciprocal rank fusion of the input order (0, 1, ...) with a reranker's ``order`` of those
+    positions: a small LM's scores then reorder the list without discarding what steps 1-7 ranked
+    first. Ties go to the reranker's order."""
+    n = len(order)
+    by_reranker = np.empty(n, dtype=np.int64)
+    by_reranker[np.asarray(order, dtype=np.int64)] = np.arange(n)
+    fused = 1.0 / (k + 1 + np.arange(n)) + 1.0 / (k + 1 + by_reranker)
+    return [int(i) for i in np.lexsort((by_reranker, -fused))]
 
 
 def rerank_candidates(

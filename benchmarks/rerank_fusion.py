@@ -1,0 +1,75 @@
+"""Step 8 with and without fusion, recomputed from a run's recorded scores (no LM call).
+
+A run of ``afr`` (or any system with a reranker) records step 8's input order and the reranker's
+output in each trace line. ``rerank_fusion=rrf`` is a deterministic function of those two orders, so
+its metrics on the same questions follow exactly, paired, from the trace: the pre-rerank order
+(steps 1-7), the reranker's order and the fused order for each ``k``.
+
+    .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from autofocus.evaluation.report import load_run, paired_test
+from autofocus.metrics import compute_metrics
+from autofocus.program.steps.rerank import rrf_fuse
+
+
+def orders(record: dict) -> dict[str, list[int]] | None:
+    """The three orders of one question's top k, or None where step 8 did not run."""
+    data = record["trace"]["data"].get("rerank")
+    if not data or "input" not in data:
+        return None
+    ids = [int(i) for i in data["input"]]
+    reranked = [int(i) for i in data.get("reranker_output", data["output"])]
+    position = {node: i for i, node in enumerate(ids)}
+    out = {"steps 1-7": ids, "reranker": reranked}
+    for k in ARGS.k:
+        out[f"rrf k={k}"] = [ids[i] for i in rrf_fuse([position[n] for n in reranked], k)]
+    return out
+
+
+def main() -> None:
+    for run_dir in ARGS.runs:
+        run = load_run(run_dir)
+        rows: dict[str, dict[str, list[float]]] = {}
+        for record in run.records:
+            found = orders(record) if record.get("status") == "ok" else None
+            if found is None:
+                continue
+            for name, ranked in found.items():
+                m = compute_metrics(np.asarray(ranked), record["gold"], ks=(1, 20))
+                for metric in ("hit@1", "mrr"):
+                    rows.setdefault(name, {}).setdefault(metric, []).append(float(m[metric]))
+        n = len(rows.get("reranker", {}).get("hit@1", []))
+        print(f"\n{run_dir}: {n} questions with step 8 (same questions in every row; paired against the reranker)")
+        print("| order | hit@1 | MRR | hit@1 vs reranker (p) | MRR vs reranker (p) |\n| --- | --- | --- | --- | --- |")
+        base = rows.get("reranker")
+        result = {}
+        for name, metrics in rows.items():
+            cells = [name, *(f"{100 * np.mean(metrics[m]):.1f}" for m in ("hit@1", "mrr"))]
+            for metric in ("hit@1", "mrr"):
+                t = paired_test(np.asarray(base[metric]), np.asarray(metrics[metric]))
+                cells.append("" if name == "reranker" else f"{100 * t['diff']:+.1f} ({t['p']:.3f})")
+            print("| " + " | ".join(cells) + " |")
+            result[name] = {m: float(np.mean(v)) for m, v in metrics.items()}
+        if ARGS.out:
+            ARGS.out.parent.mkdir(parents=True, exist_ok=True)
+            existing = json.loads(ARGS.out.read_text()) if ARGS.out.exists() else {}
+            existing[str(run_dir)] = {"questions": n, "orders": result}
+            ARGS.out.write_text(json.dumps(existing, indent=1))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--k", type=int, nargs="+", default=[60])
+    parser.add_argument("--out", type=Path, default=None, help="append the means to this JSON file")
+    ARGS = parser.parse_args()
+    main()
