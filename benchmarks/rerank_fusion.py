@@ -21,8 +21,9 @@ from autofocus.metrics import compute_metrics
 from autofocus.program.steps.rerank import rrf_fuse
 
 
-def orders(record: dict) -> dict[str, list[int]] | None:
-    """The three orders of one question's top k, or None where step 8 did not run."""
+def orders(record: dict, ks: list[int]) -> dict[str, list[int]] | None:
+    """The orders of one question's top k (steps 1-7, reranker, fused for each k), or None where step 8
+    did not run."""
     data = record["trace"]["data"].get("rerank")
     if not data or "input" not in data:
         return None
@@ -30,17 +31,17 @@ def orders(record: dict) -> dict[str, list[int]] | None:
     reranked = [int(i) for i in data.get("reranker_output", data["output"])]
     position = {node: i for i, node in enumerate(ids)}
     out = {"steps 1-7": ids, "reranker": reranked}
-    for k in ARGS.k:
+    for k in ks:
         out[f"rrf k={k}"] = [ids[i] for i in rrf_fuse([position[n] for n in reranked], k)]
     return out
 
 
-def main() -> None:
-    for run_dir in ARGS.runs:
+def main(args: argparse.Namespace) -> None:
+    for run_dir in args.runs:
         run = load_run(run_dir)
         rows: dict[str, dict[str, list[float]]] = {}
         for record in run.records:
-            found = orders(record) if record.get("status") == "ok" else None
+            found = orders(record, args.k) if record.get("status") == "ok" else None
             if found is None:
                 continue
             for name, ranked in found.items():
@@ -59,11 +60,11 @@ def main() -> None:
                 cells.append("" if name == "reranker" else f"{100 * t['diff']:+.1f} ({t['p']:.3f})")
             print("| " + " | ".join(cells) + " |")
             result[name] = {m: float(np.mean(v)) for m, v in metrics.items()}
-        if ARGS.out:
-            ARGS.out.parent.mkdir(parents=True, exist_ok=True)
-            existing = json.loads(ARGS.out.read_text()) if ARGS.out.exists() else {}
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            existing = json.loads(args.out.read_text()) if args.out.exists() else {}
             existing[str(run_dir)] = {"questions": n, "orders": result}
-            ARGS.out.write_text(json.dumps(existing, indent=1))
+            args.out.write_text(json.dumps(existing, indent=1))
 
 
 if __name__ == "__main__":
@@ -71,5 +72,4 @@ if __name__ == "__main__":
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--k", type=int, nargs="+", default=[60])
     parser.add_argument("--out", type=Path, default=None, help="append the means to this JSON file")
-    ARGS = parser.parse_args()
-    main()
+    main(parser.parse_args())

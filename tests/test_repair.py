@@ -145,6 +145,14 @@ def test_an_unnamed_symbol_is_bound_to_the_entity_the_question_names_next_to_its
     assert target.query.symbols["y"].name_value() is None  # the target is what is asked: never bound
 
 
+def test_a_plain_word_beside_another_labels_word_binds_no_symbol(skb) -> None:
+    # "json" stands beside "class", the word of another label: no name for the module symbol
+    cypher = "MATCH (y:function)-[:function_defined_in_module]->(m:module) RETURN y"
+    result = repaired(skb, cypher, "function", question="Which functions does the json class define?")
+    assert result.query.symbols["m"].name_value() is None
+    assert not [r for r in result.repairs if r.kind == "bind"]
+
+
 def test_question_mentions_skip_stopwords_and_label_words() -> None:
     mentions = dict(question_mentions("Which module of the json library defines loads?", {"module", "modules"}))
     assert "json" in mentions and "module" not in mentions and "the" not in mentions

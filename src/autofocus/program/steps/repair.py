@@ -141,29 +141,59 @@ def _extends(short: str, text: str) -> bool:
 _IDENTIFIER = re.compile(r"[._\d/:]|[a-z][A-Z]")  # json.loads, base64, snake_case, camelCase: a name, not a word
 
 
-def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) -> tuple[QueryGraph, list[Repair]]:
+@dataclass(frozen=True)
+class Mention:
+    """A name the question gives: its text, the labels whose word stands beside it, the nodes it names."""
+
+    text: str
+    beside: frozenset[str]
+    ids: np.ndarray
+    how: str
+    looks_like_name: bool  # ``base64``, ``json.loads``: a name wherever it stands
+
+    def names_a(self, label: str) -> bool:
+        """Counts as a name for ``label``: beside that label's word, or a name anywhere."""
+        return label in self.beside or self.looks_like_name
+
+
+def named_mentions(skb: SKB, question: str) -> list[Mention]:
+    """The question's words that may be names and name nodes: next to a label's word ("the logging
+    module") or looking like a name (``base64``, ``json.loads``), so "a list of words" names no class
+    ``list`` (``Mention.names_a`` asks for the label's own word). Resolved once per question for
+    ``bind_names`` and ``constrain_mentions``."""
+    if not question:
+        return []
+    words = label_words(set(skb.node_type_names))
+    found: list[Mention] = []
+    for text, near in question_mentions(question, set(words)):
+        beside = frozenset(words[w] for w in near)
+        looks_like_name = bool(_IDENTIFIER.search(text))
+        if not (beside or looks_like_name):
+            continue
+        ids, how = named_ids(skb, text)
+        if len(ids):
+            found.append(Mention(text, beside, ids, how, looks_like_name))
+    return found
+
+
+def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, mentions: list[Mention]) -> tuple[QueryGraph, list[Repair]]:
     """Give symbols the names the query meant: a label that is really a node's name (``(b:ValueError)``);
     for an unnamed symbol, a node of its label that the question names (the LM wrote ``(b:module)`` for
     "functions of base64"); for a named one, a longer name the question gives for the same kind of node
-    (``os`` where the question says ``os.path``). A question's word counts as a name only next to the
-    label's own word ("the logging module") or when it looks like one (``base64``, ``json.loads``), so
-    "a list of words" binds no class ``list``. The target is what is asked for: never bound."""
+    (``os`` where the question says ``os.path``), among the question's ``named_mentions``, preferring
+    one next to the label's own word. The target is what is asked for: never bound."""
     labels = set(skb.node_type_names)
     taken = {s.name_value() for s in qg.symbols.values() if s.is_constant}
     in_triplet = {v for t in qg.triplets for v in (t.head, t.tail)}
-    words = label_words(labels)
-    mentions = question_mentions(question, set(words)) if question else []
     symbols, repairs = dict(qg.symbols), []
 
     def named_here(label: str, accept: Callable[[str], bool]) -> tuple[str, str] | None:
-        found = []
-        for text, near in mentions:
-            beside = any(words[w] == label for w in near)
-            if text in taken or not accept(text) or not (beside or _IDENTIFIER.search(text)):
-                continue
-            ids, how = named_ids(skb, text)
-            if len(ids) and (skb.node_type[ids] == skb.type_code(label)).any():
-                found.append((beside, len(text), text, how))
+        found = [
+            (label in m.beside, len(m.text), m.text, m.how)
+            for m in mentions
+            if m.text not in taken and accept(m.text) and m.names_a(label)
+            and (skb.node_type[m.ids] == skb.type_code(label)).any()
+        ]
         return max(found)[2:] if found else None
 
     for var, sym in qg.symbols.items():
@@ -200,31 +230,26 @@ def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, question: str) ->
 MAX_MENTIONED = 2  # constraints added for entities the question names and the query left out
 
 
-def _mentioned_entities(qg: QueryGraph, skb: SKB, question: str) -> list[tuple[str, str]]:
-    """``(name, label)`` of the entities the question names that no constant of the query names: a
-    mention next to its label's word ("the random module") or that looks like a name
-    (``subprocess.Popen``), naming nodes of one label (the word beside it decides between several)."""
-    labels = set(skb.node_type_names)
-    words = label_words(labels)
+def _mentioned_entities(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> list[tuple[str, str]]:
+    """``(name, label)`` of the ``named_mentions`` that no constant of the query names, naming nodes of
+    one label (the label's word beside the mention decides between several)."""
     names = [n.lower() for n in (s.name_value() for s in qg.symbols.values()) if n]
     found: list[tuple[str, str]] = []
-    for text, near in question_mentions(question, set(words)) if question else []:
-        low = text.lower()
+    for m in mentions:
+        low = m.text.lower()
         if any(low in n or n in low for n in [*names, *(t.lower() for t, _ in found)]):
             continue  # the query names it already (or a longer mention was taken)
-        beside = {words[w] for w in near}
-        if not (beside or _IDENTIFIER.search(text)):
-            continue
-        ids, _ = named_ids(skb, text)
-        named = {skb.node_type_names[int(c)] for c in np.unique(skb.node_type[ids])} if len(ids) else set()
+        named = {skb.node_type_names[int(c)] for c in np.unique(skb.node_type[m.ids])}
         if len(named) > 1:
-            named &= beside
+            named &= m.beside
         if len(named) == 1:
-            found.append((text, named.pop()))
+            found.append((m.text, named.pop()))
     return found
 
 
-def constrain_mentions(qg: QueryGraph, skb: SKB, sg: SchemaGraph, question: str) -> tuple[QueryGraph, list[Repair]]:
+def constrain_mentions(
+    qg: QueryGraph, skb: SKB, sg: SchemaGraph, mentions: list[Mention]
+) -> tuple[QueryGraph, list[Repair]]:
     """Link entities the question names but the query left out to the target: a small LM often writes
     one of a question's two conditions ("methods of subprocess.Popen that raise ValueError" as methods
     raising ValueError). The link is the one relationship between the two labels, else the one two-hop
@@ -236,7 +261,7 @@ def constrain_mentions(qg: QueryGraph, skb: SKB, sg: SchemaGraph, question: str)
         return qg, []
     symbols, triplets, repairs = dict(qg.symbols), list(qg.triplets), []
     fresh = itertools.count(1)
-    for name, label in _mentioned_entities(qg, skb, question)[:MAX_MENTIONED]:
+    for name, label in _mentioned_entities(qg, skb, mentions)[:MAX_MENTIONED]:
         if label == tlabel:
             continue
         direct = [(r.rel, True) for r in sg.between(tlabel, label)] + [(r.rel, False) for r in sg.between(label, tlabel)]
@@ -352,11 +377,13 @@ def repair_query(
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
     with the entities the question names and the query left out linked to the target (``mentions``)."""
-    question_for_mentions = question if mentions else ""
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
-        return Repaired(*constrain_mentions(qg, skb, sg, question_for_mentions), [])
+        if not mentions:
+            return Repaired(qg, [], [])
+        return Repaired(*constrain_mentions(qg, skb, sg, named_mentions(skb, question)), [])
+    named = named_mentions(skb, question)
     qg, dropped = drop_unsupported(qg, question)
-    qg, bound = bind_names(qg, skb, mapper, question)
+    qg, bound = bind_names(qg, skb, mapper, named)
     evidence, notes = label_evidence(qg, skb, mapper, target_type)
     notes = dropped + bound + notes
     rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
@@ -392,8 +419,10 @@ def repair_query(
         if alt is not None
     ]
     query, repairs = _apply(qg, assign, first, notes)
-    query, mentioned = constrain_mentions(query, skb, sg, question_for_mentions)
-    return Repaired(query, repairs + mentioned, alternatives[:MAX_ALTERNATIVES])
+    if mentions:
+        query, linked = constrain_mentions(query, skb, sg, named)
+        repairs = repairs + linked
+    return Repaired(query, repairs, alternatives[:MAX_ALTERNATIVES])
 
 
 def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
