@@ -234,9 +234,9 @@ def _fit_lines(lines: list[str], max_chars: int) -> list[str]:
     for line in lines:
         if used + len(line) + 1 > max_chars:
             room = max_chars - used - 1
-            if not kept and room > 16:  # keep at least a cut first line
+            if not kept and room > 16:  # keep at least a cut first line, and nothing after it
                 kept.append(truncate_to_tokens(line, room // CHARS_PER_TOKEN))
-                used = max_chars
+                break
             continue  # a shorter line further down may still fit
         kept.append(line)
         used += len(line) + 1
