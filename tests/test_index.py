@@ -284,11 +284,9 @@ def test_faiss_indexes_are_cached_and_invalidated(tmp_path: Path) -> None:
 # -- resumable building -------------------------------------------------------------------------------------
 def test_build_resumes_after_a_crash(tmp_path: Path) -> None:
     skb = word_skb(60)
-    calls = {"n": 0}
 
     def crashing_documents(skb: SKB, ids: np.ndarray, variant: str, budget: int) -> list[str]:
-        calls["n"] += 1
-        if calls["n"] == 4:
+        if ids[0] == 24:
             raise KeyboardInterrupt  # Ctrl-C during the fourth chunk
         return plain_documents(skb, ids, variant, budget)
 
@@ -325,6 +323,52 @@ def test_build_refuses_a_store_of_another_model_or_skb(tmp_path: Path) -> None:
     with pytest.raises(IndexMismatchError, match="doc_budget_tokens"):
         build_embeddings(skb, HashingEmbedder(), "text", tmp_path / "s", documents=plain_documents,
                          doc_budget_tokens=16, progress=False)
+
+
+def test_a_change_to_the_document_rendering_re_embeds(tmp_path: Path) -> None:
+    """The SKB is the same, the rendering code is not: an index of the old documents is not reused."""
+    skb = word_skb(40)
+
+    def reworded(skb: SKB, ids: np.ndarray, variant: str, budget: int) -> list[str]:
+        return [f"{t} (reworded)" for t in plain_documents(skb, ids, variant, budget)]
+
+    old = build_embeddings(skb, HashingEmbedder(), "text", tmp_path / "s", documents=plain_documents, progress=False)
+    old_vectors, old_digest = np.asarray(old.vectors).copy(), old.manifest.documents
+    emb = HashingEmbedder()
+    build_embeddings(skb, emb, "text", tmp_path / "s", documents=plain_documents, progress=False)
+    assert emb.calls == 0  # same rendering: nothing to do
+    new = build_embeddings(skb, emb, "text", tmp_path / "s", documents=reworded, progress=False)
+    assert emb.texts_seen == 40 and new.manifest.documents not in (None, old_digest) and new.consistent
+    assert not np.array_equal(np.asarray(new.vectors), old_vectors)
+
+    fresh = KnowledgeBase(skb, HashingEmbedder(), tmp_path / "idx", documents=plain_documents, progress=False)
+    fresh.build("text")
+    stale = KnowledgeBase(skb, HashingEmbedder(), tmp_path / "idx", documents=reworded, build_missing=False,
+                          progress=False)
+    with pytest.raises(IndexMismatchError, match="rendered differently.*index build --variant text"):
+        stale.index("text")
+    rebuilding = KnowledgeBase(skb, emb := HashingEmbedder(), tmp_path / "idx", documents=reworded,
+                               build_missing=True, progress=False)
+    rebuilding.index("text")
+    assert emb.texts_seen == 40
+    assert EmbeddingStore.open(fresh.store_dir("text")).manifest.documents == new.manifest.documents
+
+
+def test_an_index_from_before_document_digests_is_searched_as_is(tmp_path: Path) -> None:
+    skb = word_skb(20)
+    kb = KnowledgeBase(skb, searching := HashingEmbedder(), tmp_path / "idx", documents=plain_documents,
+                       build_missing=True, progress=False)
+    store = kb.build("text")
+    store.manifest.documents = None  # as an older version wrote it
+    store.save_manifest()
+    seen = searching.texts_seen
+    index = kb.index("text")
+    assert index.store.manifest.documents is None and searching.texts_seen == seen  # opened, not rebuilt
+    assert len(index.search(kb.embed_query(skb.name(3)), k=3)[0]) == 3
+    emb = HashingEmbedder()
+    build_embeddings(skb, emb, "text", kb.store_dir("text"), documents=plain_documents, progress=False)
+    assert emb.texts_seen == 20  # an explicit build cannot tell, so it embeds again and records the digest
+    assert EmbeddingStore.open(kb.store_dir("text")).manifest.documents is not None
 
 
 def test_fingerprint_of_in_memory_skbs_follows_content() -> None:

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from autofocus.index.build import DocumentFn, build_embeddings
+from autofocus.index.build import DocumentFn, build_embeddings, default_documents, documents_digest
 from autofocus.index.cache import EmbeddingCache, default_cache
 from autofocus.index.embedders import (
     DEFAULT_EMBEDDER,
@@ -190,8 +190,19 @@ class KnowledgeBase:
             store = EmbeddingStore.open(directory)
         store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb), num_nodes=self.skb.num_nodes,
                     variant=variant, doc_budget_tokens=store.manifest.doc_budget_tokens and self.doc_budget_tokens)
+        if store.manifest.documents is not None and store.manifest.documents != (digest := self._digest(store)):
+            if not self.build_missing:
+                store.check(documents=digest)  # raises, naming the rebuild command
+            self.build(variant)
+            store = EmbeddingStore.open(directory)
         return NodeIndex(store, self.skb.node_type, self.skb.node_type_names, kind=self.index_kind,
                          params=self.ann_params)
+
+    def _digest(self, store: EmbeddingStore) -> str:
+        """The store's documents digest as they render now. Indexes from before digests carry none and are
+        used as they are: only ``index build`` re-embeds them."""
+        budget = store.manifest.doc_budget_tokens or 0
+        return documents_digest(self.skb, self.documents or default_documents(), store.manifest.variant, budget)
 
     def _missing_error(self, variant: str, store: EmbeddingStore | None) -> Exception:
         if store is not None:

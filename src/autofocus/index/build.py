@@ -7,6 +7,8 @@ done mask and manifest before the next one starts, and a rerun embeds only the r
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from autofocus.index.progress import progress_bar
 from autofocus.index.store import MANIFEST, EmbeddingStore, IndexError_, skb_fingerprint
 from autofocus.skb.model import SKB
 
+log = logging.getLogger(__name__)
 DocumentFn = Callable[[SKB, np.ndarray, str, int], list[str]]
 
 
@@ -27,6 +30,20 @@ def default_documents() -> DocumentFn:
     from autofocus.skb.documents import render_documents
 
     return render_documents
+
+
+def documents_digest(skb: SKB, documents: DocumentFn, variant: str, budget: int, sample: int = 512) -> str:
+    """SHA-256 (16 hex) of ``sample`` evenly spaced nodes' documents as ``documents`` renders them now.
+
+    A change to the rendering code keeps the SKB's fingerprint; this digest is what tells an index of
+    old documents from a current one. Rendering a few hundred documents costs milliseconds, and a
+    change that touches more than a sliver of the documents shows in the sample.
+    """
+    ids = np.unique(np.linspace(0, skb.num_nodes - 1, min(sample, skb.num_nodes)).astype(np.int64))
+    h = hashlib.sha256()
+    for text in documents(skb, ids, variant, budget):
+        h.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()[:16]
 
 
 def embed_unique(embedder: Embedder, texts: list[str], batch_size: int) -> np.ndarray:
@@ -60,10 +77,15 @@ def build_embeddings(
     budget = doc_budget_tokens or trained_tokens(embedder)
     fp = skb_fingerprint(skb)
     n = skb.num_nodes
+    digest = documents_digest(skb, documents, variant, budget) if n else None
     store: EmbeddingStore | None = None
     if (directory / MANIFEST).exists():
         store = EmbeddingStore.open(directory, writable=True)
         store.check(model=embedder.name, skb_fingerprint=fp, num_nodes=n, variant=variant, doc_budget_tokens=budget)
+        if store.manifest.documents != digest:  # rendered differently (or by a version that kept no digest)
+            log.warning("%s: the documents are rendered differently from when it was built (digest %s, now %s): "
+                        "embedding every row again", directory, store.manifest.documents, digest)
+            store.restart(digest)
         todo = np.flatnonzero(~np.asarray(store.done))
         if len(todo) == 0 and store.consistent:
             return store
@@ -79,7 +101,7 @@ def build_embeddings(
             if store is None:
                 store = EmbeddingStore.create(
                     directory, model=embedder.name, dim=int(vecs.shape[1]), variant=variant,
-                    doc_budget_tokens=budget, skb_fingerprint=fp, num_nodes=n,
+                    doc_budget_tokens=budget, skb_fingerprint=fp, num_nodes=n, documents=digest,
                 )
             store.begin_write()
             store.write_rows(ids, vecs)

@@ -7,7 +7,8 @@ of candidate nodes only) be searched without pretending the other rows are zero 
 
 Layout of one store directory::
 
-    manifest.json        model, dim, variant, document budget, SKB fingerprint, rows done, sha256
+    manifest.json        model, dim, variant, document budget, SKB fingerprint, documents digest,
+                         rows done, sha256
     embeddings.f16.npy   float16 [N, d]
     done.npy             bool [N]
     faiss/<kind>/...     per-type FAISS indexes built from this store (see ``search.py``)
@@ -60,6 +61,9 @@ class Manifest(BaseModel):
     variant: str
     doc_budget_tokens: int | None
     skb_fingerprint: str
+    # A digest of sample documents as the code rendered them (``build.documents_digest``): a change to
+    # the rendering keeps the SKB's fingerprint, so without it an index of old documents is reused.
+    documents: str | None = None
     num_nodes: int
     dtype: str = "float16"
     rows_done: int = 0
@@ -135,7 +139,7 @@ class EmbeddingStore:
     @classmethod
     def create(
         cls, directory: Path, *, model: str, dim: int, variant: str, doc_budget_tokens: int | None,
-        skb_fingerprint: str, num_nodes: int, source: str = "embedded",
+        skb_fingerprint: str, num_nodes: int, source: str = "embedded", documents: str | None = None,
     ) -> EmbeddingStore:
         """A new empty store (zero rows done); refuses to overwrite an existing one."""
         directory = Path(directory)
@@ -146,7 +150,8 @@ class EmbeddingStore:
         done = np.lib.format.open_memmap(directory / DONE, mode="w+", dtype=np.bool_, shape=(num_nodes,))
         manifest = Manifest(
             model=model, dim=dim, variant=variant, doc_budget_tokens=doc_budget_tokens,
-            skb_fingerprint=skb_fingerprint, num_nodes=num_nodes, source=source, updated=now(),
+            skb_fingerprint=skb_fingerprint, num_nodes=num_nodes, source=source, documents=documents,
+            updated=now(),
         )
         store = cls(directory, manifest, vectors, done)
         store.save_manifest()
@@ -181,12 +186,13 @@ class EmbeddingStore:
     def check(
         self, *, model: str | None = None, skb_fingerprint: str | None = None, num_nodes: int | None = None,
         variant: str | None = None, doc_budget_tokens: int | None = None, dim: int | None = None,
+        documents: str | None = None,
     ) -> None:
         """Raise :class:`IndexMismatchError` naming every field that differs from what the caller expects."""
         m = self.manifest
         wanted = {
             "model": model, "skb_fingerprint": skb_fingerprint, "num_nodes": num_nodes, "variant": variant,
-            "doc_budget_tokens": doc_budget_tokens, "dim": dim,
+            "doc_budget_tokens": doc_budget_tokens, "dim": dim, "documents": documents,
         }
         diffs = [
             f"{key}: index has {getattr(m, key)!r}, expected {value!r}"
@@ -197,6 +203,9 @@ class EmbeddingStore:
             hint = ""
             if model is not None and m.model != model:
                 hint = f"; embed queries with {m.model!r} (e.g. --embedder {m.model}) or build an index for {model!r}"
+            elif documents is not None and m.documents not in (None, documents):
+                hint = ("; the documents are rendered differently since this index was built: "
+                        f"re-embed them with `autofocus index build --variant {m.variant}`")
             raise IndexMismatchError(f"{self.directory}: " + "; ".join(diffs) + hint)
 
     @property
@@ -223,6 +232,15 @@ class EmbeddingStore:
     def save_manifest(self) -> None:
         self.manifest.updated = now()
         _write_json_atomic(self.directory / MANIFEST, self.manifest.model_dump())
+
+    def restart(self, documents: str | None) -> None:
+        """Forget every row (their documents changed), so the next build embeds them all again."""
+        self.begin_write()
+        self.done[:] = False
+        self.done.flush()  # type: ignore[attr-defined]
+        self.manifest.rows_done = 0
+        self.manifest.documents = documents
+        self.save_manifest()
 
     def begin_write(self) -> None:
         """Mark the checksum stale before rows change, so a crash leaves no wrong checksum behind."""
