@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,9 @@ from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimis
 from autofocus.skb.qa import QAItem, load_qa
 
 STEPS = ("target_type", "cypher", "reranker")
+SOURCES = ("synthetic", "labelled")
+ARMS = ("zero-shot", *SOURCES)
+PAIRS = (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic"))
 QUERY_METRICS = ("grounded_f1", "grounded_recall@20", "grounded_hit@20", "hit@1", "hit@5", "mrr")
 RERANK_METRICS = ("mrr", "hit@1", "hit@5")
 console = Console()
@@ -69,26 +74,39 @@ def _column(scores: Scores, key: str) -> np.ndarray:
     return np.array([row[key] for row in scores.rows], dtype=np.float64)
 
 
+def on_eval(label: str, n: int) -> Callable[[], None]:
+    """A line every ten questions: these runs take hours and are mostly watched through a log file."""
+    start, done = time.perf_counter(), [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if done[0] % 10 == 0 or done[0] == n:
+            console.print(f"{label}: {done[0]}/{n} questions, {time.perf_counter() - start:.0f} s")
+
+    return tick
+
+
 def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer: str, max_demos: int,
-             seed: int, threads: int | None, with_lms: bool = True) -> dict[str, Any]:
-    """Both optimisations of one step and the paired comparisons on the test split."""
+             seed: int, threads: int | None, with_lms: bool = True,
+             sources: tuple[str, ...] = SOURCES) -> dict[str, Any]:
+    """The step optimised on each source and the paired comparisons on the test split."""
     test = examples(splits.test)
     runs: dict[str, tuple[OptimizeResult, dict[str, Scores]]] = {}
-    sources = {"synthetic": (splits.synthetic_train, splits.synthetic_val), "labelled": (splits.train, splits.val)}
-    for source, (train, val) in sources.items():
+    data = {"synthetic": (splits.synthetic_train, splits.synthetic_val), "labelled": (splits.train, splits.val)}
+    for source in sources:
+        train, val = data[source]
         console.rule(f"{step}: optimising on {source} ({len(train)} train, {len(val)} val)")
         result = optimise(kb, "afr", cfg, examples(train), examples(val), optimizer=optimizer, steps=[step],
                           metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads,
-                          with_lms=with_lms)
-        runs[source] = (result, result.compare(test, "test"))
-    zero = runs["labelled"][1]["zero_shot"]
-    arms = {"zero-shot": zero, "synthetic": runs["synthetic"][1]["optimised"],
-            "labelled": runs["labelled"][1]["optimised"]}
+                          with_lms=with_lms, on_eval=on_eval)
+        runs[source] = (result, result.compare(test, "test", on_eval=on_eval))
+    arms = {"zero-shot": runs[sources[0]][1]["zero_shot"], **{s: runs[s][1]["optimised"] for s in sources}}
     comparisons = []
     for key in metrics_for(step):
-        for a, b in (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic")):
-            test_result = paired_test(_column(arms[a], key), _column(arms[b], key))
-            comparisons.append({**test_result, "metric": key, "base": a, "other": b})
+        for a, b in PAIRS:
+            if a in arms and b in arms:
+                test_result = paired_test(_column(arms[a], key), _column(arms[b], key))
+                comparisons.append({**test_result, "metric": key, "base": a, "other": b})
     return {
         "step": step,
         "means": {arm: {k: v for k, v in s.mean().items() if k in metrics_for(step)} for arm, s in arms.items()},
@@ -99,22 +117,31 @@ def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer
     }
 
 
-def results_table(results: list[dict[str, Any]], n_test: int) -> Table:
-    table = Table(title=f"Optimised on synthetic vs labelled questions, {n_test} test questions (paired tests)")
-    for col in ("step", "metric", "zero-shot", "synthetic", "labelled", "syn - zero (p)", "lab - zero (p)",
-                "syn - lab (p)"):
-        table.add_column(col, justify="left" if col in ("step", "metric") else "right")
+HEADER = ("step", "metric", *ARMS, "syn - zero (p)", "lab - zero (p)", "syn - lab (p)")
+
+
+def rows(results: list[dict[str, Any]], star: bool = False) -> list[list[str]]:
+    """One row per step and metric; an arm that was not run (``--sources``) leaves its cells empty."""
+    out = []
     for res in results:
         by = {(c["metric"], c["base"], c["other"]): c for c in res["comparisons"]}
         for key in metrics_for(res["step"]):
-            m = {arm: res["means"][arm].get(key, float("nan")) for arm in ("zero-shot", "synthetic", "labelled")}
+            means = [f"{res['means'][arm][key]:.3f}" if arm in res["means"] else "" for arm in ARMS]
             cells = []
-            for a, b in (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic")):
-                c = by[(key, a, b)]
-                star = "*" if c["significant"] else ""
-                cells.append(f"{c['diff']:+.3f} ({c['p']:.3f}){star}" if c["diff"] is not None else "")
-            table.add_row(res["step"], key, f"{m['zero-shot']:.3f}", f"{m['synthetic']:.3f}", f"{m['labelled']:.3f}",
-                          *cells)
+            for a, b in PAIRS:
+                c = by.get((key, a, b))
+                mark = "*" if star and c and c["significant"] else ""
+                cells.append(f"{c['diff']:+.3f} ({c['p']:.3f}){mark}" if c and c["diff"] is not None else "")
+            out.append([res["step"], key, *means, *cells])
+    return out
+
+
+def results_table(results: list[dict[str, Any]], n_test: int) -> Table:
+    table = Table(title=f"Optimised on synthetic vs labelled questions, {n_test} test questions (paired tests)")
+    for col in HEADER:
+        table.add_column(col, justify="left" if col in ("step", "metric") else "right")
+    for row in rows(results, star=True):
+        table.add_row(*row)
     table.caption = "* p < 0.05; exact McNemar for 0/1 metrics, sign-flip permutation test otherwise"
     return table
 
@@ -127,18 +154,8 @@ def markdown(results: list[dict[str, Any]], splits: Splits, synthesis: dict[str,
     if synthesis:
         lines += [f"Synthesis cost: {synthesis.get('lm_calls')} LM calls, {synthesis.get('minutes')} minutes "
                   f"({synthesis.get('lm_minutes')} in the LM), {synthesis.get('sampled')} patterns sampled.", ""]
-    lines += ["| step | metric | zero-shot | synthetic | labelled | syn - zero (p) | lab - zero (p) | syn - lab (p) |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for res in results:
-        by = {(c["metric"], c["base"], c["other"]): c for c in res["comparisons"]}
-        for key in metrics_for(res["step"]):
-            m = res["means"]
-            cells = []
-            for a, b in (("zero-shot", "synthetic"), ("zero-shot", "labelled"), ("labelled", "synthetic")):
-                c = by[(key, a, b)]
-                cells.append(f"{c['diff']:+.3f} ({c['p']:.3f})" if c["diff"] is not None else "")
-            lines.append(f"| {res['step']} | {key} | {m['zero-shot'].get(key, 0):.3f} | "
-                         f"{m['synthetic'].get(key, 0):.3f} | {m['labelled'].get(key, 0):.3f} | " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(HEADER) + " |", "|---|---|" + "---:|" * (len(HEADER) - 2)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows(results)]
     lines += ["", "Cost of optimisation (program LM calls, seconds):", ""]
     for res in results:
         for source, c in res["cost"].items():
@@ -160,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-demos", type=int, default=4)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sources", default=",".join(SOURCES), help="what to optimise on: synthetic, labelled")
     args = parser.parse_args(argv)
 
     import dspy
@@ -178,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for step in [s.strip() for s in args.steps.split(",") if s.strip()]:
         step_cfg = cfg.model_copy(update={"reranker": args.reranker}) if step == "reranker" else cfg
-        results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads))
+        sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
+        results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads,
+                                sources=sources))
         console.print(results_table(results, len(splits.test)))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"results": results, "synthesis": synthesis,
