@@ -111,6 +111,7 @@ def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer
         "step": step,
         "means": {arm: {k: v for k, v in s.mean().items() if k in metrics_for(step)} for arm, s in arms.items()},
         "comparisons": comparisons,
+        "per_question": {arm: {k: _column(s, k).tolist() for k in metrics_for(step)} for arm, s in arms.items()},
         "cost": {source: {"objective": r.metric, "wall_s": r.metadata["wall_s"],
                           "program_lm_calls": r.metadata["program_lm_calls"], "demos": r.metadata["demos"]}
                  for source, (r, _) in runs.items()},

@@ -394,7 +394,8 @@ def test_demonstration_pipeline_with_scripted_lms(kb: KnowledgeBase, tiny_skb_di
     assert "| cypher | grounded_f1 |" in text and "Synthesis cost" in text
     with dspy.context(lm=lm):
         only = bench.run_step(kb, cfg, "cypher", splits, "bootstrap", 2, 0, 1, with_lms=False, sources=("synthetic",))
-    assert set(only["means"]) == {"zero-shot", "synthetic"} and set(only["cost"]) == {"synthetic"}
+    assert set(only["means"]) == set(only["per_question"]) == {"zero-shot", "synthetic"} and set(only["cost"]) == {"synthetic"}
+    assert len(only["per_question"]["synthetic"]["grounded_f1"]) == len(splits.test)
     assert {(c["base"], c["other"]) for c in only["comparisons"]} == {("zero-shot", "synthetic")}
     row = next(r for r in bench.rows([only]) if r[1] == "grounded_f1")
     assert row[4] == "" and row[5].startswith("+") and row[6] == ""  # no labelled arm, its cells empty
