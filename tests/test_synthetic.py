@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from autofocus.kb import KnowledgeBase
 from autofocus.optimize.scoring import check_metric, question_scores
 from autofocus.program.steps.symbols import constraint_mask
+from autofocus.query_graph import Constraint
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa, splits_available
 from autofocus.synthetic import PatternSampler, SelfCheck, export_chat, synthesise, write_synthetic
@@ -176,6 +177,13 @@ def test_question_checks(kb: KnowledgeBase) -> None:
     assert question_problem(f"Is it {answer}, related to {const}?", p, kb.skb) == "an answer is named"
     assert question_problem("Which papers are there at all?", p, kb.skb) == "a constant is not named"
     assert question_problem(f"MATCH (y:paper) -[ {const} ?", p, kb.skb) == "query syntax in the question"
+    p.query.symbols[p.query.target].constraints.append(Constraint(key="pages", op=">=", value=2))
+    p.query.symbols[p.query.target].constraints.append(Constraint(key="venue_kind", op="=", value="Workshop"))
+    unstated = "a filter's value is not stated"
+    assert question_problem(f"Which papers relate to {const}?", p, kb.skb) == unstated
+    assert question_problem(f"Which workshop papers of 12 pages relate to {const}?", p, kb.skb) == unstated
+    for said in ("2 or more", "at least two"):
+        assert question_problem(f"Which workshop papers of {said} pages relate to {const}?", p, kb.skb) is None
 
 
 # --- synthesis --------------------------------------------------------------------------------------

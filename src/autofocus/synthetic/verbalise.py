@@ -1,8 +1,8 @@
 """A pattern in readable form for the LM, and the checks its question must pass.
 
 The LM sees names, relationship labels with the schema's descriptions, conditions and the asked
-type; never the answers. A question is kept only when it names every constant, names no answer
-and shows no query syntax.
+type; never the answers. A question is kept only when it names every constant, states every
+attribute filter's value, names no answer and shows no query syntax.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from autofocus.synthetic.patterns import Pattern
 
 _SYNTAX = re.compile(r"-\[|\]->|\(\w+:\w+|\by\.\w+|\bMATCH\b|\bRETURN\b")
 _OPS = {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"}
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                 "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
 
 
 def describe(pattern: Pattern, skb: SKB) -> str:
@@ -69,6 +71,8 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "a constant is not named"
     if any(re.search(rf"\b(named|called)\s+\W?{re.escape(n.lower())}", lower) for n in names):
         return "a constant is named as the answer"
+    if any(not _states(c.value, lower) for _, c in pattern.filters):
+        return "a filter's value is not stated"  # the question asks for a larger set than the answers
     rest = lower
     for n in sorted(names, key=len, reverse=True):  # an answer's name inside a constant's is no leak
         rest = rest.replace(n.lower(), " ")
@@ -77,3 +81,14 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         if len(name) >= 2 and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", rest):
             return "an answer is named"
     return None
+
+
+def _states(value: object, lower: str) -> bool:
+    """Whether the question states a filter's value: a string as written, a number in digits or, up to
+    twenty, in words ("two parameters"); booleans read too many ways to check."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return True
+    if isinstance(value, str):
+        return value.lower() in lower
+    forms = [f"{value:g}"] + ([_NUMBER_WORDS[int(value)]] if float(value).is_integer() and 0 <= value <= 20 else [])
+    return any(re.search(rf"(?<![\w.]){re.escape(f)}(?![\w])", lower) for f in forms)
