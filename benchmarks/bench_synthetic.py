@@ -101,21 +101,45 @@ def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer
                           with_lms=with_lms, on_eval=on_eval)
         runs[source] = (result, result.compare(test, "test", on_eval=on_eval))
     arms = {"zero-shot": runs[sources[0]][1]["zero_shot"], **{s: runs[s][1]["optimised"] for s in sources}}
+    cost = {source: {"objective": r.metric, "wall_s": r.metadata["wall_s"],
+                     "program_lm_calls": r.metadata["program_lm_calls"], "demos": r.metadata["demos"]}
+            for source, (r, _) in runs.items()}
+    return summarise(step, {arm: {k: _column(sc, k).tolist() for k in metrics_for(step)} for arm, sc in arms.items()},
+                     cost)
+
+
+def summarise(step: str, per_question: dict[str, dict[str, list[float]]], cost: dict[str, Any]) -> dict[str, Any]:
+    """Means and paired comparisons of every pair of arms present, from their per-question scores."""
     comparisons = []
     for key in metrics_for(step):
         for a, b in PAIRS:
-            if a in arms and b in arms:
-                test_result = paired_test(_column(arms[a], key), _column(arms[b], key))
+            if a in per_question and b in per_question:
+                test_result = paired_test(np.array(per_question[a][key]), np.array(per_question[b][key]))
                 comparisons.append({**test_result, "metric": key, "base": a, "other": b})
     return {
         "step": step,
-        "means": {arm: {k: v for k, v in s.mean().items() if k in metrics_for(step)} for arm, s in arms.items()},
+        "means": {arm: {k: float(np.mean(v)) for k, v in cols.items()} for arm, cols in per_question.items()},
         "comparisons": comparisons,
-        "per_question": {arm: {k: _column(s, k).tolist() for k in metrics_for(step)} for arm, s in arms.items()},
-        "cost": {source: {"objective": r.metric, "wall_s": r.metadata["wall_s"],
-                          "program_lm_calls": r.metadata["program_lm_calls"], "demos": r.metadata["demos"]}
-                 for source, (r, _) in runs.items()},
+        "per_question": per_question,
+        "cost": cost,
     }
+
+
+def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per step from runs of one source each (``--sources``), paired again across them: the
+    arms of a step must have been scored on the same test questions, in the same order."""
+    steps: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for run in runs:
+        for res in run["results"]:
+            arms, cost = steps.setdefault(res["step"], ({}, {}))
+            for arm, cols in res["per_question"].items():
+                if arm in arms and arm != "zero-shot":
+                    raise ValueError(f"{res['step']}: the arm {arm!r} is in more than one run")
+                if arms and len(next(iter(next(iter(arms.values())).values()))) != len(next(iter(cols.values()))):
+                    raise ValueError(f"{res['step']}: the runs scored different numbers of test questions")
+                arms.setdefault(arm, cols)
+            cost.update(res["cost"])
+    return [summarise(step, arms, cost) for step, (arms, cost) in steps.items()]
 
 
 HEADER = ("step", "metric", *ARMS, "syn - zero (p)", "lab - zero (p)", "syn - lab (p)")
@@ -179,7 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sources", default=",".join(SOURCES), help="what to optimise on: synthetic, labelled")
+    parser.add_argument("--combine", type=Path, nargs="+", default=None, metavar="RUN",
+                        help="no optimisation: pair the arms of earlier --out folders (one source each) into --out")
     args = parser.parse_args(argv)
+    if args.combine:
+        runs = [json.loads((run / "results.json").read_text()) for run in args.combine]
+        splits = Splits.load(args.skb, args.qa_dir)
+        write(args.out, combine(runs), splits, runs[0].get("synthesis"))
+        return 0
 
     import dspy
 
@@ -200,13 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
         results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads,
                                 sources=sources))
-        console.print(results_table(results, len(splits.test)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"results": results, "synthesis": synthesis,
-                                                       "overlap": splits.overlap()}, indent=2, default=float))
-    (args.out / "results.md").write_text(markdown(results, splits, synthesis))
-    console.print(f"Results in {args.out / 'results.md'}")
+    write(args.out, results, splits, synthesis)
     return 0
+
+
+def write(out: Path, results: list[dict[str, Any]], splits: Splits, synthesis: dict[str, Any] | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"results": results, "synthesis": synthesis,
+                                                  "overlap": splits.overlap()}, indent=2, default=float))
+    (out / "results.md").write_text(markdown(results, splits, synthesis))
+    console.print(results_table(results, len(splits.test)))
+    console.print(f"Results in {out / 'results.md'}")
 
 
 if __name__ == "__main__":

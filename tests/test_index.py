@@ -345,7 +345,7 @@ def test_a_change_to_the_document_rendering_re_embeds(tmp_path: Path) -> None:
     fresh.build("text")
     stale = KnowledgeBase(skb, HashingEmbedder(), tmp_path / "idx", documents=reworded, build_missing=False,
                           progress=False)
-    with pytest.raises(IndexMismatchError, match="rendered differently.*index build --variant text"):
+    with pytest.raises(IndexMismatchError, match=r"rendered differently.*index build --variant text"):
         stale.index("text")
     rebuilding = KnowledgeBase(skb, emb := HashingEmbedder(), tmp_path / "idx", documents=reworded,
                                build_missing=True, progress=False)

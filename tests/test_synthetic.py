@@ -407,6 +407,15 @@ def test_demonstration_pipeline_with_scripted_lms(kb: KnowledgeBase, tiny_skb_di
     assert {(c["base"], c["other"]) for c in only["comparisons"]} == {("zero-shot", "synthetic")}
     row = next(r for r in bench.rows([only]) if r[1] == "grounded_f1")
     assert row[4] == "" and row[5].startswith("+") and row[6] == ""  # no labelled arm, its cells empty
+    with dspy.context(lm=lm):
+        lab = bench.run_step(kb, cfg, "cypher", splits, "bootstrap", 2, 0, 1, with_lms=False, sources=("labelled",))
+    (both,) = bench.combine([{"results": [only]}, {"results": [lab]}])
+    assert both["means"].keys() == out["means"].keys() and set(both["cost"]) == {"synthetic", "labelled"}
+    assert all(both["means"][arm] == pytest.approx(out["means"][arm]) for arm in out["means"])
+    assert [(c["metric"], c["base"], c["other"], c["p"]) for c in both["comparisons"]] == [
+        (c["metric"], c["base"], c["other"], c["p"]) for c in out["comparisons"]]
+    with pytest.raises(ValueError, match="more than one run"):
+        bench.combine([{"results": [only]}, {"results": [only]}])
 
 
 def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb: KnowledgeBase, tmp_path: Path,
