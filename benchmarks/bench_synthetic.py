@@ -30,6 +30,7 @@ from rich.table import Table
 from autofocus.config import AutofocusConfig
 from autofocus.evaluation.report import paired_test
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
+from autofocus.optimize.saved import save_program
 from autofocus.skb.qa import QAItem, load_qa
 
 STEPS = ("target_type", "cypher", "reranker")
@@ -88,8 +89,9 @@ def on_eval(label: str, n: int) -> Callable[[], None]:
 
 def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer: str, max_demos: int,
              seed: int, threads: int | None, with_lms: bool = True,
-             sources: tuple[str, ...] = SOURCES) -> dict[str, Any]:
-    """The step optimised on each source and the paired comparisons on the test split."""
+             sources: tuple[str, ...] = SOURCES, save_to: Path | None = None) -> dict[str, Any]:
+    """The step optimised on each source and the paired comparisons on the test split; each optimised
+    program is written to ``save_to/program-<step>-<source>.json`` (``autofocus eval --program``)."""
     test = examples(splits.test)
     runs: dict[str, tuple[OptimizeResult, dict[str, Scores]]] = {}
     data = {"synthetic": (splits.synthetic_train, splits.synthetic_val), "labelled": (splits.train, splits.val)}
@@ -99,6 +101,9 @@ def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer
         result = optimise(kb, "afr", cfg, examples(train), examples(val), optimizer=optimizer, steps=[step],
                           metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads,
                           with_lms=with_lms, on_eval=on_eval)
+        if save_to is not None:
+            save_program(result.program, result.system, result.config, save_to / f"program-{step}-{source}.json",
+                         optimizer=result.metadata)
         runs[source] = (result, result.compare(test, "test", on_eval=on_eval))
     arms = {"zero-shot": runs[sources[0]][1]["zero_shot"], **{s: runs[s][1]["optimised"] for s in sources}}
     cost = {source: {"objective": r.metric, "wall_s": r.metadata["wall_s"],
@@ -230,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         step_cfg = cfg.model_copy(update={"reranker": args.reranker}) if step == "reranker" else cfg
         sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
         results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads,
-                                sources=sources))
+                                sources=sources, save_to=args.out))
     write(args.out, results, splits, synthesis)
     return 0
 

@@ -401,7 +401,10 @@ def test_demonstration_pipeline_with_scripted_lms(kb: KnowledgeBase, tiny_skb_di
     text = bench.markdown([out], splits, result.summary())
     assert "| cypher | grounded_f1 |" in text and "Synthesis cost" in text
     with dspy.context(lm=lm):
-        only = bench.run_step(kb, cfg, "cypher", splits, "bootstrap", 2, 0, 1, with_lms=False, sources=("synthetic",))
+        only = bench.run_step(kb, cfg, "cypher", splits, "bootstrap", 2, 0, 1, with_lms=False, sources=("synthetic",),
+                              save_to=tmp_path / "bench")
+    saved = json.loads((tmp_path / "bench" / "program-cypher-synthetic.json").read_text())
+    assert [len(state["demos"]) for name, state in saved["state"].items() if name.startswith("cypher")] == [2]
     assert set(only["means"]) == set(only["per_question"]) == {"zero-shot", "synthetic"} and set(only["cost"]) == {"synthetic"}
     assert len(only["per_question"]["synthetic"]["grounded_f1"]) == len(splits.test)
     assert {(c["base"], c["other"]) for c in only["comparisons"]} == {("zero-shot", "synthetic")}
