@@ -21,7 +21,7 @@ from autofocus.optimize.scoring import check_metric, question_scores
 from autofocus.program.steps.symbols import constraint_mask
 from autofocus.query_graph import Constraint
 from autofocus.skb.model import SKB
-from autofocus.skb.qa import load_qa, splits_available
+from autofocus.skb.qa import QAItem, load_qa, splits_available
 from autofocus.synthetic import PatternSampler, SelfCheck, export_chat, synthesise, write_synthetic
 from autofocus.synthetic.build import type_shares
 from autofocus.synthetic.patterns import Pattern
@@ -352,6 +352,24 @@ def test_grounded_f1_scores_the_whole_grounded_set() -> None:
     assert question_scores([9], pred, names=["grounded_f1"])["grounded_f1"] == 0.0
     trace.data.update(grounded_ids=[1, 2], num_grounded=2)
     assert question_scores([2, 1], pred)["grounded_f1"] == 1.0
+
+
+def test_bootstrapping_takes_synthetic_questions_round_robin_over_shapes(kb: KnowledgeBase, tmp_path: Path) -> None:
+    """The first demos that pass are kept, so the training order decides which shapes they show."""
+    from autofocus.optimize.prompts import examples, spread_shapes
+
+    with dspy.context(lm=verbaliser()):
+        result = synthesise(kb, 8, seed=0, max_answers=5)
+    write_synthetic(result, kb.skb, tmp_path)
+    items = load_qa(tmp_path, "synthetic", qa_dir=tmp_path)
+    assert [i.shape for i in items] == [p.pattern.shape for p in result.pairs]
+    train = examples(items)
+    spread = spread_shapes(train)
+    assert sorted(e.qid for e in spread) == sorted(e.qid for e in train)
+    shapes = list(dict.fromkeys(e.shape for e in train))
+    assert len(shapes) >= 2 and [e.shape for e in spread[: len(shapes)]] == shapes
+    labelled = examples([QAItem(1, "Which papers cite X?", [2]), QAItem(2, "Which authors wrote Y?", [3])])
+    assert spread_shapes(labelled) == labelled and "shape" not in labelled[0]  # labelled splits keep their order
 
 
 def test_split_slices(tiny_skb_dir: Path) -> None:

@@ -58,12 +58,30 @@ DEFAULT_RS_CANDIDATES = 4
 
 
 def examples(items: Iterable[Any]) -> list[dspy.Example]:
-    """QA items (``autofocus.skb.qa.QAItem``) as DSPy examples: input ``question``, label ``answer_ids``."""
-    return [
-        dspy.Example(question=it.query, answer_ids=[int(a) for a in it.answer_ids], qid=int(it.id))
-        .with_inputs("question")
-        for it in items
-    ]
+    """QA items (``autofocus.skb.qa.QAItem``) as DSPy examples: input ``question``, label ``answer_ids``
+    (and ``shape`` for synthetic questions)."""
+    out = []
+    for it in items:
+        shape = {"shape": it.shape} if getattr(it, "shape", None) else {}
+        out.append(dspy.Example(question=it.query, answer_ids=[int(a) for a in it.answer_ids], qid=int(it.id),
+                                **shape).with_inputs("question"))
+    return out
+
+
+def spread_shapes(train: Sequence[dspy.Example]) -> list[dspy.Example]:
+    """Training examples taken round-robin over their pattern shapes (synthetic questions), others as given.
+
+    Bootstrapping keeps the first demos that pass; in file order, a synthetic split's first questions
+    are mostly one-hop (most sampled patterns are), and demos of one-hop queries alone teach a small LM
+    to write multi-hop questions as one hop.
+    """
+    groups: dict[str, list[dspy.Example]] = {}
+    for ex in train:
+        groups.setdefault(ex.get("shape") or "", []).append(ex)
+    if len(groups) < 2:
+        return list(train)
+    queues = list(groups.values())
+    return [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
 
 
 def llm_steps(program: dspy.Module) -> dict[str, list[str]]:
@@ -403,7 +421,7 @@ def optimise(
         reflections = len(getattr(reflection_lm, "history", []) or [])
         calls_before = programs.lm_calls
         start = time.perf_counter()
-        compiled = opt.compile(StepProgram(programs, modules), trainset=list(train), **extra)
+        compiled = opt.compile(StepProgram(programs, modules), trainset=spread_shapes(train), **extra)
     wall = time.perf_counter() - start
     optimise_calls = programs.lm_calls - calls_before
     shared = shared_inputs(template)

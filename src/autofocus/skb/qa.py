@@ -45,6 +45,7 @@ class QAItem:
     id: int
     query: str
     answer_ids: list[int]
+    shape: str | None = None  # the pattern's shape, in synthetic QA files (``autofocus synth``)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ def _read_qa_rows(path: Path, label: str) -> tuple[list[QAItem], dict[int, int],
         if missing:
             return [], {}, [FormatIssue(label, 1, f"header lacks column(s) {', '.join(missing)}; got {header}")]
         col = {c: header.index(c) for c in REQUIRED_COLUMNS}
+        shape_col = header.index("shape") if "shape" in header else None
         start = reader.line_num + 1
         for row in reader:
             line, start = start, reader.line_num + 1
@@ -161,7 +163,7 @@ def _read_qa_rows(path: Path, label: str) -> tuple[list[QAItem], dict[int, int],
             except ValueError as exc:
                 issues.add(label, line, str(exc))
                 continue
-            items.append(QAItem(qid, query, answers))
+            items.append(QAItem(qid, query, answers, row[shape_col].strip() or None if shape_col is not None else None))
     return items, seen, issues.issues
 
 
