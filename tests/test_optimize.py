@@ -180,6 +180,31 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
     assert pred.trace.data["cypher"] == GOOD["Grace Hopper"]
 
 
+def test_a_bootstrapped_demo_is_a_trace_with_full_marks(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
+    """A query that grounds the answer among others scores a graded metric above 0; it is no demo."""
+    train, val, _ = splits(tiny_skb_dir)
+    loose = GOOD["ACL"]  # the ACL papers: some of Ada Lovelace's among others
+
+    def answer(messages: Messages) -> dict[str, str]:
+        question = field_value(messages[-1]["content"], "question")
+        key = next((k for k in GOOD if k in question), None)
+        return {"cypher": loose if key == "Ada Lovelace" else GOOD[key] if key else BAD}
+
+    lm = PromptLM({"cypher": answer, "target_type": lambda m: {"target_type": "paper"}})
+    with dspy.context(lm=lm):
+        result = optimise(kb, "afr", config(), train, val, optimizer="bootstrap", steps=["cypher"],
+                          metric="grounded_f1", with_lms=False)
+        first = kb_program_scores(kb, train[0], lm)
+    assert 0.0 < first < 1.0  # partly right: what DSPy alone would keep as a demo
+    assert [d["question"] for d in result.program.cypher.demos] == [train[1].question]
+
+
+def kb_program_scores(kb: KnowledgeBase, example: dspy.Example, lm: PromptLM) -> float:
+    program = build_program("afr", kb, config(reranker="none"), with_lms=False)
+    with dspy.context(lm=lm):
+        return objective("grounded_f1")(example, program(question=example.question))
+
+
 @pytest.mark.parametrize(("chosen", "frozen"), [("cypher", "target_type"), ("target_type", "cypher")])
 def test_only_the_chosen_step_gets_demos(chosen: str, frozen: str, two_type_kb: KnowledgeBase,
                                          tiny_skb_dir: Path) -> None:

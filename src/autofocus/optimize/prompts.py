@@ -55,6 +55,11 @@ if TYPE_CHECKING:
 
 OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa")
 DEFAULT_RS_CANDIDATES = 4
+# DSPy keeps any trace whose metric is truthy as a demo, so with a graded metric a query that grounds one
+# right node among twenty wrong ones would be shown to the LM as an example of the task. Where the gold
+# set is exact (synthetic questions, `grounded_f1`), a demo must score full marks; labelled gold sets are
+# often incomplete or larger than the slots, so their metrics keep DSPy's rule.
+DEMO_THRESHOLDS = {"grounded_f1": 1.0 - 1e-9}
 
 
 def examples(items: Iterable[Any]) -> list[dspy.Example]:
@@ -314,17 +319,19 @@ def make_optimizer(
 ) -> tuple[Any, dict[str, Any]]:
     """The DSPy optimiser and the extra ``compile`` arguments it takes besides the training set."""
     score = objective(metric, candidates)
+    threshold = DEMO_THRESHOLDS.get(metric)
     if name == "bootstrap":
-        return dspy.BootstrapFewShot(metric=score, max_bootstrapped_demos=max_demos, max_labeled_demos=0,
-                                     max_rounds=1), {}
+        return dspy.BootstrapFewShot(metric=score, metric_threshold=threshold, max_bootstrapped_demos=max_demos,
+                                     max_labeled_demos=0, max_rounds=1), {}
     if name == "bootstrap-rs":
         return dspy.BootstrapFewShotWithRandomSearch(
-            metric=score, max_bootstrapped_demos=max_demos, max_labeled_demos=0,
+            metric=score, metric_threshold=threshold, max_bootstrapped_demos=max_demos, max_labeled_demos=0,
             num_candidate_programs=trials or DEFAULT_RS_CANDIDATES, num_threads=threads,
         ), {"with_valset": True}
     if name == "mipro":
         by_trials = {"auto": None, "num_candidates": max(2, trials // 2)} if trials else {"auto": "light"}
-        opt = dspy.MIPROv2(metric=score, prompt_model=reflection_lm, max_bootstrapped_demos=max_demos,
+        opt = dspy.MIPROv2(metric=score, metric_threshold=threshold, prompt_model=reflection_lm,
+                           max_bootstrapped_demos=max_demos,
                            max_labeled_demos=0, num_threads=threads, seed=seed, verbose=False, **by_trials)
         extra: dict[str, Any] = {"with_valset": True, "requires_permission_to_run": False}
         if trials:
