@@ -372,6 +372,39 @@ def test_bootstrapping_takes_synthetic_questions_round_robin_over_shapes(kb: Kno
     assert spread_shapes(labelled) == labelled and "shape" not in labelled[0]  # labelled splits keep their order
 
 
+def test_gold_demos_are_the_synthetic_patterns_queries(kb: KnowledgeBase, tiny_skb_dir: Path, tmp_path: Path) -> None:
+    """`gold` shows the gold target type and Cypher of synthetic questions, one pattern shape after another."""
+    from autofocus.config import AutofocusConfig, LMConfig
+    from autofocus.optimize.prompts import examples, optimise, spread_shapes
+
+    with dspy.context(lm=verbaliser()):
+        result = synthesise(kb, 8, seed=0, max_answers=5)
+    write_synthetic(result, kb.skb, tmp_path)
+    train = examples(load_qa(tmp_path, "synthetic", qa_dir=tmp_path))
+    gold = {p.question: p.cypher for p in result.pairs}
+    asked: list[list[dict[str, Any]]] = []
+
+    def cypher(messages: list[dict[str, Any]]) -> dict[str, str]:
+        asked.append(messages)
+        return {"cypher": gold.get(field_value(messages[-1]["content"], "question").split("\n\n")[0], "MATCH (p) RETURN p")}
+
+    lm = PromptLM({"cypher": cypher})
+    cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none")
+    with dspy.context(lm=lm):
+        out = optimise(kb, "afr", cfg, train, train[:2], optimizer="gold", steps=["cypher"], max_demos=3,
+                       with_lms=False)
+    demos = out.program.cypher.demos
+    first = spread_shapes(train)[:3]
+    assert [d["question"] for d in demos] == [e.question for e in first]
+    assert [d["cypher"] for d in demos] == [gold[e.question] for e in first]
+    assert all(set(d) <= {"question", "target_type", "cypher"} for d in demos)  # no answers, no schema
+    assert out.metadata["program_lm_calls"] == 0  # nothing is bootstrapped
+    assert has_demos(asked[-1]) and any(gold[first[0].question] in m["content"] for m in asked[-1])
+    labelled = examples(load_qa(tiny_skb_dir, "train"))
+    with pytest.raises(ValueError, match="carry no gold 'cypher'"):
+        optimise(kb, "afr", cfg, labelled, labelled, optimizer="gold", steps=["cypher"], with_lms=False)
+
+
 def test_split_slices(tiny_skb_dir: Path) -> None:
     assert [i.id for i in load_qa(tiny_skb_dir, "train[1:]")] == [1, 2]
     assert [i.id for i in load_qa(tiny_skb_dir, "train[:-1]")] == [0, 1]

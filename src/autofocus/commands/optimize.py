@@ -71,7 +71,7 @@ def optimize_command(
         str, typer.Option(help="comma-separated LLM steps to optimise: target_type, cypher, query_graph, "
                           "triplets, reranker, router, validator, commenter")
     ] = "cypher",
-    optimizer: Annotated[str, typer.Option(help="bootstrap | bootstrap-rs | mipro | gepa")] = "bootstrap",
+    optimizer: Annotated[str, typer.Option(help="bootstrap | bootstrap-rs | mipro | gepa | gold (synthetic questions' gold Cypher as demos)")] = "bootstrap",
     system: Annotated[str, typer.Option(help="system preset, e.g. afr, focusedretriever, 4stepfocus")] = "afr",
     train: Annotated[
         str, typer.Option(help="QA split the optimiser learns from; synthetic[:80] learns without labels")

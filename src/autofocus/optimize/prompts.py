@@ -12,7 +12,9 @@ run scored > 0), ``bootstrap-rs`` (BootstrapFewShotWithRandomSearch over ``trial
 selected on the validation split), ``mipro`` (MIPROv2: instructions + demos, ``auto="light"``
 unless ``trials`` is given) and ``gepa`` (GEPA: instructions from a reflection LM reading
 ``autofocus.optimize.feedback``; ``budget`` metric calls, else ``auto="light"``). There are no
-gold intermediate outputs (no gold Cypher), so no labelled demos: every demo is bootstrapped.
+Labelled QA files have no gold intermediate outputs (no gold Cypher), so their demos are bootstrapped.
+Synthetic questions (``autofocus synth``) carry the gold target type and Cypher of the pattern
+behind them: ``gold`` (LabeledFewShot) shows those as the demos, one per pattern shape in turn.
 
 A system that collects in-context examples on first use (HybGRAG's critic examples) collects them
 before optimising: they stay in the steps not chosen and are saved with the program.
@@ -53,7 +55,9 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
     from autofocus.skb.model import SKB
 
-OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa")
+OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa", "gold")
+GOLD_FIELDS = ("shape", "target_type", "cypher")
+GOLD_STEPS = {"target_type": "target_type", "cypher": "cypher"}  # step -> the gold output it shows
 DEFAULT_RS_CANDIDATES = 4
 # DSPy keeps any trace whose metric is truthy as a demo, so with a graded metric a query that grounds one
 # right node among twenty wrong ones would be shown to the LM as an example of the task. Where the gold
@@ -64,12 +68,12 @@ DEMO_THRESHOLDS = {"grounded_f1": 1.0 - 1e-9}
 
 def examples(items: Iterable[Any]) -> list[dspy.Example]:
     """QA items (``autofocus.skb.qa.QAItem``) as DSPy examples: input ``question``, label ``answer_ids``
-    (and ``shape`` for synthetic questions)."""
+    (and for synthetic questions ``shape`` and the gold ``target_type`` and ``cypher``)."""
     out = []
     for it in items:
-        shape = {"shape": it.shape} if getattr(it, "shape", None) else {}
+        extra = {k: v for k in GOLD_FIELDS if (v := getattr(it, k, None))}
         out.append(dspy.Example(question=it.query, answer_ids=[int(a) for a in it.answer_ids], qid=int(it.id),
-                                **shape).with_inputs("question"))
+                                **extra).with_inputs("question"))
     return out
 
 
@@ -203,12 +207,13 @@ def shared_inputs(program: dspy.Module) -> list[Any]:
 
 
 def compact_demos(predictor: dspy.Predict, shared: list[Any]) -> None:
-    """Drop from each demo the inputs whose value every call repeats (see the module docstring)."""
-    inputs = set(predictor.signature.input_fields)
+    """Drop from each demo the inputs whose value every call repeats (see the module docstring), and what
+    is no field of the step (a gold demo's answer ids and shape)."""
+    inputs, fields = set(predictor.signature.input_fields), {*predictor.signature.fields, "augmented"}
     out = []
     for demo in predictor.demos:
         d = dict(demo) if isinstance(demo, dict) else demo.toDict()
-        out.append(dspy.Example(**{k: v for k, v in d.items() if not (k in inputs and v in shared)}))
+        out.append(dspy.Example(**{k: v for k, v in d.items() if k in fields and not (k in inputs and v in shared)}))
     predictor.demos = out
 
 
@@ -320,6 +325,8 @@ def make_optimizer(
     """The DSPy optimiser and the extra ``compile`` arguments it takes besides the training set."""
     score = objective(metric, candidates)
     threshold = DEMO_THRESHOLDS.get(metric)
+    if name == "gold":
+        return dspy.LabeledFewShot(k=max_demos), {"sample": False}
     if name == "bootstrap":
         return dspy.BootstrapFewShot(metric=score, metric_threshold=threshold, max_bootstrapped_demos=max_demos,
                                      max_labeled_demos=0, max_rounds=1), {}
@@ -398,6 +405,11 @@ def optimise(
     metric = check_metric(metric or default_metric(name, steps))
     template = _prepared(assemble(system, kb, cfg, lms=with_lms))
     problems = step_problems(template, cfg, steps)
+    if optimizer == "gold":
+        problems += [f"{s}: no gold output for it in any QA file (gold demos: {', '.join(GOLD_STEPS)})"
+                     for s in steps if s not in GOLD_STEPS]
+        problems += [f"{s}: the training questions carry no gold {GOLD_STEPS[s]!r} (synthetic splits do)"
+                     for s in steps if s in GOLD_STEPS and not any(ex.get(GOLD_STEPS[s]) for ex in train)]
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
     run_cfg = cfg

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import datasets
 
 REQUIRED_COLUMNS = ("id", "query", "answer_ids")
+OPTIONAL_COLUMNS = ("shape", "target_type", "cypher")  # read into QAItem where a file has them
 STANDARD_SPLITS = ("train", "val", "test")
 _SLICE = re.compile(r"^(?P<name>.+?)\[(?P<start>-?\d*):(?P<stop>-?\d*)\]$")
 
@@ -45,7 +46,11 @@ class QAItem:
     id: int
     query: str
     answer_ids: list[int]
-    shape: str | None = None  # the pattern's shape, in synthetic QA files (``autofocus synth``)
+    # synthetic QA files (``autofocus synth``) also give the pattern's shape and the gold outputs of
+    # steps 1 and 2, which the ``gold`` optimiser shows as demos
+    shape: str | None = None
+    target_type: str | None = None
+    cypher: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ def _read_qa_rows(path: Path, label: str) -> tuple[list[QAItem], dict[int, int],
         if missing:
             return [], {}, [FormatIssue(label, 1, f"header lacks column(s) {', '.join(missing)}; got {header}")]
         col = {c: header.index(c) for c in REQUIRED_COLUMNS}
-        shape_col = header.index("shape") if "shape" in header else None
+        optional = {c: header.index(c) for c in OPTIONAL_COLUMNS if c in header}
         start = reader.line_num + 1
         for row in reader:
             line, start = start, reader.line_num + 1
@@ -163,7 +168,7 @@ def _read_qa_rows(path: Path, label: str) -> tuple[list[QAItem], dict[int, int],
             except ValueError as exc:
                 issues.add(label, line, str(exc))
                 continue
-            items.append(QAItem(qid, query, answers, row[shape_col].strip() or None if shape_col is not None else None))
+            items.append(QAItem(qid, query, answers, **{c: row[i].strip() or None for c, i in optional.items()}))
     return items, seen, issues.issues
 
 
