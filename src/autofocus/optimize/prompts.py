@@ -8,11 +8,11 @@ it, so the non-chosen predictors are invisible to the optimiser and cannot chang
 optimiser's many deep copies copy prompts, not the knowledge base.
 
 Optimisers (DSPy 3.4): ``bootstrap`` (BootstrapFewShot: demos from the training questions whose
-run scored > 0, or full marks with ``grounded_f1``), ``bootstrap-rs`` (BootstrapFewShotWithRandomSearch over ``trials`` demo sets,
-selected on the validation split), ``mipro`` (MIPROv2: instructions + demos, ``auto="light"``
-unless ``trials`` is given) and ``gepa`` (GEPA: instructions from a reflection LM reading
-``autofocus.optimize.feedback``; ``budget`` metric calls, else ``auto="light"``).
-Labelled QA files have no gold intermediate outputs (no gold Cypher), so their demos are bootstrapped.
+run scored > 0, or full marks with ``grounded_f1``), ``bootstrap-rs``
+(BootstrapFewShotWithRandomSearch over ``trials`` demo sets, selected on the validation split),
+``mipro`` (MIPROv2: instructions + demos, ``auto="light"`` unless ``trials`` is given) and ``gepa``
+(GEPA: instructions from a reflection LM reading ``autofocus.optimize.feedback``; ``budget`` metric
+calls, else ``auto="light"``). Labelled QA files have no gold intermediate outputs (no gold Cypher), so their demos are bootstrapped.
 Synthetic questions (``autofocus synth``) carry the gold target type and Cypher of the pattern
 behind them: ``gold`` (LabeledFewShot) shows those as the demos, one per pattern shape in turn.
 
