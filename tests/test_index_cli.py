@@ -45,6 +45,13 @@ def test_build_then_search_then_info(skb_dir: Path, tmp_path: Path) -> None:
 
     out = run("index", "info", str(skb_dir), "--index-dir", str(tmp_path), "--verify")
     assert out.count("verified") == 2
+    stale, old = EmbeddingStore.open(stores[0], writable=True), EmbeddingStore.open(stores[1], writable=True)
+    stale.manifest.documents = "0" * 16  # built by a rendering that is gone
+    stale.save_manifest()
+    old.manifest.documents = None  # built before digests
+    old.save_manifest()
+    out = " ".join(run("index", "info", str(skb_dir), "--index-dir", str(tmp_path)).split())
+    assert "stale: the documents render differently" in out and "undated: built before" in out
 
 
 def test_build_only_the_variants_a_config_searches_with_a_chosen_backend(skb_dir: Path, tmp_path: Path) -> None:

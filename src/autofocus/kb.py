@@ -190,7 +190,7 @@ class KnowledgeBase:
             store = EmbeddingStore.open(directory)
         store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb), num_nodes=self.skb.num_nodes,
                     variant=variant, doc_budget_tokens=store.manifest.doc_budget_tokens and self.doc_budget_tokens)
-        if store.manifest.documents is not None and store.manifest.documents != (digest := self._digest(store)):
+        if store.manifest.documents is not None and store.manifest.documents != (digest := self.digest(store)):
             if not self.build_missing:
                 store.check(documents=digest)  # raises, naming the rebuild command
             self.build(variant)
@@ -198,7 +198,7 @@ class KnowledgeBase:
         return NodeIndex(store, self.skb.node_type, self.skb.node_type_names, kind=self.index_kind,
                          params=self.ann_params)
 
-    def _digest(self, store: EmbeddingStore) -> str:
+    def digest(self, store: EmbeddingStore) -> str:
         """The store's documents digest as they render now. Indexes from before digests carry none and are
         used as they are: only ``index build`` re-embeds them."""
         budget = store.manifest.doc_budget_tokens or 0

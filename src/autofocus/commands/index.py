@@ -165,12 +165,21 @@ def info(
             store = EmbeddingStore.open(manifest_path.parent)
             m = store.manifest
             state = "ok" if store.consistent else "unfinished"
+            if m.source == "embedded" and m.doc_budget_tokens and m.documents is None:
+                state += ", undated"
+            elif m.documents is not None and m.variant in VARIANTS and m.documents != kb.digest(store):
+                state = "stale"
             if verify and store.consistent:
                 store.verify()
                 state = "verified"
             table.add_row(safe(m.model), safe(m.variant), f"{m.rows_done}/{m.num_nodes}", str(m.dim),
                           str(m.doc_budget_tokens), safe(m.source), state, safe(store.directory))
     console.print(table if table.row_count else f"no indexes under {safe(kb.index_root)}")
+    notes = {"stale": "stale: the documents render differently now than when they were embedded",
+             "undated": "undated: built before stores recorded how their documents were rendered"}
+    for word, note in notes.items():
+        if any(word in cell for cell in table.columns[6].cells):
+            console.print(f"{note}; `autofocus index build` embeds them again")
 
 
 @app.command()
