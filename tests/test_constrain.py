@@ -96,6 +96,10 @@ def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.Monk
     assert "json.loads raise" in seen["prompt"] and "e.g." in seen["prompt"] and seen["prefix"].startswith("[[ ## target_type")
     assert trace.data["target_type_probs"]["class"] == 0.5
     assert score_target_types(step1, context, trace.question, trace, threshold=0.9, most=2) == ["class"]
+    with dspy.context(trace=[]):  # as bootstrapping traces a run: the scored answer is in it, as a call's would be
+        score_target_types(step1, context, trace.question, trace, threshold=0.3, most=2)
+        (called, inputs, pred), = dspy.settings.trace
+    assert called is step1 and inputs["question"] == trace.question and pred.target_type == "class"
 
 
 def test_the_typed_format_grammar_names_only_labels_and_relationships_of_the_graph(skb) -> None:

@@ -180,6 +180,23 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
     assert pred.trace.data["cypher"] == GOOD["Grace Hopper"]
 
 
+def test_step1_scored_by_probabilities_is_bootstrapped(two_type_kb: KnowledgeBase, tiny_skb_dir: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 1 scored by the LM's probabilities makes no predictor call, yet its answers become demos."""
+    from autofocus.program.systems import afr
+
+    monkeypatch.setattr(afr, "choice_probabilities", lambda lm, messages, choices, **kw: [
+        0.9 if c == "paper" else 0.1 for c in choices])
+    train, val, _ = splits(tiny_skb_dir)
+    with dspy.context(lm=task_lm()):
+        result = optimise(two_type_kb, "afr", config(target_type_scoring="auto"), train, val, optimizer="bootstrap",
+                          steps=["target_type"], with_lms=False)
+    demos = result.program.target_type.demos
+    # the questions whose run grounds a gold answer (the third one's query grounds nothing zero-shot)
+    assert [d["question"] for d in demos] == [ex.question for ex in train[:2]]
+    assert all(d["target_type"] == "paper" for d in demos)
+
+
 def test_a_bootstrapped_demo_is_a_trace_with_full_marks(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
     """A query that grounds the answer among others scores a graded metric above 0; it is no demo."""
     train, val, _ = splits(tiny_skb_dir)

@@ -18,7 +18,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dspy
 import numpy as np
@@ -113,7 +113,18 @@ def score_target_types(
         probs = [p / total for p in probs]
     ranked = sorted(zip(types, probs, strict=True), key=lambda tp: -tp[1])
     trace.data["target_type_probs"] = {t: round(p, 4) for t, p in ranked}
+    record_call(predictor, inputs, dspy.Prediction(target_type=ranked[0][0]))
     return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
+
+
+def record_call(predictor: dspy.Predict, inputs: dict[str, Any], pred: dspy.Prediction) -> None:
+    """Put an answer found without calling ``predictor`` (scored by probabilities) into DSPy's trace as
+    a call would: bootstrapping makes its demos from that trace, and would otherwise find none."""
+    calls = dspy.settings.trace
+    if calls is not None and dspy.settings.max_trace_size > 0:
+        if len(calls) >= dspy.settings.max_trace_size:
+            calls.pop(0)
+        calls.append((predictor, dict(inputs), pred))
 
 
 _ASKING = re.compile(r"\b(which|what|list|name|find|show|give)\b((?:\s+[\w.-]+){1,3})", re.IGNORECASE)
