@@ -140,7 +140,7 @@ def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for arm, cols in res["per_question"].items():
                 if arm in arms and arm != "zero-shot":
                     raise ValueError(f"{res['step']}: the arm {arm!r} is in more than one run")
-                if arms and len(next(iter(next(iter(arms.values())).values()))) != len(next(iter(cols.values()))):
+                if len({len(v) for c in (*arms.values(), cols) for v in c.values()}) > 1:
                     raise ValueError(f"{res['step']}: the runs scored different numbers of test questions")
                 arms.setdefault(arm, cols)
             cost.update(res["cost"])
@@ -231,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     synthesis = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     dspy.configure(lm=get_lm(cfg.lm.default, temperature=cfg.lm.temperature, max_tokens=cfg.lm.max_tokens))
     results = []
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
     for step in [s.strip() for s in args.steps.split(",") if s.strip()]:
         step_cfg = cfg.model_copy(update={"reranker": args.reranker}) if step == "reranker" else cfg
-        sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
         results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads,
                                 sources=sources, save_to=args.out))
     write(args.out, results, splits, synthesis)

@@ -161,6 +161,7 @@ def info(
     with _user_errors():
         kb = _open(path, DEFAULT_EMBEDDER, index_dir, build_missing=False)
         table = Table("model", "variant", "rows", "dim", "budget", "source", "state", "directory")
+        seen: set[str] = set()
         for manifest_path in sorted(kb.index_root.glob(f"*/*/{MANIFEST}")):
             store = EmbeddingStore.open(manifest_path.parent)
             m = store.manifest
@@ -172,13 +173,14 @@ def info(
             if verify and store.consistent:
                 store.verify()
                 state = "verified"
+            seen.add(state)
             table.add_row(safe(m.model), safe(m.variant), f"{m.rows_done}/{m.num_nodes}", str(m.dim),
                           str(m.doc_budget_tokens), safe(m.source), state, safe(store.directory))
     console.print(table if table.row_count else f"no indexes under {safe(kb.index_root)}")
     notes = {"stale": "stale: the documents render differently now than when they were embedded",
              "undated": "undated: built before stores recorded how their documents were rendered"}
     for word, note in notes.items():
-        if any(word in cell for cell in table.columns[6].cells):
+        if any(word in state for state in seen):
             console.print(f"{note}; `autofocus index build` embeds them again")
 
 

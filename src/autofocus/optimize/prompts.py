@@ -48,6 +48,7 @@ from autofocus.optimize.feedback import feedback_metric
 from autofocus.optimize.saved import program_state
 from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
 from autofocus.optimize.scoring import question_scores as _question_scores
+from autofocus.skb.qa import OPTIONAL_COLUMNS
 from autofocus.trace import Trace
 from autofocus.usage import UsageCallback
 
@@ -56,8 +57,7 @@ if TYPE_CHECKING:
     from autofocus.skb.model import SKB
 
 OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa", "gold")
-GOLD_FIELDS = ("shape", "target_type", "cypher")
-GOLD_STEPS = {"target_type": "target_type", "cypher": "cypher"}  # step -> the gold output it shows
+GOLD_STEPS = ("target_type", "cypher")  # steps whose gold output synthetic questions carry, under the step's name
 DEFAULT_RS_CANDIDATES = 4
 # DSPy keeps any trace whose metric is truthy as a demo, so with a graded metric a query that grounds one
 # right node among twenty wrong ones would be shown to the LM as an example of the task. Where the gold
@@ -71,7 +71,7 @@ def examples(items: Iterable[Any]) -> list[dspy.Example]:
     (and for synthetic questions ``shape`` and the gold ``target_type`` and ``cypher``)."""
     out = []
     for it in items:
-        extra = {k: v for k in GOLD_FIELDS if (v := getattr(it, k, None))}
+        extra = {k: v for k in OPTIONAL_COLUMNS if (v := getattr(it, k, None))}
         out.append(dspy.Example(question=it.query, answer_ids=[int(a) for a in it.answer_ids], qid=int(it.id),
                                 **extra).with_inputs("question"))
     return out
@@ -408,8 +408,8 @@ def optimise(
     if optimizer == "gold":
         problems += [f"{s}: no gold output for it in any QA file (gold demos: {', '.join(GOLD_STEPS)})"
                      for s in steps if s not in GOLD_STEPS]
-        problems += [f"{s}: the training questions carry no gold {GOLD_STEPS[s]!r} (synthetic splits do)"
-                     for s in steps if s in GOLD_STEPS and not any(ex.get(GOLD_STEPS[s]) for ex in train)]
+        problems += [f"{s}: the training questions carry no gold {s!r} (synthetic splits do)"
+                     for s in steps if s in GOLD_STEPS and not any(ex.get(s) for ex in train)]
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
     run_cfg = cfg
