@@ -158,6 +158,24 @@ def config4() -> AutofocusConfig:
     return scripted_config(k=4, exact_name_only=False)
 
 
+def test_step8_sees_the_path_that_grounded_a_candidate_when_asked(kb: KnowledgeBase) -> None:
+    """``rerank_evidence``: a grounded candidate's description names the edge that satisfied the query
+    (the judge cannot see a multi-hop fact in the candidate's own relations); VSS candidates have none."""
+    prompts: dict[bool, dict[int, str]] = {}
+    for on in (False, True):
+        lm = scripted()
+        pred = run("afr:reranker=pointwise", kb, lm, QUESTION, config4().model_copy(update={"rerank_evidence": on}))
+        prompts[on] = {candidate_ids(u, "candidate")[0]: u for f, u, _ in lm.calls if f == "score"}
+        assert set(prompts[on]) == set(pred.trace.data["pre_rerank"])
+    grounded = [int(i) for i, s in pred.trace.data["strand"].items() if s == "grounded"]
+    assert sorted(grounded) == [0, 2, 4]
+    via = {0: "Mira Sol", 2: "Mira Sol", 4: "Ines Vale"}  # 4 came with the scope expansion (l = 2)
+    for node, prompt in prompts[True].items():
+        line = f"matches the question's graph query: {kb.skb.name(node)} -[acted_in]- {via.get(node)}"
+        assert (line in prompt) == (node in grounded), (node, prompt)
+        assert "graph query" not in prompts[False][node]
+
+
 def test_an_exact_name_is_the_constant_unless_relaxed(kb: KnowledgeBase) -> None:
     pred = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4))
     tr = pred.trace

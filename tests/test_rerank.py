@@ -489,3 +489,31 @@ def test_pointwise_with_rrf_fusion_records_both_orders() -> None:
     fused, trace = run(PointwiseReranker(config(rerank_fusion="rrf")), lm, candidates)
     assert fused == [1, 5, 9, 3]  # 5 was retrieval's first: fusion keeps it above 9 and 3
     assert trace.data["rerank"]["reranker_output"] == plain and trace.data["rerank"]["output"] == fused
+
+
+def test_yes_no_descriptions_show_the_grounding_evidence_within_the_budget(tiny_skb: Any) -> None:
+    """A grounded candidate's path comes right after its name and type, and its description keeps the
+    same token budget; candidates without evidence are described as before."""
+    from autofocus.skb.documents import describe_node
+
+    seen: dict[int, str] = {}
+
+    def scorer(lm: Any, conversations: list[list[dict[str, Any]]]) -> list[float | None]:
+        for c, node in zip(conversations, (0, 1), strict=True):
+            seen[node] = c[-1]["content"]
+        return [0.2, 0.9]
+
+    lm, _ = scripted(pointwise_answer({}))
+    path = "Paper A -[written_by]- Ada Lovelace -[works_at]- Analytical Institute"
+    reranker = PointwiseReranker(config(yes_no_description_tokens=96), scoring="yes_no", yes_scorer=scorer)
+    trace = Trace()
+    with dspy.context(lm=lm):
+        out = reranker(question="Which paper?", candidates=[0, 1], skb=tiny_skb, evidence={0: path}, trace=trace)
+    assert out == [1, 0]
+    grounded = seen[0].split("Candidate: ")[1].split("\n\nDoes the candidate")[0]
+    name_line, evidence_line, *rest = grounded.split("\n")
+    assert name_line == describe_node(tiny_skb, 0, budget_tokens=96).split("\n")[0]
+    assert evidence_line == f"- matches the question's graph query: {path}" and rest
+    assert len(grounded) <= 96 * 4 + 8  # the same budget as without evidence (characters / 4)
+    plain = describe_node(tiny_skb, 1, budget_tokens=96)
+    assert seen[1].split("Candidate: ")[1].startswith(plain) and "graph query" not in seen[1]

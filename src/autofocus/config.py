@@ -113,6 +113,9 @@ class AutofocusConfig(BaseModel):
         "none", description="step 8: none: the reranker's order (paper); rrf: reciprocal rank fusion of the "
         "reranker's order with the retrieval order, for rerankers weaker than steps 1-7"
     )
+    rerank_evidence: bool = Field(
+        False, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
+    )
     rerank_fusion_k: int = Field(60, ge=1, description="rrf: the rank offset k of 1/(k + rank) (60: Cormack et al.)")
     context_budget_tokens: int = Field(3500, ge=256)
     yes_no_description_tokens: int | None = Field(

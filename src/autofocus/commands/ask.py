@@ -13,6 +13,7 @@ from rich.table import Table
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 from autofocus.cypher.render import to_cypher
+from autofocus.program.steps.grounding import path_text
 from autofocus.query_graph import QueryGraph
 
 console = make_console()
@@ -119,8 +120,7 @@ def show_trace(skb, tr, out: Console) -> None:
         out.print(f"  grounding: l = {r['cut']:>3}  |C_cypher| = {r['num_target']}")
     for node, paths in (d.get("support") or {}).items():
         for p in paths[:1]:
-            hops = " ; ".join(f"{skb.name(a)[:25]} -[{rel}]- {skb.name(b)[:25]}" for _, a, rel, b in p)
-            out.print(safe(f"  support {skb.name(int(node))[:30]}: {hops}"))
+            out.print(safe(f"  support {skb.name(int(node))[:30]}: {path_text(skb, p, 25)}"))
     if d.get("rerank"):
         out.print(safe(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}"))
     steps = Table(title="per step")

@@ -30,7 +30,7 @@ import numbers
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -58,6 +58,7 @@ STEP = "8_rerank"
 LEVELS: tuple[str, ...] = ("full", "retrieved", "none", "truncated")
 NEUTRAL_SCORE = 0.5
 MIN_SHARE_TOKENS = 16
+EVIDENCE_LEAD = "matches the question's graph query: "
 
 Describer = Callable[..., str]
 Messages = list[dict[str, Any]]
@@ -149,6 +150,7 @@ class _Session:
     config: AutofocusConfig
     describe: Describer
     cap_tokens: int
+    evidence: dict[int, str] = field(default_factory=dict)
     levels: list[int] = field(default_factory=list)
     issues: dict[str, list[str]] = field(default_factory=dict)
     outages: list[str] = field(default_factory=list)
@@ -180,9 +182,15 @@ class _Session:
         text = self._descriptions.get(key)
         if text is None:
             retrieved = self.retrieved if relations == "retrieved" else None
+            line = f"- {EVIDENCE_LEAD}{self.evidence[node]}" if node in self.evidence else ""
+            line = cap_text(line, budget * CHARS_PER_TOKEN // 3) if line else ""
             text = self.describe(
-                self.skb, node, relations=relations, retrieved=retrieved, budget_tokens=budget
+                self.skb, node, relations=relations, retrieved=retrieved,
+                budget_tokens=max(MIN_SHARE_TOKENS, budget - len(line) // CHARS_PER_TOKEN) if line else budget,
             )
+            if line:  # right below the name and type, so no budget cut drops it
+                head, _, rest = text.partition("\n")
+                text = "\n".join(p for p in (head, line, rest) if p)
             self._descriptions[key] = text
         return text
 
@@ -244,6 +252,7 @@ class Reranker(dspy.Module):
         skb: SKB,
         target_type: str | None = None,
         retrieved: Iterable[int] | None = None,
+        evidence: Mapping[int, str] | None = None,
         trace: Trace | None = None,
         config: AutofocusConfig | None = None,
     ) -> list[int]:
@@ -252,6 +261,8 @@ class Reranker(dspy.Module):
         Args:
             retrieved: non-target nodes the retrieval found (step 4/5 symbol candidates); the
                 "retrieved" fallback keeps only relations to these.
+            evidence: per candidate, the graph path that satisfied the question's query (shown in its
+                description: a candidate's own relations may not reach the facts a multi-hop question asks).
             target_type: the step-1 type, used as the pointwise prompt's node type.
             config: overrides the constructor's (budget, concurrency).
         """
@@ -266,6 +277,7 @@ class Reranker(dspy.Module):
             config=cfg,
             describe=self.describe,
             cap_tokens=self.description_budget_tokens or cfg.context_budget_tokens,
+            evidence={int(k): v for k, v in (evidence or {}).items() if v},
         )
         data: dict[str, Any] = {"method": self.method, "input": ids}
         order = self._rank(session, target_type, data) if len(ids) > 1 else list(range(len(ids)))

@@ -28,7 +28,7 @@ from autofocus.lm import is_local_spec
 from autofocus.local_lm.scoring import choice_probabilities
 from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
-from autofocus.program.steps.grounding import GroundingResult, support_paths
+from autofocus.program.steps.grounding import GroundingResult, path_text, support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.repair import label_words
 from autofocus.program.steps.rerank import make_reranker
@@ -418,6 +418,14 @@ class AutofocusRetriever(RetrievalProgram):
         y_type, cypher = self.llm_steps(question, trace)
         found = self.retrieve(question, y_type, cypher, cfg, trace)
         ranked = found.ids
+        support = {}
+        if found.grounding is not None and found.query_graph is not None:
+            support = {
+                i: support_paths(skb, found.query_graph, found.grounding.final_sets, i)
+                for i in ranked[: cfg.k]
+                if found.strand.get(i) in ("grounded", "both")
+            }
+            trace.data["support"] = {str(i): paths for i, paths in support.items()}
         if cfg.steps == "1-8" and self.reranker is not None and ranked:
             with trace.step("8_rerank"):
                 ranked = self.reranker(
@@ -426,14 +434,10 @@ class AutofocusRetriever(RetrievalProgram):
                     skb=skb,
                     target_type=y_type,
                     retrieved=found.neighbourhood(),
+                    evidence={i: "; ".join(dict.fromkeys(path_text(skb, p) for p in paths)) for i, paths in support.items()}
+                    if cfg.rerank_evidence else None,
                     trace=trace,
                 )
-        if found.grounding is not None and found.query_graph is not None:
-            trace.data["support"] = {
-                str(i): support_paths(skb, found.query_graph, found.grounding.final_sets, i)
-                for i in ranked[: cfg.k]
-                if found.strand.get(i) in ("grounded", "both")
-            }
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
 
 
