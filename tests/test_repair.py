@@ -314,3 +314,16 @@ def test_an_entity_two_relationships_could_link_is_not_guessed() -> None:
     result = repaired(two, 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y',
                       "function", question="Which functions of the json module raise KeyError?")
     assert result.repairs == [] and len(result.query.triplets) == 1
+
+
+def test_a_word_inside_a_longer_name_the_question_gives_is_no_mention_of_its_own() -> None:
+    """"socket server classes" names the module socketserver, so "server" beside "classes" is not the
+    class asyncio.Server (the longer mention is not linked either: the query's constant is part of it)."""
+    net = make_skb(["module", "class"], [0, 0, 0, 1], [(1, "module_imports_module", 0), (3, "class_defined_in_module", 2)],
+                   {"module_imports_module": ("module", "module"), "class_defined_in_module": ("class", "module")},
+                   names=["socket", "socketserver", "asyncio", "asyncio.Server"])  # fmt: skip
+    query = 'MATCH (y:module)-[:module_imports_module]->(b:module {name: "socket"}) RETURN y'
+    inside = repaired(net, query, "module", question="Which module that depends on socket provides generic socket server classes?")
+    assert inside.repairs == [] and len(inside.query.triplets) == 1
+    alone = repaired(net, query, "module", question="Which module that depends on socket defines the server class?")
+    assert [r.kind for r in alone.repairs] == ["mention"] and "the class 'server'" in alone.repairs[0].detail

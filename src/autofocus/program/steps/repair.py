@@ -235,10 +235,13 @@ def _mentioned_entities(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> li
     one label (the label's word beside the mention decides between several)."""
     names = [n.lower() for n in (s.name_value() for s in qg.symbols.values()) if n]
     found: list[tuple[str, str]] = []
+    longer: list[str] = []  # mentions come longest first: "server" inside "socket server" is no name of its own
     for m in mentions:
         low = m.text.lower()
-        if any(low in n or n in low for n in [*names, *(t.lower() for t, _ in found)]):
-            continue  # the query names it already (or a longer mention was taken)
+        inside = any(re.search(rf"(?<!\w){re.escape(low)}(?!\w)", t) for t in longer)
+        longer.append(low)
+        if inside or any(low in n or n in low for n in names):
+            continue  # part of a longer name, or the query names it already
         named = {skb.node_type_names[int(c)] for c in np.unique(skb.node_type[m.ids])}
         if len(named) > 1:
             named &= m.beside
