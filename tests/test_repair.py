@@ -327,3 +327,37 @@ def test_a_word_inside_a_longer_name_the_question_gives_is_no_mention_of_its_own
     assert inside.repairs == [] and len(inside.query.triplets) == 1
     alone = repaired(net, query, "module", question="Which module that depends on socket defines the server class?")
     assert [r.kind for r in alone.repairs] == ["mention"] and "the class 'server'" in alone.repairs[0].detail
+
+
+def test_a_one_hop_relationship_gets_a_second_reading_through_the_label_the_question_names(skb) -> None:
+    """"exceptions raised by the functions of json" written exactly as ``exception_defined_in_module``:
+    the question names functions, which the query skips, so the path through them is the second reading;
+    without that word, or when the word labels a named entity ("the json module"), there is none."""
+    one_hop = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "json"}) RETURN y'
+    result = repaired(skb, one_hop, "exception", question="Which exceptions do the functions of json raise?")
+    assert triples(result.query) == [("exception", "exception_defined_in_module", "module")] and result.repairs == []
+    (alt, notes), = result.alternatives
+    assert {t.rel for t in alt.triplets} == {"function_raises_exception", "function_defined_in_module"}
+    assert [n.kind for n in notes] == ["path"]
+    for question in ("Which exceptions does json define?", "Which exceptions are defined in the json module?"):
+        assert repaired(skb, one_hop, "exception", question=question).alternatives == []
+
+
+
+def test_the_strand_tries_the_second_reading_when_the_written_one_grounds_nothing() -> None:
+    # logging defines no exception; its function raises ValueError
+    logs = make_skb(["module", "exception", "function"], [0, 1, 2, 0, 1],
+                    [(2, "function_defined_in_module", 0), (2, "function_raises_exception", 1),
+                     (4, "exception_defined_in_module", 3)],
+                    {"function_defined_in_module": ("function", "module"),
+                     "function_raises_exception": ("function", "exception"),
+                     "exception_defined_in_module": ("exception", "module")},
+                    names=["logging", "ValueError", "logging.config.dictConfig", "os", "os.error"])  # fmt: skip
+    question = "What errors can the functions of the logging module raise?"
+    qg = parse_cypher('MATCH (y:exception)-[:exception_defined_in_module]->(b:module {name: "logging"}) RETURN y',
+                      logs.schema, target_type="exception")
+    trace = Trace(question=question)
+    strand = ground_strand(_KB(logs), qg, AutofocusConfig(), trace, "exception")
+    assert strand.answers.tolist() == [1] and strand.relaxed[0].startswith("reading: ")
+    assert ("5_relax", "reading") in [(e.step, e.kind) for e in trace.events]
+    assert {t.rel for t in strand.query_graph.triplets} == {"function_raises_exception", "function_defined_in_module"}

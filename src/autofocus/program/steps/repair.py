@@ -12,7 +12,8 @@ labels to its variables jointly with the best relationship (and direction) for e
 * per triplet, how well the written relationship names a relationship that connects the two
   labels in the graph (``SchemaGraph``), in the written direction or reversed; where no single
   relationship connects them, the shortest schema path (two hops) whose relationship names fit
-  stands in for it (a two-hop question written as one hop).
+  stands in for it (a two-hop question written as one hop); a path through a label the question
+  names and the query skips is a second reading, tried when the first grounds nothing.
 
 Last, an entity the question names and the query leaves out is linked to the target where the
 schema connects their labels in exactly one way (``constrain_mentions``). Every change is returned
@@ -327,7 +328,7 @@ def label_evidence(
 
 
 def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: str, tail: str,
-                    directed: bool) -> tuple[_Choice, _Choice | None]:
+                    directed: bool, asked: frozenset[str] = frozenset()) -> tuple[_Choice, _Choice | None]:
     """The best way for a triplet to connect ``head`` and ``tail`` labels in the graph, and a second reading.
 
     A relationship that connects the labels (in the written direction or reversed) comes first, scored
@@ -335,14 +336,17 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
     stands in (a two-hop question written as one hop). When a relationship was chosen whose name is not
     the one written, the best two-hop path is the second reading, which relaxation tries when the first
     grounds nothing (``(y:exception)-[:function_raises_exception]->(b:module)`` is either exceptions
-    defined in b or exceptions raised by b's functions).
+    defined in b or exceptions raised by b's functions). A path through a label the question names
+    (``asked``) fits better, and is the second reading even of a relationship written exactly right:
+    "exceptions raised by the functions of logging" written as ``exception_defined_in_module``.
     """
     direct = [(flipped, r) for flipped, (a, b) in ((False, (head, tail)), (True, (tail, head))) for r in sg.between(a, b)]
     if rel_scores is None and direct:  # no type written: any relationship between the labels will do
         return _Choice(W_REL), None
     paths = [
         _Choice(W_REL * ((max(rel_scores.get(h.rel, 0.0) for h in path) if rel_scores is not None else 1.0)
-                         - PATH_PENALTY), path=tuple(path))
+                         - PATH_PENALTY) + (W_LABEL if _through_asked(path, head, tail, asked) else 0.0),
+                path=tuple(path))
         for path in sg.paths(head, tail, hops=2)
     ]
     best_path = max(paths, key=lambda c: c.score) if paths else None
@@ -355,7 +359,15 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
     ]
     best = max(options, key=lambda c: c.score)
     exact = rel_scores.get(best.rel or "", 0.0) >= 0.95  # the name written, up to form
-    return best, (None if exact or best_path is None or best_path.score <= 0 else best_path)
+    if exact:
+        asked_paths = [c for c in paths if c.path and _through_asked(c.path, head, tail, asked)]
+        return best, max(asked_paths, key=lambda c: c.score) if asked_paths else None
+    return best, (None if best_path is None or best_path.score <= 0 else best_path)
+
+
+def _through_asked(path: tuple[Hop, ...] | list[Hop], head: str, tail: str, asked: frozenset[str]) -> bool:
+    """The path's middle label is one the question names and the triplet's own labels are not."""
+    return len(path) > 1 and path[0].dst in asked - {head, tail}
 
 
 def _options(var: str, ev: dict[str, float], adjacent: set[str], labels: list[str]) -> list[str]:
@@ -389,6 +401,11 @@ def repair_query(
     qg, bound = bind_names(qg, skb, mapper, named)
     evidence, notes = label_evidence(qg, skb, mapper, target_type)
     notes = dropped + bound + notes
+    # labels the question names that neither the query nor a named entity ("the logging module") accounts
+    # for: a hop the query may have skipped ("the functions of logging")
+    words = label_words(sg.labels)
+    asked = frozenset(words[w] for w in re.split(r"[\W_]+", question.lower()) if w in words) - {
+        s.type for s in qg.symbols.values()} - {label for m in named for label in m.beside}
     rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
     # labels a variable could take because some relationship the query names touches them
     touching: dict[str, set[str]] = {v: set() for v in qg.symbols}
@@ -407,7 +424,7 @@ def repair_query(
         assign = dict(zip(variables, combo, strict=True))
         score = sum(evidence[v].get(assign[v], 0.0) for v in variables)
         choices = [
-            _triplet_choice(sg, s, assign[t.head], assign[t.tail], t.directed)
+            _triplet_choice(sg, s, assign[t.head], assign[t.tail], t.directed, asked)
             for t, s in zip(qg.triplets, rel_scores, strict=True)
         ]
         score += sum(c.score for c, _ in choices)
