@@ -114,7 +114,7 @@ class AutofocusConfig(BaseModel):
         "reranker's order with the retrieval order, for rerankers weaker than steps 1-7"
     )
     rerank_evidence: bool = Field(
-        False, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
+        True, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
     )
     rerank_fusion_k: int = Field(60, ge=1, description="rrf: the rank offset k of 1/(k + rank) (60: Cormack et al.)")
     context_budget_tokens: int = Field(3500, ge=256)

@@ -13,8 +13,8 @@ from rich.table import Table
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 from autofocus.cypher.render import to_cypher
-from autofocus.program.steps.grounding import path_text
 from autofocus.query_graph import QueryGraph
+from autofocus.skb.documents import path_text
 
 console = make_console()
 err_console = make_console(stderr=True)

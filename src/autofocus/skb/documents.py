@@ -341,3 +341,14 @@ def describe_node(
     if budget_tokens is not None:
         body = "\n".join([*attr_block, *([body] if body else [])])
     return _combine(head, rel_lines, body, budget_tokens)
+
+
+def path_text(skb: SKB, path: list[tuple[str, int, str, int]], name_chars: int = 60) -> str:
+    """A grounding support path (``program.steps.grounding.support_paths``) as one chain of names and
+    relationship types: each hop starts where the last ended."""
+    if not path:
+        return ""
+    parts = [skb.name(path[0][1])[:name_chars]]
+    for _, _, rel, node in path:
+        parts.append(f"-[{rel}]- {skb.name(node)[:name_chars]}")
+    return " ".join(parts)

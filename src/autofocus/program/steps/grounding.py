@@ -241,12 +241,3 @@ def support_paths(
     walk(qg.target, int(answer), frozenset(), [])
     return paths
 
-
-def path_text(skb: SKB, path: list[tuple[str, int, str, int]], name_chars: int = 60) -> str:
-    """A support path as one chain of names and relationship types (each hop starts where the last ended)."""
-    if not path:
-        return ""
-    parts = [skb.name(path[0][1])[:name_chars]]
-    for _, _, rel, node in path:
-        parts.append(f"-[{rel}]- {skb.name(node)[:name_chars]}")
-    return " ".join(parts)

@@ -28,7 +28,7 @@ from autofocus.lm import is_local_spec
 from autofocus.local_lm.scoring import choice_probabilities
 from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
-from autofocus.program.steps.grounding import GroundingResult, path_text, support_paths
+from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.repair import label_words
 from autofocus.program.steps.rerank import make_reranker
@@ -45,6 +45,7 @@ from autofocus.program.steps.vss import (
 from autofocus.program.systems.base import RetrievalProgram
 from autofocus.query_graph import QueryGraph
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
+from autofocus.skb.documents import path_text
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 

@@ -102,6 +102,7 @@ def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | No
 PAPER: dict[str, object] = {
     "repair": False, "relax": [], "exact_name_only": False, "alpha_rule": "fixed", "step7_types": "step1",
     "target_type_scoring": "generate", "target_type_prior_k": 0, "target_type_cue": 1.0, "constrain": "off", "prompt_schema": "declared",
+    "rerank_evidence": False,
 }  # fmt: skip
 
 
@@ -119,7 +120,7 @@ def _load_builtin() -> None:
 
     register("afr", afr)
     # AF-Retriever as the paper has it (no repair, relaxation, type scoring, constrained decoding, graph-derived
-    # prompts or evidence-weighted slots), its ablations (paper Table 5), rerankers (Table 6) and the authors' code
+    # prompts, evidence-weighted slots or grounding evidence in step 8), its ablations (paper Table 5), rerankers (Table 6) and the authors' code
     register("afr-paper", afr, **PAPER)
     for steps in ("1+7", "1-5", "1-6", "1-7"):
         register(f"afr-steps{steps}", afr, steps=steps)
