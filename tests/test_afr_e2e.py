@@ -354,3 +354,16 @@ def test_eval_replays_a_runs_step_1_2_outputs_without_asking_the_lm(
         assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
         assert re.sub(r"\s+", "", message) in re.sub(r"\s+", "", res.output), res.output  # however it wrapped
     assert (first / "traces.jsonl").read_text().count("garbage") == 1  # a replayed run is read, never repaired
+
+
+def test_the_score_merge_orders_both_strands_by_similarity_with_a_bonus_for_grounded(kb: KnowledgeBase) -> None:
+    """``merge_rule: score``: the same k candidates as the block merge, ordered together on step 7's
+    similarity scale; a grounded candidate gains ``grounded_bonus`` (a huge one is the paper's block order)."""
+    block = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4))
+    grounded = [i for i in block.ranked_ids if block.trace.data["strand"][str(i)] == "grounded"]
+    assert sorted(grounded) == [0, 2] and "grounded_bonus" not in block.trace.data
+    for bonus, expected in ((0.0, by_score(kb, "text+rel", block.ranked_ids)), (2.0, block.ranked_ids)):
+        cfg = scripted_config(k=4, merge_rule="score", grounded_bonus=bonus)
+        pred = run("afr:reranker=none", kb, scripted(), QUESTION, cfg)
+        assert pred.ranked_ids == expected and pred.trace.data["grounded_bonus"] == bonus
+        assert strands(pred) == [block.trace.data["strand"][str(i)] for i in expected]

@@ -105,8 +105,15 @@ def step7_rank_rest(
     return [i for _, i in pooled[:n]], [s for s, _ in pooled[:n]]
 
 
-def merge(step6: list[int], step7: list[int], k: int, scores: dict[int, float] | None = None) -> Merged:
-    """Concatenate ``y_cypher + y_vss`` (Algorithm 1, line 13), deduplicated, at most ``k`` long."""
+def merge(
+    step6: list[int], step7: list[int], k: int, scores: dict[int, float] | None = None, bonus: float | None = None
+) -> Merged:
+    """Concatenate ``y_cypher + y_vss`` (Algorithm 1, line 13), deduplicated, at most ``k`` long.
+
+    With ``bonus`` (``merge_rule: score``) the same ``k`` candidates are ordered together by ``scores``
+    (one similarity scale for both strands), a grounded candidate's raised by ``bonus``: a wrong grounded
+    set no longer takes the first ranks from VSS's much closer hits, and a large bonus is the block order.
+    """
     ids: list[int] = []
     seen: set[int] = set()
     for i in [*step6, *step7]:
@@ -116,6 +123,9 @@ def merge(step6: list[int], step7: list[int], k: int, scores: dict[int, float] |
         if len(ids) >= k:
             break
     in6, in7 = set(step6), set(step7)
+    if bonus is not None and scores:
+        position = {i: n for n, i in enumerate(ids)}
+        ids.sort(key=lambda i: (-(scores.get(i, -np.inf) + (bonus if i in in6 else 0.0)), position[i]))
     strand = {i: "both" if i in in6 and i in in7 else ("grounded" if i in in6 else "vss") for i in ids}
     return Merged(ids=ids, strand=strand, step6=list(step6), step7=list(step7), scores=dict(scores or {}))
 

@@ -336,8 +336,10 @@ class AutofocusRetriever(RetrievalProgram):
 
         step6: list[int] = []
         scores: dict[int, float] = {}
+        alpha = cfg.alpha
         if cfg.steps != "1+7":
-            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(self.grounded_alpha(strand, types1, cfg, trace), cfg.k)
+            alpha = self.grounded_alpha(strand, types1, cfg, trace)
+            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(alpha, cfg.k)
             with trace.step("6_vss_grounded"):
                 if cfg.steps == "1-5":
                     order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
@@ -367,7 +369,14 @@ class AutofocusRetriever(RetrievalProgram):
                 step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.doc_variant_step7, heads=heads)
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
-        merged = merge(step6, step7, cfg.k, scores)
+        bonus = None
+        if cfg.merge_rule == "score" and step6 and step7:
+            if cfg.doc_variant_step6 != cfg.doc_variant_step7:  # both strands on step 7's scale
+                scores.update(zip(step6, np.asarray(self.kb.index(cfg.doc_variant_step7).scores(qvec, np.asarray(step6))).tolist(),
+                                  strict=True))
+            bonus = cfg.grounded_bonus * (alpha / cfg.alpha if cfg.alpha > 0 else 1.0)
+            trace.data["grounded_bonus"] = round(bonus, 4)
+        merged = merge(step6, step7, cfg.k, scores, bonus)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
         return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding)
