@@ -263,6 +263,11 @@ def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:
     assert supported_by("Stanford University", "papers from Stanford after 2019")  # half of its words
     assert supported_by("float", "an accurate floating point sum")
     assert not supported_by("json.JSONDecoder", "what returns the best good-enough matches for a misspelled word?")
+    # a short name is a word of its own, not part of a longer one
+    assert not supported_by("sys", "How do I find out how many CPUs the system has?")
+    assert not supported_by("os", "Which is the most common error?")
+    assert supported_by("os", "functions of the os module") and supported_by("TP53", "genes that interact with tp53's product")
+    assert supported_by("dict", "which methods return dicts?")
     cypher = 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y'
     result = repaired(skb, cypher, "function", question="Which functions raise an error on a missing value?")
     assert result.query.symbols["b"].name_value() is None and not result.query.usable
