@@ -82,7 +82,7 @@ SPACE: dict[str, Param] = {
     "alpha_large_size": Param("int", low=20, high=100_000, log=True),
     "alpha_disagree": Param("float", low=0.0, high=1.0),
     "step7_types": Param("cat", ("step1", "agree")),
-    "merge_rule": Param("cat", ("block", "score")),
+    "merge_rule": Param("cat", ("block", "score", "evidence")),
     "grounded_bonus": Param("float", low=0.0, high=0.5),
     "k": Param("int", low=5, high=50, step=5, rerank_only=True),
     "reranker": Param("cat", ("pointwise", "listwise", "pairwise", "tournament"), rerank_only=True),

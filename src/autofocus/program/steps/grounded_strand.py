@@ -24,14 +24,16 @@ from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounding import GroundingResult, component_of, ground_with_expansion
-from autofocus.program.steps.repair import Repair, Repaired, repair_query
+from autofocus.program.steps.repair import Repair, Repaired, named_in, repair_query
 from autofocus.program.steps.symbols import NAME_KEYS, retrieve_symbol_candidates
 from autofocus.query_graph import QueryGraph
+from autofocus.skb.names import named_ids
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike as KB
+    from autofocus.skb.model import SKB
 
 
 @dataclass
@@ -47,6 +49,16 @@ class Strand:
     @property
     def empty(self) -> bool:
         return len(self.answers) == 0
+
+    def named_exactly(self, skb: SKB, question: str) -> bool:
+        """Strong evidence: every constant of the query as grounded is a name the question gives and
+        that identifies nodes, and nothing was relaxed (a second reading of a hop is no relaxation), so
+        the answers are exactly what the question's own entities give through the graph."""
+        qg = self.query_graph
+        if qg is None or self.empty or any(not r.startswith("reading") for r in self.relaxed):
+            return False
+        names = [s.name_value() or "" for s in qg.constants]
+        return bool(names) and all(named_in(n, question) and len(named_ids(skb, n)[0]) for n in names)
 
 
 def parse_mode(config: AutofocusConfig) -> str:

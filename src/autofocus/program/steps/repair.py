@@ -122,6 +122,11 @@ def supported_by(name: str, question: str) -> bool:
     return bool(words) and sum(any(_word_of(w, a) for a in asked) for w in words) * 2 >= len(words)
 
 
+def named_in(name: str, question: str) -> bool:
+    """The question gives ``name`` itself (nearly verbatim; a short name as a word), not only a part of it."""
+    return _appears(name.strip().lower(), question.lower(), 85)
+
+
 SHORT_NAME = 8  # a name shorter than this is matched as a whole word, not inside one ("sys" is not in "system")
 
 
