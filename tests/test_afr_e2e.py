@@ -367,3 +367,27 @@ def test_the_score_merge_orders_both_strands_by_similarity_with_a_bonus_for_grou
         pred = run("afr:reranker=none", kb, scripted(), QUESTION, cfg)
         assert pred.ranked_ids == expected and pred.trace.data["grounded_bonus"] == bonus
         assert strands(pred) == [block.trace.data["strand"][str(i)] for i in expected]
+
+
+def test_the_evidence_merge_keeps_the_block_only_for_names_the_question_gives(kb: KnowledgeBase) -> None:
+    """``merge_rule: evidence``: a query whose constants are names the question gives (and that name nodes)
+    keeps its grounded candidates first; one the question supports only in part ("Sol" for "Mira Sol")
+    competes on similarity with ``grounded_bonus``."""
+    cfg = scripted_config(k=4, merge_rule="evidence", grounded_bonus=0.0)
+    strong = run("afr:reranker=none", kb, scripted(), QUESTION, cfg)
+    assert strong.trace.data["grounded_bonus"] == 2.0 and strands(strong)[:2] == ["grounded", "grounded"]
+    assert strong.ranked_ids[:2] == by_score(kb, "text+rel", [0, 2])
+    partly = "Which movies did Sol act in?"
+    weak = run("afr:reranker=none", kb, scripted(), partly, cfg)
+    assert weak.trace.data["grounded_bonus"] == 0.0 and sorted(weak.trace.data["grounded_ids"].tolist()) == [0, 2]
+    assert weak.ranked_ids == by_score(kb, "text+rel", weak.ranked_ids, partly)
+
+
+def test_merge_with_a_bonus_lets_a_much_closer_vss_hit_pass_grounded_ones() -> None:
+    from autofocus.program.steps.vss import merge
+
+    scores = {1: 0.2, 2: 0.5, 3: 0.6, 4: 0.1, 5: 0.05}
+    assert merge([1, 2], [3, 4, 5], 4, scores).ids == [1, 2, 3, 4]  # the paper's block order
+    assert merge([1, 2], [3, 4, 5], 4, scores, bonus=0.05).ids == [3, 2, 1, 4]
+    assert merge([1, 2], [3, 4, 5], 4, scores, bonus=2.0).ids == [2, 1, 3, 4]
+    assert merge([1, 2], [3, 4, 5], 4, scores, bonus=0.05).strand == {1: "grounded", 2: "grounded", 3: "vss", 4: "vss"}
