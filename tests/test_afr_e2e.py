@@ -361,26 +361,29 @@ def test_the_score_merge_orders_both_strands_by_similarity_with_a_bonus_for_grou
     similarity scale; a grounded candidate gains ``grounded_bonus`` (a huge one is the paper's block order)."""
     block = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4))
     grounded = [i for i in block.ranked_ids if block.trace.data["strand"][str(i)] == "grounded"]
-    assert sorted(grounded) == [0, 2] and "grounded_bonus" not in block.trace.data
+    assert sorted(grounded) == [0, 2] and "merge" not in block.trace.data
     for bonus, expected in ((0.0, by_score(kb, "text+rel", block.ranked_ids)), (2.0, block.ranked_ids)):
         cfg = scripted_config(k=4, merge_rule="score", grounded_bonus=bonus)
         pred = run("afr:reranker=none", kb, scripted(), QUESTION, cfg)
-        assert pred.ranked_ids == expected and pred.trace.data["grounded_bonus"] == bonus
+        assert pred.ranked_ids == expected and pred.trace.data["merge"]["grounded_bonus"] == bonus
         assert strands(pred) == [block.trace.data["strand"][str(i)] for i in expected]
 
 
 def test_the_evidence_merge_keeps_the_block_only_for_names_the_question_gives(kb: KnowledgeBase) -> None:
     """``merge_rule: evidence``: a query whose constants are names the question gives (and that name nodes)
-    keeps its grounded candidates first; one the question supports only in part ("Sol" for "Mira Sol")
+    keeps the paper's block order; one the question supports only in part ("Sol" for "Mira Sol")
     competes on similarity with ``grounded_bonus``."""
     cfg = scripted_config(k=4, merge_rule="evidence", grounded_bonus=0.0)
-    strong = run("afr:reranker=none", kb, scripted(), QUESTION, cfg)
-    assert strong.trace.data["grounded_bonus"] == 2.0 and strands(strong)[:2] == ["grounded", "grounded"]
-    assert strong.ranked_ids[:2] == by_score(kb, "text+rel", [0, 2])
     partly = "Which movies did Sol act in?"
-    weak = run("afr:reranker=none", kb, scripted(), partly, cfg)
-    assert weak.trace.data["grounded_bonus"] == 0.0 and sorted(weak.trace.data["grounded_ids"].tolist()) == [0, 2]
-    assert weak.ranked_ids == by_score(kb, "text+rel", weak.ranked_ids, partly)
+    for question, strong in ((QUESTION, True), (partly, False)):
+        block = run("afr:reranker=none", kb, scripted(), question, scripted_config(k=4))
+        pred = run("afr:reranker=none", kb, scripted(), question, cfg)
+        assert sorted(pred.trace.data["grounded_ids"].tolist()) == [0, 2]
+        assert pred.trace.data["merge"] == {"order": "block" if strong else "score", "strong_evidence": strong,
+                                            "grounded_bonus": None if strong else 0.0}
+        similarity = by_score(kb, "text+rel", block.ranked_ids, question)
+        assert pred.ranked_ids == (block.ranked_ids if strong else similarity)
+    assert block.ranked_ids != similarity  # the partly named question: the two orders differ
 
 
 def test_merge_with_a_bonus_lets_a_much_closer_vss_hit_pass_grounded_ones() -> None:

@@ -80,12 +80,12 @@ class AutofocusConfig(BaseModel):
     alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
     alpha_disagree: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: factor when step 2's target label is not step 1's")
     merge_rule: Literal["block", "score", "evidence"] = Field(
-        "block", description="steps 6-7 merge: block: the grounded candidates before VSS's (paper, Algorithm 1 line 13); "
+        "evidence", description="steps 6-7 merge: block: the grounded candidates before VSS's (paper, Algorithm 1 line 13); "
         "score: one list by similarity, the grounded ones raised by grounded_bonus; evidence: block where the "
         "query's constants are names the question gives and nothing was relaxed, else score"
     )
     grounded_bonus: float = Field(
-        0.15, ge=0.0, le=2.0, description="score merge: cosine similarity added to a grounded candidate, times the "
+        0.1, ge=0.0, le=2.0, description="score merge: cosine similarity added to a grounded candidate, times the "
         "evidence rule's factor (alpha_rule evidence)"
     )
     target_type_scoring: Literal["auto", "generate"] = Field(

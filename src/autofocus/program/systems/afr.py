@@ -53,9 +53,6 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
 
 
-STRONG_BONUS = 2.0  # the widest gap two cosine similarities can have: the grounded candidates come first
-
-
 def closest_type(raw: str, types: list[str]) -> str | None:
     """Salvage a node type from free text: exact, normalised, contained, then closest."""
     norm = {re.sub(r"[^a-z0-9]", "", t.lower()): t for t in types}
@@ -373,13 +370,15 @@ class AutofocusRetriever(RetrievalProgram):
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
         bonus = None
-        if cfg.merge_rule != "block" and step6 and step7:
+        strong = cfg.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, question)
+        if cfg.merge_rule != "block" and step6 and step7 and not strong:
             if cfg.doc_variant_step6 != cfg.doc_variant_step7:  # both strands on step 7's scale
                 s67 = self.kb.index(cfg.doc_variant_step7).scores(qvec, np.asarray(step6))
                 scores.update(zip(step6, np.asarray(s67).tolist(), strict=True))
-            strong = cfg.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, question)
-            bonus = STRONG_BONUS if strong else cfg.grounded_bonus * (alpha / cfg.alpha if cfg.alpha > 0 else 1.0)
-            trace.data["grounded_bonus"] = round(bonus, 4)
+            bonus = cfg.grounded_bonus * (alpha / cfg.alpha if cfg.alpha > 0 else 1.0)
+        if cfg.merge_rule != "block" and step6:
+            trace.data["merge"] = {"order": "block" if bonus is None else "score", "strong_evidence": strong,
+                                   "grounded_bonus": None if bonus is None else round(bonus, 4)}
         merged = merge(step6, step7, cfg.k, scores, bonus)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
