@@ -263,11 +263,6 @@ def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:
     assert supported_by("Stanford University", "papers from Stanford after 2019")  # half of its words
     assert supported_by("float", "an accurate floating point sum")
     assert not supported_by("json.JSONDecoder", "what returns the best good-enough matches for a misspelled word?")
-    # a short name is a word of its own, not part of a longer one
-    assert not supported_by("sys", "How do I find out how many CPUs the system has?")
-    assert not supported_by("os", "Which is the most common error?")
-    assert supported_by("os", "functions of the os module") and supported_by("TP53", "genes that interact with tp53's product")
-    assert supported_by("dict", "which methods return dicts?")
     cypher = 'MATCH (y:function)-[:function_raises_exception]->(b:exception {name: "KeyError"}) RETURN y'
     result = repaired(skb, cypher, "function", question="Which functions raise an error on a missing value?")
     assert result.query.symbols["b"].name_value() is None and not result.query.usable
@@ -366,3 +361,15 @@ def test_the_strand_tries_the_second_reading_when_the_written_one_grounds_nothin
     assert strand.answers.tolist() == [1] and strand.relaxed[0].startswith("reading: ")
     assert ("5_relax", "reading") in [(e.step, e.kind) for e in trace.events]
     assert {t.rel for t in strand.query_graph.triplets} == {"function_raises_exception", "function_defined_in_module"}
+
+
+def test_a_name_the_question_gives_is_verbatim_and_a_short_one_a_word_of_its_own() -> None:
+    from autofocus.program.steps.repair import named_in, supported_by
+
+    assert supported_by("sys", "How do I find out how many CPUs the system has?")  # kept, but only supported
+    assert not named_in("sys", "How do I find out how many CPUs the system has?")
+    assert not named_in("os", "Which is the most common error?")
+    assert not named_in("os.path", "the disk containing a path") and supported_by("os.path", "the disk containing a path")
+    assert named_in("os", "functions of the os module") and named_in("TP53", "genes that interact with tp53's product")
+    assert named_in("dict", "which methods return dicts?") and named_in("http.client", "exceptions of http.client")
+    assert named_in("Stanford University", "papers from stanford universty")  # long names: nearly verbatim

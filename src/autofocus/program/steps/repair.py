@@ -116,14 +116,15 @@ def supported_by(name: str, question: str) -> bool:
         return True  # no question to check against (a query on its own)
     n = name.strip().lower()
     last = re.sub(r".*[./:\\|>]", "", n)
-    if _appears(n, q, 85) or (len(last) >= 3 and _appears(last, q, 90)):
+    if fuzz.partial_ratio(n, q) >= 85 or (len(last) >= 3 and fuzz.partial_ratio(last, q) >= 90):
         return True
     words, asked = _words(n), _words(q)
-    return bool(words) and sum(any(_word_of(w, a) for a in asked) for w in words) * 2 >= len(words)
+    return bool(words) and sum(any(a.startswith(w) for a in asked) for w in words) * 2 >= len(words)
 
 
 def named_in(name: str, question: str) -> bool:
-    """The question gives ``name`` itself (nearly verbatim; a short name as a word), not only a part of it."""
+    """The question gives ``name`` itself (nearly verbatim; a short name as a word of its own), where
+    ``supported_by`` also takes a part of it: "sys" is supported by "system" but not named there."""
     return _appears(name.strip().lower(), question.lower(), 85)
 
 
@@ -136,10 +137,6 @@ def _appears(name: str, text: str, cutoff: int) -> bool:
         return fuzz.partial_ratio(name, text) >= cutoff
     return re.search(rf"(?<![a-z0-9]){re.escape(name)}(?:s|es|'s)?(?![a-z0-9])", text) is not None
 
-
-def _word_of(word: str, asked: str) -> bool:
-    """``asked`` is ``word`` or an inflection of it; a short word only as itself or its plural."""
-    return asked in (word, word + "s", word + "es") or (len(word) >= 5 and asked.startswith(word))
 
 
 def drop_unsupported(qg: QueryGraph, question: str) -> tuple[QueryGraph, list[Repair]]:
