@@ -359,7 +359,7 @@ def test_eval_replays_a_runs_step_1_2_outputs_without_asking_the_lm(
 def test_the_score_merge_orders_both_strands_by_similarity_with_a_bonus_for_grounded(kb: KnowledgeBase) -> None:
     """``merge_rule: score``: the same k candidates as the block merge, ordered together on step 7's
     similarity scale; a grounded candidate gains ``grounded_bonus`` (a huge one is the paper's block order)."""
-    block = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4))
+    block = run("afr:reranker=none", kb, scripted(), QUESTION, scripted_config(k=4, merge_rule="block"))
     grounded = [i for i in block.ranked_ids if block.trace.data["strand"][str(i)] == "grounded"]
     assert sorted(grounded) == [0, 2] and "merge" not in block.trace.data
     for bonus, expected in ((0.0, by_score(kb, "text+rel", block.ranked_ids)), (2.0, block.ranked_ids)):
@@ -376,7 +376,7 @@ def test_the_evidence_merge_keeps_the_block_only_for_names_the_question_gives(kb
     cfg = scripted_config(k=4, merge_rule="evidence", grounded_bonus=0.0)
     partly = "Which movies did Sol act in?"
     for question, strong in ((QUESTION, True), (partly, False)):
-        block = run("afr:reranker=none", kb, scripted(), question, scripted_config(k=4))
+        block = run("afr:reranker=none", kb, scripted(), question, scripted_config(k=4, merge_rule="block"))
         pred = run("afr:reranker=none", kb, scripted(), question, cfg)
         assert sorted(pred.trace.data["grounded_ids"].tolist()) == [0, 2]
         assert pred.trace.data["merge"] == {"order": "block" if strong else "score", "strong_evidence": strong,
