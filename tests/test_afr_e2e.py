@@ -277,6 +277,7 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
     assert res.exit_code == 0, res.output
     assert re.search(r"│ 1\s+│ 0\s+│ paper │ Graph Retrieval at Scale\s+│ grounded", res.output)
     assert "triplet: (a)-[author_writes_paper]->(p)" in res.output  # relation names are not read as markup
+    assert "order: grounded first: the query's constants are names the question gives" in res.output
     assert [b["model"] for b in server.requests] == ["fake-model"] * 3  # target type, Cypher, listwise rerank
     assert server_field(server.requests[1], "target_type") == "paper"
     trace = json.loads(trace_file.read_text())

@@ -113,6 +113,11 @@ def show_trace(skb, tr, out: Console) -> None:
     if d.get("alpha"):
         why = ", ".join(d["alpha"]["why"]) or "full evidence"
         out.print(safe(f"  grounded slots: alpha = {d['alpha']['value']:.2f} ({why}); step 7 searched {d.get('step7_types')}"))
+    if d.get("merge"):
+        m = d["merge"]
+        how = ("grounded first: the query's constants are names the question gives" if m["order"] == "block"
+               else f"by similarity, grounded + {m['grounded_bonus']} (weaker evidence)")
+        out.print(safe(f"  order: {how}"))
     for var, sc in (d.get("symbol_candidates") or {}).items():
         names = ", ".join(skb.name(i)[:30] for i in sc["ids"][:5])
         out.print(safe(f"  symbol {var} <- {sc['search']!r}: {names}"))
