@@ -3,7 +3,8 @@
 A run of ``afr`` (or any system with a reranker) records step 8's input order and the reranker's
 output in each trace line. ``rerank_fusion=rrf`` is a deterministic function of those two orders, so
 its metrics on the same questions follow exactly, paired, from the trace: the pre-rerank order
-(steps 1-7), the reranker's order and the fused order for each ``k``.
+(steps 1-7), the reranker's order, the fused order for each ``k``, and (runs with ``merge_rule``
+evidence) the reranker's order with the grounded block kept first where steps 6-7 kept it.
 
     .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60
 """
@@ -31,6 +32,11 @@ def orders(record: dict, ks: list[int]) -> dict[str, list[int]] | None:
     reranked = [int(i) for i in data.get("reranker_output", data["output"])]
     position = {node: i for i, node in enumerate(ids)}
     out = {"steps 1-7": ids, "reranker": reranked}
+    strand, merge = record["trace"]["data"].get("strand", {}), record["trace"]["data"].get("merge") or {}
+    # the reranker's order inside the grounded block and inside the rest, where steps 6-7 kept the block
+    kept = merge.get("order") == "block"
+    first = [n for n in reranked if strand.get(str(n)) in ("grounded", "both")] if kept else []
+    out["reranker, block kept"] = first + [n for n in reranked if n not in first]
     for k in ks:
         out[f"rrf k={k}"] = [ids[i] for i in rrf_fuse([position[n] for n in reranked], k)]
     return out
