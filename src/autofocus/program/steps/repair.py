@@ -125,7 +125,8 @@ def supported_by(name: str, question: str) -> bool:
 def named_in(name: str, question: str) -> bool:
     """The question gives ``name`` itself (nearly verbatim; a short name as a word of its own), where
     ``supported_by`` also takes a part of it: "sys" is supported by "system" but not named there."""
-    return _appears(name.strip().lower(), question.lower(), 85)
+    n = name.strip().lower()
+    return bool(n) and _appears(n, question.lower(), 85)
 
 
 SHORT_NAME = 8  # a name shorter than this is matched as a whole word, not inside one ("sys" is not in "system")
@@ -136,7 +137,6 @@ def _appears(name: str, text: str, cutoff: int) -> bool:
     if len(name) >= SHORT_NAME:
         return fuzz.partial_ratio(name, text) >= cutoff
     return re.search(rf"(?<![a-z0-9]){re.escape(name)}(?:s|es|'s)?(?![a-z0-9])", text) is not None
-
 
 
 def drop_unsupported(qg: QueryGraph, question: str) -> tuple[QueryGraph, list[Repair]]:

@@ -110,7 +110,7 @@ def merge(
 ) -> Merged:
     """Concatenate ``y_cypher + y_vss`` (Algorithm 1, line 13), deduplicated, at most ``k`` long.
 
-    With ``bonus`` (``merge_rule: score``) the same ``k`` candidates are ordered together by ``scores``
+    With ``bonus`` (``merge_rule`` score, or evidence where the evidence is weak) the same ``k`` candidates are ordered together by ``scores``
     (one similarity scale for both strands), a grounded candidate's raised by ``bonus``: a wrong grounded
     set no longer takes the first ranks from VSS's much closer hits, and a large bonus is the block order.
     """
