@@ -395,3 +395,19 @@ def test_merge_with_a_bonus_lets_a_much_closer_vss_hit_pass_grounded_ones() -> N
     assert merge([1, 2], [3, 4, 5], 4, scores, bonus=0.05).ids == [3, 2, 1, 4]
     assert merge([1, 2], [3, 4, 5], 4, scores, bonus=2.0).ids == [2, 1, 3, 4]
     assert merge([1, 2], [3, 4, 5], 4, scores, bonus=0.05).strand == {1: "grounded", 2: "grounded", 3: "vss", 4: "vss"}
+
+
+def test_step8_can_keep_a_block_of_strong_evidence_first(kb: KnowledgeBase) -> None:
+    """``rerank_keep_block``: where the merge kept the grounded block (the query's constant is a name the
+    question gives), the judge reorders inside the block and inside the rest, not across them."""
+    prefers_vss = scripted(score=lambda u: {"score": {3: 0.95, 2: 0.9, 0: 0.8}.get(candidate_ids(u, "candidate")[0], 0.1)})
+    orders = {}
+    for keep in (False, True):
+        cfg = scripted_config(k=4, rerank_keep_block=keep)
+        pred = run("afr:reranker=pointwise", kb, prefers_vss, QUESTION, cfg)
+        assert pred.trace.data["merge"]["order"] == "block"
+        orders[keep] = pred.ranked_ids
+    assert orders[False][:3] == [3, 2, 0] and orders[True][:3] == [2, 0, 3]
+    assert pred.trace.data["rerank"]["block_kept"] == 2
+    weak = run("afr:reranker=pointwise", kb, prefers_vss, "Which movies did Sol act in?", cfg)
+    assert weak.ranked_ids[0] == 3 and "block_kept" not in weak.trace.data["rerank"]  # weak evidence: the judge decides

@@ -126,6 +126,10 @@ class AutofocusConfig(BaseModel):
         True, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
     )
     rerank_fusion_k: int = Field(60, ge=1, description="rrf: the rank offset k of 1/(k + rank) (60: Cormack et al.)")
+    rerank_keep_block: bool = Field(
+        False, description="step 8: where steps 6-7 kept the grounded block for strong evidence (merge_rule evidence), "
+        "the reranker orders inside the block and inside the rest, not across them"
+    )
     context_budget_tokens: int = Field(3500, ge=256)
     yes_no_description_tokens: int | None = Field(
         128, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"

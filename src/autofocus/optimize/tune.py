@@ -86,6 +86,7 @@ SPACE: dict[str, Param] = {
     "grounded_bonus": Param("float", low=0.0, high=0.5),
     "k": Param("int", low=5, high=50, step=5, rerank_only=True),
     "reranker": Param("cat", ("pointwise", "listwise", "pairwise", "tournament"), rerank_only=True),
+    "rerank_keep_block": Param("cat", (False, True), rerank_only=True),
 }
 DEFAULT_PARAMS: tuple[str, ...] = (
     "alpha", "l_max", "expansion", "type_mode", "edge_mode",

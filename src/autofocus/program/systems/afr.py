@@ -162,6 +162,7 @@ class Retrieval:
     grounded: np.ndarray  # the whole grounded set C_cypher (the trace keeps its size and first ids)
     query_graph: QueryGraph | None = None  # as grounded: repaired and relaxed
     grounding: GroundingResult | None = None  # None when step 5 did not run
+    strong_evidence: bool = False  # the merge kept the grounded block for names the question gives
 
     def neighbourhood(self, limit: int = 1000) -> set[int]:
         """Nodes the grounding matched for the non-target symbols (step 8's retrieved context)."""
@@ -382,7 +383,7 @@ class AutofocusRetriever(RetrievalProgram):
         merged = merge(step6, step7, cfg.k, scores, bonus)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
-        return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding)
+        return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding, strong and bool(step6))
 
     def _step7_base_types(self, types1: list[str]) -> list[str]:
         """Step 7's types as far as step 1 decides them (``step7_types`` may add the query's label)."""
@@ -451,6 +452,10 @@ class AutofocusRetriever(RetrievalProgram):
                     if cfg.rerank_evidence else None,
                     trace=trace,
                 )
+            if cfg.rerank_keep_block and found.strong_evidence:
+                first = [i for i in ranked if found.strand.get(i) in ("grounded", "both")]
+                ranked = first + [i for i in ranked if found.strand.get(i) not in ("grounded", "both")]
+                trace.data.setdefault("rerank", {})["block_kept"] = len(first)
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
 
 
