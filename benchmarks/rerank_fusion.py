@@ -20,6 +20,7 @@ import numpy as np
 from autofocus.evaluation.report import load_run, paired_test
 from autofocus.metrics import compute_metrics
 from autofocus.program.steps.rerank import rrf_fuse
+from autofocus.program.steps.vss import grounded_first
 
 
 def orders(record: dict, ks: list[int]) -> dict[str, list[int]] | None:
@@ -32,11 +33,10 @@ def orders(record: dict, ks: list[int]) -> dict[str, list[int]] | None:
     reranked = [int(i) for i in data.get("reranker_output", data["output"])]
     position = {node: i for i, node in enumerate(ids)}
     out = {"steps 1-7": ids, "reranker": reranked}
-    strand, merge = record["trace"]["data"].get("strand", {}), record["trace"]["data"].get("merge") or {}
-    # the reranker's order inside the grounded block and inside the rest, where steps 6-7 kept the block
-    kept = merge.get("order") == "block"
-    first = [n for n in reranked if strand.get(str(n)) in ("grounded", "both")] if kept else []
-    out["reranker, block kept"] = first + [n for n in reranked if n not in first]
+    trace_data = record["trace"]["data"]
+    kept = (trace_data.get("merge") or {}).get("order") == "block"  # steps 6-7 kept the block for strong evidence
+    strand = {int(n): s for n, s in trace_data.get("strand", {}).items()}
+    out["reranker, block kept"] = grounded_first(reranked, strand) if kept else reranked
     for k in ks:
         out[f"rrf k={k}"] = [ids[i] for i in rrf_fuse([position[n] for n in reranked], k)]
     return out

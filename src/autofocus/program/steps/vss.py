@@ -110,9 +110,10 @@ def merge(
 ) -> Merged:
     """Concatenate ``y_cypher + y_vss`` (Algorithm 1, line 13), deduplicated, at most ``k`` long.
 
-    With ``bonus`` (``merge_rule`` score, or evidence where the evidence is weak) the same ``k`` candidates are ordered together by ``scores``
-    (one similarity scale for both strands), a grounded candidate's raised by ``bonus``: a wrong grounded
-    set no longer takes the first ranks from VSS's much closer hits, and a large bonus is the block order.
+    With ``bonus`` (``merge_rule`` score, or evidence where the evidence is weak) the same ``k``
+    candidates are ordered together by ``scores`` (one similarity scale for both strands), a grounded
+    candidate's raised by ``bonus``: a wrong grounded set no longer takes the first ranks from VSS's
+    much closer hits, and a large bonus is the block order.
     """
     ids: list[int] = []
     seen: set[int] = set()
@@ -128,6 +129,13 @@ def merge(
         ids.sort(key=lambda i: (-(scores.get(i, -np.inf) + (bonus if i in in6 else 0.0)), position[i]))
     strand = {i: "both" if i in in6 and i in in7 else ("grounded" if i in in6 else "vss") for i in ids}
     return Merged(ids=ids, strand=strand, step6=list(step6), step7=list(step7), scores=dict(scores or {}))
+
+
+def grounded_first(ids: list[int], strand: dict[int, str]) -> list[int]:
+    """``ids`` with the grounded ones (``strand`` grounded or both) first, each part in its own order:
+    a reranker's order with the block of strong evidence kept (``rerank_keep_block``)."""
+    first = [i for i in ids if strand.get(i) in ("grounded", "both")]
+    return first + [i for i in ids if strand.get(i) not in ("grounded", "both")]
 
 
 class ScanAhead:

@@ -37,6 +37,7 @@ from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import (
     SCAN_SLACK,
     ScanAhead,
+    grounded_first,
     grounded_slots,
     merge,
     step6_rank_grounded,
@@ -453,9 +454,8 @@ class AutofocusRetriever(RetrievalProgram):
                     trace=trace,
                 )
             if cfg.rerank_keep_block and found.strong_evidence:
-                first = [i for i in ranked if found.strand.get(i) in ("grounded", "both")]
-                ranked = first + [i for i in ranked if found.strand.get(i) not in ("grounded", "both")]
-                trace.data.setdefault("rerank", {})["block_kept"] = len(first)
+                ranked = grounded_first(ranked, found.strand)
+                trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
 
 
