@@ -11,7 +11,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounded_strand import ground_strand, relaxations
-from autofocus.program.steps.repair import question_mentions, repair_query
+from autofocus.program.steps.repair import asked_label, label_words, question_mentions, repair_query
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.names import labels_named, named_ids
 from autofocus.skb.schema_graph import SchemaGraph, schema_graph
@@ -373,3 +373,65 @@ def test_a_name_the_question_gives_is_verbatim_and_a_short_one_a_word_of_its_own
     assert named_in("os", "functions of the os module") and named_in("TP53", "genes that interact with tp53's product")
     assert named_in("dict", "which methods return dicts?") and named_in("http.client", "exceptions of http.client")
     assert named_in("Stanford University", "papers from stanford universty")  # long names: nearly verbatim
+
+
+def test_the_label_a_question_asks_for_heads_the_phrase_after_its_question_word() -> None:
+    words = label_words(["module", "class", "method", "exception", "function"])
+    asked = {
+        "Which modules define their own subclass of KeyError?": "module",
+        "Which standard library modules declare an exception that inherits from KeyError?": "module",
+        "In tarfile, which class methods throw ValueError?": "method",
+        "List the selectors.BaseSelector methods whose code raises NotImplementedError.": "method",
+        "What shutil functions throw some more specific kind of OSError?": "function",
+        "When I use functions from base64, which exception types do they raise explicitly?": "exception",
+        "What errors can the functions of the logging module raise directly?": None,  # a verb comes first
+        "What do the functions of json raise?": None,
+        "Which subclass of random.Random draws from the operating system?": None,
+        "How do I find out how many CPUs the system has?": None,
+    }
+    assert {q: asked_label(q, words) for q in asked} == asked
+
+
+def test_a_query_that_answers_with_another_label_is_carried_to_the_one_asked_for(skb) -> None:
+    """"Which modules define a subclass of ValueError?" written as the exceptions that subclass it: the
+    one relationship from exceptions to modules takes the answers to the modules asked for; a query
+    that has a module already, or a question that asks for no label, is left alone."""
+    subclasses = 'MATCH (y:exception)-[:exception_subclass_of_exception]->(b:exception {name: "ValueError"}) RETURN y'
+    result = repaired(skb, subclasses, "exception", question="Which modules define their own subclass of ValueError?")
+    q = result.query
+    assert q.symbols[q.target].type == "module" and q.target_type == "module"
+    assert triples(q) == [("exception", "exception_subclass_of_exception", "exception"),
+                          ("exception", "exception_defined_in_module", "module")]
+    assert [r.kind for r in result.repairs] == ["asked"]
+    trace = Trace(question="Which modules define their own subclass of ValueError?")
+    parsed = parse_cypher(subclasses, skb.schema, target_type="exception")
+    assert ground_strand(_KB(skb), parsed, AutofocusConfig(), trace, "exception").answers.tolist() == [0]  # json
+    assert ("3_repair", "asked") in [(e.step, e.kind) for e in trace.events]
+    off = ground_strand(_KB(skb), parsed, AutofocusConfig(repair_asked=False), Trace(question=trace.question), "exception")
+    assert off.answers.tolist() == [4]  # json.JSONDecodeError: the exception, not its module
+    for question in ("Which exceptions subclass ValueError?", "Which modules' exceptions subclass ValueError?",
+                     "What subclasses ValueError?"):
+        assert repaired(skb, subclasses, "exception", question=question).repairs == []
+    defined = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "json"}) RETURN y'
+    assert repaired(skb, defined, "exception", question="Which modules define exceptions like json's?").repairs == []
+
+
+def test_a_relationship_that_fits_nothing_is_read_as_the_path_the_question_words(skb) -> None:
+    """"modules that define their own subclass of KeyError" written with a relationship that connects no
+    module to an exception: the question words two relationships (define, subclass), so the path of
+    both comes first and the one relationship that connects the labels is the second reading; the
+    subclass hop, which nothing written orients, goes either way."""
+    cypher = 'MATCH (y:module)-[:module_contains_module]->(b:module {name: "KeyError"}) RETURN y'
+    result = repaired(skb, cypher, "module", question="Which modules define their own subclass of KeyError?")
+    assert triples(result.query) == [("exception", "exception_defined_in_module", "module"),
+                                     ("exception", "exception_subclass_of_exception", "exception")]
+    assert [t.directed for t in result.query.triplets] == [True, False]
+    (alt, _), = result.alternatives
+    assert triples(alt) == [("exception", "exception_defined_in_module", "module")]
+    trace = Trace(question="Which modules define their own subclass of KeyError?")
+    strand = ground_strand(_KB(skb), parse_cypher(cypher, skb.schema, target_type="module"), AutofocusConfig(), trace,
+                           "module")
+    assert strand.answers.tolist() == [1]  # os defines os.OSErrorLike, a subclass of KeyError
+    # without those words the relationship that connects the labels is the reading, as before
+    plain = repaired(skb, cypher, "module", question="Which module has KeyError?")
+    assert triples(plain.query) == [("exception", "exception_defined_in_module", "module")]

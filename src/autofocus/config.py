@@ -66,6 +66,9 @@ class AutofocusConfig(BaseModel):
     repair_mentions: bool = Field(
         True, description="step 3b: link entities the question names and the query left out to the target (with repair)"
     )
+    repair_asked: bool = Field(
+        True, description="step 3b: answer with the label the question asks for, one schema hop from the query's answers"
+    )
     relax: list[RelaxRung] = Field(
         default_factory=lambda: ["filters", "triplets", "constants", "edges"],
         description="step 5: relaxations tried in order while grounding is empty ([] = the paper's: none)",

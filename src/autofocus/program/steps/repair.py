@@ -15,8 +15,11 @@ labels to its variables jointly with the best relationship (and direction) for e
   stands in for it (a two-hop question written as one hop); a path through a label the question
   names and the query skips is a second reading, tried when the first grounds nothing.
 
-Last, an entity the question names and the query leaves out is linked to the target where the
-schema connects their labels in exactly one way (``constrain_mentions``). Every change is returned
+Last, a query that answers with another label than the one the question asks for ("Which modules
+define a subclass of KeyError?" written as the exceptions that subclass it) is extended by the hop
+from its answers to the asked label (``extend_to_asked``), and an entity the question names and the
+query leaves out is linked to the target where the schema connects their labels in exactly one way
+(``constrain_mentions``). Every change is returned
 as a ``Repair`` for the trace. A query the schema already accepts as
 written comes back unchanged.
 """
@@ -283,28 +286,96 @@ def constrain_mentions(
     symbols, triplets, repairs = dict(qg.symbols), list(qg.triplets), []
     fresh = itertools.count(1)
     for name, label in _mentioned_entities(qg, skb, mentions)[:MAX_MENTIONED]:
-        if label == tlabel:
-            continue
-        direct = [(r.rel, True) for r in sg.between(tlabel, label)] + [(r.rel, False) for r in sg.between(label, tlabel)]
-        paths = sg.paths(tlabel, label, hops=2) if not direct else []
-        if len(direct) + len(paths) != 1:
+        hops = _only_link(sg, tlabel, label) if label != tlabel else None
+        if hops is None:
             continue
         var = _fresh(symbols, fresh, "_named")
         symbols[var] = Symbol(var=var, type=label, label=label, constraints=[Constraint(key="name", value=name)])
-        hops = [Hop(rel, forward, label) for rel, forward in direct] or paths[0]
-        node, shown = qg.target, []
-        for i, hop in enumerate(hops):
-            nxt = var if i == len(hops) - 1 else _fresh(symbols, fresh)
-            if nxt not in symbols:
-                symbols[nxt] = Symbol(var=nxt, type=hop.dst)
-            a, b = (node, nxt) if hop.forward else (nxt, node)
-            triplets.append(Triplet(head=a, rel=hop.rel, tail=b))
-            shown.append(f"-[:{hop.rel}]{'->' if hop.forward else '-'}({nxt}:{hop.dst})")
-            node = nxt
-        repairs.append(Repair("mention", f"the question names the {label} {name!r}: ({qg.target})" + "".join(shown)))
+        shown = _link(symbols, triplets, qg.target, var, hops, fresh)
+        repairs.append(Repair("mention", f"the question names the {label} {name!r}: ({qg.target})" + shown))
     if not repairs:
         return qg, []
     return qg.model_copy(update={"symbols": symbols, "triplets": triplets}), repairs
+
+
+_ASK = frozenset(["which", "what", "list", "find", "name", "show", "give"])
+_DETERMINERS = frozenset(["the", "a", "an", "all"])
+MAX_MODIFIERS = 3  # words between the question word and the asked label: "Which standard library modules"
+
+
+def asked_label(question: str, words: dict[str, str]) -> str | None:
+    """The label the question asks for: the head of the phrase after its first question word,
+    the last of a run of label words ("which class methods" asks for methods), past a few modifiers
+    ("What shutil functions", "Which standard library modules"); none where a verb or a preposition
+    comes first ("What errors can the functions ..." asks for no label it names)."""
+    tokens = [w.strip(".:'\"").lower() for w in _WORD.findall(question)]
+    start = next((i for i, w in enumerate(tokens) if w in _ASK), None)
+    if start is None:
+        return None
+    found: str | None = None
+    skipped = 0
+    for w in tokens[start + 1 :]:
+        if w in words:
+            found = words[w]
+        elif found is not None or (w in _STOP and w not in _DETERMINERS):
+            break
+        elif w not in _DETERMINERS:
+            skipped += 1
+            if skipped > MAX_MODIFIERS:
+                break
+    return found
+
+
+def extend_to_asked(qg: QueryGraph, sg: SchemaGraph, asked: str | None) -> tuple[QueryGraph, list[Repair]]:
+    """Where the query's answers have another label than the one the question asks for, and no symbol
+    of the query has the asked label, the answers become the asked label's nodes that the schema
+    connects to them in exactly one way (one relationship, else one two-hop path): a small LM often
+    answers with the node the question's condition is about ("Which modules define their own subclass
+    of KeyError?" as the exceptions that subclass KeyError)."""
+    target = qg.symbols.get(qg.target)
+    tlabel = target.type if target is not None else None
+    if asked is None or tlabel not in sg.labels or asked == tlabel or asked in {s.type for s in qg.symbols.values()}:
+        return qg, []
+    hops = _only_link(sg, tlabel, asked)
+    if hops is None:
+        return qg, []
+    symbols, triplets = dict(qg.symbols), list(qg.triplets)
+    fresh = itertools.count(1)
+    var = _fresh(symbols, fresh, "_asked")
+    shown = _link(symbols, triplets, qg.target, var, hops, fresh)
+    symbols[var] = Symbol(var=var, type=asked, label=asked)
+    detail = f"the question asks for {asked} nodes, the query for {tlabel}: ({qg.target}){shown}, the answers"
+    return qg.model_copy(update={"symbols": symbols, "triplets": triplets, "target": var, "target_type": asked}), [
+        Repair("asked", detail)
+    ]
+
+
+def _only_link(sg: SchemaGraph, src: str, dst: str) -> list[Hop] | None:
+    """The one way the schema connects two labels: one relationship (either direction), else one
+    two-hop path; None where it offers several or none."""
+    direct = [Hop(r.rel, True, dst) for r in sg.between(src, dst)] + [Hop(r.rel, False, dst) for r in sg.between(dst, src)]
+    if direct:
+        return direct if len(direct) == 1 else None
+    paths = sg.paths(src, dst, hops=2)
+    return paths[0] if len(paths) == 1 else None
+
+
+def _link(symbols: dict[str, Symbol], triplets: list[Triplet], start: str, end: str, hops: list[Hop],
+          fresh: itertools.count[int], written: Triplet | None = None) -> str:
+    """Append the triplets of ``hops`` from ``start`` to ``end`` (fresh variables between them), in
+    place of the ``written`` triplet if any; the path as text for the trace. A hop between one label
+    and itself goes either way unless it is the relationship written (a subclass or a base class)."""
+    node, shown = start, []
+    for i, hop in enumerate(hops):
+        nxt = end if i == len(hops) - 1 else _fresh(symbols, fresh)
+        if nxt not in symbols:
+            symbols[nxt] = Symbol(var=nxt, type=hop.dst)
+        a, b = (node, nxt) if hop.forward else (nxt, node)
+        either = symbols[node].type == hop.dst and (written is None or hop.rel != written.rel)
+        triplets.append(Triplet(head=a, rel=hop.rel, rel_label=written and written.rel_label, tail=b, directed=not either))
+        shown.append(f"-[:{hop.rel}]{'->' if hop.forward else '-'}({nxt}:{hop.dst})")
+        node = nxt
+    return "".join(shown)
 
 
 def label_evidence(
@@ -344,8 +415,23 @@ def label_evidence(
     return evidence, notes
 
 
+def named_relations(sg: SchemaGraph, question: str) -> frozenset[str]:
+    """Relationships the question names by a word of their own ("define", "subclass", "raises"): the
+    words of a relationship's name that are neither a label's word nor a stopword, matched on their
+    first five letters."""
+    labels = label_words(sg.labels)
+    asked = {w[:5] for w in re.split(r"[\W_]+", question.lower()) if len(w) >= 4}
+    named = set()
+    for r in sg.relations:
+        own = {w for w in re.split(r"[\W_]+", r.rel.lower()) if len(w) >= 4 and w not in labels and w not in _STOP}
+        if any(w[:5] in asked for w in own):
+            named.add(r.rel)
+    return frozenset(named)
+
+
 def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: str, tail: str,
-                    directed: bool, asked: frozenset[str] = frozenset()) -> tuple[_Choice, _Choice | None]:
+                    directed: bool, asked: frozenset[str] = frozenset(),
+                    worded: frozenset[str] = frozenset()) -> tuple[_Choice, _Choice | None]:
     """The best way for a triplet to connect ``head`` and ``tail`` labels in the graph, and a second reading.
 
     A relationship that connects the labels (in the written direction or reversed) comes first, scored
@@ -356,6 +442,10 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
     defined in b or exceptions raised by b's functions). A path through a label the question names
     (``asked``) fits better, and is the second reading even of a relationship written exactly right:
     "exceptions raised by the functions of logging" written as ``exception_defined_in_module``.
+    Where the written name fits no relationship, a path of relationships the question names (``worded``)
+    comes first when it covers more of them than the best relationship does: "modules that define their
+    own subclass of X" written with ``module_submodule_of_module`` is defined-in after subclass-of, not
+    defined-in alone; that relationship is the second reading.
     """
     direct = [(flipped, r) for flipped, (a, b) in ((False, (head, tail)), (True, (tail, head))) for r in sg.between(a, b)]
     if rel_scores is None and direct:  # no type written: any relationship between the labels will do
@@ -379,6 +469,10 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
     if exact:
         asked_paths = [c for c in paths if c.path and _through_asked(c.path, head, tail, asked)]
         return best, max(asked_paths, key=lambda c: c.score) if asked_paths else None
+    covered = [c for c in paths if all(h.rel in worded for h in c.path)
+               and len({h.rel for h in c.path}) > (best.rel in worded)]
+    if covered:
+        return _Choice(best.score, path=max(covered, key=lambda c: c.score).path), best
     return best, (None if best_path is None or best_path.score <= 0 else best_path)
 
 
@@ -405,10 +499,11 @@ class Repaired:
 
 def repair_query(
     qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
-    question: str = "", mentions: bool = True,
+    question: str = "", mentions: bool = True, carry_asked: bool = True,
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
-    with the entities the question names and the query left out linked to the target (``mentions``)."""
+    its answers carried over to the label the question asks for (``carry_asked``), with the entities the
+    question names and the query left out linked to the target (``mentions``)."""
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         if not mentions:
             return Repaired(qg, [], [])
@@ -424,6 +519,9 @@ def repair_query(
     asked = frozenset(words[w] for w in re.split(r"[\W_]+", question.lower()) if w in words) - {
         s.type for s in qg.symbols.values()} - {label for m in named for label in m.beside}
     rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
+    # relationships the question names that the query does not write: a repair may use them
+    written = {r for scores in rel_scores if scores for r, v in scores.items() if v >= 0.95}
+    worded = named_relations(sg, question) - written
     # labels a variable could take because some relationship the query names touches them
     touching: dict[str, set[str]] = {v: set() for v in qg.symbols}
     for t, scores in zip(qg.triplets, rel_scores, strict=True):
@@ -441,7 +539,7 @@ def repair_query(
         assign = dict(zip(variables, combo, strict=True))
         score = sum(evidence[v].get(assign[v], 0.0) for v in variables)
         choices = [
-            _triplet_choice(sg, s, assign[t.head], assign[t.tail], t.directed, asked)
+            _triplet_choice(sg, s, assign[t.head], assign[t.tail], t.directed, asked, worded)
             for t, s in zip(qg.triplets, rel_scores, strict=True)
         ]
         score += sum(c.score for c, _ in choices)
@@ -450,16 +548,22 @@ def repair_query(
     assert best is not None
     _, assign, choices = best
     first = [c for c, _ in choices]
+    asks = asked_label(question, words) if carry_asked else None
     alternatives = [
-        _apply(qg, assign, [alt if j == i else c for j, c in enumerate(first)], notes)
+        _to_asked(*_apply(qg, assign, [alt if j == i else c for j, c in enumerate(first)], notes), sg, asks)
         for i, (_, alt) in enumerate(choices)
         if alt is not None
     ]
-    query, repairs = _apply(qg, assign, first, notes)
+    query, repairs = _to_asked(*_apply(qg, assign, first, notes), sg, asks)
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
     return Repaired(query, repairs, alternatives[:MAX_ALTERNATIVES])
+
+
+def _to_asked(qg: QueryGraph, repairs: list[Repair], sg: SchemaGraph, asks: str | None) -> tuple[QueryGraph, list[Repair]]:
+    query, extended = extend_to_asked(qg, sg, asks)
+    return query, repairs + extended
 
 
 def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
@@ -478,17 +582,8 @@ def _apply(qg: QueryGraph, assign: dict[str, str], choices: list[_Choice],
     for t, c in zip(qg.triplets, choices, strict=True):
         written = t.rel_label or "any"
         if c.path:
-            node, head = t.head, t.head
-            hops = []
-            for i, hop in enumerate(c.path):
-                nxt = t.tail if i == len(c.path) - 1 else _fresh(symbols, fresh)
-                if nxt not in symbols:
-                    symbols[nxt] = Symbol(var=nxt, type=hop.dst)
-                a, b = (node, nxt) if hop.forward else (nxt, node)
-                triplets.append(Triplet(head=a, rel=hop.rel, rel_label=t.rel_label, tail=b))
-                hops.append(f"-[:{hop.rel}]{'->' if hop.forward else '-'}({nxt}:{hop.dst})")
-                node = nxt
-            repairs.append(Repair("path", f"({head})-[:{written}]->({t.tail}) read as two hops: ({head})" + "".join(hops)))
+            shown = _link(symbols, triplets, t.head, t.tail, list(c.path), fresh, t)
+            repairs.append(Repair("path", f"({t.head})-[:{written}]->({t.tail}) read as two hops: ({t.head})" + shown))
             continue
         if c.rel is None:  # no type written, or nothing connects the labels: grounding will say
             triplets.append(t)
