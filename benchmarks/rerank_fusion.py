@@ -3,10 +3,12 @@
 A run of ``afr`` (or any system with a reranker) records step 8's input order and the reranker's
 output in each trace line. ``rerank_fusion=rrf`` is a deterministic function of those two orders, so
 its metrics on the same questions follow exactly, paired, from the trace: the pre-rerank order
-(steps 1-7), the reranker's order, the fused order for each ``k``, and (runs with ``merge_rule``
-evidence) the reranker's order with the grounded block kept first where steps 6-7 kept it.
+(steps 1-7), the reranker's order, the fused order for each ``k``, (runs with ``merge_rule``
+evidence) the reranker's order with the grounded block kept first where steps 6-7 kept it, and (a
+pointwise run over all k) the order with only the first ``d`` candidates reranked
+(``rerank_depth``): pointwise scores are per candidate, so that order follows exactly from them.
 
-    .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60
+    .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60 --depths 5 10 15
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from autofocus.program.steps.rerank import rrf_fuse
 from autofocus.program.steps.vss import grounded_first
 
 
-def orders(record: dict, ks: list[int]) -> dict[str, list[int]] | None:
+def orders(record: dict, ks: list[int], depths: list[int] = ()) -> dict[str, list[int]] | None:
     """The orders of one question's top k (steps 1-7, reranker, fused for each k), or None where step 8
     did not run."""
     data = record["trace"]["data"].get("rerank")
@@ -39,6 +41,9 @@ def orders(record: dict, ks: list[int]) -> dict[str, list[int]] | None:
     out["reranker, block kept"] = grounded_first(reranked, strand) if kept else reranked
     for k in ks:
         out[f"rrf k={k}"] = [ids[i] for i in rrf_fuse([position[n] for n in reranked], k)]
+    scores = data.get("scores") if data.get("method") == "pointwise" and "depth" not in data else None
+    for d in depths if scores is not None and len(scores) == len(ids) else []:
+        out[f"reranker, depth {d}"] = [ids[i] for i in sorted(range(min(d, len(ids))), key=lambda i: (-scores[i], i))] + ids[d:]
     return out
 
 
@@ -47,7 +52,7 @@ def main(args: argparse.Namespace) -> None:
         run = load_run(run_dir)
         rows: dict[str, dict[str, list[float]]] = {}
         for record in run.records:
-            found = orders(record, args.k) if record.get("status") == "ok" else None
+            found = orders(record, args.k, args.depths) if record.get("status") == "ok" else None
             if found is None:
                 continue
             for name, ranked in found.items():
@@ -77,5 +82,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--k", type=int, nargs="+", default=[60])
+    parser.add_argument("--depths", type=int, nargs="*", default=[], help="rerank_depth values to recompute (pointwise runs)")
     parser.add_argument("--out", type=Path, default=None, help="append the means to this JSON file")
     main(parser.parse_args())

@@ -140,17 +140,6 @@ def test_typed_queries_ask_hosted_lms_for_json_schema_enums(skb) -> None:
     assert AutofocusRetriever(kb, AutofocusConfig(query_format="typed")).step2_mode() == "grammar"  # local LM
 
 
-def test_the_form_of_the_question_names_the_type_asked_for() -> None:
-    from autofocus.program.systems.afr import asked_type
-
-    types = ["module", "class", "exception", "function"]
-    assert asked_type("Which modules define their own subclass of KeyError?", types) == "module"
-    assert asked_type("In the json module, which classes raise ValueError?", types) == "class"  # after "which"
-    assert asked_type("What json functions throw a kind of ValueError?", types) == "function"
-    assert asked_type("How do I parse a JSON document?", types) is None
-    assert asked_type("What errors can the functions of the logging module raise?", types) is None  # too far
-
-
 def test_step1_weights_multiply_the_cue_into_the_embedding_prior(skb) -> None:
     class _KB:
         pass

@@ -517,3 +517,20 @@ def test_yes_no_descriptions_show_the_grounding_evidence_within_the_budget(tiny_
     assert len(grounded) <= 96 * 4 + 8  # the same budget as without evidence (characters / 4)
     plain = describe_node(tiny_skb, 1, budget_tokens=96)
     assert seen[1].split("Candidate: ")[1].startswith(plain) and "graph query" not in seen[1]
+
+
+def test_rerank_depth_scores_only_the_first_candidates_and_keeps_the_rest_below() -> None:
+    candidates = [5, 3, 9, 1, 7]
+    scores = {5: 0.1, 3: 0.2, 9: 0.3, 1: 0.9, 7: 0.95}  # 7 would come first if it were scored
+    lm, engine = scripted(pointwise_answer(scores))
+    out, trace = run(PointwiseReranker(config(rerank_depth=3)), lm, candidates)
+    assert out == [9, 3, 5, 1, 7] and engine.calls == 3
+    data = trace.data["rerank"]
+    assert data["input"] == candidates and data["output"] == out and data["depth"] == 3 and len(data["scores"]) == 3
+    lm, engine = scripted(pointwise_answer(scores))
+    out, trace = run(PointwiseReranker(config(rerank_depth=20)), lm, candidates)  # deeper than the list: all of it
+    assert out == [7, 1, 9, 3, 5] and engine.calls == 5 and "depth" not in trace.data["rerank"]
+    lm, engine = scripted(lambda text: field("ranking", [9, 3, 5]))
+    out, trace = run(ListwiseReranker(config(rerank_depth=3), describe=Describer()), lm, candidates)
+    assert out == [9, 3, 5, 1, 7] and not trace.events  # a complete ranking of the three it was shown
+    assert "paper number 1." not in lm.history[0]["messages"][-1]["content"]

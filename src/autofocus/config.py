@@ -133,6 +133,10 @@ class AutofocusConfig(BaseModel):
         False, description="step 8: where steps 6-7 kept the grounded block for strong evidence (merge_rule evidence), "
         "the reranker orders inside the block and inside the rest, not across them"
     )
+    rerank_depth: int | None = Field(
+        None, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
+        "their order below them (None: all k, as in the paper)"
+    )
     context_budget_tokens: int = Field(3500, ge=256)
     yes_no_description_tokens: int | None = Field(
         128, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"

@@ -87,6 +87,9 @@ SPACE: dict[str, Param] = {
     "k": Param("int", low=5, high=50, step=5, rerank_only=True),
     "reranker": Param("cat", ("pointwise", "listwise", "pairwise", "tournament"), rerank_only=True),
     "rerank_keep_block": Param("cat", (False, True), rerank_only=True),
+    "rerank_depth": Param("int", low=5, high=50, step=5, rerank_only=True),
+    "repair_asked": Param("cat", (True, False)),
+    "repair_mentions": Param("cat", (True, False)),
 }
 DEFAULT_PARAMS: tuple[str, ...] = (
     "alpha", "l_max", "expansion", "type_mode", "edge_mode",

@@ -299,24 +299,30 @@ def constrain_mentions(
 
 
 _ASK = frozenset(["which", "what", "list", "find", "name", "show", "give"])
-_DETERMINERS = frozenset(["the", "a", "an", "all"])
+_DETERMINERS = frozenset(["the", "a", "an", "all", "its", "their"])
 MAX_MODIFIERS = 3  # words between the question word and the asked label: "Which standard library modules"
 
 
-def asked_label(question: str, words: dict[str, str]) -> str | None:
-    """The label the question asks for: the head of the phrase after its first question word,
-    the last of a run of label words ("which class methods" asks for methods), past a few modifiers
-    ("What shutil functions", "Which standard library modules"); none where a verb or a preposition
-    comes first ("What errors can the functions ..." asks for no label it names)."""
+def asked_label(question: str, words: dict[str, str], related: Callable[[str, str], bool] | None = None) -> str | None:
+    """The label the question asks for: the head of the phrase after its first question word, past a
+    few modifiers ("What shutil functions", "Which standard library modules", "which of its
+    functions"); none where a verb or a preposition comes first ("What errors can the functions ..."
+    asks for no label it names). Of two label words in a row, the second is the head where the schema
+    relates the two ("class methods" are methods of a class), else the first names the kind
+    ("exception classes" are exceptions)."""
     tokens = [w.strip(".:'\"").lower() for w in _WORD.findall(question)]
     start = next((i for i, w in enumerate(tokens) if w in _ASK), None)
     if start is None:
         return None
+    rest = tokens[start + 1 :]
+    if rest[:1] == ["of"]:
+        rest = rest[1:]
     found: str | None = None
     skipped = 0
-    for w in tokens[start + 1 :]:
+    for w in rest:
         if w in words:
-            found = words[w]
+            if found is None or related is None or related(found, words[w]):
+                found = words[w]
         elif found is not None or (w in _STOP and w not in _DETERMINERS):
             break
         elif w not in _DETERMINERS:
@@ -324,6 +330,11 @@ def asked_label(question: str, words: dict[str, str]) -> str | None:
             if skipped > MAX_MODIFIERS:
                 break
     return found
+
+
+def related_in(sg: SchemaGraph) -> Callable[[str, str], bool]:
+    """Whether a relationship connects two labels, either way."""
+    return lambda a, b: bool(sg.between(a, b) or sg.between(b, a))
 
 
 def extend_to_asked(qg: QueryGraph, sg: SchemaGraph, asked: str | None) -> tuple[QueryGraph, list[Repair]]:
@@ -548,7 +559,7 @@ def repair_query(
     assert best is not None
     _, assign, choices = best
     first = [c for c, _ in choices]
-    asks = asked_label(question, words) if carry_asked else None
+    asks = asked_label(question, words, related_in(sg)) if carry_asked else None
     alternatives = [
         _to_asked(*_apply(qg, assign, [alt if j == i else c for j, c in enumerate(first)], notes), sg, asks)
         for i, (_, alt) in enumerate(choices)

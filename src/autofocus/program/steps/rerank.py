@@ -269,6 +269,8 @@ class Reranker(dspy.Module):
         cfg = config or self.config
         trace = trace if trace is not None else Trace()
         ids = self._validate(candidates, skb, trace)
+        below = ids[cfg.rerank_depth :] if cfg.rerank_depth else []  # below the depth: kept in their order
+        ids = ids[: len(ids) - len(below)]
         session = _Session(
             question=question,
             ids=ids,
@@ -279,14 +281,17 @@ class Reranker(dspy.Module):
             cap_tokens=self.description_budget_tokens or cfg.context_budget_tokens,
             evidence={int(k): v for k, v in (evidence or {}).items() if v},
         )
-        data: dict[str, Any] = {"method": self.method, "input": ids}
+        data: dict[str, Any] = {"method": self.method, "input": ids + below}
         order = self._rank(session, target_type, data) if len(ids) > 1 else list(range(len(ids)))
         if cfg.rerank_fusion == "rrf":
-            data["reranker_output"] = [ids[i] for i in order]
+            data["reranker_output"] = [ids[i] for i in order] + below
             order = rrf_fuse(order, cfg.rerank_fusion_k)
+        if below:
+            data["depth"] = len(ids)
         ranked = [ids[i] for i in order]
         if sorted(ranked) != sorted(ids):  # the sorts guarantee this; a failure is a bug, not LM noise
             raise RuntimeError(f"reranker {self.method} lost or duplicated candidates: {ids} -> {ranked}")
+        ranked += below
         self._record(session, data, ranked, trace)
         return ranked
 

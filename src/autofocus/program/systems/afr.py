@@ -30,7 +30,7 @@ from autofocus.program.steps.constrain import cypher_grammar, grammar_config, qu
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.repair import label_words
+from autofocus.program.steps.repair import asked_label, label_words, related_in
 from autofocus.program.steps.rerank import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
@@ -129,21 +129,6 @@ def record_call(predictor: dspy.Predict, inputs: dict[str, Any], pred: dspy.Pred
         calls.append((predictor, dict(inputs), pred))
 
 
-_ASKING = re.compile(r"\b(which|what|list|name|find|show|give)\b((?:\s+[\w.-]+){1,3})", re.IGNORECASE)
-
-
-def asked_type(question: str, types: list[str]) -> str | None:
-    """The type a question names right after its question word ("Which modules define ...", "What json
-    functions ...", "List the classes ..."): the form of the question says what it asks for, which a
-    small LM misses when a second type is mentioned later ("... subclass of AttributeError")."""
-    words = label_words(types)
-    for m in _ASKING.finditer(question):
-        for word in m.group(2).split():
-            if word.lower() in words:
-                return words[word.lower()]
-    return None
-
-
 def vss_type_prior(kb: KnowledgeBaseLike, question: str, types: list[str], k: int, variant: str) -> dict[str, float]:
     """How the question's ``k`` nearest candidate nodes split over the types (add-one smoothed): a small LM
     reads "which methods can throw KeyError?" as asking for an exception, the embeddings do not."""
@@ -220,7 +205,8 @@ class AutofocusRetriever(RetrievalProgram):
         cfg, types = self.config, self.context.candidate_types
         prior = (vss_type_prior(self.kb, question, types, cfg.target_type_prior_k, cfg.doc_variant_step7)
                  if cfg.target_type_prior_k else dict.fromkeys(types, 1.0))  # fmt: skip
-        asked = asked_type(question, types) if cfg.target_type_cue > 1 else None
+        asked = (asked_label(question, label_words(types), related_in(schema_graph(self.kb.skb)))
+                 if cfg.target_type_cue > 1 else None)  # fmt: skip
         if asked is not None:
             prior[asked] *= cfg.target_type_cue
         return prior
