@@ -131,7 +131,7 @@ def run(reranker: dspy.Module, lm: dspy.LM, candidates: list[int], **kwargs: Any
 
 
 def config(**kw: Any) -> AutofocusConfig:
-    return AutofocusConfig(**{"context_budget_tokens": 100_000, **kw})
+    return AutofocusConfig(**{"context_budget_tokens": 100_000, "rerank_depth": None, **kw})
 
 
 def kinds(trace: Trace) -> set[str]:

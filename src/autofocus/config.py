@@ -134,7 +134,7 @@ class AutofocusConfig(BaseModel):
         "the reranker orders inside the block and inside the rest, not across them"
     )
     rerank_depth: int | None = Field(
-        None, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
+        10, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
         "their order below them (None: all k, as in the paper)"
     )
     context_budget_tokens: int = Field(3500, ge=256)

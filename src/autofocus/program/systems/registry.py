@@ -102,7 +102,7 @@ def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | No
 PAPER: dict[str, object] = {
     "repair": False, "relax": [], "exact_name_only": False, "alpha_rule": "fixed", "step7_types": "step1",
     "target_type_scoring": "generate", "target_type_prior_k": 0, "target_type_cue": 1.0, "constrain": "off", "prompt_schema": "declared",
-    "rerank_evidence": False, "merge_rule": "block",
+    "rerank_evidence": False, "merge_rule": "block", "rerank_depth": None,
 }  # fmt: skip
 
 
@@ -131,9 +131,10 @@ def _load_builtin() -> None:
     # the other systems of the seed papers, with their papers' defaults
     register("bm25", lambda kb, cfg, spec: BM25Retriever(kb, cfg, system=spec), reranker="none")
     register("vss", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="none")
-    register("vss-rerank", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="pointwise")
+    register("vss-rerank", lambda kb, cfg, spec: VSSRetriever(kb, cfg, system=spec), reranker="pointwise",
+             rerank_depth=None)
     register("4stepfocus", lambda kb, cfg, spec: FourStepFocus(kb, cfg, system=spec), reranker="pointwise",
-             edge_mode="lenient")
+             edge_mode="lenient", rerank_depth=None)
     register("focusedretriever", lambda kb, cfg, spec: FocusedRetriever(kb, cfg, system=spec), reranker="pairwise",
              alpha=0.6, l_max=1_500_000, expansion="paper", **PAPER)
     register("hybgrag", lambda kb, cfg, spec: HybGRAG(kb, cfg, system=spec), reranker="none")
