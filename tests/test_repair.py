@@ -398,6 +398,10 @@ def test_the_label_a_question_asks_for_heads_the_phrase_after_its_question_word(
         "List the exception classes of json that inherit from ValueError.": "exception",  # a kind, not a relation
         "Which math module function computes exp(x)-1?": "function",
         "I'm calling into secrets: which of its functions throw a ValueError themselves?": "function",
+        "What is the function defined in the module base64?": "function",
+        "What are some classes that subclass tuple?": "class",
+        "What is the name of the exception that json raises?": None,
+        "What is json?": None,
     }
     assert {q: asked_label(q, words, lambda a, b: frozenset((a, b)) in related) for q in asked} == asked
 

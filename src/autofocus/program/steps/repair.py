@@ -299,14 +299,15 @@ def constrain_mentions(
 
 
 _ASK = frozenset(["which", "what", "list", "find", "name", "show", "give"])
-_DETERMINERS = frozenset(["the", "a", "an", "all", "its", "their"])
+_DETERMINERS = frozenset(["the", "a", "an", "all", "some", "its", "their"])
+_COPULA = frozenset(["is", "are", "was", "were"])
 MAX_MODIFIERS = 3  # words between the question word and the asked label: "Which standard library modules"
 
 
 def asked_label(question: str, words: dict[str, str], related: Callable[[str, str], bool] | None = None) -> str | None:
     """The label the question asks for: the head of the phrase after its first question word, past a
     few modifiers ("What shutil functions", "Which standard library modules", "which of its
-    functions"); none where a verb or a preposition comes first ("What errors can the functions ..."
+    functions", "What is the function ..."); none where a verb or a preposition comes first ("What errors can the functions ..."
     asks for no label it names). Of two label words in a row, the second is the head where the schema
     relates the two ("class methods" are methods of a class), else the first names the kind
     ("exception classes" are exceptions)."""
@@ -315,8 +316,8 @@ def asked_label(question: str, words: dict[str, str], related: Callable[[str, st
     if start is None:
         return None
     rest = tokens[start + 1 :]
-    if rest[:1] == ["of"]:
-        rest = rest[1:]
+    if rest[:1] == ["of"] or (rest[:1] and rest[0] in _COPULA and rest[1:2] and rest[1] in _DETERMINERS):
+        rest = rest[1:]  # "which of its functions", "What is the function that ..."
     found: str | None = None
     skipped = 0
     for w in rest:
