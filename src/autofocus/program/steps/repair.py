@@ -15,13 +15,14 @@ labels to its variables jointly with the best relationship (and direction) for e
   stands in for it (a two-hop question written as one hop); a path through a label the question
   names and the query skips is a second reading, tried when the first grounds nothing.
 
-Last, a query that answers with another label than the one the question asks for ("Which modules
-define a subclass of KeyError?" written as the exceptions that subclass it) is extended by the hop
-from its answers to the asked label (``extend_to_asked``), and an entity the question names and the
-query leaves out is linked to the target where the schema connects their labels in exactly one way
-(``constrain_mentions``). Every change is returned
-as a ``Repair`` for the trace. A query the schema already accepts as
-written comes back unchanged.
+Where the written relationship fits none that connects two labels, a two-hop path of relationships
+the question names by a word of their own comes first (``named_relations``). Last, a query that
+answers with another label than the one the question asks for ("Which modules define a subclass of
+KeyError?" written as the exceptions that subclass it) is extended by the hop from its answers to the
+asked label (``extend_to_asked``), and an entity the question names and the query leaves out is
+linked to the target where the schema connects their labels in exactly one way
+(``constrain_mentions``). Every change is returned as a ``Repair`` for the trace. A query the schema
+already accepts as written comes back unchanged.
 """
 
 from __future__ import annotations
@@ -307,10 +308,10 @@ MAX_MODIFIERS = 3  # words between the question word and the asked label: "Which
 def asked_label(question: str, words: dict[str, str], related: Callable[[str, str], bool] | None = None) -> str | None:
     """The label the question asks for: the head of the phrase after its first question word, past a
     few modifiers ("What shutil functions", "Which standard library modules", "which of its
-    functions", "What is the function ..."); none where a verb or a preposition comes first ("What errors can the functions ..."
-    asks for no label it names). Of two label words in a row, the second is the head where the schema
-    relates the two ("class methods" are methods of a class), else the first names the kind
-    ("exception classes" are exceptions)."""
+    functions", "What is the function ..."); none where a verb or a preposition comes first ("What
+    errors can the functions ..." asks for no label it names). Of two label words in a row, the second
+    is the head where the schema relates the two ("class methods" are methods of a class), else the
+    first names the kind ("exception classes" are exceptions)."""
     tokens = [w.strip(".:'\"").lower() for w in _WORD.findall(question)]
     start = next((i for i, w in enumerate(tokens) if w in _ASK), None)
     if start is None:
@@ -432,11 +433,11 @@ def named_relations(sg: SchemaGraph, question: str) -> frozenset[str]:
     words of a relationship's name that are neither a label's word nor a stopword, matched on their
     first five letters."""
     labels = label_words(sg.labels)
-    asked = {w[:5] for w in re.split(r"[\W_]+", question.lower()) if len(w) >= 4}
+    said = {w[:5] for w in re.split(r"[\W_]+", question.lower()) if len(w) >= 4}
     named = set()
     for r in sg.relations:
         own = {w for w in re.split(r"[\W_]+", r.rel.lower()) if len(w) >= 4 and w not in labels and w not in _STOP}
-        if any(w[:5] in asked for w in own):
+        if any(w[:5] in said for w in own):
             named.add(r.rel)
     return frozenset(named)
 
