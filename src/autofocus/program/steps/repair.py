@@ -428,11 +428,10 @@ def label_evidence(
     return evidence, notes
 
 
-def named_relations(sg: SchemaGraph, question: str) -> frozenset[str]:
+def named_relations(sg: SchemaGraph, question: str, labels: dict[str, str]) -> frozenset[str]:
     """Relationships the question names by a word of their own ("define", "subclass", "raises"): the
-    words of a relationship's name that are neither a label's word nor a stopword, matched on their
-    first five letters."""
-    labels = label_words(sg.labels)
+    words of a relationship's name that are neither a label's word (``labels``: ``label_words``) nor
+    a stopword, matched on their first five letters."""
     said = {w[:5] for w in re.split(r"[\W_]+", question.lower()) if len(w) >= 4}
     named = set()
     for r in sg.relations:
@@ -534,7 +533,7 @@ def repair_query(
     rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
     # relationships the question names that the query does not write: a repair may use them
     written = {r for scores in rel_scores if scores for r, v in scores.items() if v >= 0.95}
-    worded = named_relations(sg, question) - written
+    worded = named_relations(sg, question, words) - written
     # labels a variable could take because some relationship the query names touches them
     touching: dict[str, set[str]] = {v: set() for v in qg.symbols}
     for t, scores in zip(qg.triplets, rel_scores, strict=True):

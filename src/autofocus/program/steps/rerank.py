@@ -269,8 +269,8 @@ class Reranker(dspy.Module):
         cfg = config or self.config
         trace = trace if trace is not None else Trace()
         ids = self._validate(candidates, skb, trace)
-        below = ids[cfg.rerank_depth :] if cfg.rerank_depth else []  # below the depth: kept in their order
-        ids = ids[: len(ids) - len(below)]
+        depth = cfg.rerank_depth or len(ids)
+        ids, below = ids[:depth], ids[depth:]  # below the depth: kept in their order
         session = _Session(
             question=question,
             ids=ids,
