@@ -6,12 +6,14 @@ Configurations, each embedding every node of the SKB in both document variants (
 - ``before``: today's defaults: torch, documents cut at 384 tokens, the old build loop (chunks of
   2,048 handed to sentence-transformers as they come: it sorts by length inside 512-text calls);
 - one lever at a time on top of it: the new loop (each chunk sorted by length, duplicates embedded
-  once), then the 128-token budget (MiniLM's trained length), then the ONNX backends;
+  once), then the 128-token budget (MiniLM's trained length), then each exported backend installed
+  (ONNX Runtime fp32 / int8, OpenVINO fp32 / bf16);
 - ``after``: the new defaults (``auto`` backend, the embedder's trained budget, the new loop).
 
-Also: the ONNX int8 backend at budgets 64 and 256, texts per second of each backend on the very same texts (equal length), the cosine of the ONNX
-vectors to torch's, and VSS on the QA split (``--split``) with each backend's index: hit@20 and how
-many questions keep the same top 20. Writes ``benchmarks/results/embed.json``.
+Also: the default backend at budgets 64 and 256, texts per second of each backend on the very same
+texts (equal length), the cosine of each exported backend's vectors to torch's, and VSS on the QA
+split (``--split``) with each backend's index: hit@20 and how many questions keep the same top 20.
+Writes ``benchmarks/results/embed.json``.
 
     .venv/bin/python benchmarks/bench_embed.py --skb data/demo
     .venv/bin/python benchmarks/bench_embed.py --skb data/demo --rounds 1 --limit 500   # quick look
@@ -38,6 +40,7 @@ from autofocus.skb.model import SKB
 
 RESULTS = Path(__file__).parent / "results" / "embed.json"
 VARIANTS = ("text", "text+rel")
+EXPORTED = ("onnx", "onnx-int8", "openvino", "openvino-bf16")
 CHUNK = 2048
 
 
@@ -49,6 +52,14 @@ def old_loop(embedder: Embedder, texts: list[str]) -> np.ndarray:
 def new_loop(embedder: Embedder, texts: list[str]) -> np.ndarray:
     """``build_embeddings``'s loop: each chunk sorted by length, each distinct text embedded once."""
     return np.concatenate([embed_unique(embedder, texts[s : s + CHUNK], 64) for s in range(0, len(texts), CHUNK)])
+
+
+def available() -> set[str]:
+    """The exported backends' runtimes installed here."""
+    from autofocus.index.onnx_model import onnx_available
+    from autofocus.index.openvino_model import openvino_available
+
+    return {name for name, ok in (("onnx", onnx_available()), ("openvino", openvino_available())) if ok}
 
 
 def documents(skb: SKB, ids: np.ndarray, budget: int) -> list[str]:
@@ -116,10 +127,11 @@ def main() -> None:
     if args.limit:
         ids = np.sort(np.random.default_rng(0).choice(skb.num_nodes, size=args.limit, replace=False))
     t0 = time.perf_counter()
-    emb = {b: get_embedder(f"{DEFAULT_EMBEDDER}@{b}") for b in ("torch", "onnx", "onnx-int8")}
+    exported = [b for b in EXPORTED if b.split("-")[0] in available()]
+    emb = {b: get_embedder(f"{DEFAULT_EMBEDDER}@{b}") for b in ("torch", *exported)}
     auto = get_embedder(DEFAULT_EMBEDDER)
     for e in emb.values():
-        e.embed(["warm up"])  # loads torch, exports the ONNX models on first use
+        e.embed(["warm up"])  # loads torch, exports the ONNX and OpenVINO models on first use
     setup_s = time.perf_counter() - t0
     new_budget = trained_tokens(auto)
     docs = {b: documents(skb, ids, b) for b in sorted({64, new_budget, 256, 384})}
@@ -127,13 +139,13 @@ def main() -> None:
         "before: torch, 384 tokens, old loop": lambda: old_loop(emb["torch"], docs[384]),
         "torch, 384, new loop (sorted chunks, dedup)": lambda: new_loop(emb["torch"], docs[384]),
         f"torch, {new_budget}, new loop": lambda: new_loop(emb["torch"], docs[new_budget]),
-        f"onnx, {new_budget}, new loop": lambda: new_loop(emb["onnx"], docs[new_budget]),
-        f"onnx-int8, {new_budget}, new loop": lambda: new_loop(emb["onnx-int8"], docs[new_budget]),
-        "onnx, 384, new loop (backend alone)": lambda: new_loop(emb["onnx"], docs[384]),
-        "onnx-int8, 384, new loop (backend alone)": lambda: new_loop(emb["onnx-int8"], docs[384]),
-        "onnx-int8, 64, new loop (budget)": lambda: new_loop(emb["onnx-int8"], docs[64]),
-        "onnx-int8, 256, new loop (budget)": lambda: new_loop(emb["onnx-int8"], docs[256]),
     }
+    for b in exported:
+        configs[f"{b}, {new_budget}, new loop"] = lambda b=b: new_loop(emb[b], docs[new_budget])
+        configs[f"{b}, 384, new loop (backend alone)"] = lambda b=b: new_loop(emb[b], docs[384])
+    fastest = auto.name.rsplit("@", 1)[1]
+    for budget in (64, 256):
+        configs[f"{fastest}, {budget}, new loop (budget)"] = lambda b=budget: new_loop(emb[fastest], docs[b])
     seconds: dict[str, list[float]] = {name: [] for name in configs}
     cpu: dict[str, list[float]] = {name: [] for name in configs}
     vectors: dict[str, np.ndarray] = {}
@@ -164,12 +176,12 @@ def main() -> None:
         "cosine_to_torch": {
             f"{b}, {budget} tokens": cosine(vectors[f"{b}, {budget}, new loop" + (" (backend alone)" if budget == 384 else "")],
                                             vectors["torch, 384, new loop (sorted chunks, dedup)" if budget == 384 else f"torch, {new_budget}, new loop"])
-            for b in ("onnx", "onnx-int8") for budget in (384, new_budget)
+            for b in exported for budget in (384, new_budget)
         },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_during": load},
     }  # fmt: skip
     if args.split:
-        result["vss"] = vss_agreement(args.skb, args.split, ["torch", "onnx", "onnx-int8"], new_budget)
+        result["vss"] = vss_agreement(args.skb, args.split, ["torch", *exported], new_budget)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))

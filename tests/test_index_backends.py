@@ -1,4 +1,4 @@
-"""Embedder backends (torch, ONNX Runtime fp32 and int8), their names in index manifests, the default
+"""Embedder backends (torch, ONNX Runtime fp32 and int8, OpenVINO fp32 and bf16), their names in index manifests, the default
 document budget per embedder, only-used variants, chunk sorting and dedup, and the progress bar's time left."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from autofocus.index.embedders import (
     with_backend,
 )
 from autofocus.index.onnx_model import onnx_available
+from autofocus.index.openvino_model import bf16_supported, openvino_available
 from autofocus.index.progress import eta_text
 from autofocus.index.store import EmbeddingStore, store_dir
 from autofocus.kb import KnowledgeBase, backend_of_existing
@@ -44,16 +45,20 @@ def test_specs_name_their_backend() -> None:
         embedders.SentenceTransformerEmbedder(Path("."), "local:x", "tensorrt")
 
 
-def test_auto_backend_prefers_onnx_and_falls_back_to_torch_with_a_warning(
+def test_auto_backend_prefers_openvino_bf16_then_onnx_int8_then_torch_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = embedders.packaged_minilm_path()
-    assert embedders.auto_backend(path) == ("onnx-int8" if onnx_available() else "torch")
+    fastest = "openvino-bf16" if openvino_available() and bf16_supported() else "onnx-int8" if onnx_available() else "torch"
+    assert embedders.auto_backend(path) == fastest
+    monkeypatch.setattr("autofocus.index.openvino_model.bf16_supported", lambda: False)
+    assert embedders.auto_backend(path) == ("onnx-int8" if onnx_available() else "torch")  # no bf16: int8 is faster
     monkeypatch.setattr("autofocus.index.onnx_model.onnx_available", lambda: False)
     monkeypatch.setattr(embedders, "_WARNED", [])
     with caplog.at_level(logging.WARNING):
         assert embedders.auto_backend(path) == "torch"
-    assert "onnxruntime is not installed" in caplog.text
+    assert "neither onnxruntime nor openvino is installed" in caplog.text
+    assert embedders.auto_backend(Path(__file__).parent) == "torch"  # not an exportable model
 
 
 def test_default_budget_follows_the_embedder(tmp_path: Path) -> None:
@@ -135,9 +140,13 @@ def test_the_bar_says_how_long_is_left() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not onnx_available(), reason="needs the onnx extra (onnxruntime, onnx)")
-@pytest.mark.parametrize(("backend", "floor"), [("onnx", 0.9999), ("onnx-int8", 0.99)])
-def test_onnx_vectors_agree_with_torch(backend: str, floor: float) -> None:
+@pytest.mark.parametrize(("backend", "floor"), [
+    pytest.param("onnx", 0.9999, marks=pytest.mark.skipif(not onnx_available(), reason="needs the onnx extra")),
+    pytest.param("onnx-int8", 0.99, marks=pytest.mark.skipif(not onnx_available(), reason="needs the onnx extra")),
+    pytest.param("openvino", 0.9999, marks=pytest.mark.skipif(not openvino_available(), reason="needs the openvino extra")),
+    pytest.param("openvino-bf16", 0.999, marks=pytest.mark.skipif(not openvino_available(), reason="needs the openvino extra")),
+])  # fmt: skip
+def test_exported_vectors_agree_with_torch(backend: str, floor: float) -> None:
     torch_vecs = get_embedder(f"{DEFAULT_EMBEDDER}@torch").embed(TEXTS)
     emb = get_embedder(f"{DEFAULT_EMBEDDER}@{backend}")
     assert emb.name == f"local:all-MiniLM-L6-v2@{backend}" and emb.dim == 384

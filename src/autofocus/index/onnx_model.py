@@ -1,11 +1,9 @@
-"""ONNX Runtime backend for local sentence-transformers models: exported from the local weights once, cached.
+"""ONNX Runtime backend for local sentence-transformers models: exported from the local weights once, cached
+(``exported_encoder``).
 
 Why: ``index build`` spent its time in MiniLM's forward pass (about 40-70 documents per second on 2
 cores with torch). ONNX Runtime with its transformer fusions (attention, skip layer norm, bias GELU)
-and int8 weights with VNNI kernels is the cheapest speed-up that needs no other model. The model is
-exported from the very weights the torch backend loads (``torch.onnx.export``, mean pooling inside
-the graph), never downloaded, into ``<AUTOFOCUS_HOME>/models`` (or ``AUTOFOCUS_MODELS``), keyed by the
-weights' digest and the library versions, under a file lock so that parallel processes export once.
+and int8 weights with VNNI kernels needs no other model and runs on any x86 or ARM CPU.
 
 Backends:
 
@@ -14,32 +12,27 @@ Backends:
   channel (per-tensor scales cost too much accuracy: cosine 0.94 to torch's vectors); attention keeps
   float32 weights (``benchmarks/bench_embed.py`` measures agreement and speed). Activations are
   quantised per call, so a text's vector depends slightly on the batch it is embedded in.
-
-Only BERT-like encoders with mean pooling are exported; anything else stays on torch.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import json
 import os
-import threading
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autofocus import paths
+from autofocus.index.exported_encoder import (
+    INPUT_NAMES,
+    ExportUnavailable,
+    LengthBatchedEncoder,
+    check_exportable,
+    exported_file,
+    mean_pooled_module,
+)
 
 ONNX_BACKENDS: tuple[str, ...] = ("onnx", "onnx-int8")
 OPSET = 17
-
-
-class OnnxUnavailable(RuntimeError):
-    """The ONNX backend cannot serve this model here (missing package, unsupported architecture)."""
 
 
 def onnx_available() -> bool:
@@ -50,47 +43,6 @@ def onnx_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def models_dir() -> Path:
-    """Where exported models live: ``AUTOFOCUS_MODELS`` or ``<AUTOFOCUS_HOME>/models``."""
-    root = os.environ.get("AUTOFOCUS_MODELS")
-    if root:
-        path = Path(root)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    return paths.sub("models")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def check_exportable(model_dir: Path) -> dict[str, Any]:
-    """The model's config when it is a BERT-like encoder with mean pooling; raises ``OnnxUnavailable`` otherwise."""
-    config = _read_json(model_dir / "config.json")
-    modules = json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
-    pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)
-    pool_cfg = _read_json(model_dir / pooling["path"] / "config.json") if pooling else {}
-    if config.get("model_type") not in ("bert", "roberta", "xlm-roberta", "mpnet") or not (model_dir / "tokenizer.json").is_file():
-        raise OnnxUnavailable(f"{model_dir}: the ONNX backend exports BERT-like encoders with a tokenizer.json only")
-    if not pool_cfg.get("pooling_mode_mean_tokens") or any(
-        pool_cfg.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
-    ):
-        raise OnnxUnavailable(f"{model_dir}: the ONNX backend supports mean pooling only")
-    return config
-
-
-def _weights_digest(model_dir: Path) -> str:
-    h = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json"):
-        path = model_dir / name
-        if path.is_file():
-            h.update(name.encode())
-            with path.open("rb") as fh:
-                while block := fh.read(1 << 24):
-                    h.update(block)
-    return h.hexdigest()[:16]
 
 
 def _versions() -> str:
@@ -105,26 +57,7 @@ def model_path(model_dir: Path, backend: str) -> Path:
     """The cached ONNX file of ``backend`` for the model in ``model_dir`` (exported on first use)."""
     if backend not in ONNX_BACKENDS:
         raise ValueError(f"unknown ONNX backend {backend!r}; use one of {ONNX_BACKENDS}")
-    model_dir = Path(model_dir)
-    key = hashlib.sha256(f"{_weights_digest(model_dir)}|{_versions()}".encode()).hexdigest()[:16]
-    folder = models_dir() / f"{model_dir.resolve().name}-{key}"
-    path = folder / f"{backend}.onnx"
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        with _locked(folder / ".lock"):
-            if not path.is_file():
-                _export_all(model_dir, folder)
-    return path
-
-
-@contextlib.contextmanager
-def _locked(lock: Path) -> Iterator[None]:
-    with lock.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return exported_file(model_dir, _versions(), f"{backend}.onnx", _export_all)
 
 
 def _export_all(model_dir: Path, folder: Path) -> None:
@@ -139,33 +72,16 @@ def _export_all(model_dir: Path, folder: Path) -> None:
     _quantise(fused, int8, config)
     os.replace(int8, folder / "onnx-int8.onnx")
     os.replace(fused, folder / "onnx.onnx")
-    (folder / "export.json").write_text(json.dumps({"source": str(model_dir), "versions": _versions()}, indent=2))
 
 
 def _export_raw(model_dir: Path, out: Path) -> None:
-    """``torch.onnx.export`` of encoder + mean pooling; eager attention so ORT can fuse it."""
     import torch
-    from transformers import AutoModel
 
-    encoder = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager", local_files_only=True).eval()
-
-    class MeanPooled(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                  token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    dummy = tuple(torch.ones((2, 8), dtype=torch.int64) for _ in names)
-    axes = {name: {0: "batch", 1: "tokens"} for name in names} | {"embedding": {0: "batch"}}
+    dummy = tuple(torch.ones((2, 8), dtype=torch.int64) for _ in INPUT_NAMES)
+    axes = {name: {0: "batch", 1: "tokens"} for name in INPUT_NAMES} | {"embedding": {0: "batch"}}
     with torch.no_grad():
-        torch.onnx.export(MeanPooled(), dummy, str(out), input_names=names, output_names=["embedding"],
-                          dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+        torch.onnx.export(mean_pooled_module(model_dir), dummy, str(out), input_names=list(INPUT_NAMES),
+                          output_names=["embedding"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
 
 
 def _fuse(src: Path, out: Path, config: dict[str, Any]) -> None:
@@ -190,61 +106,21 @@ def _quantise(src: Path, out: Path, config: dict[str, Any]) -> None:
                      op_types_to_quantize=["MatMul"], extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
 
-def physical_cores() -> int:
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
-
-class OnnxEncoder:
-    """Tokenise, batch by length (little padding) and run one ONNX session; returns mean-pooled rows.
-
-    Two sessions: one with every physical core for batches (index builds), one single-threaded for
-    a handful of texts (queries), where waking a second thread on a busy machine costs more than it
-    saves.
-    """
+class OnnxEncoder(LengthBatchedEncoder):
+    """An ONNX Runtime session per thread count over the exported model."""
 
     def __init__(self, model_dir: Path, backend: str, max_seq_length: int) -> None:
         if not onnx_available():
-            raise OnnxUnavailable("the ONNX backend needs onnxruntime and onnx (pip install 'autofocus[onnx]')")
-        from tokenizers import Tokenizer
-
-        check_exportable(model_dir)
+            raise ExportUnavailable("the ONNX backend needs onnxruntime and onnx (pip install 'autofocus[onnx]')")
+        super().__init__(model_dir, max_seq_length)
         self.path = model_path(model_dir, backend)
-        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=max_seq_length)
-        self._sessions: dict[int, Any] = {}
-        self._lock = threading.Lock()
 
-    def _session(self, threads: int) -> Any:
+    def _runner(self, threads: int) -> Any:
         import onnxruntime as ort
 
-        with self._lock:
-            if threads not in self._sessions:
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = threads
-                opts.inter_op_num_threads = 1
-                opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                self._sessions[threads] = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
-            return self._sessions[threads]
-
-    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Mean-pooled token states, one row per text, in the order given."""
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-        order = np.argsort(-lengths, kind="stable")
-        session = self._session(1 if len(texts) <= 8 else physical_cores())
-        out: np.ndarray | None = None
-        for start in range(0, len(order), max(1, batch_size)):
-            rows = order[start : start + batch_size]
-            width = int(lengths[rows[0]])
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            for r, i in enumerate(rows.tolist()):
-                ids[r, : lengths[i]] = encodings[i].ids
-            mask = (np.arange(width) < lengths[rows, None]).astype(np.int64)
-            vecs = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
-            if out is None:
-                out = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
-            out[rows] = vecs
-        return out if out is not None else np.zeros((0, 0), np.float32)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        return lambda feed: np.asarray(session.run(None, feed)[0])

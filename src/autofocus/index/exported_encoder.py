@@ -1,0 +1,195 @@
+"""What the exported backends of a local sentence-transformers model share (``onnx_model``,
+``openvino_model``): which models export, the cache of exported files, the encoder module that is
+exported, and the length-batched encoding loop.
+
+Exports are made from the very weights the torch backend loads, never downloaded, into
+``<AUTOFOCUS_HOME>/models`` (or ``AUTOFOCUS_MODELS``), keyed by the weights' digest and the library
+versions, under a file lock so that parallel processes export once. Only BERT-like encoders with mean
+pooling are exported; anything else stays on torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autofocus import paths
+
+INPUT_NAMES: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+QUERY_TEXTS = 8  # at most this many texts run single-threaded (a question and its constants)
+
+
+class ExportUnavailable(RuntimeError):
+    """An exported backend cannot serve this model here (missing package, unsupported architecture)."""
+
+
+def models_dir() -> Path:
+    """Where exported models live: ``AUTOFOCUS_MODELS`` or ``<AUTOFOCUS_HOME>/models``."""
+    root = os.environ.get("AUTOFOCUS_MODELS")
+    if root:
+        path = Path(root)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return paths.sub("models")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def check_exportable(model_dir: Path) -> dict[str, Any]:
+    """The model's config when it is a BERT-like encoder with mean pooling; raises ``ExportUnavailable`` otherwise."""
+    config = _read_json(model_dir / "config.json")
+    modules = json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
+    pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)
+    pool_cfg = _read_json(model_dir / pooling["path"] / "config.json") if pooling else {}
+    if config.get("model_type") not in ("bert", "roberta", "xlm-roberta", "mpnet") or not (model_dir / "tokenizer.json").is_file():
+        raise ExportUnavailable(f"{model_dir}: exported backends serve BERT-like encoders with a tokenizer.json only")
+    if not pool_cfg.get("pooling_mode_mean_tokens") or any(
+        pool_cfg.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
+    ):
+        raise ExportUnavailable(f"{model_dir}: exported backends support mean pooling only")
+    return config
+
+
+def _weights_digest(model_dir: Path) -> str:
+    h = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json"):
+        path = model_dir / name
+        if path.is_file():
+            h.update(name.encode())
+            with path.open("rb") as fh:
+                while block := fh.read(1 << 24):
+                    h.update(block)
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    with lock.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """A weights bar, config notes and tracer warnings on a one-time export are noise."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def exported_file(model_dir: Path, versions: str, filename: str, export: Callable[[Path, Path], None]) -> Path:
+    """``filename`` in the model's export folder (keyed by weights and ``versions``), made by
+    ``export(model_dir, folder)`` on first use; ``export`` writes under temporary names, then renames."""
+    model_dir = Path(model_dir)
+    key = hashlib.sha256(f"{_weights_digest(model_dir)}|{versions}".encode()).hexdigest()[:16]
+    folder = models_dir() / f"{model_dir.resolve().name}-{key}"
+    path = folder / filename
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        with _locked(folder / ".lock"):
+            if not path.is_file():
+                with _quiet_transformers():
+                    export(model_dir, folder)
+                (folder / "export.json").write_text(json.dumps({"source": str(model_dir), "versions": versions}, indent=2))
+    return path
+
+
+def mean_pooled_module(model_dir: Path) -> Any:
+    """Encoder + mean pooling as one ``torch.nn.Module`` (eager attention, so ONNX Runtime can fuse it)."""
+    import torch
+    from transformers import AutoModel
+
+    encoder = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager", local_files_only=True).eval()
+
+    class MeanPooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                  token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    return MeanPooled()
+
+
+def physical_cores() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+class LengthBatchedEncoder:
+    """Tokenise, batch by length (little padding) and run an exported model; returns mean-pooled rows.
+
+    Subclasses give ``_runner(threads)``: a callable from the three int64 inputs to the pooled rows.
+    Two runners: one with every physical core for batches (index builds), one single-threaded for a
+    handful of texts (queries), where waking a second thread on a busy machine costs more than it saves.
+    """
+
+    def __init__(self, model_dir: Path, max_seq_length: int) -> None:
+        from tokenizers import Tokenizer
+
+        check_exportable(model_dir)
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=max_seq_length)
+        self._runners: dict[int, Callable[[dict[str, np.ndarray]], np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def _runner(self, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+        raise NotImplementedError
+
+    def _cached_runner(self, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+        with self._lock:
+            if threads not in self._runners:
+                self._runners[threads] = self._runner(threads)
+            return self._runners[threads]
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Mean-pooled token states, one row per text, in the order given."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        order = np.argsort(-lengths, kind="stable")
+        run = self._cached_runner(1 if len(texts) <= QUERY_TEXTS else physical_cores())
+        out: np.ndarray | None = None
+        for start in range(0, len(order), max(1, batch_size)):
+            rows = order[start : start + batch_size]
+            width = int(lengths[rows[0]])
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows.tolist()):
+                ids[r, : lengths[i]] = encodings[i].ids
+            mask = (np.arange(width) < lengths[rows, None]).astype(np.int64)
+            vecs = run({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+            if out is None:
+                out = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
+            out[rows] = vecs
+        return out if out is not None else np.zeros((0, 0), np.float32)
