@@ -510,7 +510,7 @@ def test_yes_no_descriptions_show_the_grounding_evidence_within_the_budget(tiny_
     with dspy.context(lm=lm):
         out = reranker(question="Which paper?", candidates=[0, 1], skb=tiny_skb, evidence={0: path}, trace=trace)
     assert out == [1, 0]
-    grounded = seen[0].split("Candidate: ")[1].split("\n\nDoes the candidate")[0]
+    grounded = seen[0].split("Candidate: ")[1].split("\n\nYes or No?")[0]
     name_line, evidence_line, *rest = grounded.split("\n")
     assert name_line == describe_node(tiny_skb, 0, budget_tokens=96).split("\n")[0]
     assert evidence_line == f"- matches the question's graph query: {path}" and rest

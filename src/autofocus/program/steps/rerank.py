@@ -64,10 +64,7 @@ Describer = Callable[..., str]
 Messages = list[dict[str, Any]]
 YesScorer = Callable[[Any, list[Messages]], "list[float | None] | None"]
 
-YES_NO_INSTRUCTIONS = (
-    "Examine if a candidate satisfies a given query. Answer Yes if there is explicit evidence that the "
-    "candidate satisfies the query, otherwise No. Answer with Yes or No only."
-)
+YES_NO_INSTRUCTIONS = "Answer Yes if there is explicit evidence that the candidate satisfies the query, otherwise No."
 
 _INT = re.compile(r"(?<![\w.])(\d+)(?!\w|\.\d)")
 _NUMBER = re.compile(r"(?<![\w.])(\d*\.\d+|\d+)(?![\w.]?\d)")
@@ -433,8 +430,7 @@ class PointwiseReranker(Reranker):
                 {"role": "system", "content": YES_NO_INSTRUCTIONS},
                 {
                     "role": "user",
-                    "content": f"Query: {s.question}\n\nCandidate: {blocks[0]}\n\n"
-                    "Does the candidate satisfy the query? Answer Yes or No.",
+                    "content": f"Query: {s.question}\n\nCandidate: {blocks[0]}\n\nYes or No?",
                 },
             ]
 
