@@ -26,7 +26,6 @@ documents both embed slower and retrieve worse (README, "Measured speed").
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from autofocus.index.exported_encoder import read_json
 
 if TYPE_CHECKING:
     from autofocus.index.cache import EmbeddingCache
@@ -108,10 +109,6 @@ def _batched_embed(
     return np.concatenate(out, axis=0)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model on CPU, run by torch, ONNX Runtime or OpenVINO, loaded on first
     use and never downloaded.
@@ -128,7 +125,7 @@ class SentenceTransformerEmbedder:
         self.backend = backend
         self.name = f"{base_name}@{backend}"
         self.device = device
-        settings = _read_json(self.path / "sentence_bert_config.json")
+        settings = read_json(self.path / "sentence_bert_config.json")
         self.max_seq_length = int(settings.get("max_seq_length") or 256)
         self.trained_tokens = trained_tokens or self.max_seq_length
         self._model: Any = None
@@ -176,7 +173,7 @@ class SentenceTransformerEmbedder:
     def dim(self) -> int:
         if self.backend != "torch":
             self._check_dir()
-            return int(_read_json(self.path / "config.json")["hidden_size"])
+            return int(read_json(self.path / "config.json")["hidden_size"])
         model = self._load()
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())

@@ -42,16 +42,17 @@ def models_dir() -> Path:
     return paths.sub("models")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A model directory's JSON file, or {} where it has none."""
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def check_exportable(model_dir: Path) -> dict[str, Any]:
     """The model's config when it is a BERT-like encoder with mean pooling; raises ``ExportUnavailable`` otherwise."""
-    config = _read_json(model_dir / "config.json")
+    config = read_json(model_dir / "config.json")
     modules = json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
     pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)
-    pool_cfg = _read_json(model_dir / pooling["path"] / "config.json") if pooling else {}
+    pool_cfg = read_json(model_dir / pooling["path"] / "config.json") if pooling else {}
     if config.get("model_type") not in ("bert", "roberta", "xlm-roberta", "mpnet") or not (model_dir / "tokenizer.json").is_file():
         raise ExportUnavailable(f"{model_dir}: exported backends serve BERT-like encoders with a tokenizer.json only")
     if not pool_cfg.get("pooling_mode_mean_tokens") or any(
