@@ -55,6 +55,7 @@ class FakeOpenAIServer:
         port: 0 picks a free port.
         p_yes: ``messages -> P(yes)`` for the scoring route (absent: the route answers 404).
         choice_logprobs: ``(messages, candidate) -> log P`` for the sequence route (absent: 404).
+        scoring_weights: what ``GET /v1/autofocus/info`` reports (absent: 404, as an older server).
     """
 
     def __init__(
@@ -67,8 +68,10 @@ class FakeOpenAIServer:
         port: int = 0,
         p_yes: Callable[[list[dict[str, Any]]], float] | None = None,
         choice_logprobs: Callable[[list[dict[str, Any]], str], float] | None = None,
+        scoring_weights: str | None = None,
     ) -> None:
         self._script = script
+        self.scoring_weights = scoring_weights
         self.p_yes = p_yes
         self.choice_logprobs = choice_logprobs
         self._replies = list(script) if isinstance(script, list) else None
@@ -148,6 +151,8 @@ class FakeOpenAIServer:
                 if self.path.rstrip("/") == "/v1/models":
                     data = [{"id": m, "object": "model", "owned_by": "me"} for m in server.model_ids]
                     self._send(200, {"object": "list", "data": data})
+                elif self.path == "/v1/autofocus/info" and server.scoring_weights is not None:
+                    self._send(200, {"scoring_weights": server.scoring_weights})
                 elif self.path == "/fake/stats":
                     self._send(200, {"requests": server.request_count, "paths": list(server.paths)})
                 else:
@@ -248,6 +253,7 @@ def main() -> None:
     parser.add_argument("--reply", default=chat_adapter_reply(answer="fake"))
     parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
     parser.add_argument("--choices", default=None, help='JSON {"candidate prefix": logprob} for the sequence route')
+    parser.add_argument("--scoring_weights", default=None, help="what GET /v1/autofocus/info reports")
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
     time.sleep(args.startup_delay)
@@ -257,7 +263,7 @@ def main() -> None:
         table = json.loads(args.choices)
         choices = lambda messages, cand: next((lp for k, lp in table.items() if cand.startswith(k)), -20.0)  # noqa: E731
     server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
-                              choice_logprobs=choices)
+                              choice_logprobs=choices, scoring_weights=args.scoring_weights)
     print(f"listening on {server.base_url}", flush=True)
     server._httpd.serve_forever()
 

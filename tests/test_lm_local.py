@@ -21,7 +21,7 @@ import dspy
 import pytest
 
 from autofocus.lm import get_lm, yes_probabilities, yes_probability
-from autofocus.local_lm import models, server
+from autofocus.local_lm import models, scoring_weights, server
 from autofocus.local_lm import server as server_module
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
@@ -349,3 +349,53 @@ def test_prompt_prefix_reuse_always_leaves_the_last_token_to_evaluate() -> None:
     assert _common_prefix([1, 2, 3, 4], [1, 2, 9, 9]) == 2
     assert _common_prefix([1, 2, 3], [1, 2, 3]) == 2  # its logits are what scoring reads
     assert _common_prefix([], [5, 6]) == 0 and _common_prefix([1, 2, 3, 4, 5], [1, 2]) == 1
+
+
+def test_scores_from_other_weights_never_answer_from_the_cache(fake_local_model: tuple[str, LocalServer]) -> None:
+    spec, srv = fake_local_model
+    lm = get_lm(spec, cache=True)
+    convs = [[{"role": "user", "content": f"Is {c} a weights-test candidate? Yes or No."}] for c in ("x", "y")]
+    assert srv.scoring_weights() == "model"  # the fake has no info route: an older server scores with its model
+
+    def requests_for(weights: str) -> int:
+        srv._scoring_weights = weights
+        before = _get(f"{srv.base_url}/fake/stats")["requests"]
+        assert yes_probabilities(lm, convs) == pytest.approx([0.8, 0.8])
+        return _get(f"{srv.base_url}/fake/stats")["requests"] - before
+
+    assert requests_for("bf16") == 1
+    assert requests_for("model") == 1  # the bf16 copy's scores are not the model's
+    assert requests_for("bf16") == 0
+    assert requests_for("model") == 0
+
+
+def test_server_reports_its_scoring_weights(tmp_path: Path) -> None:
+    cmd = _fake_command("m@1234", "--scoring_weights", "bf16")
+    with LocalServer(tmp_path / "m.gguf", "m@1234", command=cmd, log_path=tmp_path / "s.log") as srv:
+        assert srv.scoring_weights() == "bf16"
+
+
+def test_scoring_weights_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(scoring_weights.ENV, " BF16 ")
+    assert scoring_weights.mode() == "bf16"
+    copy = scoring_weights.copy_path("m", "ab" * 32)
+    argv = LocalServer(tmp_path / "m.gguf", "m@abab", scoring_copy=copy).argv(1234)
+    assert argv[argv.index("--scoring_weights") + 1] == "bf16" and argv[argv.index("--scoring_copy") + 1] == str(copy)
+    assert "--scoring_weights" not in LocalServer(tmp_path / "m.gguf", "m@abab").argv(1234)
+    assert scoring_weights.choose("model", tmp_path / "m.gguf", copy) is None
+    monkeypatch.setattr(scoring_weights, "bf16_kernels", lambda: False)
+    assert scoring_weights.choose("auto", tmp_path / "m.gguf", copy) is None  # no bf16 kernels: nothing converted
+    assert not copy.exists()
+    monkeypatch.setenv(scoring_weights.ENV, "fp8")
+    with pytest.raises(scoring_weights.ScoringWeightsError, match="auto, bf16, model"):
+        scoring_weights.mode()
+
+
+def test_a_failed_bf16_conversion_leaves_no_copy(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    out = tmp_path / "bad.bf16.gguf"
+    with pytest.raises(OSError, match="could not convert"):
+        scoring_weights.convert_bf16(bad, out)
+    assert not out.exists() and not out.with_name(out.name + ".part").exists()

@@ -30,8 +30,9 @@ from typing import Any
 import dspy
 
 from autofocus.config import LM_STEPS, LMConfig
+from autofocus.local_lm import scoring_weights
 from autofocus.local_lm.models import CATALOG, resolve_local
-from autofocus.local_lm.scoring import yes_probabilities, yes_probability
+from autofocus.local_lm.scoring import scoring_weights_of, yes_probabilities, yes_probability
 from autofocus.local_lm.server import get_server
 from autofocus.redact import register_secret
 
@@ -66,7 +67,10 @@ def wait_settings(timeout: float | None, num_retries: int | None, local: bool) -
         num_retries = DEFAULT_RETRIES if env is None else int(env)
     return float(timeout), int(num_retries)
 
-__all__ = ["STEPS", "get_lm", "is_local_spec", "lm_for_step", "lms_for_config", "yes_probabilities", "yes_probability"]
+__all__ = [
+    "STEPS", "get_lm", "is_local_spec", "lm_for_step", "lms_for_config", "scoring_weights_of", "yes_probabilities",
+    "yes_probability",
+]
 
 
 def is_local_spec(spec: str) -> bool:
@@ -91,7 +95,7 @@ def get_lm(
     kwargs["timeout"] = timeout
     if is_local_spec(spec):
         model = resolve_local(spec)
-        server = get_server(model.path, model.alias)
+        server = get_server(model.path, model.alias, scoring_copy=scoring_weights.copy_path(model.name, model.sha256))
         return dspy.LM(
             f"openai/{model.alias}", api_base=server.api_base, api_key="local", temperature=temperature,
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,

@@ -116,6 +116,7 @@ def serve_cmd(
 ) -> None:
     """Run the offline LM server in the foreground, for several runs to share (one model in memory, one
     queue): start it, then `export AUTOFOCUS_LLM_SERVER=127.0.0.1:PORT` in the shells that run autofocus."""
+    from autofocus.local_lm import scoring_weights
     from autofocus.local_lm.models import ModelError, resolve_local
     from autofocus.local_lm.server import LocalServer, LocalServerError
 
@@ -124,14 +125,15 @@ def serve_cmd(
     except ModelError as exc:
         console.print(f"[red]cannot serve {safe(repr(model))}:[/red] {safe(exc)}")
         raise typer.Exit(1) from exc
-    server = LocalServer(spec.path, spec.alias)
+    server = LocalServer(spec.path, spec.alias, scoring_copy=scoring_weights.copy_path(spec.name, spec.sha256))
     server.port = port
     try:
         server.start()
     except LocalServerError as exc:
         console.print(f"[red]{safe(exc)}[/red]")
         raise typer.Exit(1) from exc
-    console.print(f"serving {safe(spec.alias)} at {server.api_base}; in other shells: "
+    console.print(f"serving {safe(spec.alias)} at {server.api_base} (yes/no scoring from "
+                  f"{server.scoring_weights()} weights); in other shells: "
                   f"[bold]export AUTOFOCUS_LLM_SERVER=127.0.0.1:{server.port}[/bold]. Ctrl-C stops it.")
     try:
         while server.is_running():

@@ -11,7 +11,6 @@ pooling are exported; anything else stays on torch.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -75,16 +74,6 @@ def _weights_digest(model_dir: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(lock: Path) -> Iterator[None]:
-    with lock.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """A weights bar, config notes and tracer warnings on a one-time export are noise."""
     import warnings
@@ -113,7 +102,7 @@ def exported_file(model_dir: Path, versions: str, filename: str, export: Callabl
     path = folder / filename
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        with _locked(folder / ".lock"):
+        with paths.locked(folder / ".lock"):
             if not path.is_file():
                 with _quiet_transformers():
                     export(model_dir, folder)

@@ -53,8 +53,8 @@ def yes_probabilities(
         yes, no: first-token spellings counted as yes / no.
 
     A conversation the server cannot score (e.g. longer than the context window) gives None. Results
-    are cached in DSPy's cache under the LM's model string (which carries the model's sha256) when the
-    LM has ``cache=True``.
+    are cached in DSPy's cache under the LM's model string (which carries the model's sha256) and the
+    weights the server scores with (``autofocus.local_lm.scoring_weights``) when the LM has ``cache=True``.
 
     Example:
         p = yes_probabilities(lm, [[{"role": "user", "content": f"Is {c} a fruit? Answer Yes or No."}] for c in cands])
@@ -63,15 +63,17 @@ def yes_probabilities(
     if server is None:
         return None
     candidates = [*yes, *no]
+    weights = server.scoring_weights()
 
     def request(messages: Messages) -> dict[str, Any]:
-        return {
+        key = {
             "autofocus": "next_token_logprobs/v1",
             "model": lm.model,
             "messages": messages,
             "assistant_prefix": assistant_prefix,
             "candidates": candidates,
         }
+        return key if weights == "model" else {**key, "weights": weights}  # the model's own scores keep their old keys
 
     out: list[float | None] = [None] * len(conversations)
     todo: list[int] = []
@@ -151,6 +153,12 @@ def choice_probabilities(
     if lm.cache:
         dspy.cache.put(key, {"p": p})
     return p
+
+
+def scoring_weights_of(lm: Any) -> str | None:
+    """The weights a local LM's yes/no scores come from (``model`` or ``bf16``), None for other LMs."""
+    server = server_for_api_base(getattr(lm, "kwargs", {}).get("api_base"))
+    return None if server is None else server.scoring_weights()
 
 
 def yes_probability(lm: dspy.LM, messages: Messages, **kwargs: Any) -> float | None:

@@ -9,7 +9,8 @@ Run as ``python -m autofocus.local_lm.serve`` with the options of ``python -m ll
   in a chat completion's usage how many prompt tokens that saved (``prompt_tokens_details.cached_tokens``,
   as OpenAI reports it; the stock response model has no such field, so ``CachedTokensMiddleware`` adds it);
 * adds ``POST /v1/autofocus/next_token_logprobs``: log-probabilities of chosen first tokens of the
-  assistant's answer, for yes/no scoring. The stock server returns logprobs only for models loaded with
+  assistant's answer, for yes/no scoring (from a bf16 copy of the weights where that is faster:
+  ``autofocus.local_lm.scoring_weights``; ``GET /v1/autofocus/info`` says which). The stock server returns logprobs only for models loaded with
   ``logits_all=True``, which keeps an n_ctx x n_vocab float array (2.5 GB for Qwen at n_ctx 4096) and
   log-softmaxes all of it on every request; this route reads the last position's logits only, and reuses
   the KV cache of the longest common prompt prefix between calls (system prompt + query);
@@ -26,10 +27,13 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
+
+from autofocus.local_lm import scoring_weights
 
 
 class MaxCompletionTokensMiddleware:
@@ -323,7 +327,9 @@ class NextTokenRequest(BaseModel):
     assistant_prefix: str = ""
 
 
-def _add_scoring_route(app: Any) -> None:
+def _add_scoring_route(app: Any, yes_no_llama: Any = None, scoring_weights: str = "model") -> None:
+    """``yes_no_llama``: a second llama (the bf16 copy, ``scoring_weights``) for the yes/no route; its
+    requests still wait for the served model's lock, so the two never share the cores."""
     from fastapi import HTTPException
     from llama_cpp.server.app import get_llama_proxy
     from starlette.concurrency import run_in_threadpool
@@ -340,7 +346,7 @@ def _add_scoring_route(app: Any) -> None:
         return scorer
 
     def score(llama: Any, body: NextTokenRequest) -> dict[str, Any]:
-        scorer = scorer_for(llama)
+        scorer = scorer_for(yes_no_llama or llama)
         token_ids = [scorer.first_token(c) for c in body.candidates]
         results: list[dict[str, Any] | None] = []
         for i, messages in enumerate(body.conversations):
@@ -365,6 +371,10 @@ def _add_scoring_route(app: Any) -> None:
         async with contextlib.asynccontextmanager(get_llama_proxy)() as proxy:
             scorer_for(proxy(None))
 
+    @app.get("/v1/autofocus/info")
+    async def info() -> dict[str, Any]:
+        return {"scoring_weights": scoring_weights}
+
     @app.post("/v1/autofocus/sequence_logprobs")
     async def sequence_logprobs(body: SequenceRequest) -> dict[str, Any]:
         async with contextlib.asynccontextmanager(get_llama_proxy)() as proxy:
@@ -380,6 +390,17 @@ def _add_scoring_route(app: Any) -> None:
                 return await run_in_threadpool(score, proxy(body.model), body)
             except ValueError as exc:
                 raise HTTPException(status_code=400, detail=str(exc)) from exc
+
+
+def _load_like(path: Path, settings: Any) -> Any:
+    """``path`` loaded with the served model's context and thread settings."""
+    import llama_cpp
+
+    return llama_cpp.Llama(
+        str(path), n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_ubatch=settings.n_ubatch,
+        n_threads=settings.n_threads, n_threads_batch=settings.n_threads_batch, use_mmap=settings.use_mmap,
+        flash_attn=settings.flash_attn, verbose=settings.verbose,
+    )  # fmt: skip
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -401,10 +422,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_args_from_model(parser, Settings)
     parser.add_argument("--parent_pid", type=int, default=None, help="exit when this process is gone")
+    parser.add_argument("--scoring_weights", choices=scoring_weights.MODES, default="model",
+                        help="weights of the yes/no route (autofocus.local_lm.scoring_weights)")
+    parser.add_argument("--scoring_copy", default=None, help="where the bf16 copy of --model is kept")
     args = parser.parse_args(argv)
     server_settings = parse_model_from_args(ServerSettings, args)
-    app = create_app(server_settings=server_settings, model_settings=[parse_model_from_args(ModelSettings, args)])
-    _add_scoring_route(app)
+    model_settings = parse_model_from_args(ModelSettings, args)
+    app = create_app(server_settings=server_settings, model_settings=[model_settings])
+    copy = (scoring_weights.choose(args.scoring_weights, Path(args.model), Path(args.scoring_copy))
+            if args.scoring_copy else None)
+    _add_scoring_route(app, _load_like(copy, model_settings) if copy else None, "bf16" if copy else "model")
     app.add_middleware(MaxCompletionTokensMiddleware)
     app.add_middleware(CachedTokensMiddleware)
     if args.parent_pid is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
+from autofocus.local_lm import scoring_weights
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
@@ -83,7 +84,9 @@ class LocalServer:
         model_path: the GGUF file.
         alias: the model name the server answers to (and lists at ``/v1/models``).
         command: the argv to run instead of the llama.cpp server (tests use a fake); ``{port}`` is replaced.
-        startup_timeout: seconds to wait for ``GET /v1/models`` to list ``alias``.
+        startup_timeout: seconds to wait for ``GET /v1/models`` to list ``alias`` (the first start
+            also converts the bf16 scoring copy: ``autofocus.local_lm.scoring_weights``).
+        scoring_copy: where the bf16 copy of the model for yes/no scoring is kept (None: no copy).
 
     Example:
         with LocalServer(path, "qwen@cc324af070c2") as srv:
@@ -101,8 +104,11 @@ class LocalServer:
         log_path: Path | None = None,
         startup_timeout: float = 180.0,
         host: str = "127.0.0.1",
+        scoring_copy: Path | None = None,
     ) -> None:
         self.model_path = Path(model_path)
+        self.scoring_copy = scoring_copy
+        self._scoring_weights: str | None = None
         self.alias = alias
         self.n_threads = n_threads or default_threads()
         self.n_ctx = n_ctx or default_ctx()
@@ -147,7 +153,20 @@ class LocalServer:
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
             "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
             "--parent_pid", str(os.getpid()),
+            *(["--scoring_weights", scoring_weights.mode(), "--scoring_copy", str(self.scoring_copy)]
+              if self.scoring_copy else []),
         ]  # fmt: skip
+
+    def scoring_weights(self) -> str:
+        """``bf16`` when the server scores yes/no from the bf16 copy, else ``model`` (asked once per start:
+        a shared server may have been started with other settings)."""
+        if self._scoring_weights is None:
+            try:
+                with open_direct(f"{self.base_url}/v1/autofocus/info", 600.0) as resp:
+                    self._scoring_weights = str(json.load(resp).get("scoring_weights", "model"))
+            except (OSError, ValueError):
+                self._scoring_weights = "model"  # a server without the route scores with its model
+        return self._scoring_weights
 
     def is_running(self) -> bool:
         if self.external:
@@ -178,6 +197,7 @@ class LocalServer:
                     "`autofocus lm serve`, or unset the variable to start a server per process"
                 )
             self._stop_locked()
+            self._scoring_weights = None
             if self.command is None:
                 require_llama_cpp()
             t0 = time.perf_counter()

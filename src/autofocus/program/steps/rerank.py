@@ -38,7 +38,7 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.lm import is_local_spec, yes_probabilities
+from autofocus.lm import is_local_spec, scoring_weights_of, yes_probabilities
 from autofocus.program.steps.llm_call import (
     bounded_answers,
     cap_text,
@@ -407,7 +407,7 @@ class PointwiseReranker(Reranker):
         scores: list[float | None] = [None] * n
         how = ["signature"] * n
         if self.scoring == "yes_no":
-            for i, p in self._yes_no(s).items():
+            for i, p in self._yes_no(s, data).items():
                 scores[i], how[i] = p, "yes_no"
         todo = [i for i in range(n) if scores[i] is None]
         for i, value in zip(
@@ -420,7 +420,7 @@ class PointwiseReranker(Reranker):
         data.update(scores=final, scored_by=how, rounds=int(bool(todo)) + int(self.scoring == "yes_no"))
         return sorted(range(n), key=lambda i: (-final[i], i))
 
-    def _yes_no(self, s: _Session) -> dict[int, float]:
+    def _yes_no(self, s: _Session, data: dict[str, Any]) -> dict[int, float]:
         lm = _lm_of(self.score)
         if lm is None:
             return {}
@@ -451,6 +451,9 @@ class PointwiseReranker(Reranker):
                 f"{getattr(lm, 'model', lm)} has no next-token scoring; used the signature",
             )
             return {}
+        weights = scoring_weights_of(lm)
+        if weights is not None:  # the same model's scores differ a little between its bf16 copy and itself
+            data["yes_no_weights"] = weights
         out: dict[int, float] = {}
         for i, ((level, _), p) in enumerate(zip(fitted, probs, strict=True)):
             if p is not None and math.isfinite(p):
