@@ -2,7 +2,7 @@
 
 Two parts:
 
-* **kernels**: llama.cpp tokens per second for the shape of step 8 (a shared 60-token prefix, then ten
+* **kernels**: llama.cpp tokens per second (of any other file types named with ``--also`` too) for the shape of step 8 (a shared 60-token prefix, then ten
   130-token candidate tails, each evaluated from the prefix's KV cache) and for generation (one token
   at a time), with each weights file, in this process, 2 threads, ``use_mmap=False`` as the server runs;
 * **agreement** (``--runs A B``): two ``autofocus eval`` runs of the same questions with steps 1-2
@@ -10,7 +10,7 @@ Two parts:
   the P(yes) of the same candidates side by side (largest difference, rank correlation), whether the
   first candidate and the whole order agree.
 
-    .venv/bin/python benchmarks/bench_scoring_weights.py --runs runs/yn2-test runs/bf16-test
+    .venv/bin/python benchmarks/bench_scoring_weights.py --runs runs/yn2-test runs/bf16-test --also q8_0 q4_0 iq4_nl
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import numpy as np
 from scipy.stats import spearmanr
 
@@ -97,6 +99,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", nargs=2, type=Path, default=None, help="two eval runs: model weights, bf16 copy")
+    parser.add_argument("--also", nargs="*", default=[], metavar="FORMAT",
+                        help="other llama.cpp file types to measure too (q8_0 q4_0 iq4_nl ...), converted into a temporary folder")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -107,6 +111,11 @@ def main() -> None:
         "bf16_kernels": scoring_weights.bf16_kernels(),
         "kernels": [kernel_speeds(p, args.rounds, args.threads) for p in (model.path, copy)],
     }
+    with tempfile.TemporaryDirectory(dir=copy.parent) as tmp:
+        for name in args.also:
+            ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name.upper()}")
+            other = scoring_weights.convert(model.path, Path(tmp) / f"{model.name}.{name}.gguf", ftype)
+            result["kernels"].append(kernel_speeds(other, args.rounds, args.threads))
     for row in result["kernels"]:
         print(f"{row['file']}: step-8 shape {statistics.median(row['step8_tokens_per_s']):.1f} tokens/s, "
               f"generation {statistics.median(row['generate_tokens_per_s']):.1f} tokens/s")  # fmt: skip

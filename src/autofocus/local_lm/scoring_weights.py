@@ -70,6 +70,13 @@ def convert_bf16(source: Path, out: Path) -> Path:
     renamed, so a half-written copy is never loaded)."""
     import llama_cpp
 
+    return convert(source, out, llama_cpp.LLAMA_FTYPE_MOSTLY_BF16)
+
+
+def convert(source: Path, out: Path, ftype: int) -> Path:
+    """``out``: ``source`` re-encoded as llama.cpp file type ``ftype`` (``LLAMA_FTYPE_MOSTLY_*``)."""
+    import llama_cpp
+
     if out.is_file():
         return out
     with paths.locked(out.with_name(out.name + ".lock")):
@@ -78,15 +85,15 @@ def convert_bf16(source: Path, out: Path) -> Path:
         need = source.stat().st_size * 4
         free = shutil.disk_usage(out.parent).free
         if free < need:
-            raise OSError(f"{out.parent}: {free / 2**30:.1f} GiB free, the bf16 scoring copy needs {need / 2**30:.1f} GiB")
+            raise OSError(f"{out.parent}: {free / 2**30:.1f} GiB free, converting {source.name} needs {need / 2**30:.1f} GiB")
         tmp = out.with_name(out.name + ".part")
         params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_BF16
+        params.ftype = ftype
         params.allow_requantize = True
         params.nthread = os.cpu_count() or 1
         rc = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
         if rc != 0 or not tmp.is_file():
             tmp.unlink(missing_ok=True)
-            raise OSError(f"llama.cpp could not convert {source.name} to bf16 (code {rc})")
+            raise OSError(f"llama.cpp could not convert {source.name} to {out.name} (code {rc})")
         tmp.rename(out)
     return out
