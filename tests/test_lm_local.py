@@ -399,3 +399,18 @@ def test_a_failed_bf16_conversion_leaves_no_copy(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="could not convert"):
         scoring_weights.convert_bf16(bad, out)
     assert not out.exists() and not out.with_name(out.name + ".part").exists()
+
+
+def test_a_scoring_copy_that_cannot_be_made_leaves_the_server_scoring_with_its_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("llama_cpp")
+    import argparse
+
+    from autofocus.local_lm import serve
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    args = argparse.Namespace(model=str(bad), scoring_weights="bf16", scoring_copy=str(tmp_path / "bad.bf16.gguf"))
+    assert serve._scoring_llama(args, settings=None) is None
+    assert "yes/no scoring uses the served model" in capsys.readouterr().out

@@ -392,6 +392,17 @@ def _add_scoring_route(app: Any, yes_no_llama: Any = None, scoring_weights: str 
                 raise HTTPException(status_code=400, detail=str(exc)) from exc
 
 
+def _scoring_llama(args: argparse.Namespace, settings: Any) -> Any:
+    """The bf16 copy for the yes/no route, or None: a copy that cannot be made or loaded (disk, memory)
+    costs speed, not the server, so the route then scores with the served model and the log says why."""
+    try:
+        copy = scoring_weights.choose(args.scoring_weights, Path(args.model), Path(args.scoring_copy))
+        return None if copy is None else _load_like(copy, settings)
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"autofocus: yes/no scoring uses the served model: no bf16 copy ({type(exc).__name__}: {exc})", flush=True)
+        return None
+
+
 def _load_like(path: Path, settings: Any) -> Any:
     """``path`` loaded with the served model's context and thread settings."""
     import llama_cpp
@@ -429,9 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     server_settings = parse_model_from_args(ServerSettings, args)
     model_settings = parse_model_from_args(ModelSettings, args)
     app = create_app(server_settings=server_settings, model_settings=[model_settings])
-    copy = (scoring_weights.choose(args.scoring_weights, Path(args.model), Path(args.scoring_copy))
-            if args.scoring_copy else None)
-    _add_scoring_route(app, _load_like(copy, model_settings) if copy else None, "bf16" if copy else "model")
+    yes_no_llama = _scoring_llama(args, model_settings) if args.scoring_copy else None
+    _add_scoring_route(app, yes_no_llama, "bf16" if yes_no_llama is not None else "model")
     app.add_middleware(MaxCompletionTokensMiddleware)
     app.add_middleware(CachedTokensMiddleware)
     if args.parent_pid is not None:
