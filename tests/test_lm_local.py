@@ -389,6 +389,8 @@ def test_scoring_weights_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.setenv(scoring_weights.ENV, "fp8")
     with pytest.raises(scoring_weights.ScoringWeightsError, match="auto, bf16, model"):
         scoring_weights.mode()
+    with pytest.raises(LocalServerError, match="AUTOFOCUS_LLM_SCORING_WEIGHTS='fp8'"):
+        LocalServer(tmp_path / "m.gguf", "m@abab", scoring_copy=copy).argv(1234)
 
 
 def test_a_failed_bf16_conversion_leaves_no_copy(tmp_path: Path) -> None:

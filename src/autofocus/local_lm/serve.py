@@ -327,8 +327,8 @@ class NextTokenRequest(BaseModel):
     assistant_prefix: str = ""
 
 
-def _add_scoring_route(app: Any, yes_no_llama: Any = None, scoring_weights: str = "model") -> None:
-    """``yes_no_llama``: a second llama (the bf16 copy, ``scoring_weights``) for the yes/no route; its
+def _add_scoring_route(app: Any, yes_no_llama: Any = None, weights: str = "model") -> None:
+    """``yes_no_llama``: a second llama (the bf16 copy: ``weights``) for the yes/no route; its
     requests still wait for the served model's lock, so the two never share the cores."""
     from fastapi import HTTPException
     from llama_cpp.server.app import get_llama_proxy
@@ -373,7 +373,7 @@ def _add_scoring_route(app: Any, yes_no_llama: Any = None, scoring_weights: str 
 
     @app.get("/v1/autofocus/info")
     async def info() -> dict[str, Any]:
-        return {"scoring_weights": scoring_weights}
+        return {"scoring_weights": weights}
 
     @app.post("/v1/autofocus/sequence_logprobs")
     async def sequence_logprobs(body: SequenceRequest) -> dict[str, Any]:

@@ -153,9 +153,16 @@ class LocalServer:
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
             "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
             "--parent_pid", str(os.getpid()),
-            *(["--scoring_weights", scoring_weights.mode(), "--scoring_copy", str(self.scoring_copy)]
+            *(["--scoring_weights", self._scoring_mode(), "--scoring_copy", str(self.scoring_copy)]
               if self.scoring_copy else []),
         ]  # fmt: skip
+
+    @staticmethod
+    def _scoring_mode() -> str:
+        try:
+            return scoring_weights.mode()
+        except scoring_weights.ScoringWeightsError as exc:
+            raise LocalServerError(str(exc)) from exc
 
     def scoring_weights(self) -> str:
         """``bf16`` when the server scores yes/no from the bf16 copy, else ``model`` (asked once per start:
