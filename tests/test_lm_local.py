@@ -416,3 +416,11 @@ def test_a_scoring_copy_that_cannot_be_made_leaves_the_server_scoring_with_its_m
     args = argparse.Namespace(model=str(bad), scoring_weights="bf16", scoring_copy=str(tmp_path / "bad.bf16.gguf"))
     assert serve._scoring_llama(args, settings=None) is None
     assert "yes/no scoring uses the served model" in capsys.readouterr().out
+
+
+def test_auto_makes_no_copy_of_weights_that_are_not_quantised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(scoring_weights, "bf16_kernels", lambda: True)
+    monkeypatch.setattr(scoring_weights, "_memory_bytes", lambda: 64 << 30)
+    monkeypatch.setattr(scoring_weights, "file_type", lambda path: "32")  # already bf16
+    copy = tmp_path / "m.bf16.gguf"
+    assert scoring_weights.choose("auto", tmp_path / "m.gguf", copy) is None and not copy.exists()

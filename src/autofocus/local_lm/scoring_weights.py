@@ -57,10 +57,23 @@ def copy_path(name: str, sha256: str) -> Path:
     return paths.sub("models") / f"{name}.{sha256[:12]}.bf16.gguf"
 
 
+UNQUANTISED = {"0", "1", "32"}  # llama.cpp file types F32, F16, BF16: a bf16 copy gains nothing
+
+
+def file_type(path: Path) -> str | None:
+    """``general.file_type`` of a GGUF (read with the vocabulary only, no weights)."""
+    import llama_cpp
+
+    return llama_cpp.Llama(str(path), vocab_only=True, verbose=False).metadata.get("general.file_type")
+
+
 def choose(chosen: str, source: Path, copy: Path) -> Path | None:
     """Server side: the weights file for the yes/no route (made on first use), or None to score with
     the served model."""
-    if chosen == "model" or (chosen == "auto" and not (bf16_kernels() and _memory_bytes() >= MIN_MEMORY_BYTES)):
+    if chosen == "model":
+        return None
+    if chosen == "auto" and not (bf16_kernels() and _memory_bytes() >= MIN_MEMORY_BYTES
+                                 and file_type(source) not in UNQUANTISED):
         return None
     return convert_bf16(source, copy)
 
