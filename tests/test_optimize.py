@@ -514,3 +514,27 @@ def test_optimize_command_then_ask_and_eval_load_the_program(
     res = runner.invoke(app, ["optimize", "--skb", str(tiny_skb_dir), "--out", str(tmp_path / "x.json"),
                               "--steps", "router", "--config", str(cfg_file), "--no-progress"])
     assert res.exit_code == 1 and "no such LLM step" in res.output
+
+
+def test_gold_yes_no_demos_pair_an_answer_with_its_hardest_non_answer(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
+    """`gold` for step 8 needs no LM: each training question's answer (Yes) and the non-answer of its type
+    that step 7's index ranks first for it (No), in pairs whose order alternates."""
+    train, val, _ = splits(tiny_skb_dir)
+    lm = PromptLM({**task_lm().handlers, "score": lambda m: {"score": 0.5}})
+    with dspy.context(lm=lm):
+        result = optimise(kb, "afr", config(reranker="pointwise"), train, val[:1], optimizer="gold",
+                          steps=["reranker"], max_demos=4, with_lms=False)
+    demos = result.program.reranker.score.demos
+    skb = kb.skb
+    assert [d["score"] for d in demos] == [1.0, 0.0, 0.0, 1.0]
+    for (yes, no), ex in zip([(demos[0], demos[1]), (demos[3], demos[2])], train, strict=False):
+        assert yes["question"] == no["question"] == ex.question
+        answer = ex.answer_ids[0]
+        assert yes["candidate"].startswith(skb.name(answer)) and yes["node_type"] == skb.type_of(answer)
+        assert no["node_type"] == yes["node_type"] and not any(no["candidate"].startswith(skb.name(a)) for a in ex.answer_ids)
+    assert result.metadata["program_lm_calls"] == 0 and result.metadata["demos"] == {"reranker.score": 4}
+    # the signature path shows them to the LM as demos
+    assert any(has_demos(m) for m in lm.prompts("score"))
+    with pytest.raises(ValueError, match="use the pointwise reranker"):
+        optimise(kb, "afr", config(reranker="listwise"), train, val, optimizer="gold", steps=["reranker"],
+                 with_lms=False)

@@ -197,6 +197,29 @@ def test_pointwise_yes_no_scoring_with_signature_fallback_and_usage() -> None:
     assert trace.steps["8_rerank"].lm_calls == 1
 
 
+def test_pointwise_demos_are_earlier_turns_of_every_yes_no_chat() -> None:
+    seen: list[list[dict[str, Any]]] = []
+
+    def scorer(lm: Any, conversations: list[list[dict[str, Any]]]) -> list[float | None]:
+        seen.extend(conversations)
+        return [0.5] * len(conversations)
+
+    lm, _ = scripted(pointwise_answer({}))
+    reranker = PointwiseReranker(config(), describe=Describer(), scoring="yes_no", yes_scorer=scorer)
+    reranker.score.demos = [
+        dspy.Example(question="Who wrote it?", node_type="author", candidate="Ann (author)", score=1.0),
+        dspy.Example(question="Who wrote it?", node_type="author", candidate="Bob (author)", score=0.0),
+        dspy.Example(question="no score here", candidate="x"),  # another shape: left out
+    ]
+    run(reranker, lm, [1, 2])
+    assert len(seen) == 2
+    for chat in seen:
+        assert [m["role"] for m in chat] == ["system", "user", "assistant", "user", "assistant", "user"]
+        assert [m["content"] for m in chat if m["role"] == "assistant"] == ["Yes", "No"]
+        assert "Candidate: Ann (author)" in chat[1]["content"] and chat[-1]["content"].startswith("Query: ")
+    assert seen[0][:5] == seen[1][:5]  # the same prefix for every candidate
+
+
 def test_pointwise_yes_no_unavailable_uses_the_signature() -> None:
     lm, engine = scripted(pointwise_answer({1: 0.1, 2: 0.9}))
     reranker = PointwiseReranker(

@@ -48,6 +48,7 @@ from autofocus.optimize.feedback import feedback_metric
 from autofocus.optimize.saved import program_state
 from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
 from autofocus.optimize.scoring import question_scores as _question_scores
+from autofocus.optimize.yes_no_demos import yes_no_demos
 from autofocus.skb.qa import OPTIONAL_COLUMNS
 from autofocus.trace import Trace
 from autofocus.usage import UsageCallback
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 
 OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa", "gold")
 GOLD_STEPS = ("target_type", "cypher")  # steps whose gold output synthetic questions carry, under the step's name
+# step 8's gold demos come from any question's answers and the graph (``yes_no_demos``), for the yes/no judge
+GOLD_JUDGE = "reranker"
 DEFAULT_RS_CANDIDATES = 4
 # DSPy keeps any trace whose metric is truthy as a demo, so with a graded metric a query that grounds one
 # right node among twenty wrong ones would be shown to the LM as an example of the task. Where the gold
@@ -406,10 +409,13 @@ def optimise(
     template = _prepared(assemble(system, kb, cfg, lms=with_lms))
     problems = step_problems(template, cfg, steps)
     if optimizer == "gold":
-        problems += [f"{s}: no gold output for it in any QA file (gold demos: {', '.join(GOLD_STEPS)})"
-                     for s in steps if s not in GOLD_STEPS]
+        problems += [f"{s}: no gold output for it in any QA file (gold demos: {', '.join((*GOLD_STEPS, GOLD_JUDGE))})"
+                     for s in steps if s not in (*GOLD_STEPS, GOLD_JUDGE)]
         problems += [f"{s}: the training questions carry no gold {s!r} (synthetic splits do)"
                      for s in steps if s in GOLD_STEPS and not any(ex.get(s) for ex in train)]
+        method = getattr(getattr(template, GOLD_JUDGE, None), "method", None)
+        if GOLD_JUDGE in steps and method != "pointwise":
+            problems.append(f"{GOLD_JUDGE}: gold demos are yes/no judgements: use the pointwise reranker, not {method!r}")
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
     run_cfg = cfg
@@ -440,11 +446,19 @@ def optimise(
         reflections = len(getattr(reflection_lm, "history", []) or [])
         calls_before = programs.lm_calls
         start = time.perf_counter()
-        compiled = opt.compile(StepProgram(programs, modules), trainset=spread_shapes(train), **extra)
+        judged = optimizer == "gold" and GOLD_JUDGE in steps
+        compiled_steps = {s: m for s, m in modules.items() if not (judged and s == GOLD_JUDGE)}
+        compiled = (opt.compile(StepProgram(programs, compiled_steps), trainset=spread_shapes(train), **extra)
+                    if compiled_steps else None)
+        if judged:
+            demos = yes_no_demos(kb, cfg, spread_shapes(train), max_demos)
+            for pname, predictor in template.named_predictors():
+                if pname.startswith(f"{GOLD_JUDGE}."):
+                    predictor.demos = list(demos)
     wall = time.perf_counter() - start
     optimise_calls = programs.lm_calls - calls_before
     shared = shared_inputs(template)
-    chosen = dict(compiled.named_predictors())
+    chosen = dict(compiled.named_predictors()) if compiled is not None else {}
     for pname, predictor in template.named_predictors():
         if pname in chosen:
             lm = predictor.lm
@@ -452,6 +466,8 @@ def optimise(
             predictor.lm = lm
             if not full_demos:
                 compact_demos(predictor, shared)
+    if judged:
+        chosen |= {n: p for n, p in template.named_predictors() if n.startswith(f"{GOLD_JUDGE}.")}
     optimised = StepProgram(programs, modules)
     with dspy.context(lm=task_lm, callbacks=_with_usage_callback()):
         after = scored("optimised on val", optimised)

@@ -113,6 +113,24 @@ def complete_ranking(raw: Iterable[object], candidates: Sequence[int]) -> tuple[
     return order + missing, fixed
 
 
+def _yes_no_question(question: str, candidate: str) -> str:
+    return f"Query: {question}\n\nCandidate: {candidate}\n\nYes or No?"
+
+
+def _yes_no_turns(demos: Iterable[Any]) -> Messages:
+    """The pointwise predictor's demos as earlier turns of the yes/no chat (the same for every candidate
+    and question, so the server evaluates them once): a score of 0.5 or more answered Yes."""
+    turns: Messages = []
+    for demo in demos:
+        try:
+            answer = "Yes" if float(demo["score"]) >= 0.5 else "No"
+            turns += [{"role": "user", "content": _yes_no_question(demo["question"], demo["candidate"])},
+                      {"role": "assistant", "content": answer}]  # fmt: skip
+        except (KeyError, TypeError, ValueError):  # a demo of another shape (e.g. a bootstrapped trace)
+            continue
+    return turns
+
+
 def _adapter() -> dspy.Adapter:
     return dspy.settings.adapter or dspy.ChatAdapter()
 
@@ -425,13 +443,13 @@ class PointwiseReranker(Reranker):
         if lm is None:
             return {}
 
+        demos = _yes_no_turns(self.score.demos)
+
         def build(blocks: list[str]) -> Messages:
             return [
                 {"role": "system", "content": YES_NO_INSTRUCTIONS},
-                {
-                    "role": "user",
-                    "content": f"Query: {s.question}\n\nCandidate: {blocks[0]}\n\nYes or No?",
-                },
+                *demos,
+                {"role": "user", "content": _yes_no_question(s.question, blocks[0])},
             ]
 
         budget = s.config.yes_no_description_tokens
