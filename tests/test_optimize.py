@@ -305,6 +305,7 @@ def test_step_problems_name_what_no_prompt_can_change(kb: KnowledgeBase) -> None
     local_pointwise = AutofocusConfig(reranker="pointwise")  # lm "local": P(yes) scoring
     afr = build_program("afr", kb, local_pointwise, with_lms=False)
     assert "P(yes)" in step_problems(afr, local_pointwise, ["reranker"])[0]
+    assert not step_problems(afr, local_pointwise, ["reranker"], "gold")  # yes/no demos reach the scorer
     typed = config(query_format="typed")
     assert "uses the query_graph step" in step_problems(build_program("afr", kb, typed, with_lms=False), typed,
                                                         ["cypher"])[0]

@@ -104,8 +104,9 @@ def llm_steps(program: dspy.Module) -> dict[str, list[str]]:
     return steps
 
 
-def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence[str]) -> list[str]:
-    """Why some of ``steps`` cannot be optimised in ``program``; empty when all can."""
+def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence[str],
+                  optimizer: str | None = None) -> list[str]:
+    """Why some of ``steps`` cannot be optimised in ``program`` (by ``optimizer``); empty when all can."""
     found = llm_steps(program)
     problems = []
     for step in steps:
@@ -117,10 +118,11 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
         elif step not in found:
             have = ", ".join(found) or "none"
             problems.append(f"{step}: {type(program).__name__} has no such LLM step (its LLM steps: {have})")
-        elif step == "reranker" and getattr(module, "scoring", None) == "yes_no":
+        elif step == "reranker" and getattr(module, "scoring", None) == "yes_no" and optimizer != "gold":
             problems.append(
-                "reranker: the pointwise reranker scores a local LM by P(yes) of its next token, which "
-                "no prompt or demo changes; use --reranker listwise/pairwise/tournament, or a hosted LM"
+                "reranker: the pointwise reranker scores a local LM by P(yes) of its next token, which no "
+                "instruction changes and no bootstrapped trace reaches; use --optimizer gold (yes/no demos "
+                "from the training answers), --reranker listwise/pairwise/tournament, or a hosted LM"
             )
         elif step == "reranker" and config.steps != "1-8":
             problems.append(f"reranker: steps={config.steps} never reaches step 8")
@@ -407,7 +409,7 @@ def optimise(
     name, cfg = resolve_config(system, config)
     metric = check_metric(metric or default_metric(name, steps))
     template = _prepared(assemble(system, kb, cfg, lms=with_lms))
-    problems = step_problems(template, cfg, steps)
+    problems = step_problems(template, cfg, steps, optimizer)
     if optimizer == "gold":
         problems += [f"{s}: no gold output for it in any QA file (gold demos: {', '.join((*GOLD_STEPS, GOLD_JUDGE))})"
                      for s in steps if s not in (*GOLD_STEPS, GOLD_JUDGE)]
