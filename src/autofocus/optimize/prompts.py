@@ -452,11 +452,11 @@ def optimise(
         compiled_steps = {s: m for s, m in modules.items() if not (judged and s == GOLD_JUDGE)}
         compiled = (opt.compile(StepProgram(programs, compiled_steps), trainset=spread_shapes(train), **extra)
                     if compiled_steps else None)
-        if judged:
+        judges = {n: p for n, p in template.named_predictors() if judged and n.startswith(f"{GOLD_JUDGE}.")}
+        if judges:
             demos = yes_no_demos(kb, cfg, spread_shapes(train), max_demos)
-            for pname, predictor in template.named_predictors():
-                if pname.startswith(f"{GOLD_JUDGE}."):
-                    predictor.demos = list(demos)
+            for predictor in judges.values():
+                predictor.demos = list(demos)
     wall = time.perf_counter() - start
     optimise_calls = programs.lm_calls - calls_before
     shared = shared_inputs(template)
@@ -468,8 +468,7 @@ def optimise(
             predictor.lm = lm
             if not full_demos:
                 compact_demos(predictor, shared)
-    if judged:
-        chosen |= {n: p for n, p in template.named_predictors() if n.startswith(f"{GOLD_JUDGE}.")}
+    chosen |= judges
     optimised = StepProgram(programs, modules)
     with dspy.context(lm=task_lm, callbacks=_with_usage_callback()):
         after = scored("optimised on val", optimised)
