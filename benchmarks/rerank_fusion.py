@@ -3,29 +3,34 @@
 A run of ``afr`` (or any system with a reranker) records step 8's input order and the reranker's
 output in each trace line. ``rerank_fusion=rrf`` is a deterministic function of those two orders, so
 its metrics on the same questions follow exactly, paired, from the trace: the pre-rerank order
-(steps 1-7), the reranker's order, the fused order for each ``k``, (runs with ``merge_rule``
+(steps 1-7), the reranker's order, the fused order for each ``k``, (pointwise runs) the
+``rerank_fusion=prior`` order for each weight, (runs with ``merge_rule``
 evidence) the reranker's order with the grounded block kept first where steps 6-7 kept it, and (a
 pointwise run over all k) the order with only the first ``d`` candidates reranked
 (``rerank_depth``): pointwise scores are per candidate, so that order follows exactly from them.
 
-    .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60 --depths 5 10 15
+    .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60 --depths 5 10 15 \
+        --weights 0.25 0.5 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from autofocus.evaluation.report import load_run, paired_test
 from autofocus.metrics import compute_metrics
-from autofocus.program.steps.rerank import rrf_fuse
+from autofocus.program.steps.rerank import prior_fuse, rrf_fuse
 from autofocus.program.steps.vss import grounded_first
 
 
-def orders(record: dict, ks: list[int], depths: list[int] = ()) -> dict[str, list[int]] | None:
+def orders(
+    record: dict, ks: list[int], depths: Sequence[int] = (), weights: Sequence[float] = ()
+) -> dict[str, list[int]] | None:
     """The orders of one question's top k (steps 1-7, reranker, fused for each k), or None where step 8
     did not run."""
     data = record["trace"]["data"].get("rerank")
@@ -41,7 +46,12 @@ def orders(record: dict, ks: list[int], depths: list[int] = ()) -> dict[str, lis
     out["reranker, block kept"] = grounded_first(reranked, strand) if kept else reranked
     for k in ks:
         out[f"rrf k={k}"] = [ids[i] for i in rrf_fuse([position[n] for n in reranked], k)]
-    scores = data.get("scores") if data.get("method") == "pointwise" and "depth" not in data else None
+    scores = data.get("scores") if data.get("method") == "pointwise" else None
+    if scores is not None:  # the scores are those of the first len(scores) inputs (rerank_depth)
+        head, by_reranker = ids[: len(scores)], [position[n] for n in reranked[: len(scores)]]
+        for w in weights:
+            out[f"prior w={w:g}"] = [head[i] for i in prior_fuse(by_reranker, scores, w)] + ids[len(scores) :]
+    scores = scores if "depth" not in data else None
     for d in depths if scores is not None and len(scores) == len(ids) else []:
         out[f"reranker, depth {d}"] = [ids[i] for i in sorted(range(min(d, len(ids))), key=lambda i: (-scores[i], i))] + ids[d:]
     return out
@@ -52,7 +62,7 @@ def main(args: argparse.Namespace) -> None:
         run = load_run(run_dir)
         rows: dict[str, dict[str, list[float]]] = {}
         for record in run.records:
-            found = orders(record, args.k, args.depths) if record.get("status") == "ok" else None
+            found = orders(record, args.k, args.depths, args.weights) if record.get("status") == "ok" else None
             if found is None:
                 continue
             for name, ranked in found.items():
@@ -83,5 +93,6 @@ if __name__ == "__main__":
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--k", type=int, nargs="+", default=[60])
     parser.add_argument("--depths", type=int, nargs="*", default=[], help="rerank_depth values to recompute (pointwise runs)")
+    parser.add_argument("--weights", type=float, nargs="*", default=[], help="rerank_prior_weight values (pointwise runs)")
     parser.add_argument("--out", type=Path, default=None, help="append the means to this JSON file")
     main(parser.parse_args())

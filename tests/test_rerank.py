@@ -514,6 +514,39 @@ def test_pointwise_with_rrf_fusion_records_both_orders() -> None:
     assert trace.data["rerank"]["reranker_output"] == plain and trace.data["rerank"]["output"] == fused
 
 
+def test_prior_fuse_weighs_the_rerankers_confidence_against_the_retrieval_rank() -> None:
+    from autofocus.program.steps.rerank import prior_fuse
+
+    order = [1, 0, 2]  # the reranker's order of input positions
+    near_tie = [0.60, 0.62, 0.10]
+    assert prior_fuse(order, near_tie, 0.0) == [1, 0, 2]  # weight 0: the reranker alone
+    assert prior_fuse(order, near_tie, 1.0) == [0, 1, 2]  # a near-tie keeps the retrieval order
+    sure = [0.05, 0.99, 0.10]
+    assert prior_fuse([1, 2, 0], sure, 1.0) == [1, 0, 2]  # a confident Yes still rises
+    assert prior_fuse([1, 2, 0], sure, 20.0) == [0, 1, 2]  # a heavy prior: steps 1-7's order
+    # no scores (listwise, pairwise): the reranker's rank stands in for its log-odds
+    assert prior_fuse([2, 0, 1], None, 0.0) == [2, 0, 1]
+    assert prior_fuse([2, 0, 1], None, 1.0) == [0, 2, 1]
+    assert prior_fuse([2, 0, 1], None, 5.0) == [0, 1, 2]
+    assert prior_fuse([0, 1], [1.0, 0.0], 1.0) == [0, 1]  # certain scores are clipped, not infinite
+    assert prior_fuse([], [], 1.0) == []
+    order = [int(i) for i in random.Random(1).sample(range(20), 20)]
+    assert sorted(prior_fuse(order, [random.Random(i).random() for i in range(20)], 0.5)) == list(range(20))
+
+
+def test_pointwise_with_prior_fusion_uses_the_scores() -> None:
+    candidates = [5, 3, 9, 1]
+    scores = {5: 0.45, 3: 0.5, 9: 0.3, 1: 0.97}
+    lm, _ = scripted(pointwise_answer(scores))
+    plain, _ = run(PointwiseReranker(config()), lm, candidates)
+    assert plain == [1, 3, 5, 9]
+    lm, _ = scripted(pointwise_answer(scores))
+    fused, trace = run(PointwiseReranker(config(rerank_fusion="prior", rerank_prior_weight=1.0)), lm, candidates)
+    # 1 is sure enough to lead from the last place; 5 (retrieval's first) keeps its lead over 3's near-tie
+    assert fused == [1, 5, 3, 9]
+    assert trace.data["rerank"]["reranker_output"] == plain and trace.data["rerank"]["output"] == fused
+
+
 def test_yes_no_descriptions_show_the_grounding_evidence_within_the_budget(tiny_skb: Any) -> None:
     """A grounded candidate's path comes right after its name and type, and its description keeps the
     same token budget; candidates without evidence are described as before."""

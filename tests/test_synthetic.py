@@ -515,3 +515,72 @@ def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb:
                       json.loads((tmp_path / "tune" / "best_config.json").read_text())):
             assert (saved["lm"]["timeout_s"], saved["lm"]["num_retries"], saved["question_deadline_s"]) == (7, 0, 60)
         assert json.loads((tmp_path / "tune" / "summary.json").read_text())["pre_rerank"]["tuned"]["hit@4"] == 1.0
+
+
+# --- text clues -------------------------------------------------------------------------------------
+
+
+WORDS = ("amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "jasper", "kelp",
+         "lagoon", "marble", "nectar", "onyx", "prairie", "quartz", "russet", "sienna", "tundra")
+
+
+def clue_skb() -> SKB:
+    """Items made by makers; each item's text has shared stock words and a phrase of its own."""
+    rng = np.random.default_rng(3)
+    types = ["item", "maker"]
+    node_type = np.repeat([0, 1], [60, 6])
+    names = [f"item {i}" for i in range(60)] + [f"maker {m}" for m in range(6)]
+    docs = [f"A sturdy product in {WORDS[i % 20]} {WORDS[(i * 7 + 3) % 20]} colours, number {i}." for i in range(60)]
+    docs += [f"A workshop called maker {m}." for m in range(6)]
+    edges = [(i, "item_made_by_maker", 60 + int(rng.integers(6))) for i in range(60)]
+    return make_skb(types, node_type, edges, {"item_made_by_maker": ("item", "maker")}, names=names, docs=docs)
+
+
+def test_a_text_clue_is_a_rare_phrase_of_one_answer_that_no_other_answer_has() -> None:
+    from autofocus.synthetic.clues import ClueFinder
+
+    skb = clue_skb()
+    finder = ClueFinder(skb)
+    common = finder.common_words()
+    assert {"sturdy", "product", "colours"} <= common and not set(WORDS) & common  # 3 texts each: rare
+    answers = np.array([1, 2, 21])  # 1 and 21 share "basalt kelp"
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        node, phrase = finder.clue(answers, ["maker 3"], rng)
+        words = phrase.lower().split()
+        assert len(words) == 2 and phrase in skb.doc(node) and not set(words) & common
+        assert all(phrase.lower() not in skb.doc(int(o)).lower() for o in answers if o != node)
+    assert finder.clue(np.array([5]), [], rng) is None  # one answer: nothing to narrow
+    assert finder.phrase(1, [21], []) is None  # its only rare words are the other answer's too
+    # a word of a shown name is never a clue: it would name the answer or repeat a constant
+    named = make_skb(["item"], [0, 0], [], {}, names=["cobalt gear", "plain gear"],
+                     docs=["Cobalt gear housing here.", "Plain spindle housing here."])
+    assert ClueFinder(named).phrase(0, [1], []) is None and ClueFinder(named).phrase(1, [0], []) == "spindle housing"  # not "Plain spindle"
+
+
+def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -> None:
+    kb = make_kb(clue_skb(), tmp_path / "kb")
+    with dspy.context(lm=verbaliser()):
+        result = synthesise(kb, 8, seed=0, clue_rate=1.0, max_triplets=1)
+    clued = [p for p in result.pairs if p.pattern.clue is not None]
+    assert clued and result.coverage()["text_clues"] == len(clued)
+    for pair in clued:
+        pattern = pair.pattern
+        assert pattern.asked.tolist() == [pattern.clue_answer] and pattern.clue_answer in pattern.answers.tolist()
+        assert len(pattern.answers) >= 2 and pattern.clue.lower() in pair.question.lower()
+        assert f'mentions "{pattern.clue}"' in pair.description
+    assert all(p.pattern.asked.tolist() == p.pattern.answers.tolist() for p in result.pairs if p.pattern.clue is None)
+    paths = write_synthetic(result, kb.skb, tmp_path / "out")
+    items = {i.id: i for i in load_qa(tmp_path / "none", "synthetic", qa_dir=tmp_path / "out")}
+    records = [json.loads(line) for line in paths["patterns"].read_text().splitlines()]
+    for r in records:
+        assert items[r["id"]].answer_ids == r["answer_ids"] and set(r["answer_ids"]) <= set(r["grounded_answer_ids"])
+        assert (r["clue"] is not None) == (len(r["answer_ids"]) < len(r["grounded_answer_ids"]))
+    with dspy.context(lm=verbaliser()):
+        plain = synthesise(kb, 8, seed=0, clue_rate=0.0, max_triplets=1)
+    assert all(p.pattern.clue is None for p in plain.pairs)
+    # a question that leaves the clue out asks for the whole grounded set: rejected
+    pattern = clued[0].pattern
+    assert question_problem(clued[0].question.replace(pattern.clue, "something"), pattern, kb.skb) == (
+        "the text clue is not stated"
+    )

@@ -502,3 +502,35 @@ def test_grounding_metrics_use_the_whole_grounded_set(tmp_path: Path) -> None:
     assert derived["grounded_recall"] == 1.0 and "grounded_ids_partial" not in derived
     kept = record["trace"]["data"]["grounded_ids"]  # the trace line still keeps 1000 ids
     assert kept["n"] == n_items and len(kept["head"]) == 1000
+
+
+def test_reranking_trials_send_the_programs_prompts_and_tune_the_fusion(
+    planted_kb: KnowledgeBase, planted_program: AutofocusRetriever, items: list[Any]
+) -> None:
+    """A step-8 setting is tuned on what the program sends: the grounded candidates' evidence lines included."""
+    from autofocus.program.steps.rerank import EVIDENCE_LEAD
+
+    cfg = paper_config(k=4, reranker="listwise", alpha=0.5, rerank_evidence=True, lm=LMConfig(default="test/scripted"))
+
+    def make_program(c: AutofocusConfig) -> AutofocusRetriever:
+        return registry.build_program("afr", planted_kb, c, with_lms=False)
+
+    ev = tune.ConfigEvaluator(
+        planted_program, items, evaluator(planted_kb, planted_program, items).outputs,
+        as_candidates(planted_kb.skb.candidate_ids), (1, 4), make_program,
+    )  # fmt: skip
+    lm = scripted_lm()
+    with dspy.context(lm=lm):
+        tuned = ev(cfg, rerank=True)
+    trial_prompts = sorted(user for field, user, _ in lm.calls if field == "ranking")
+    lm = scripted_lm()
+    with dspy.context(lm=lm):
+        for q in items:
+            make_program(cfg)(question=q.query)
+    program_prompts = sorted(user for field, user, _ in lm.calls if field == "ranking")
+    assert tuned.n == 2 and len(trial_prompts) == 2 and trial_prompts == program_prompts
+    assert all(EVIDENCE_LEAD in p for p in trial_prompts)  # both questions ground some of their candidates
+    # the fusion settings are tunable only where trials rerank
+    assert tune.parse_params("rerank_fusion,rerank_prior_weight", rerank=True) == ["rerank_fusion", "rerank_prior_weight"]
+    with pytest.raises(ValueError, match="--rerank-trials"):
+        tune.parse_params("rerank_prior_weight", rerank=False)

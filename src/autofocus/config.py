@@ -121,9 +121,14 @@ class AutofocusConfig(BaseModel):
         "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"
     )
     reranker: Reranker = "auto"
-    rerank_fusion: Literal["none", "rrf"] = Field(
+    rerank_fusion: Literal["none", "rrf", "prior"] = Field(
         "none", description="step 8: none: the reranker's order (paper); rrf: reciprocal rank fusion of the "
-        "reranker's order with the retrieval order, for rerankers weaker than steps 1-7"
+        "reranker's order with the retrieval order, for rerankers weaker than steps 1-7; prior: the reranker's "
+        "log-odds plus rerank_prior_weight x the log-rank prior of steps 1-7's order"
+    )
+    rerank_prior_weight: float = Field(
+        1.0, ge=0.0, le=10.0, description="prior: weight of -ln(1 + retrieval rank) against the reranker's "
+        "log-odds (0: the reranker alone; large: steps 1-7's order); a setting to tune (`autofocus tune`)"
     )
     rerank_evidence: bool = Field(
         True, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"

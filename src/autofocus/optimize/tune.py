@@ -88,6 +88,9 @@ SPACE: dict[str, Param] = {
     "reranker": Param("cat", ("pointwise", "listwise", "pairwise", "tournament"), rerank_only=True),
     "rerank_keep_block": Param("cat", (False, True), rerank_only=True),
     "rerank_depth": Param("int", low=5, high=50, step=5, rerank_only=True),
+    "rerank_fusion": Param("cat", ("none", "rrf", "prior"), rerank_only=True),
+    "rerank_fusion_k": Param("int", low=1, high=100, log=True, rerank_only=True),
+    "rerank_prior_weight": Param("float", low=0.0, high=3.0, rerank_only=True),
     "repair_asked": Param("cat", (True, False)),
     "repair_mentions": Param("cat", (True, False)),
 }
@@ -365,16 +368,9 @@ class ConfigEvaluator:
         start = time.perf_counter()
         found = program.retrieve(item.query, out.target_type, out.cypher, cfg, trace)
         ranked = found.ids
-        if rerank and program.reranker is not None and ranked:
-            with trace.step("8_rerank"):
-                ranked = program.reranker(
-                    question=item.query,
-                    candidates=ranked,
-                    skb=program.kb.skb,
-                    target_type=out.target_type,
-                    retrieved=found.neighbourhood(),
-                    trace=trace,
-                )
+        if rerank:
+            evidence = program.evidence(found, cfg, trace)
+            ranked = program.rerank(item.query, out.target_type, found, evidence, cfg, trace)
         seconds = time.perf_counter() - start
         grounded, gold = prepare(found.grounded, item.answer_ids, self.candidates)
         hits = int(np.isin(gold, grounded).sum())

@@ -36,6 +36,7 @@ from autofocus.cypher import to_cypher
 from autofocus.program.steps.llm_call import is_lm_outage
 from autofocus.redact import redact
 from autofocus.signatures import VerbalizePattern
+from autofocus.synthetic.clues import ClueFinder
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
 from autofocus.synthetic.verbalise import describe, question_problem
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
@@ -80,6 +81,7 @@ class SynthesisResult:
             "edge_types": dict(Counter(e for p in self.pairs for e in p.pattern.edge_types)),
             "shapes": dict(Counter(p.pattern.shape for p in self.pairs)),
             "filters": dict(Counter(c.op for p in self.pairs for _, c in p.pattern.filters)),
+            "text_clues": sum(p.pattern.clue is not None for p in self.pairs),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -215,6 +217,7 @@ def synthesise(
     max_answers: int = 20,
     max_triplets: int = 3,
     filter_rate: float = 0.3,
+    clue_rate: float = 0.5,
     threads: int = 1,
     oversample: float = 1.25,
     max_attempts: int | None = None,
@@ -229,6 +232,8 @@ def synthesise(
         max_answers: largest answer set kept.
         max_triplets: 1 to 3 triplets per pattern.
         filter_rate: share of patterns given an attribute filter although their answers are few.
+        clue_rate: share of patterns with two or more answers narrowed to one by a text clue
+            (``synthetic.clues``): questions that need the text as well as the graph.
         threads: LM calls in parallel.
         oversample: patterns verbalised per missing question (questions can be rejected).
         max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
@@ -236,10 +241,11 @@ def synthesise(
     """
     start = time.perf_counter()
     settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
-                "filter_rate": filter_rate, "lm": getattr(dspy.settings.lm, "model", None)}
+                "filter_rate": filter_rate, "clue_rate": clue_rate, "lm": getattr(dspy.settings.lm, "model", None)}
     result = SynthesisResult(pairs=[], settings=settings)
     sampler = PatternSampler(kb.skb, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate)
     stream = _Stream(kb, sampler, type_shares(kb, n), seed, max_attempts or 200 * n + 1000, result, tick)
+    clues, clue_rng = ClueFinder(kb.skb, seed), np.random.default_rng([seed, 1])
     verbalizer = dspy.Predict(VerbalizePattern)
     kb_description = kb.skb.schema.description or f"A knowledge base named {kb.skb.schema.name}."
     texts: set[str] = set()
@@ -277,6 +283,13 @@ def synthesise(
             batch = stream.take(math.ceil((n - len(result.pairs)) * oversample))
             if not batch:
                 break
+            for pattern, _ in batch:
+                if len(pattern.answers) >= 2 and clue_rng.random() < clue_rate:
+                    found = clues.clue(pattern.answers, _names(pattern), clue_rng)
+                    if found is None:
+                        result.rejected["no text clue (kept without)"] += 1
+                    else:
+                        pattern.clue_answer, pattern.clue = found
             result.verbalised += len(batch)
             t0 = time.perf_counter()
             answers = map_concurrently(ask, batch, threads)

@@ -1,10 +1,11 @@
 """Write synthesised pairs as a QA file of their own split, with the patterns behind them.
 
 ``qa_synthetic.csv`` has the QA format's columns (``id``, ``query``, ``answer_ids``) plus
-``answer_names``, ``target_type``, ``shape`` and ``cypher``; beside an SKB's ``qa.csv`` (or in a
+``answer_names``, ``target_type``, ``shape``, ``cypher`` and ``clue`` (a text clue's phrase, or
+empty: ``synthetic.clues``); beside an SKB's ``qa.csv`` (or in a
 folder given to ``--qa-dir``) it is the whole-file split ``synthetic``. It is never a split file
 under ``splits/``, so it cannot enter ``test``. ``synthetic_patterns.jsonl`` holds each question's
-query graph, constants and answers; ``synthetic_summary.json`` the counts, rejections and cost.
+query graph, constants, answers and (with a clue) the larger set its gold query grounds; ``synthetic_summary.json`` the counts, rejections and cost.
 The chat export is step 2's prompt as the program sends it (DSPy's chat adapter) with the gold
 Cypher as the assistant's answer: fine-tuning data in the OpenAI chat format.
 """
@@ -23,7 +24,7 @@ SPLIT = "synthetic"
 QA_FILE = f"qa_{SPLIT}.csv"
 PATTERNS_FILE = "synthetic_patterns.jsonl"
 SUMMARY_FILE = "synthetic_summary.json"
-COLUMNS = ("id", "query", "answer_ids", "answer_names", "target_type", "shape", "cypher")
+COLUMNS = ("id", "query", "answer_ids", "answer_names", "target_type", "shape", "cypher", "clue")
 
 
 def write_synthetic(
@@ -40,9 +41,9 @@ def write_synthetic(
         writer = csv.writer(fh)
         writer.writerow(COLUMNS)
         for p in result.pairs:
-            ids = [int(i) for i in p.pattern.answers]
+            ids = [int(i) for i in p.pattern.asked]
             writer.writerow([p.id, p.question, json.dumps(ids), json.dumps([skb.name(i) for i in ids]),
-                             p.pattern.target_type, p.pattern.shape, p.cypher])
+                             p.pattern.target_type, p.pattern.shape, p.cypher, p.pattern.clue or ""])
     with paths["patterns"].open("w", encoding="utf-8") as fh:
         for p in result.pairs:
             fh.write(json.dumps(pattern_record(p, skb), ensure_ascii=False) + "\n")
@@ -59,7 +60,9 @@ def pattern_record(pair: Any, skb: SKB) -> dict[str, Any]:
         "shape": pattern.shape,
         "cypher": pair.cypher,
         "constants": {v: {"id": i, "name": skb.name(i)} for v, i in pattern.constants.items()},
-        "answer_ids": [int(i) for i in pattern.answers],
+        "answer_ids": [int(i) for i in pattern.asked],
+        "grounded_answer_ids": [int(i) for i in pattern.answers],  # what the gold query grounds
+        "clue": pattern.clue,
         "query_graph": pattern.query.model_dump(),
         "pattern_text": pair.description,
     }

@@ -37,6 +37,13 @@ class Pattern:
     constants: dict[str, int]  # var -> node id
     answers: np.ndarray  # sorted node ids
     shape: str  # "1", "2-chain", "2-star", "3-chain", "3-star", "3-fork"
+    clue: str | None = None  # a phrase of one answer's text (``synthetic.clues``): the question asks for it
+    clue_answer: int | None = None
+
+    @property
+    def asked(self) -> np.ndarray:
+        """The question's answers: the clue's one node, else the whole answer set."""
+        return self.answers if self.clue_answer is None else np.array([self.clue_answer], dtype=np.int64)
 
     @property
     def target_type(self) -> str:

@@ -2,7 +2,7 @@
 
 The LM sees names, relationship labels with the schema's descriptions, conditions and the asked
 type; never the answers. A question is kept only when it names every constant, states every
-attribute filter's value, names no answer and shows no query syntax.
+attribute filter's value and any text clue, names no answer and shows no query syntax.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ def describe(pattern: Pattern, skb: SKB) -> str:
         lines.append(f"- {noun[t.head]} {phrase} {noun[t.tail]}")
     for var, c in pattern.filters:
         lines.append(f"- the {c.key.replace('_', ' ')} of {noun[var]} {_OPS.get(c.op, c.op)} {c.value!r}")
+    if pattern.clue is not None:
+        lines.append(f'- the text about {noun[qg.target]} mentions "{pattern.clue}"')
     meanings = []
     for rel in dict.fromkeys(pattern.edge_types):
         info = skb.schema.edge_types.get(rel)
@@ -73,6 +75,8 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "a constant is named as the answer"
     if any(not _states(c.value, lower) for _, c in pattern.filters):
         return "a filter's value is not stated"  # the question asks for a larger set than the answers
+    if pattern.clue is not None and not _states(pattern.clue, lower):
+        return "the text clue is not stated"
     rest = lower
     for n in sorted(names, key=len, reverse=True):  # an answer's name inside a constant's is no leak
         rest = rest.replace(n.lower(), " ")

@@ -298,9 +298,12 @@ class Reranker(dspy.Module):
         )
         data: dict[str, Any] = {"method": self.method, "input": ids + below}
         order = self._rank(session, target_type, data) if len(ids) > 1 else list(range(len(ids)))
-        if cfg.rerank_fusion == "rrf":
+        if cfg.rerank_fusion != "none" and len(ids) > 1:
             data["reranker_output"] = [ids[i] for i in order] + below
-            order = rrf_fuse(order, cfg.rerank_fusion_k)
+            if cfg.rerank_fusion == "rrf":
+                order = rrf_fuse(order, cfg.rerank_fusion_k)
+            else:
+                order = prior_fuse(order, data.get("scores"), cfg.rerank_prior_weight)
         if below:
             data["depth"] = len(ids)
         ranked = [ids[i] for i in order]
@@ -658,6 +661,24 @@ def rrf_fuse(order: Sequence[int], k: int = 60) -> list[int]:
     by_reranker = np.empty(n, dtype=np.int64)
     by_reranker[np.asarray(order, dtype=np.int64)] = np.arange(n)
     fused = 1.0 / (k + 1 + np.arange(n)) + 1.0 / (k + 1 + by_reranker)
+    return [int(i) for i in np.lexsort((by_reranker, -fused))]
+
+
+def prior_fuse(order: Sequence[int], scores: Sequence[float] | None, weight: float) -> list[int]:
+    """The reranker's evidence plus a prior from steps 1-7: ``logit(score_i) - weight * ln(1 + i)``
+    for the candidate at input position ``i``. Unlike rrf it keeps how sure the reranker is: a
+    confident Yes lower down still rises, a near-tie keeps the retrieval order. Rerankers without
+    per-candidate scores (listwise, pairwise) contribute ``-ln(1 + their rank)`` instead. Ties go to
+    the reranker's order."""
+    n = len(order)
+    by_reranker = np.empty(n, dtype=np.int64)
+    by_reranker[np.asarray(order, dtype=np.int64)] = np.arange(n)
+    if scores is not None and len(scores) == n:
+        p = np.clip(np.asarray(scores, dtype=np.float64), 1e-6, 1 - 1e-6)
+        evidence = np.log(p) - np.log1p(-p)
+    else:
+        evidence = -np.log1p(by_reranker.astype(np.float64))
+    fused = evidence - weight * np.log1p(np.arange(n, dtype=np.float64))
     return [int(i) for i in np.lexsort((by_reranker, -fused))]
 
 

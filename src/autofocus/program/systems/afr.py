@@ -411,37 +411,54 @@ class AutofocusRetriever(RetrievalProgram):
         trace.data["alpha"] = {"value": alpha, "why": why}
         return alpha
 
+    # --- step 8 ------------------------------------------------------------------------------------
+    def evidence(self, found: Retrieval, cfg: AutofocusConfig, trace: Trace) -> dict[int, str]:
+        """Per grounded candidate of the top k, the graph paths that satisfied the query, as text: a
+        multi-hop answer's own relations may not reach the facts the question asks (recorded as support)."""
+        skb = self.kb.skb
+        if found.grounding is None or found.query_graph is None:
+            return {}
+        support = {
+            i: support_paths(skb, found.query_graph, found.grounding.final_sets, i)
+            for i in found.ids[: cfg.k]
+            if found.strand.get(i) in ("grounded", "both")
+        }
+        trace.data["support"] = {str(i): paths for i, paths in support.items()}
+        return {i: "; ".join(dict.fromkeys(path_text(skb, p) for p in paths)) for i, paths in support.items()}
+
+    def rerank(
+        self, question: str, y_type: str | list[str] | None, found: Retrieval, evidence: dict[int, str],
+        cfg: AutofocusConfig, trace: Trace,
+    ) -> list[int]:
+        """Step 8 on what steps 3-7 found; the program and ``autofocus tune``'s reranking trials both call
+        this, so a tuned step-8 setting is tuned on the prompts the program sends."""
+        ranked = found.ids
+        if self.reranker is None or not ranked:
+            return ranked
+        with trace.step("8_rerank"):
+            ranked = self.reranker(
+                question=question,
+                candidates=ranked,
+                skb=self.kb.skb,
+                target_type=y_type,
+                retrieved=found.neighbourhood(),
+                evidence=evidence if cfg.rerank_evidence else None,
+                trace=trace,
+                config=cfg,
+            )
+        if cfg.rerank_keep_block and found.strong_evidence:
+            ranked = grounded_first(ranked, found.strand)
+            trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
+        return ranked
+
     # --- the whole program ------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
         trace = Trace(system=self.system, question=question)
-        skb = self.kb.skb
         y_type, cypher = self.llm_steps(question, trace)
         found = self.retrieve(question, y_type, cypher, cfg, trace)
-        ranked = found.ids
-        support = {}
-        if found.grounding is not None and found.query_graph is not None:
-            support = {
-                i: support_paths(skb, found.query_graph, found.grounding.final_sets, i)
-                for i in ranked[: cfg.k]
-                if found.strand.get(i) in ("grounded", "both")
-            }
-            trace.data["support"] = {str(i): paths for i, paths in support.items()}
-        if cfg.steps == "1-8" and self.reranker is not None and ranked:
-            with trace.step("8_rerank"):
-                ranked = self.reranker(
-                    question=question,
-                    candidates=ranked,
-                    skb=skb,
-                    target_type=y_type,
-                    retrieved=found.neighbourhood(),
-                    evidence={i: "; ".join(dict.fromkeys(path_text(skb, p) for p in paths)) for i, paths in support.items()}
-                    if cfg.rerank_evidence else None,
-                    trace=trace,
-                )
-            if cfg.rerank_keep_block and found.strong_evidence:
-                ranked = grounded_first(ranked, found.strand)
-                trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
+        evidence = self.evidence(found, cfg, trace)
+        ranked = self.rerank(question, y_type, found, evidence, cfg, trace) if cfg.steps == "1-8" else found.ids
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
 
 
