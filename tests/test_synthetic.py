@@ -25,7 +25,7 @@ from autofocus.skb.qa import QAItem, load_qa, splits_available
 from autofocus.synthetic import PatternSampler, SelfCheck, export_chat, synthesise, write_synthetic
 from autofocus.synthetic.build import type_shares
 from autofocus.synthetic.patterns import Pattern
-from autofocus.synthetic.verbalise import describe, question_problem
+from autofocus.synthetic.verbalise import clean_question, describe, question_problem
 from autofocus.trace import Trace
 from tests.skb_factory import make_skb
 from tests.test_optimize import PromptLM, has_demos
@@ -561,7 +561,7 @@ def test_a_text_clue_is_a_rare_phrase_of_one_answer_that_no_other_answer_has() -
 def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -> None:
     kb = make_kb(clue_skb(), tmp_path / "kb")
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 8, seed=0, clue_rate=1.0, max_triplets=1)
+        result = synthesise(kb, 8, seed=0, clue_share=1.0, max_triplets=1)
     clued = [p for p in result.pairs if p.pattern.clue is not None]
     assert clued and result.coverage()["text_clues"] == len(clued)
     for pair in clued:
@@ -577,8 +577,12 @@ def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -
         assert items[r["id"]].answer_ids == r["answer_ids"] and set(r["answer_ids"]) <= set(r["grounded_answer_ids"])
         assert (r["clue"] is not None) == (len(r["answer_ids"]) < len(r["grounded_answer_ids"]))
     with dspy.context(lm=verbaliser()):
-        plain = synthesise(kb, 8, seed=0, clue_rate=0.0, max_triplets=1)
+        plain = synthesise(kb, 8, seed=0, clue_share=0.0, max_triplets=1)
     assert all(p.pattern.clue is None for p in plain.pairs)
+    with dspy.context(lm=verbaliser()):
+        some = synthesise(kb, 10, seed=0, clue_share=0.3, max_triplets=1)
+    assert 1 <= some.coverage()["text_clues"] <= 3  # a quota of the questions, not of the patterns
+    assert clean_question("Which item?  [[ ## completed ## ]]\n") == "Which item?"  # an echoed field marker
     # a question that leaves the clue out asks for the whole grounded set: rejected
     pattern = clued[0].pattern
     assert question_problem(clued[0].question.replace(pattern.clue, "something"), pattern, kb.skb) == (

@@ -38,7 +38,7 @@ from autofocus.redact import redact
 from autofocus.signatures import VerbalizePattern
 from autofocus.synthetic.clues import ClueFinder
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
-from autofocus.synthetic.verbalise import describe, question_problem
+from autofocus.synthetic.verbalise import clean_question, describe, question_problem
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def synthesise(
     max_answers: int = 20,
     max_triplets: int = 3,
     filter_rate: float = 0.3,
-    clue_rate: float = 0.5,
+    clue_share: float = 0.3,
     threads: int = 1,
     oversample: float = 1.25,
     max_attempts: int | None = None,
@@ -232,8 +232,9 @@ def synthesise(
         max_answers: largest answer set kept.
         max_triplets: 1 to 3 triplets per pattern.
         filter_rate: share of patterns given an attribute filter although their answers are few.
-        clue_rate: share of patterns with two or more answers narrowed to one by a text clue
-            (``synthetic.clues``): questions that need the text as well as the graph.
+        clue_share: about this share of the questions are narrowed to one of their answers by a
+            text clue (``synthetic.clues``): questions that need the text as well as the graph. Only
+            patterns with two or more answers can be, so the share is an upper bound.
         threads: LM calls in parallel.
         oversample: patterns verbalised per missing question (questions can be rejected).
         max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
@@ -241,7 +242,7 @@ def synthesise(
     """
     start = time.perf_counter()
     settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
-                "filter_rate": filter_rate, "clue_rate": clue_rate, "lm": getattr(dspy.settings.lm, "model", None)}
+                "filter_rate": filter_rate, "clue_share": clue_share, "lm": getattr(dspy.settings.lm, "model", None)}
     result = SynthesisResult(pairs=[], settings=settings)
     sampler = PatternSampler(kb.skb, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate)
     stream = _Stream(kb, sampler, type_shares(kb, n), seed, max_attempts or 200 * n + 1000, result, tick)
@@ -259,7 +260,7 @@ def synthesise(
         text = describe(item[0], kb.skb)
         try:
             pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
-            question = " ".join(str(pred.question).split())
+            question = clean_question(str(pred.question))
         except Exception as exc:  # a malformed or failed LM answer costs one pattern, not the run
             if is_lm_outage(exc):
                 with lock:
@@ -283,13 +284,15 @@ def synthesise(
             batch = stream.take(math.ceil((n - len(result.pairs)) * oversample))
             if not batch:
                 break
-            for pattern, _ in batch:
-                if len(pattern.answers) >= 2 and clue_rng.random() < clue_rate:
+            clued = sum(p.pattern.clue is not None for p in result.pairs)
+            for i, (pattern, _) in enumerate(batch):  # a quota, as for the types: clues stay in step
+                if len(pattern.answers) >= 2 and clued < clue_share * (len(result.pairs) + i + 1):
                     found = clues.clue(pattern.answers, _names(pattern), clue_rng)
                     if found is None:
-                        result.rejected["no text clue (kept without)"] += 1
+                        result.rejected["no text clue: kept as a plain question"] += 1
                     else:
                         pattern.clue_answer, pattern.clue = found
+                        clued += 1
             result.verbalised += len(batch)
             t0 = time.perf_counter()
             answers = map_concurrently(ask, batch, threads)

@@ -70,13 +70,14 @@ class ClueFinder:
         return None
 
     def clue(
-        self, answers: np.ndarray, shown_names: list[str], rng: np.random.Generator, tries: int = 3
+        self, answers: np.ndarray, shown_names: list[str], rng: np.random.Generator
     ) -> tuple[int, str] | None:
-        """``(the one answer, its phrase)`` for an answer set of at least two nodes, or None."""
+        """``(an answer, its phrase)`` for an answer set of at least two nodes (answers tried in random
+        order), or None."""
         if len(answers) < 2:
             return None
         ids = [int(a) for a in answers]
-        for node in rng.permutation(ids)[:tries].tolist():
+        for node in rng.permutation(ids).tolist():
             found = self.phrase(node, [o for o in ids if o != node], shown_names)
             if found is not None:
                 return node, found

@@ -12,6 +12,7 @@ import re
 from autofocus.skb.model import SKB
 from autofocus.synthetic.patterns import Pattern
 
+_MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")  # a chat adapter's field marker a small LM echoes
 _SYNTAX = re.compile(r"-\[|\]->|\(\w+:\w+|\by\.\w+|\bMATCH\b|\bRETURN\b")
 _OPS = {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"}
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
@@ -58,6 +59,11 @@ def _noun(var: str, type_name: str, pattern: Pattern) -> str:
     if name is not None:
         return f'the {type_name} "{name}"'
     return f"some {type_name} {var.upper()}"
+
+
+def clean_question(text: str) -> str:
+    """The LM's question on one line, without field markers it echoed (``[[ ## completed ## ]]``)."""
+    return " ".join(_MARKER.sub(" ", text).split())
 
 
 def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
