@@ -10,8 +10,9 @@ no other answer's: only reading the text singles that answer out, as in a hybrid
 
 A phrase qualifies when both words are at least four letters, neither is common in the SKB's documents
 (in more than ``COMMON_SHARE`` of a seeded sample of them: function words and the domain's stock
-vocabulary), neither is part of a name the pattern shows, and the phrase, as words, occurs in no other answer's document. The first such
-phrase in document order is taken: a document's opening states what the node is for.
+vocabulary), neither is part of a name the pattern shows, and the phrase, as words, occurs in no
+other answer's document. The first such phrase in document order is taken: a document's opening
+states what the node is for.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class ClueFinder:
         other_docs = [_words(self.skb.doc(o)) for o in others]
         for m in _PAIR.finditer(self.skb.doc(node)):
             pair = (m.group(1).lower(), m.group(2).lower())
-            if any(w in common or w in shown or not w.isalpha() for w in pair):
+            if any(w in common or w in shown for w in pair):
                 continue
             text = " ".join(pair)
             if not any(f" {text} " in f" {d} " for d in other_docs):

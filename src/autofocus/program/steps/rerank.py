@@ -653,13 +653,19 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reran
     return RERANKERS[choice](config, **kwargs)
 
 
+def _ranks(order: Sequence[int]) -> np.ndarray:
+    """Each input position's rank in a reranker's ``order`` of the positions (the inverse permutation)."""
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    return ranks
+
+
 def rrf_fuse(order: Sequence[int], k: int = 60) -> list[int]:
     """Reciprocal rank fusion of the input order (0, 1, ...) with a reranker's ``order`` of those
     positions: a small LM's scores then reorder the list without discarding what steps 1-7 ranked
     first. Ties go to the reranker's order."""
     n = len(order)
-    by_reranker = np.empty(n, dtype=np.int64)
-    by_reranker[np.asarray(order, dtype=np.int64)] = np.arange(n)
+    by_reranker = _ranks(order)
     fused = 1.0 / (k + 1 + np.arange(n)) + 1.0 / (k + 1 + by_reranker)
     return [int(i) for i in np.lexsort((by_reranker, -fused))]
 
@@ -671,8 +677,7 @@ def prior_fuse(order: Sequence[int], scores: Sequence[float] | None, weight: flo
     per-candidate scores (listwise, pairwise) contribute ``-ln(1 + their rank)`` instead. Ties go to
     the reranker's order."""
     n = len(order)
-    by_reranker = np.empty(n, dtype=np.int64)
-    by_reranker[np.asarray(order, dtype=np.int64)] = np.arange(n)
+    by_reranker = _ranks(order)
     if scores is not None and len(scores) == n:
         p = np.clip(np.asarray(scores, dtype=np.float64), 1e-6, 1 - 1e-6)
         evidence = np.log(p) - np.log1p(-p)
