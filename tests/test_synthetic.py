@@ -37,17 +37,26 @@ def quoted(text: str) -> list[str]:
 
 
 def writer(user: str) -> dict[str, str]:
-    """A verbaliser that names every constant of the pattern and the asked type."""
+    """A verbaliser that names every constant of the pattern, the asked type and any fact clue."""
     pattern = field_value(user, "pattern")
     kind = field_value(user, "answer_type")
     names = quoted(pattern)
     conditions = [line for line in pattern.splitlines() if line.startswith("- the ") and " of " in line]
     extra = f" where {len(conditions)} condition(s) hold" if conditions else ""
+    facts = [line.split(") ", 1)[1] for line in pattern.splitlines()
+             if line.startswith("- the unknown answer (") and '"' not in line]
+    extra += "".join(f" and {fact}" for fact in facts)
     return {"question": f"Which {kind} nodes are linked to {' and '.join(names)}{extra}?"}
 
 
-def verbaliser(handler: Any = writer) -> ScriptedLM:
-    return ScriptedLM({"question": handler})
+def fact_writer(user: str) -> dict[str, str]:
+    """A fact stater that answers in a sentence, as small LMs do: the node's text from its third word."""
+    words = field_value(user, "text").split()
+    return {"fact": f"This {field_value(user, 'node_type')} is described as {' '.join(words[2:9])}."}
+
+
+def verbaliser(handler: Any = writer, facts: Any = fact_writer) -> ScriptedLM:
+    return ScriptedLM({"question": handler, "fact": facts})
 
 
 def brute_answers(skb: SKB, pattern: Pattern) -> set[int]:
@@ -202,7 +211,8 @@ def test_synthesis_is_deterministic_and_writes_a_split(kb: KnowledgeBase, tmp_pa
     assert [i.answer_ids for i in items] == [r["answer_ids"] for r in records] and len(items) == result.summary()["questions"]
     assert all(r["cypher"].startswith("MATCH") and r["constants"] for r in records)
     summary = json.loads((tmp_path / "a" / "synthetic_summary.json").read_text())
-    assert summary["lm_calls"] == summary["verbalised"] >= summary["questions"] > 0
+    assert summary["lm_calls"] == summary["verbalised"] + summary["facts_asked"]
+    assert summary["verbalised"] >= summary["questions"] > 0
 
 
 def test_coverage_follows_the_graph_and_answers_are_unique(random_kb: KnowledgeBase) -> None:
@@ -217,7 +227,7 @@ def test_coverage_follows_the_graph_and_answers_are_unique(random_kb: KnowledgeB
     assert set(cov["edge_types"]) == set(random_kb.skb.graph.edge_types)
     keys = [(p.pattern.target_type, tuple(p.pattern.answers.tolist())) for p in result.pairs]
     assert len(set(keys)) == len(keys) and len({p.question for p in result.pairs}) == len(keys)
-    assert result.self_checked >= result.verbalised == result.lm_calls == len(lm.calls)
+    assert result.self_checked >= result.verbalised == result.lm_calls - result.facts_asked == len(lm.calls) - result.facts_asked
 
 
 def test_rejected_questions_cost_a_pattern_not_the_run(kb: KnowledgeBase) -> None:
@@ -561,7 +571,7 @@ def test_a_text_clue_is_a_rare_phrase_of_one_answer_that_no_other_answer_has() -
 def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -> None:
     kb = make_kb(clue_skb(), tmp_path / "kb")
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 8, seed=0, clue_share=1.0, max_triplets=1)
+        result = synthesise(kb, 8, seed=0, clue_share=1.0, clue_kind="phrase", max_triplets=1)
     clued = [p for p in result.pairs if p.pattern.clue is not None]
     assert clued and result.coverage()["text_clues"] == len(clued)
     for pair in clued:
@@ -577,10 +587,10 @@ def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -
         assert items[r["id"]].answer_ids == r["answer_ids"] and set(r["answer_ids"]) <= set(r["grounded_answer_ids"])
         assert (r["clue"] is not None) == (len(r["answer_ids"]) < len(r["grounded_answer_ids"]))
     with dspy.context(lm=verbaliser()):
-        plain = synthesise(kb, 8, seed=0, clue_share=0.0, max_triplets=1)
+        plain = synthesise(kb, 8, seed=0, clue_share=0.0, clue_kind="phrase", max_triplets=1)
     assert all(p.pattern.clue is None for p in plain.pairs)
     with dspy.context(lm=verbaliser()):
-        some = synthesise(kb, 10, seed=0, clue_share=0.3, max_triplets=1)
+        some = synthesise(kb, 10, seed=0, clue_share=0.3, clue_kind="phrase", max_triplets=1)
     assert 1 <= some.coverage()["text_clues"] <= 3  # a quota of the questions, not of the patterns
     assert clean_question("Which item?  [[ ## completed ## ]]\n") == "Which item?"  # an echoed field marker
     # a question that leaves the clue out asks for the whole grounded set: rejected
@@ -588,3 +598,53 @@ def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -
     assert question_problem(clued[0].question.replace(pattern.clue, "something"), pattern, kb.skb) == (
         "the text clue is not stated"
     )
+
+
+def test_a_fact_is_tidied_to_a_phrase_and_checked() -> None:
+    from autofocus.synthetic.clues import fact_problem, fact_stated, tidy_fact
+
+    types = ["function", "method", "class"]
+    assert tidy_fact("The `hex()` function returns a hex string. It is fast.", "float.hex", types) == "returns a hex string"
+    assert tidy_fact("The method `is_integer()` returns True for whole floats, which the others do not.",
+                     "float.is_integer", types) == "returns True for whole floats"
+    assert tidy_fact("Opens a file, unlike close", "io.open", types) == "Opens a file"
+    skb = clue_skb()  # item i: "A sturdy product in WORDS[i % 20] WORDS[(7i + 3) % 20] colours, number i."
+    assert fact_problem("comes in amber kelp colours", 0, [1, 2], skb) is None
+    assert fact_problem("in basalt kelp colours", 0, [1, 2], skb) == "the fact fits another answer's text"  # item 1's
+    assert fact_problem("is the same as item 1 here", 0, [1, 2], skb) == "the fact names an answer"
+    assert fact_problem("is red", 0, [1], skb) == "the fact is empty or too long"
+    assert fact_problem("is a a a", 0, [1], skb) == "the fact says nothing specific"
+    assert fact_stated("returns the last part of a file path", "which os.path function returned a path's last part?")
+    assert not fact_stated("returns the last part of a file path", "Which os.path function is it?")
+
+
+def test_fact_questions_are_narrowed_by_what_the_lm_read_in_one_answers_text(tmp_path: Path) -> None:
+    from autofocus.synthetic.clues import fact_problem
+
+    kb = make_kb(clue_skb(), tmp_path / "kb")
+    lm = verbaliser()
+    with dspy.context(lm=lm):
+        result = synthesise(kb, 8, seed=0, clue_share=1.0, max_triplets=1)  # facts are the default clue
+    clued = [p for p in result.pairs if p.pattern.clue is not None]
+    assert clued and all(p.pattern.clue_kind == "fact" for p in clued)
+    assert lm.fields().count("fact") >= len(clued)  # one LM call per fact, before the question
+    for pair in clued:
+        pattern = pair.pattern
+        node = pattern.clue_answer
+        assert pattern.asked.tolist() == [node] and len(pattern.answers) >= 2
+        assert pattern.clue.startswith("is described as ") and pattern.clue[16:] in " ".join(kb.skb.doc(node).split())
+        assert f"- the unknown answer (a item) {pattern.clue}" in pair.description and pattern.clue in pair.question
+        assert fact_problem(pattern.clue, node, [int(a) for a in pattern.answers if a != node], kb.skb) is None
+    records = [json.loads(line) for line in write_synthetic(result, kb.skb, tmp_path / "out")["patterns"].read_text().splitlines()]
+    assert {r["clue_kind"] for r in records if r["clue"]} == {"fact"} and all(r["clue_kind"] is None for r in records if not r["clue"])
+
+    def naming(user: str) -> dict[str, str]:  # every fact names another answer
+        return {"fact": f"is much like {quoted(field_value(user, 'similar'))[0]} in colour"}
+
+    with dspy.context(lm=verbaliser(facts=naming)):
+        plain = synthesise(kb, 6, seed=0, clue_share=1.0, max_triplets=1)
+    assert plain.pairs and all(p.pattern.clue is None and p.pattern.asked.tolist() == p.pattern.answers.tolist()
+                               for p in plain.pairs)  # kept as plain questions, not lost
+    assert sum(v for k, v in plain.rejected.items() if k.startswith("no fact clue")) >= 1
+    with pytest.raises(ValueError, match="clue_kind"):
+        synthesise(kb, 2, clue_kind="rumour")

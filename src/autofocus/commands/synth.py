@@ -43,10 +43,14 @@ def synth_command(
         float, typer.Option(help="share of patterns given an attribute filter anyway", min=0.0, max=1.0)
     ] = 0.3,
     clue_share: Annotated[
-        float, typer.Option(help="about this share of the questions narrowed to one answer by a phrase of its "
+        float, typer.Option(help="about this share of the questions narrowed to one answer by a clue from its "
                                  "text (questions that need the text too; only patterns with 2+ answers can be)",
                             min=0.0, max=1.0)
     ] = 0.3,
+    clue_kind: Annotated[
+        str, typer.Option(help="fact: the LM states what the answer's text says (STaRK's way, one LM call more); "
+                               "phrase: a rare phrase of the text, no LM call")
+    ] = "fact",
     lm: Annotated[str | None, typer.Option(help="LM that writes the questions (default: the config's)")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (embedder, LM)", exists=True)] = None,
     threads: Annotated[int, typer.Option(help="LM calls in parallel", min=1)] = 1,
@@ -70,7 +74,8 @@ def synth_command(
     try:
         with bar:
             done = run_synthesis(skb, cfg, n, out=out, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                                 filter_rate=filter_rate, clue_share=clue_share, threads=threads, chat=export_chat,
+                                 filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, threads=threads,
+                                 chat=export_chat,
                                  tick=lambda stage, k: bar.advance(tasks[stage], k))  # fmt: skip
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an LM spec that names nothing
         print_error(err_console, exc)

@@ -26,7 +26,7 @@ from autofocus.signatures.seed_systems import (
     TripletGeneration,
     TripletTerm,
 )
-from autofocus.signatures.synthetic import VerbalizePattern
+from autofocus.signatures.synthetic import StateFact, VerbalizePattern
 
 __all__ = [
     "FEEDBACK",
@@ -41,6 +41,7 @@ __all__ = [
     "PointwiseScore",
     "QuerySpec",
     "RawTriplet",
+    "StateFact",
     "TargetType",
     "TextToCypher",
     "TextToQueryGraph",

@@ -1,4 +1,5 @@
-"""The signature that turns a sampled query pattern into a question (``autofocus synth``)."""
+"""The signatures of ``autofocus synth``: a fact read from one answer's text, and the question a sampled
+query pattern becomes."""
 
 from __future__ import annotations
 
@@ -19,3 +20,16 @@ class VerbalizePattern(dspy.Signature):
     answer_type: str = dspy.InputField(desc="the type of the nodes the question asks for")
     pattern: str = dspy.InputField(desc="the facts every answer satisfies, with what each relationship means")
     question: str = dspy.OutputField(desc="one question, ending with a question mark")
+
+
+class StateFact(dspy.Signature):
+    """Read the text about one node of a knowledge base and state one specific thing it says about
+    this node (what it does, returns or is for, or a distinctive detail) that the similar nodes
+    listed do not share. Write a short phrase in your own words that starts with a verb and completes
+    "the <node type> that ...", e.g. "returns the last part of a file path". Never write the node's
+    name or the name of a similar node."""
+
+    node_type: str = dspy.InputField()
+    text: str = dspy.InputField(desc="the node's document")
+    similar: list[str] = dspy.InputField(desc="names of similar nodes the phrase must not fit")
+    fact: str = dspy.OutputField(desc="a phrase of 4 to 15 words")

@@ -35,8 +35,8 @@ from autofocus.config import AutofocusConfig
 from autofocus.cypher import to_cypher
 from autofocus.program.steps.llm_call import is_lm_outage
 from autofocus.redact import redact
-from autofocus.signatures import VerbalizePattern
-from autofocus.synthetic.clues import ClueFinder
+from autofocus.signatures import StateFact, VerbalizePattern
+from autofocus.synthetic.clues import FACT_DOC_CHARS, FACT_SIMILAR, ClueFinder, fact_problem, tidy_fact
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
 from autofocus.synthetic.verbalise import clean_question, describe, question_problem
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
@@ -66,6 +66,7 @@ class SynthesisResult:
     sampled: int = 0  # sampling attempts
     self_checked: int = 0  # patterns that passed the self-check
     verbalised: int = 0  # patterns sent to the LM
+    facts_asked: int = 0  # fact clues asked of the LM (``clue_kind="fact"``), one call each
     lm_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -91,6 +92,7 @@ class SynthesisResult:
             "sampled": self.sampled,
             "self_checked": self.self_checked,
             "verbalised": self.verbalised,
+            "facts_asked": self.facts_asked,
             "rejected": dict(self.rejected),
             "lm_calls": self.lm_calls,
             "input_tokens": self.input_tokens,
@@ -218,6 +220,7 @@ def synthesise(
     max_triplets: int = 3,
     filter_rate: float = 0.3,
     clue_share: float = 0.3,
+    clue_kind: str = "fact",
     threads: int = 1,
     oversample: float = 1.25,
     max_attempts: int | None = None,
@@ -235,6 +238,8 @@ def synthesise(
         clue_share: about this share of the questions are narrowed to one of their answers by a
             text clue (``synthetic.clues``): questions that need the text as well as the graph. Only
             patterns with two or more answers can be, so the share is an upper bound.
+        clue_kind: ``fact`` (the LM states what one answer's text says, one more LM call per clue
+            question) or ``phrase`` (a rare phrase of its text, no LM call).
         threads: LM calls in parallel.
         oversample: patterns verbalised per missing question (questions can be rejected).
         max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
@@ -242,12 +247,14 @@ def synthesise(
     """
     start = time.perf_counter()
     settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
-                "filter_rate": filter_rate, "clue_share": clue_share, "lm": getattr(dspy.settings.lm, "model", None)}
+                "filter_rate": filter_rate, "clue_share": clue_share, "clue_kind": clue_kind, "lm": getattr(dspy.settings.lm, "model", None)}
     result = SynthesisResult(pairs=[], settings=settings)
     sampler = PatternSampler(kb.skb, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate)
     stream = _Stream(kb, sampler, type_shares(kb, n), seed, max_attempts or 200 * n + 1000, result, tick)
     clues, clue_rng = ClueFinder(kb.skb, seed), np.random.default_rng([seed, 1])
-    verbalizer = dspy.Predict(VerbalizePattern)
+    if clue_kind not in ("fact", "phrase"):
+        raise ValueError(f"clue_kind must be 'fact' or 'phrase', not {clue_kind!r}")
+    verbalizer, stater = dspy.Predict(VerbalizePattern), dspy.Predict(StateFact)
     kb_description = kb.skb.schema.description or f"A knowledge base named {kb.skb.schema.name}."
     texts: set[str] = set()
 
@@ -257,8 +264,10 @@ def synthesise(
         """(the question or None, the pattern's text or why it was rejected); (None, None): not asked."""
         if result.stopped:
             return None, None
-        text = describe(item[0], kb.skb)
         try:
+            if item[0].clue_kind == "fact" and item[0].clue_answer is not None:
+                state_fact(item[0])
+            text = describe(item[0], kb.skb)
             pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
             question = clean_question(str(pred.question))
         except Exception as exc:  # a malformed or failed LM answer costs one pattern, not the run
@@ -276,6 +285,24 @@ def synthesise(
             streak[0] = 0
         return question, text
 
+    def state_fact(pattern: Pattern) -> None:
+        """Narrows the pattern to its clue answer by a fact the LM reads in that answer's text, or
+        leaves it a plain question when the fact cannot single the answer out."""
+        node = int(pattern.clue_answer)
+        others = [int(a) for a in pattern.answers if a != node]
+        with lock:
+            result.facts_asked += 1
+        pred = stater(node_type=pattern.target_type, text=kb.skb.doc(node)[:FACT_DOC_CHARS],
+                      similar=[kb.skb.name(o) for o in others[:FACT_SIMILAR]])
+        fact = tidy_fact(clean_question(str(pred.fact)), kb.skb.name(node), kb.skb.schema.node_types)
+        problem = fact_problem(fact, node, others, kb.skb)
+        if problem is None:
+            pattern.clue = fact
+            return
+        pattern.clue_answer = None
+        with lock:
+            result.rejected[f"no fact clue ({problem}): kept as a plain question"] += 1
+
     callbacks = list(dspy.settings.get("callbacks") or [])
     if not any(isinstance(c, UsageCallback) for c in callbacks):
         callbacks.append(UsageCallback())  # counts the LM calls (a dspy.context hides later configure calls)
@@ -287,6 +314,10 @@ def synthesise(
             clued = sum(p.pattern.clue is not None for p in result.pairs)
             for i, (pattern, _) in enumerate(batch):  # a quota, as for the types: clues stay in step
                 if len(pattern.answers) >= 2 and clued < clue_share * (len(result.pairs) + i + 1):
+                    if clue_kind == "fact":  # the LM states the fact when the pattern is asked
+                        pattern.clue_kind, pattern.clue_answer = "fact", int(clue_rng.choice(pattern.answers))
+                        clued += 1
+                        continue
                     found = clues.clue(pattern.answers, _names(pattern), clue_rng)
                     if found is None:
                         result.rejected["no text clue: kept as a plain question"] += 1

@@ -13,17 +13,31 @@ A phrase qualifies when both words are at least four letters, neither is common 
 vocabulary), neither is part of a name the pattern shows, and the phrase, as words, occurs in no
 other answer's document. The first such phrase in document order is taken: a document's opening
 states what the node is for.
+
+A rare phrase makes questions that read unlike real ones ("... and mentions "averaging ratios"?"),
+and vector search matches the literal phrase. A *fact* clue is STaRK's way: an LM reads the answer's
+text and states one thing it says, in its own words, so the question paraphrases the text as a
+person would ("Which os.path function returns the last part of a path?"). The LM is shown the other
+answers' names and asked for a fact they do not share; a fact is rejected when it names an answer,
+says nothing specific, or all its words occur in another answer's text (it would fit that one too).
+Nothing checks a fact with a retriever or a reranker: questions chosen by what a retriever gets
+right would teach the optimisers to trust that retriever.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 
 from autofocus.skb.model import SKB
 
+FACT_WORDS = (3, 25)  # a fact's length in words
+FACT_DOC_CHARS = 1200  # the text the LM reads: a document's opening says what the node is
+FACT_SIMILAR = 10  # other answers' names shown to the LM
+STATED_SHARE = 0.5  # of a fact's content words, this share must be in the question
 COMMON_SHARE = 0.01  # a word in more than this share of the documents carries no clue
 SAMPLE_DOCS = 5000  # documents read to judge which words are common
 MIN_COMMON_DOCS = 10  # in a small SKB, a word in this many documents or fewer is never common
@@ -83,3 +97,58 @@ class ClueFinder:
             if found is not None:
                 return node, found
         return None
+
+
+def _content(text: str) -> set[str]:
+    """Words of four letters or more, cut to five letters: "returns" and "returning" compare equal."""
+    return {w[:5] for w in _WORDS.findall(text.lower()) if len(w) >= 4}
+
+
+def _name_forms(name: str) -> list[str]:
+    """A name as words and, for a dotted name, its last part (``os.path.basename`` -> ``basename``)."""
+    forms = [_words(name)]
+    last = name.rsplit(".", 1)[-1]
+    if last != name and len(last) >= 4:
+        forms.append(_words(last))
+    return [f for f in forms if f]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`'\"(])|[.!?]$")
+_TAIL = re.compile(r",\s*(which|unlike|whereas|while)\b|\s+(unlike|as opposed to)\s", re.IGNORECASE)
+_LEAD = {"the", "this", "that", "a", "an", "it", "its", "node"}
+
+
+def tidy_fact(raw: str, name: str, type_names: Iterable[str]) -> str:
+    """The LM's fact as a phrase after "the <type> that": its first sentence, without a leading
+    subject ("The `hex()` method returns ..." -> "returns ...": articles, any node type's name, the
+    node's own name) and without a comparison with other
+    nodes tacked on (", which is distinct from ..."). Small LMs write sentences however they are asked."""
+    text = _SENTENCE_END.split(" ".join(raw.split()), maxsplit=1)[0]
+    text = _TAIL.split(text, maxsplit=1)[0]
+    lead = _LEAD | {t.lower() for t in type_names} | {name.lower(), name.rsplit(".", 1)[-1].lower()}
+    words = text.split()
+    while words and words[0].strip("`'\"()[]:,").removesuffix("()").lower() in lead:
+        words.pop(0)
+    return " ".join(words).strip(" .,;:`'\"")
+
+
+def fact_problem(fact: str, node: int, others: list[int], skb: SKB) -> str | None:
+    """Why the fact an LM stated about ``node`` cannot narrow the question to it (``None``: it can)."""
+    words = _WORDS.findall(fact.lower())
+    if not FACT_WORDS[0] <= len(words) <= FACT_WORDS[1]:
+        return "the fact is empty or too long"
+    text = f" {' '.join(words)} "
+    if any(f" {form} " in text for n in [node, *others] for form in _name_forms(skb.name(n))):
+        return "the fact names an answer"
+    content = _content(fact)
+    if not content:
+        return "the fact says nothing specific"
+    if any(content <= _content(skb.doc(o)) for o in others):
+        return "the fact fits another answer's text"
+    return None
+
+
+def fact_stated(fact: str, question: str) -> bool:
+    """Whether the question carries the fact: most of its content words, in any form and order."""
+    content = _content(fact)
+    return len(content & _content(question)) >= STATED_SHARE * len(content)

@@ -63,6 +63,7 @@ def pattern_record(pair: Any, skb: SKB) -> dict[str, Any]:
         "answer_ids": [int(i) for i in pattern.asked],
         "grounded_answer_ids": [int(i) for i in pattern.answers],  # what the gold query grounds
         "clue": pattern.clue,
+        "clue_kind": pattern.clue_kind if pattern.clue is not None else None,
         "query_graph": pattern.query.model_dump(),
         "pattern_text": pair.description,
     }

@@ -37,8 +37,9 @@ class Pattern:
     constants: dict[str, int]  # var -> node id
     answers: np.ndarray  # sorted node ids
     shape: str  # "1", "2-chain", "2-star", "3-chain", "3-star", "3-fork"
-    clue: str | None = None  # a phrase of one answer's text (``synthetic.clues``): the question asks for it
+    clue: str | None = None  # what singles out one answer by its text (``synthetic.clues``): the question states it
     clue_answer: int | None = None
+    clue_kind: str = "phrase"  # "phrase": a rare phrase of the text; "fact": the LM's words for what the text says
 
     @property
     def asked(self) -> np.ndarray:

@@ -58,6 +58,7 @@ def run_synthesis(
     max_triplets: int = 3,
     filter_rate: float = 0.3,
     clue_share: float = 0.3,
+    clue_kind: str = "fact",
     threads: int = 1,
     chat: Path | str | None = None,
     tick: Tick | None = None,
@@ -76,6 +77,7 @@ def run_synthesis(
     lm = get_lm(config.lm.default, **{**config.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
     with dspy.context(lm=lm):
         result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                            filter_rate=filter_rate, clue_share=clue_share, threads=threads, tick=tick)  # fmt: skip
+                            filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, threads=threads,
+                            tick=tick)  # fmt: skip
     paths = write_synthetic(result, kb.skb, folder, qa_name)
     return SynthesisRun(result, kb, paths, export_chat(result, kb.skb, chat) if chat is not None else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from autofocus.skb.model import SKB
+from autofocus.synthetic.clues import fact_stated
 from autofocus.synthetic.patterns import Pattern
 
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")  # a chat adapter's field marker a small LM echoes
@@ -31,7 +32,9 @@ def describe(pattern: Pattern, skb: SKB) -> str:
         lines.append(f"- {noun[t.head]} {phrase} {noun[t.tail]}")
     for var, c in pattern.filters:
         lines.append(f"- the {c.key.replace('_', ' ')} of {noun[var]} {_OPS.get(c.op, c.op)} {c.value!r}")
-    if pattern.clue is not None:
+    if pattern.clue is not None and pattern.clue_kind == "fact":
+        lines.append(f"- {noun[qg.target]} {pattern.clue}")
+    elif pattern.clue is not None:
         lines.append(f'- the text about {noun[qg.target]} mentions "{pattern.clue}"')
     meanings = []
     for rel in dict.fromkeys(pattern.edge_types):
@@ -81,7 +84,8 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "a constant is named as the answer"
     if any(not _states(c.value, lower) for _, c in pattern.filters):
         return "a filter's value is not stated"  # the question asks for a larger set than the answers
-    if pattern.clue is not None and not _states(pattern.clue, lower):
+    if pattern.clue is not None and not (fact_stated(pattern.clue, lower) if pattern.clue_kind == "fact"
+                                         else _states(pattern.clue, lower)):
         return "the text clue is not stated"
     rest = lower
     for n in sorted(names, key=len, reverse=True):  # an answer's name inside a constant's is no leak
