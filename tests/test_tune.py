@@ -534,3 +534,40 @@ def test_reranking_trials_send_the_programs_prompts_and_tune_the_fusion(
     assert tune.parse_params("rerank_fusion,rerank_prior_weight", rerank=True) == ["rerank_fusion", "rerank_prior_weight"]
     with pytest.raises(ValueError, match="--rerank-trials"):
         tune.parse_params("rerank_prior_weight", rerank=False)
+
+
+def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
+    planted_kb: KnowledgeBase, planted_program: AutofocusRetriever, items: list[Any],
+    cli: CliRunner, planted_dir: Path, base_config: Path, tmp_path: Path,
+) -> None:
+    cfg = paper_config(k=4, reranker="listwise", alpha=0.5, lm=LMConfig(default="test/scripted"))
+
+    def make_program(c: AutofocusConfig) -> AutofocusRetriever:
+        return registry.build_program("afr", planted_kb, c, with_lms=False)
+
+    ev = tune.ConfigEvaluator(
+        planted_program, items, evaluator(planted_kb, planted_program, items).outputs,
+        as_candidates(planted_kb.skb.candidate_ids), (1, 4), make_program,
+    )  # fmt: skip
+    reversing = ScriptedLM({
+        "cypher": lambda u: {"cypher": CYPHER[question_of(u)]},
+        "ranking": lambda u: {"ranking": [int(x) for x in re.findall(r"\[(\d+)\]", field_value(u, "candidates"))][::-1]},
+    })  # fmt: skip: a judge that reverses steps 1-7's order
+    with dspy.context(lm=reversing):
+        rows = tune.sweep_prior_weight(ev, cfg)
+        judge = ev(tune.config_with(cfg, {"rerank_fusion": "none"}), rerank=True)
+    before = ev(cfg)  # steps 1-7
+    assert [r["rerank_prior_weight"] for r in rows] == list(tune.PRIOR_WEIGHT_GRID)
+    # w = 0 is the judge's own order; at w = 10 a rank step outweighs any judge difference among 4 candidates
+    assert (rows[0]["hit@1"], rows[0]["mrr"]) == (judge.metrics["hit@1"], judge.metrics["mrr"])
+    assert (rows[-1]["hit@1"], rows[-1]["mrr"]) == (before.metrics["hit@1"], before.metrics["mrr"])
+    assert judge.metrics["mrr"] != before.metrics["mrr"]  # the scripted judge reorders: the ends differ
+
+    out = tmp_path / "study"
+    res = invoke(cli, scripted_lm(), "--skb", planted_dir, "--out", out, "--config", base_config, "--rerank-trials",
+                 "--params", "rerank_fusion,rerank_prior_weight", "--metric", "mrr", "--trials", "3",
+                 "--no-confirm", "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    table = (out / "prior_weight.csv").read_text().splitlines()
+    assert table[0].startswith("rerank_prior_weight,hit@1") and len(table) == 1 + len(tune.PRIOR_WEIGHT_GRID)
+    assert (out / "prior_weight.png").stat().st_size > 0 and "prior_weight.png" in (out / "summary.md").read_text()

@@ -43,6 +43,7 @@ BEST_CONFIG_FILE = "best_config.json"
 SECOND_OBJECTIVES = ("none", "latency", "lm_calls")
 ALPHA_GRID: tuple[float, ...] = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 21))
 L_MAX_GRID: tuple[int, ...] = (0, 1, 2, 3, 10, 33, 100, 333)  # paper Table 19; 0 = no grounding (steps 1+7)
+PRIOR_WEIGHT_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)  # 0 = the judge's own order
 
 
 # --- the search space ---------------------------------------------------------------------------------
@@ -616,6 +617,19 @@ def sweep_alpha(
 ) -> list[dict[str, Any]]:
     """Pre-rerank metrics of ``cfg`` with alpha varied (the other settings as in ``cfg``)."""
     return [{"alpha": float(a), **evaluate(config_with(cfg, {"alpha": float(a)})).as_dict()} for a in grid]
+
+
+def sweep_prior_weight(
+    evaluate: ConfigEvaluator, cfg: AutofocusConfig, grid: Sequence[float] = PRIOR_WEIGHT_GRID
+) -> list[dict[str, Any]]:
+    """Reranked metrics with step 8's prior fusion at each weight (the other settings as in ``cfg``):
+    how far the judge should be trusted over steps 1-7's order. Step 8's LM calls are the same at
+    every weight, so past the first point they come from the LM cache."""
+    return [
+        {"rerank_prior_weight": float(w),
+         **evaluate(config_with(cfg, {"rerank_fusion": "prior", "rerank_prior_weight": float(w)}), rerank=True).as_dict()}
+        for w in grid
+    ]  # fmt: skip
 
 
 def sweep_l_max(

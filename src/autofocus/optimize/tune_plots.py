@@ -1,5 +1,5 @@
 """PNG plots of a tuning study: metrics against alpha (paper Fig. 2), against l_max (Table 19),
-parameter importances and the optimisation history.
+against step 8's prior-fusion weight, parameter importances and the optimisation history.
 
 Built with ``matplotlib.figure.Figure`` on the Agg canvas (no pyplot, no GUI backend), as the
 evaluation plots are.
@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 ALPHA_PNG = "alpha.png"
 L_MAX_PNG = "l_max.png"
+PRIOR_WEIGHT_PNG = "prior_weight.png"
 IMPORTANCE_PNG = "importance.png"
 HISTORY_PNG = "history.png"
 
@@ -84,6 +85,28 @@ def plot_l_max(rows: Sequence[Mapping[str, Any]], path: Path, title: str | None 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title or "Sensitivity to l_max (cf. paper Table 19)")
+    return _save(fig, path)
+
+
+def plot_prior_weight(
+    rows: Sequence[Mapping[str, Any]], path: Path, best_weight: float | None = None,
+    metrics: Sequence[str] = ("hit@1", "mrr"), title: str | None = None,
+) -> Path:
+    """Reranked metrics against the prior weight (symlog x: 0, the judge alone, and 10, nearly
+    steps 1-7's order, on one axis); a dotted line at the tuned weight."""
+    fig = Figure(figsize=(5.2, 3.8), layout="constrained")
+    ax = fig.add_subplot()
+    xs = [r["rerank_prior_weight"] for r in rows]
+    for metric in metrics:
+        ax.plot(xs, [100 * r[metric] for r in rows], marker=".", label=metric)
+    if best_weight is not None:
+        ax.axvline(best_weight, color="tab:gray", linestyle=":", label=f"tuned {best_weight:.2f}")
+    ax.set_xscale("symlog", linthresh=0.5)
+    ax.set_xlabel("prior weight w (0: the judge's order; large: steps 1-7's order)")
+    ax.set_ylabel("%")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(title or "Step 8: logit P(yes) - w ln(1 + retrieval rank)")
     return _save(fig, path)
 
 

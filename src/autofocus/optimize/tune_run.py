@@ -254,6 +254,13 @@ def run_tuning(
             prog, test_items, test_outputs, candidates, tuning.metric_ks(spec.metric)
         )
     l_rows, imp = _sensitivity(out, evaluators, cfg, best_cfg, st, baseline.metrics[spec.metric], spec.metric)
+    if spec.rerank and "rerank_prior_weight" in spec.params:  # step 8's trust in its judge, on the tuning split
+        from autofocus.optimize import tune_plots as plots
+
+        w_rows = tuning.sweep_prior_weight(evaluate, best_cfg)
+        tuning.write_table(w_rows, ["rerank_prior_weight", *SHOWN_METRICS], out / "prior_weight")
+        plots.plot_prior_weight(w_rows, out / plots.PRIOR_WEIGHT_PNG,
+                                best_cfg.rerank_prior_weight if best_cfg.rerank_fusion == "prior" else None)
 
     result = TuningResult(
         out=out, study=study, storage=storage, spec=spec, split=split, questions=len(items), base_config=cfg,
@@ -389,5 +396,7 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
     if data["importances"]:
         lines += ["", "## Parameter importance", "", "| setting | importance |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in data["importances"].items()]
-    lines += ["", "Tables: alpha.md, l_max.md. Plots: alpha.png, l_max.png, history.png, importance.png.", ""]
+    weights = "rerank_prior_weight" in names and "reranked" in data
+    lines += ["", "Tables: alpha.md, l_max.md" + (", prior_weight.md" if weights else "") + ". Plots: alpha.png, "
+              "l_max.png, " + ("prior_weight.png, " if weights else "") + "history.png, importance.png.", ""]
     return "\n".join(lines)
