@@ -614,6 +614,8 @@ def test_a_fact_is_tidied_to_a_phrase_and_checked() -> None:
     assert fact_problem("is the same as item 1 here", 0, [1, 2], skb) == "the fact names an answer"
     assert fact_problem("is red", 0, [1], skb) == "the fact is empty or too long"
     assert fact_problem("is a a a", 0, [1], skb) == "the fact says nothing specific"
+    assert fact_problem("comes with a lifetime warranty", 0, [1], skb) == "the fact is not in the answer's text"
+    assert fact_problem("has amber colours unlike the similar nodes", 0, [1], skb) == "the fact repeats the instructions"
     assert fact_stated("returns the last part of a file path", "which os.path function returned a path's last part?")
     assert not fact_stated("returns the last part of a file path", "Which os.path function is it?")
 

@@ -19,7 +19,9 @@ and vector search matches the literal phrase. A *fact* clue is STaRK's way: an L
 text and states one thing it says, in its own words, so the question paraphrases the text as a
 person would ("Which os.path function returns the last part of a path?"). The LM is shown the other
 answers' names and asked for a fact they do not share; a fact is rejected when it names an answer,
-says nothing specific, or all its words occur in another answer's text (it would fit that one too).
+says nothing specific, shares no word with the answer's text (made up), repeats the prompt ("not
+shared by the similar nodes"), or all its words occur in another answer's text (it would fit that
+one too).
 Nothing checks a fact with a retriever or a reranker: questions chosen by what a retriever gets
 right would teach the optimisers to trust that retriever.
 """
@@ -115,6 +117,7 @@ def _name_forms(name: str) -> list[str]:
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`'\"(])|[.!?]$")
 _TAIL = re.compile(r",\s*(which|unlike|whereas|while)\b|\s+(unlike|as opposed to)\s", re.IGNORECASE)
+_INSTRUCTIONS = re.compile(r"\bsimilar nodes?\b|\bnodes? listed\b", re.IGNORECASE)  # small LMs parrot the prompt
 _LEAD = {"the", "this", "that", "a", "an", "it", "its", "node"}
 
 
@@ -140,9 +143,13 @@ def fact_problem(fact: str, node: int, others: list[int], skb: SKB) -> str | Non
     text = f" {' '.join(words)} "
     if any(f" {form} " in text for n in [node, *others] for form in _name_forms(skb.name(n))):
         return "the fact names an answer"
+    if _INSTRUCTIONS.search(fact):
+        return "the fact repeats the instructions"
     content = _content(fact)
     if not content:
         return "the fact says nothing specific"
+    if not content & _content(skb.doc(node)):
+        return "the fact is not in the answer's text"
     if any(content <= _content(skb.doc(o)) for o in others):
         return "the fact fits another answer's text"
     return None
