@@ -571,3 +571,21 @@ def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
     table = (out / "prior_weight.csv").read_text().splitlines()
     assert table[0].startswith("rerank_prior_weight,hit@1") and len(table) == 1 + len(tune.PRIOR_WEIGHT_GRID)
     assert (out / "prior_weight.png").stat().st_size > 0 and "prior_weight.png" in (out / "summary.md").read_text()
+    # the tuned settings' gain over the defaults, paired on the tuning split, in both summaries and the output
+    summary = json.loads((out / "summary.json").read_text())
+    gain, means = summary["tuned_vs_defaults"], summary["reranked"]
+    assert gain["metric"] == "mrr" and gain["n"] == means["tuned"]["n"] == 2
+    assert gain["diff"] == pytest.approx(means["tuned"]["mrr"] - means["defaults"]["mrr"])
+    assert "Tuned vs defaults on the tuning split (mrr, paired, 2 questions)" in (out / "summary.md").read_text()
+    assert "Tuned vs defaults on the tuning split" in " ".join(res.output.split())
+
+
+def test_the_gain_line_says_whether_tuning_beat_the_defaults_beyond_noise() -> None:
+    from autofocus.evaluation.report import paired_test
+    from autofocus.optimize.tune_run import gain_line
+
+    same = {"metric": "hit@1", **paired_test(np.zeros(40), np.r_[np.ones(2), np.zeros(38)])}
+    better = {"metric": "hit@1", **paired_test(np.zeros(40), np.r_[np.ones(20), np.zeros(20)])}
+    assert "+5.0 points" in gain_line(same) and "within noise: the defaults are as good" in gain_line(same)
+    assert "+50.0 points" in gain_line(better) and "beyond noise" in gain_line(better)
+    assert gain_line({"metric": "mrr", **paired_test(np.zeros(0), np.zeros(0))}).endswith("no questions to compare.")

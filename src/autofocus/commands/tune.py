@@ -113,12 +113,15 @@ def tune_command(
 
 def _print_study(result: Any) -> None:
     """The study's outcome, printed before the confirmation runs start."""
+    from autofocus.optimize.tune_run import gain_line
+
     spec = result.spec
     _print_settings(result.base_config, result.best_config, spec.params)
     _print_metrics(
         f"{result.split}, {'after reranking' if spec.rerank else 'pre-rerank'} ({result.questions} questions)",
         {"defaults": result.baseline, "tuned": result.tuned},
     )
+    console.print(safe(gain_line(result.gain)))
     if result.pareto_front:
         _print_front(result.pareto_front, spec)
     _print_l_max(result.l_max_rows)

@@ -311,6 +311,7 @@ class Evaluation:
     seconds: float  # per question, steps 3-7 (and 8 when reranking)
     lm_calls: float  # per question: the cached steps 1-2 plus any reranking
     n: int
+    per_question: dict[str, list[float]] = field(default_factory=dict, repr=False)  # metric -> values, in item order
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -413,6 +414,7 @@ class ConfigEvaluator:
             seconds=float(np.mean([r["seconds"] for r in rows])) if rows else 0.0,
             lm_calls=float(np.mean([r["lm_calls"] for r in rows])) if rows else 0.0,
             n=n,
+            per_question={m: [float(r["metrics"][m]) for r in rows] for m in names},
         )
 
 

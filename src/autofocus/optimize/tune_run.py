@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from autofocus.config import AutofocusConfig
 from autofocus.console import safe
 from autofocus.evaluation.runner import without_waits
@@ -65,6 +67,17 @@ class TuningResult:
     l_max_rows: list[dict[str, Any]] = field(default_factory=list)
     importances: dict[str, float] = field(default_factory=dict)
     confirmed: dict[str, dict[str, Any]] = field(default_factory=dict)  # "tuned on val" -> metric means + run
+
+    @property
+    def gain(self) -> dict[str, Any]:
+        """The tuned config against the defaults on the tuning split, paired per question (the
+        objective; ``evaluation.report.paired_test``). Optimistic: this split chose the settings, so
+        a gain within noise here means the study found nothing to trust."""
+        from autofocus.evaluation.report import paired_test
+
+        metric = self.spec.metric
+        a, b = self.baseline.per_question.get(metric, []), self.tuned.per_question.get(metric, [])
+        return {"metric": metric, **paired_test(np.asarray(a), np.asarray(b))}
 
     @property
     def best_config_file(self) -> Path:
@@ -357,6 +370,7 @@ def _write_summary(result: TuningResult) -> None:
             "defaults": result.baseline.as_dict(),
             "tuned": result.tuned.as_dict(),
         },
+        "tuned_vs_defaults": result.gain,
         "pareto_front": [{"trial": t.number, "values": t.values, "params": t.params} for t in result.pareto_front],
         "importances": result.importances,
         "confirmation": result.confirmed,
@@ -365,6 +379,17 @@ def _write_summary(result: TuningResult) -> None:
     }
     (result.out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     (result.out / "summary.md").write_text(_markdown(data, result.base_config, result.best_config, result.spec.params))
+
+
+def gain_line(gain: dict[str, Any]) -> str:
+    """One sentence on whether the tuned settings beat the defaults beyond noise on the tuning split."""
+    if gain.get("diff") is None:
+        return "Tuned vs defaults: no questions to compare."
+    verdict = "beyond noise" if gain["significant"] else "within noise: the defaults are as good"
+    return (f"Tuned vs defaults on the tuning split ({gain['metric']}, paired, {gain['n']} questions): "
+            f"{100 * gain['diff']:+.1f} points, 95% CI [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}], "
+            f"p = {gain['p']:.3f}: {verdict}. Optimistic, since this split chose the settings; "
+            "confirm on a held-out split (`--test-split`).")
 
 
 def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig, names: list[str]) -> str:
@@ -386,6 +411,7 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
               "|---|" + "---|" * len(SHOWN_METRICS)]  # fmt: skip
     for label, ev in data[key].items():
         lines.append(f"| {label} | " + " | ".join(fmt(ev.get(m)) for m in SHOWN_METRICS) + " |")
+    lines += ["", gain_line(data["tuned_vs_defaults"])]
     if data["confirmation"]:
         lines += ["", "## Confirmation runs (with the reranker)", "",
                   "| settings | " + " | ".join(SHOWN_METRICS) + " | run |", "|---|" + "---|" * (len(SHOWN_METRICS) + 1)]  # fmt: skip
