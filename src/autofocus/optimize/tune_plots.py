@@ -92,21 +92,20 @@ def plot_prior_weight(
     rows: Sequence[Mapping[str, Any]], path: Path, best_weight: float | None = None,
     metrics: Sequence[str] = ("hit@1", "mrr"), title: str | None = None,
 ) -> Path:
-    """Reranked metrics against the prior weight (symlog x: 0, the judge alone, and 10, nearly
-    steps 1-7's order, on one axis); a dotted line at the tuned weight."""
+    """Reranked metrics over the weight grid (evenly spaced, labelled by value: 0 is the judge
+    alone, 10 nearly steps 1-7's order); the tuned weight, if off the grid, in the title."""
     fig = Figure(figsize=(5.2, 3.8), layout="constrained")
     ax = fig.add_subplot()
-    xs = [r["rerank_prior_weight"] for r in rows]
+    xs = list(range(len(rows)))
     for metric in metrics:
         ax.plot(xs, [100 * r[metric] for r in rows], marker=".", label=metric)
-    if best_weight is not None:
-        ax.axvline(best_weight, color="tab:gray", linestyle=":", label=f"tuned {best_weight:.2f}")
-    ax.set_xscale("symlog", linthresh=0.5)
+    ax.set_xticks(xs, [f"{r['rerank_prior_weight']:g}" for r in rows])
     ax.set_xlabel("prior weight w (0: the judge's order; large: steps 1-7's order)")
     ax.set_ylabel("%")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.suptitle(title or "Step 8: logit P(yes) - w ln(1 + retrieval rank)")
+    tuned = f" (tuned w = {best_weight:.2f})" if best_weight is not None else ""
+    fig.suptitle(title or f"Step 8: logit P(yes) - w ln(1 + retrieval rank){tuned}")
     return _save(fig, path)
 
 
