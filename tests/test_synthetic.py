@@ -650,3 +650,30 @@ def test_fact_questions_are_narrowed_by_what_the_lm_read_in_one_answers_text(tmp
     assert sum(v for k, v in plain.rejected.items() if k.startswith("no fact clue")) >= 1
     with pytest.raises(ValueError, match="clue_kind"):
         synthesise(kb, 2, clue_kind="rumour")
+
+
+def test_the_round_trip_keeps_only_questions_whose_own_query_grounds_their_answers(kb: KnowledgeBase) -> None:
+    from autofocus.config import AutofocusConfig, LMConfig
+    from autofocus.runtime import assemble
+
+    with dspy.context(lm=verbaliser()):
+        first = synthesise(kb, 6, seed=0, max_answers=5)
+    gold = {p.question: p.cypher for p in first.pairs}
+    served = [q for i, q in enumerate(gold) if i % 2 == 0]  # step 2 gets these right, the rest wrong
+
+    def cypher(user: str) -> dict[str, str]:
+        question = field_value(user, "question").split("\n\n")[0]
+        return {"cypher": gold[question] if question in served else "MATCH (y:author) RETURN y"}  # grounds nothing
+
+    lm = ScriptedLM({"question": writer, "fact": fact_writer, "cypher": cypher,
+                     "target_type": lambda u: {"target_type": field_value(u, "question").split()[1]}})  # "Which <type> nodes"
+    cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none", l_max=1,
+                          repair=False, relax=[])
+    checker = assemble("afr", kb, cfg, lms=False)
+    with dspy.context(lm=lm):
+        result = synthesise(kb, 6, seed=0, max_answers=5, round_trip=checker)
+    kept = [p.question for p in result.pairs]
+    assert kept and set(kept) <= set(served)  # every kept question's own query grounded its answers
+    assert result.rejected["round trip: the question's own query misses its answers"] >= 1
+    assert result.round_trips == len(kept) + result.rejected["round trip: the question's own query misses its answers"]
+    assert lm.fields().count("cypher") == result.round_trips and result.summary()["round_trips"] == result.round_trips

@@ -51,6 +51,11 @@ def synth_command(
         str, typer.Option(help="fact: the LM states what the answer's text says (STaRK's way, one LM call more); "
                                "phrase: a rare phrase of the text, no LM call")
     ] = "fact",
+    round_trip: Annotated[
+        bool, typer.Option("--round-trip/--no-round-trip",
+                           help="keep a question only when the program's own steps 1-5 on it ground its answers "
+                                "(drops questions the LM wrote wrong; steps 1-2 are LM calls)")
+    ] = False,
     lm: Annotated[str | None, typer.Option(help="LM that writes the questions (default: the config's)")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (embedder, LM)", exists=True)] = None,
     threads: Annotated[int, typer.Option(help="LM calls in parallel", min=1)] = 1,
@@ -74,8 +79,8 @@ def synth_command(
     try:
         with bar:
             done = run_synthesis(skb, cfg, n, out=out, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                                 filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, threads=threads,
-                                 chat=export_chat,
+                                 filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, round_trip=round_trip,
+                                 threads=threads, chat=export_chat,
                                  tick=lambda stage, k: bar.advance(tasks[stage], k))  # fmt: skip
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an LM spec that names nothing
         print_error(err_console, exc)

@@ -3,7 +3,8 @@
 Order of work (cheap before costly): sample a pattern around a target node of the type furthest
 behind its share, execute it exactly, drop duplicates (same type and answer set), run the
 program's own steps 3-5 on its gold Cypher (the self-check), and only then ask the LM for a
-question, which must pass ``verbalise.question_problem``. Sampling is single-threaded from one
+question, which must pass ``verbalise.question_problem`` and, with ``round_trip``, the program's
+own steps 1-5 on the question as written (they must ground its answers). Sampling is single-threaded from one
 seeded generator, and questions are kept in sampling order, so a seed and a deterministic LM
 give the same file; LM calls run in threads.
 
@@ -39,6 +40,7 @@ from autofocus.signatures import StateFact, VerbalizePattern
 from autofocus.synthetic.clues import FACT_DOC_CHARS, FACT_SIMILAR, ClueFinder, fact_problem, tidy_fact
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
 from autofocus.synthetic.verbalise import clean_question, describe, question_problem
+from autofocus.trace import Trace
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ class SynthesisResult:
     self_checked: int = 0  # patterns that passed the self-check
     verbalised: int = 0  # patterns sent to the LM
     facts_asked: int = 0  # fact clues asked of the LM (``clue_kind="fact"``), one call each
+    round_trips: int = 0  # questions put through the program's steps 1-5 (``round_trip``)
     lm_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -93,6 +96,7 @@ class SynthesisResult:
             "self_checked": self.self_checked,
             "verbalised": self.verbalised,
             "facts_asked": self.facts_asked,
+            "round_trips": self.round_trips,
             "rejected": dict(self.rejected),
             "lm_calls": self.lm_calls,
             "input_tokens": self.input_tokens,
@@ -221,6 +225,7 @@ def synthesise(
     filter_rate: float = 0.3,
     clue_share: float = 0.3,
     clue_kind: str = "fact",
+    round_trip: Any | None = None,
     threads: int = 1,
     oversample: float = 1.25,
     max_attempts: int | None = None,
@@ -240,6 +245,9 @@ def synthesise(
             patterns with two or more answers can be, so the share is an upper bound.
         clue_kind: ``fact`` (the LM states what one answer's text says, one more LM call per clue
             question) or ``phrase`` (a rare phrase of its text, no LM call).
+        round_trip: a program (``AutofocusRetriever``) whose own steps 1-5 must ground the question's
+            answers from the question as written, or the question is dropped: it catches questions
+            the LM wrote wrong (a relation turned round, a condition garbled). Steps 1-2 are LM calls.
         threads: LM calls in parallel.
         oversample: patterns verbalised per missing question (questions can be rejected).
         max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
@@ -270,6 +278,10 @@ def synthesise(
             text = describe(item[0], kb.skb)
             pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
             question = clean_question(str(pred.question))
+            if round_trip is not None and question_problem(question, item[0], kb.skb) is None:
+                missed = check_round_trip(question, item[0])
+                if missed is not None:
+                    return None, missed
         except Exception as exc:  # a malformed or failed LM answer costs one pattern, not the run
             if is_lm_outage(exc):
                 with lock:
@@ -284,6 +296,19 @@ def synthesise(
         with lock:
             streak[0] = 0
         return question, text
+
+    def check_round_trip(question: str, pattern: Pattern) -> str | None:
+        """Why the program's own steps 1-5 on the question miss its answers (``None``: they do not)."""
+        with lock:
+            result.round_trips += 1
+        trace = Trace(system="afr", question=question)
+        target_type, cypher = round_trip.llm_steps(question, trace)
+        if trace.degraded:
+            return f"round trip: LM error in {trace.degraded[0].step}"
+        found = round_trip.retrieve(question, target_type, cypher, round_trip.config, trace)
+        if np.isin(pattern.asked, np.asarray(found.grounded, np.int64)).all():
+            return None
+        return "round trip: the question's own query misses its answers"
 
     def state_fact(pattern: Pattern) -> None:
         """Narrows the pattern to its clue answer by a fact the LM reads in that answer's text, or

@@ -59,13 +59,15 @@ def run_synthesis(
     filter_rate: float = 0.3,
     clue_share: float = 0.3,
     clue_kind: str = "fact",
+    round_trip: bool = False,
     threads: int = 1,
     chat: Path | str | None = None,
     tick: Tick | None = None,
 ) -> SynthesisRun:
     """Synthesise ``n`` questions from the SKB at ``skb`` (``synthetic.build.synthesise``), asking the
     config's default LM (with its timeout and retries), and write the split's files; ``chat`` also
-    writes step 2's fine-tuning data there. Raises what opening the SKB or the LM raises
+    writes step 2's fine-tuning data there. ``round_trip`` keeps only questions the program built from
+    ``config`` answers through its own steps 1-5 (``synthesise``). Raises what opening the SKB or the LM raises
     (``SKBFormatError``, ``FileNotFoundError``, ``ValueError``)."""
     import dspy
 
@@ -75,9 +77,10 @@ def run_synthesis(
     kb = runtime.open_kb(skb, config.embedder, config.index_kind, config.doc_budget_tokens)
     folder, qa_name = (Path(out), QA_FILE) if out is not None else qa_folder(skb)
     lm = get_lm(config.lm.default, **{**config.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
+    checker = runtime.assemble("afr", kb, config, lms=True) if round_trip else None  # the config's own LMs
     with dspy.context(lm=lm):
         result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                            filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, threads=threads,
-                            tick=tick)  # fmt: skip
+                            filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, round_trip=checker,
+                            threads=threads, tick=tick)  # fmt: skip
     paths = write_synthetic(result, kb.skb, folder, qa_name)
     return SynthesisRun(result, kb, paths, export_chat(result, kb.skb, chat) if chat is not None else None)
