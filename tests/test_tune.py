@@ -504,6 +504,19 @@ def test_grounding_metrics_use_the_whole_grounded_set(tmp_path: Path) -> None:
     assert kept["n"] == n_items and len(kept["head"]) == 1000
 
 
+def reranking_evaluator(
+    kb: KnowledgeBase, program: AutofocusRetriever, items: list[Any]
+) -> tuple[tune.ConfigEvaluator, Any]:
+    """An evaluator that can rerank (a program per config) over the planted questions, and its program maker."""
+
+    def make_program(c: AutofocusConfig) -> AutofocusRetriever:
+        return registry.build_program("afr", kb, c, with_lms=False)
+
+    outputs = evaluator(kb, program, items).outputs
+    ev = tune.ConfigEvaluator(program, items, outputs, as_candidates(kb.skb.candidate_ids), (1, 4), make_program)
+    return ev, make_program
+
+
 def test_reranking_trials_send_the_programs_prompts_and_tune_the_fusion(
     planted_kb: KnowledgeBase, planted_program: AutofocusRetriever, items: list[Any]
 ) -> None:
@@ -512,13 +525,7 @@ def test_reranking_trials_send_the_programs_prompts_and_tune_the_fusion(
 
     cfg = paper_config(k=4, reranker="listwise", alpha=0.5, rerank_evidence=True, lm=LMConfig(default="test/scripted"))
 
-    def make_program(c: AutofocusConfig) -> AutofocusRetriever:
-        return registry.build_program("afr", planted_kb, c, with_lms=False)
-
-    ev = tune.ConfigEvaluator(
-        planted_program, items, evaluator(planted_kb, planted_program, items).outputs,
-        as_candidates(planted_kb.skb.candidate_ids), (1, 4), make_program,
-    )  # fmt: skip
+    ev, make_program = reranking_evaluator(planted_kb, planted_program, items)
     lm = scripted_lm()
     with dspy.context(lm=lm):
         tuned = ev(cfg, rerank=True)
@@ -542,13 +549,7 @@ def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
 ) -> None:
     cfg = paper_config(k=4, reranker="listwise", alpha=0.5, lm=LMConfig(default="test/scripted"))
 
-    def make_program(c: AutofocusConfig) -> AutofocusRetriever:
-        return registry.build_program("afr", planted_kb, c, with_lms=False)
-
-    ev = tune.ConfigEvaluator(
-        planted_program, items, evaluator(planted_kb, planted_program, items).outputs,
-        as_candidates(planted_kb.skb.candidate_ids), (1, 4), make_program,
-    )  # fmt: skip
+    ev, _ = reranking_evaluator(planted_kb, planted_program, items)
     reversing = ScriptedLM({
         "cypher": lambda u: {"cypher": CYPHER[question_of(u)]},
         "ranking": lambda u: {"ranking": [int(x) for x in re.findall(r"\[(\d+)\]", field_value(u, "candidates"))][::-1]},
