@@ -4,9 +4,9 @@ Order of work (cheap before costly): sample a pattern around a target node of th
 behind its share, execute it exactly, drop duplicates (same type and answer set), run the
 program's own steps 3-5 on its gold Cypher (the self-check), and only then ask the LM for a
 question, which must pass ``verbalise.question_problem`` and, with ``round_trip``, the program's
-own steps 1-5 on the question as written (they must ground its answers). Sampling is single-threaded from one
-seeded generator, and questions are kept in sampling order, so a seed and a deterministic LM
-give the same file; LM calls run in threads.
+own steps 1-5 on the question as written (they must ground its answers). Sampling is
+single-threaded from one seeded generator, and questions are kept in sampling order, so a seed and
+a deterministic LM give the same file; LM calls run in threads.
 
 The self-check parses the gold Cypher with ``parse_cypher`` and grounds it by the constants'
 *names* (vector search with exact-name-first, one candidate per constant: ``l_max = 1``), as the
@@ -255,7 +255,8 @@ def synthesise(
     """
     start = time.perf_counter()
     settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
-                "filter_rate": filter_rate, "clue_share": clue_share, "clue_kind": clue_kind, "lm": getattr(dspy.settings.lm, "model", None)}
+                "filter_rate": filter_rate, "clue_share": clue_share, "clue_kind": clue_kind,
+                "round_trip": round_trip is not None, "lm": getattr(dspy.settings.lm, "model", None)}
     result = SynthesisResult(pairs=[], settings=settings)
     sampler = PatternSampler(kb.skb, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate)
     stream = _Stream(kb, sampler, type_shares(kb, n), seed, max_attempts or 200 * n + 1000, result, tick)
