@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 Tick = Callable[[str, int], None]  # (stage, amount)
 OUTAGES_TO_STOP = 3  # LM outages in a row that stop a synthesis: the LM is down, not one request unlucky
-MAX_BATCH = 32  # patterns asked per round: the clue quota counts kept clue questions, so later rounds make up
 
 
 @dataclass
@@ -335,7 +334,7 @@ def synthesise(
         callbacks.append(UsageCallback())  # counts the LM calls (a dspy.context hides later configure calls)
     with dspy.context(callbacks=callbacks), usage_scope() as usage:
         while len(result.pairs) < n:
-            batch = stream.take(min(math.ceil((n - len(result.pairs)) * oversample), MAX_BATCH))
+            batch = stream.take(math.ceil((n - len(result.pairs)) * oversample))
             if not batch:
                 break
             clued = sum(p.pattern.clue is not None for p in result.pairs)
