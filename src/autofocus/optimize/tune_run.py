@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,7 @@ class TuningResult:
     importances: dict[str, float] = field(default_factory=dict)
     confirmed: dict[str, dict[str, Any]] = field(default_factory=dict)  # "tuned on val" -> metric means + run
 
-    @property
+    @cached_property
     def gain(self) -> dict[str, Any]:
         """The tuned config against the defaults on the tuning split, paired per question (the
         objective; ``evaluation.report.paired_test``). Optimistic: this split chose the settings, so

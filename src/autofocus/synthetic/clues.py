@@ -123,9 +123,9 @@ _LEAD = {"the", "this", "that", "a", "an", "it", "its", "node"}
 
 def tidy_fact(raw: str, name: str, type_names: Iterable[str]) -> str:
     """The LM's fact as a phrase after "the <type> that": its first sentence, without a leading
-    subject ("The `hex()` method returns ..." -> "returns ...": articles, any node type's name, the
-    node's own name) and without a comparison with other
-    nodes tacked on (", which is distinct from ..."). Small LMs write sentences however they are asked."""
+    subject (articles, any node type's name, the node's own name: "The `hex()` method returns ..." ->
+    "returns ...") and without a comparison tacked on (", which is distinct from ..."). Small LMs
+    write sentences however they are asked."""
     text = _SENTENCE_END.split(" ".join(raw.split()), maxsplit=1)[0]
     text = _TAIL.split(text, maxsplit=1)[0]
     lead = _LEAD | {t.lower() for t in type_names} | {name.lower(), name.rsplit(".", 1)[-1].lower()}

@@ -688,15 +688,17 @@ def prior_fuse(order: Sequence[int], scores: Sequence[float] | None, weight: flo
 
 
 def rerank_candidates(
-    reranker: dspy.Module | None, question: str, ids: list[int], skb: SKB, target_type: str | None,
-    retrieved: set[int], trace: Trace,
+    reranker: dspy.Module | None, question: str, ids: list[int], skb: SKB, target_type: str | list[str] | None,
+    retrieved: set[int], trace: Trace, evidence: dict[int, str] | None = None, config: AutofocusConfig | None = None,
 ) -> list[int]:
     """Step 8 on ``ids`` as the systems run it, timed under ``8_rerank``; without a reranker (or
-    candidates) the ids as they are (a reranker keeps the order where it fails)."""
+    candidates) the ids as they are (a reranker keeps the order where it fails). ``evidence`` and
+    ``config`` (a trial's settings instead of the reranker's own) are AF-Retriever's."""
     if reranker is None or not ids:
         return [int(i) for i in ids]
     with trace.step("8_rerank"):
         ranked = reranker(
-            question=question, candidates=list(ids), skb=skb, target_type=target_type, retrieved=retrieved, trace=trace,
+            question=question, candidates=list(ids), skb=skb, target_type=target_type, retrieved=retrieved,
+            evidence=evidence, trace=trace, config=config,
         )
     return [int(i) for i in ranked]

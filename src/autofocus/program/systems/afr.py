@@ -31,7 +31,7 @@ from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, gro
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.repair import asked_label, label_words, related_in
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import (
@@ -432,20 +432,10 @@ class AutofocusRetriever(RetrievalProgram):
     ) -> list[int]:
         """Step 8 on what steps 3-7 found; the program and ``autofocus tune``'s reranking trials both call
         this, so a tuned step-8 setting is tuned on the prompts the program sends."""
-        ranked = found.ids
-        if self.reranker is None or not ranked:
-            return ranked
-        with trace.step("8_rerank"):
-            ranked = self.reranker(
-                question=question,
-                candidates=ranked,
-                skb=self.kb.skb,
-                target_type=y_type,
-                retrieved=found.neighbourhood(),
-                evidence=evidence if cfg.rerank_evidence else None,
-                trace=trace,
-                config=cfg,
-            )
+        if self.reranker is None or not found.ids:
+            return found.ids
+        ranked = rerank_candidates(self.reranker, question, found.ids, self.kb.skb, y_type, found.neighbourhood(), trace,
+                                   evidence=evidence if cfg.rerank_evidence else None, config=cfg)  # fmt: skip
         if cfg.rerank_keep_block and found.strong_evidence:
             ranked = grounded_first(ranked, found.strand)
             trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
