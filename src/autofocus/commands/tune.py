@@ -48,6 +48,10 @@ def tune_command(
     rerank_trials: Annotated[
         bool, typer.Option("--rerank-trials", help="rerank in every trial (LLM calls; tunes k too)")
     ] = False,
+    fit_prior_weight: Annotated[
+        bool, typer.Option("--fit-prior-weight", help="with --rerank-trials: step 8's fusion = prior, its "
+                           "weight fitted by likelihood on the split instead of searched")
+    ] = False,
     seed: Annotated[int, typer.Option(help="TPE sampler seed")] = 0,
     limit: Annotated[int | None, typer.Option(help="only the first N questions of the split", min=1)] = None,
     system: Annotated[str, typer.Option(help="AF-Retriever preset, e.g. afr or afr-code")] = "afr",
@@ -92,7 +96,7 @@ def tune_command(
         result = run_tuning(
             skb, base_cfg, system=system, program_file=program, split=split, trials=trials, study=study,
             storage=storage, out=out, metric=metric, second=second, params=params, l_max_range=l_max_range,
-            rerank_trials=rerank_trials, seed=seed, limit=limit, confirm=confirm,
+            rerank_trials=rerank_trials, fit_prior_weight=fit_prior_weight, seed=seed, limit=limit, confirm=confirm,
             confirm_defaults=confirm_defaults, test_split=test_split, qa_dir=qa_dir, progress=progress, console=console,
             progress_console=err_console, on_study_done=_print_study,
         )  # fmt: skip
@@ -116,7 +120,7 @@ def _print_study(result: Any) -> None:
     from autofocus.optimize.tune_run import gain_line
 
     spec = result.spec
-    _print_settings(result.base_config, result.best_config, spec.params)
+    _print_settings(result.base_config, result.best_config, result.shown_params)
     _print_metrics(
         f"{result.split}, {'after reranking' if spec.rerank else 'pre-rerank'} ({result.questions} questions)",
         {"defaults": result.baseline, "tuned": result.tuned},

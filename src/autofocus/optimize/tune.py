@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autofocus.config import AutofocusConfig
 from autofocus.evaluation.traces import TraceWriter, read_traces
 from autofocus.metrics import DEFAULT_KS, Candidates, compute_metrics, dspy_metric, prepare
+from autofocus.optimize.fusion_fit import FusionCase, case_from_trace
 from autofocus.trace import Trace
 from autofocus.usage import map_concurrently
 
@@ -312,6 +313,7 @@ class Evaluation:
     lm_calls: float  # per question: the cached steps 1-2 plus any reranking
     n: int
     per_question: dict[str, list[float]] = field(default_factory=dict, repr=False)  # metric -> values, in item order
+    fusion_cases: list[FusionCase | None] = field(default_factory=list, repr=False)  # step 8's scores, when reranked
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -370,9 +372,11 @@ class ConfigEvaluator:
         start = time.perf_counter()
         found = program.retrieve(item.query, out.target_type, out.cypher, cfg, trace)
         ranked = found.ids
+        fusion = None
         if rerank:
             evidence = program.evidence(found, cfg, trace)
             ranked = program.rerank(item.query, out.target_type, found, evidence, cfg, trace)
+            fusion = case_from_trace(trace.data, item.answer_ids)
         seconds = time.perf_counter() - start
         grounded, gold = prepare(found.grounded, item.answer_ids, self.candidates)
         hits = int(np.isin(gold, grounded).sum())
@@ -384,6 +388,7 @@ class ConfigEvaluator:
             "specificity": hits / gold.size if gold.size else None,
             "seconds": seconds,
             "lm_calls": out.lm_calls + (trace.steps["8_rerank"].lm_calls if "8_rerank" in trace.steps else 0),
+            "fusion": fusion,
         }
 
     def __call__(self, cfg: AutofocusConfig, rerank: bool = False) -> Evaluation:
@@ -415,6 +420,7 @@ class ConfigEvaluator:
             lm_calls=float(np.mean([r["lm_calls"] for r in rows])) if rows else 0.0,
             n=n,
             per_question={m: [float(r["metrics"][m]) for r in rows] for m in names},
+            fusion_cases=[r["fusion"] for r in rows] if rerank else [],
         )
 
 

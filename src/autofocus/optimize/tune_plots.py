@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -89,17 +90,23 @@ def plot_l_max(rows: Sequence[Mapping[str, Any]], path: Path, title: str | None 
 
 
 def plot_prior_weight(
-    rows: Sequence[Mapping[str, Any]], path: Path, best_weight: float | None = None,
+    rows: Sequence[Mapping[str, Any]], path: Path, best_weight: float | None = None, fit: Any = None,
     metrics: Sequence[str] = ("hit@1", "mrr"), title: str | None = None,
 ) -> Path:
     """Reranked metrics over the weight grid (evenly spaced, labelled by value: 0 is the judge
-    alone, 10 nearly steps 1-7's order); the tuned weight, if off the grid, in the title."""
+    alone, 10 nearly steps 1-7's order); the tuned weight in the title; a ``FusionFit``'s weight
+    and bootstrap interval shaded (placed between grid points by linear interpolation)."""
     fig = Figure(figsize=(5.2, 3.8), layout="constrained")
     ax = fig.add_subplot()
     xs = list(range(len(rows)))
     for metric in metrics:
         ax.plot(xs, [100 * r[metric] for r in rows], marker=".", label=metric)
-    ax.set_xticks(xs, [f"{r['rerank_prior_weight']:g}" for r in rows])
+    grid = [r["rerank_prior_weight"] for r in rows]
+    if fit is not None:
+        at = lambda w: float(np.interp(w, grid, xs))  # noqa: E731
+        ax.axvspan(at(fit.low), at(fit.high), color="tab:green", alpha=0.12, label="likelihood fit, 95% CI")
+        ax.axvline(at(fit.weight), color="tab:green", lw=1)
+    ax.set_xticks(xs, [f"{w:g}" for w in grid])
     ax.set_xlabel("prior weight w (0: the judge's order; large: steps 1-7's order)")
     ax.set_ylabel("%")
     ax.grid(alpha=0.3)

@@ -8,7 +8,9 @@ Output folder (default ``runs/tune-<study>``): ``study.db`` (unless ``storage`` 
 ``best_config.json`` (for ``autofocus.open(config=...)`` and ``ask``/``eval --config``),
 ``summary.md``/``summary.json``, ``alpha.*``/``l_max.*`` tables (CSV, markdown) with
 ``alpha.png``/``l_max.png``, ``history.png``, ``importance.png``, and ``confirm-<split>-<config
-hash>/`` evaluation runs with the reranker.
+hash>/`` evaluation runs with the reranker. Step-8 studies (``rerank_trials``) with a pointwise
+judge also write ``prior_weight.*`` (the reranked metrics at each fusion weight) and report the
+likelihood fit of that weight (``optimize.fusion_fit``).
 
 Example:
     result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), trials=50)
@@ -32,6 +34,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.console import safe
 from autofocus.evaluation.runner import without_waits
 from autofocus.optimize import tune as tuning
+from autofocus.optimize.fusion_fit import FusionFit, fit_prior_weight
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,6 +71,8 @@ class TuningResult:
     l_max_rows: list[dict[str, Any]] = field(default_factory=list)
     importances: dict[str, float] = field(default_factory=dict)
     confirmed: dict[str, dict[str, Any]] = field(default_factory=dict)  # "tuned on val" -> metric means + run
+    fusion_fit: FusionFit | None = None  # step 8's prior weight fitted by likelihood (step-8 studies)
+    fit_used: bool = False  # the fit, not the search, set best_config's fusion
 
     @cached_property
     def gain(self) -> dict[str, Any]:
@@ -79,6 +84,11 @@ class TuningResult:
         metric = self.spec.metric
         a, b = self.baseline.per_question.get(metric, []), self.tuned.per_question.get(metric, [])
         return {"metric": metric, **paired_test(np.asarray(a), np.asarray(b))}
+
+    @property
+    def shown_params(self) -> list[str]:
+        """The settings this run chose: the study's, and step 8's fusion where the fit set it."""
+        return [*self.spec.params, *(["rerank_fusion", "rerank_prior_weight"] if self.fit_used else [])]
 
     @property
     def best_config_file(self) -> Path:
@@ -106,6 +116,7 @@ def run_tuning(
     params: str | Sequence[str] | None = None,
     l_max_range: str | tuple[int, int] = "1:300",
     rerank_trials: bool = False,
+    fit_prior_weight: bool = False,
     seed: int = 0,
     limit: int | None = None,
     confirm: bool = True,
@@ -129,6 +140,8 @@ def run_tuning(
         system: an AF-Retriever preset (``afr``, ``afr-code``, ...); a program file names its own.
         program_file: an optimised program (``autofocus optimize``): its prompts ask steps 1-2.
         params: settings to tune (comma list or list; default ``optimize.tune.DEFAULT_PARAMS``).
+        fit_prior_weight: set step 8's fusion to ``prior`` with the weight fitted by likelihood on the
+            split (``optimize.fusion_fit``) instead of searching it; needs ``rerank_trials``.
         console: status lines, confirmation summaries (None: quiet); ``progress_console`` gets the
             progress bars.
         on_study_done: called with the result before the confirmation runs (to print it).
@@ -160,6 +173,11 @@ def run_tuning(
         rerank=rerank_trials,
         seed=seed,
     )  # fmt: skip
+    fitted_away = {"rerank_fusion", "rerank_prior_weight"} & set(spec.params)
+    if fit_prior_weight and (not rerank_trials or fitted_away):
+        raise ValueError("--fit-prior-weight needs --rerank-trials and sets "
+                         + ", ".join(sorted(fitted_away or {"rerank_fusion", "rerank_prior_weight"}))
+                         + " itself: leave them out of --params")  # fmt: skip
     items = load_split(skb, split, qa_dir=qa_dir)[:limit]
     test_items = load_split(skb, test_split, qa_dir=qa_dir) if test_split else []
     out = Path(out) if out is not None else Path("runs") / f"tune-{study}"
@@ -257,8 +275,12 @@ def run_tuning(
 
     best = tuning.best_trial(st)
     best_cfg = tuning.config_with(cfg, best.params)
-    best_cfg.save(out / tuning.BEST_CONFIG_FILE)
     tuned = evaluate(best_cfg, rerank=spec.rerank)
+    fit = _fit_fusion(tuned, say)
+    if fit_prior_weight and fit is not None:  # the judge's scores do not depend on the fusion: no new LM call
+        best_cfg = tuning.config_with(best_cfg, {"rerank_fusion": "prior", "rerank_prior_weight": round(fit.weight, 3)})
+        tuned = evaluate(best_cfg, rerank=True)
+    best_cfg.save(out / tuning.BEST_CONFIG_FILE)
 
     # sensitivity: alpha (Fig. 2) on the tuning split (and the test split), l_max (Table 19)
     evaluators = {split: evaluate}
@@ -268,19 +290,20 @@ def run_tuning(
             prog, test_items, test_outputs, candidates, tuning.metric_ks(spec.metric)
         )
     l_rows, imp = _sensitivity(out, evaluators, cfg, best_cfg, st, baseline.metrics[spec.metric], spec.metric)
-    if spec.rerank and "rerank_prior_weight" in spec.params:  # step 8's trust in its judge, on the tuning split
+    if fit is not None:  # step 8's trust in its judge, on the tuning split
         from autofocus.optimize import tune_plots as plots
 
         w_rows = tuning.sweep_prior_weight(evaluate, best_cfg)
         tuning.write_table(w_rows, ["rerank_prior_weight", *SHOWN_METRICS], out / "prior_weight")
         plots.plot_prior_weight(w_rows, out / plots.PRIOR_WEIGHT_PNG,
-                                best_cfg.rerank_prior_weight if best_cfg.rerank_fusion == "prior" else None)
+                                best_cfg.rerank_prior_weight if best_cfg.rerank_fusion == "prior" else None, fit)
 
     result = TuningResult(
         out=out, study=study, storage=storage, spec=spec, split=split, questions=len(items), base_config=cfg,
         best_config=best_cfg, best_trial=best, baseline=baseline, tuned=tuned,
         complete_trials=len(tuning.complete_trials(st)), trials_run=ran, seconds=elapsed,
         pareto_front=tuning.pareto_front(st) if spec.multi else [], l_max_rows=l_rows, importances=imp,
+        fusion_fit=fit, fit_used=fit_prior_weight and fit is not None,
     )  # fmt: skip
     if on_study_done is not None:
         on_study_done(result)
@@ -302,6 +325,16 @@ def run_tuning(
             )
     _write_summary(result)
     return result
+
+
+def _fit_fusion(tuned: tuning.Evaluation, say: Callable[..., Any]) -> FusionFit | None:
+    """The likelihood fit of step 8's prior weight from a reranked evaluation's judge scores; None
+    where there are none (not a step-8 study, a judge without per-candidate scores, no answer judged)."""
+    if not any(c is not None for c in tuned.fusion_cases):
+        return None
+    fit = fit_prior_weight(tuned.fusion_cases)
+    say(safe(fit.line()))
+    return fit
 
 
 def _sensitivity(
@@ -372,6 +405,7 @@ def _write_summary(result: TuningResult) -> None:
             "tuned": result.tuned.as_dict(),
         },
         "tuned_vs_defaults": result.gain,
+        "prior_weight_fit": None if result.fusion_fit is None else {**result.fusion_fit.as_dict(), "used": result.fit_used},
         "pareto_front": [{"trial": t.number, "values": t.values, "params": t.params} for t in result.pareto_front],
         "importances": result.importances,
         "confirmation": result.confirmed,
@@ -379,7 +413,7 @@ def _write_summary(result: TuningResult) -> None:
         "trials_this_run": result.trials_run,
     }
     (result.out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (result.out / "summary.md").write_text(_markdown(data, result.base_config, result.best_config, result.spec.params))
+    (result.out / "summary.md").write_text(_markdown(data, result.base_config, result.best_config, result.shown_params))
 
 
 def gain_line(gain: dict[str, Any]) -> str:
@@ -413,6 +447,11 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
     for label, ev in data[key].items():
         lines.append(f"| {label} | " + " | ".join(fmt(ev.get(m)) for m in SHOWN_METRICS) + " |")
     lines += ["", gain_line(data["tuned_vs_defaults"])]
+    if data["prior_weight_fit"]:
+        fit = data["prior_weight_fit"]
+        lines += ["", f"Step 8's prior weight fitted by likelihood: {fit['weight']:.2f} (95% CI {fit['low']:.2f}-"
+                  f"{fit['high']:.2f}, {fit['n']} questions with an answer among the judged candidates)"
+                  + ("; used in best_config.json." if fit["used"] else "; not used (`--fit-prior-weight` uses it).")]
     if data["confirmation"]:
         lines += ["", "## Confirmation runs (with the reranker)", "",
                   "| settings | " + " | ".join(SHOWN_METRICS) + " | run |", "|---|" + "---|" * (len(SHOWN_METRICS) + 1)]  # fmt: skip
@@ -423,7 +462,7 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
     if data["importances"]:
         lines += ["", "## Parameter importance", "", "| setting | importance |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in data["importances"].items()]
-    weights = "rerank_prior_weight" in names and "reranked" in data
+    weights = bool(data["prior_weight_fit"])
     lines += ["", "Tables: alpha.md, l_max.md" + (", prior_weight.md" if weights else "") + ". Plots: alpha.png, "
               "l_max.png, " + ("prior_weight.png, " if weights else "") + "history.png, importance.png.", ""]
     return "\n".join(lines)
