@@ -590,3 +590,37 @@ def test_the_gain_line_says_whether_tuning_beat_the_defaults_beyond_noise() -> N
     assert "+5.0 points" in gain_line(same) and "within noise: the defaults are as good" in gain_line(same)
     assert "+50.0 points" in gain_line(better) and "beyond noise" in gain_line(better)
     assert gain_line({"metric": "mrr", **paired_test(np.zeros(0), np.zeros(0))}).endswith("no questions to compare.")
+
+
+def test_fit_prior_weight_sets_step_8s_fusion_from_the_judges_scores(
+    cli: CliRunner, planted_dir: Path, tmp_path: Path
+) -> None:
+    """``--fit-prior-weight``: the weight in best_config.json is the likelihood fit of the judge's
+    scores on the split, reported in both summaries, with the sweep; the search cannot also set it."""
+    base = tmp_path / "pointwise.json"
+    paper_config(k=4, alpha=0.5, reranker="pointwise", rerank_depth=None, lm=LMConfig(default="test/scripted")).save(base)
+    # steps 1-7 give [2, 3, 5, 6] (answer 3) and [5, 6, 9, 10] (answer 10): in the first the judge prefers two
+    # candidates below the answer (a prior helps), in the second it rightly lifts the last one (a prior hurts)
+    judged = {"red walrus": {2: 0.05, 3: 0.5, 5: 0.7, 6: 0.6}, "zebra": {5: 0.3, 6: 0.1, 9: 0.2, 10: 0.8}}
+
+    def score(user: str) -> dict[str, float]:
+        node = int(re.search(r"\[(\d+)\]", field_value(user, "candidate")).group(1))
+        return {"score": judged[question_of(user)][node]}
+
+    lm = ScriptedLM({"cypher": lambda u: {"cypher": CYPHER[question_of(u)]}, "score": score})
+    out = tmp_path / "fit"
+    res = invoke(cli, lm, "--skb", planted_dir, "--out", out, "--config", base, "--rerank-trials", "--fit-prior-weight",
+                 "--params", "rerank_fusion_k", "--metric", "mrr", "--trials", "2", "--no-confirm", "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    fit, best = summary["prior_weight_fit"], AutofocusConfig.load(out / "best_config.json")
+    assert fit["used"] and fit["n"] == 2 and best.rerank_fusion == "prior"
+    assert best.rerank_prior_weight == pytest.approx(fit["weight"], abs=1e-3) and fit["low"] <= fit["weight"] <= fit["high"]
+    assert 0.3 < fit["weight"] < 2  # the two questions pull it both ways
+    assert "prior weight fitted by likelihood" in (out / "summary.md").read_text()
+    assert "likelihood fit: rerank_prior_weight" in " ".join(res.output.split())
+    assert (out / "prior_weight.png").stat().st_size > 0 and len((out / "prior_weight.csv").read_text().splitlines()) > 2
+    for clash in (("--params", "rerank_prior_weight"), ()):
+        args = ("--skb", planted_dir, "--out", tmp_path / "x", "--config", base, "--fit-prior-weight", "--no-progress")
+        res = invoke(cli, lm, *args, *clash, *(("--rerank-trials",) if clash else ()))
+        assert res.exit_code == 1 and "--fit-prior-weight needs --rerank-trials" in " ".join(res.output.split())

@@ -153,10 +153,10 @@ def tune(
     """Tune AF-Retriever's settings with Optuna over step 1-2 outputs asked once: ``autofocus tune``.
 
     ``options`` are ``optimize.tune_run.run_tuning``'s: ``storage``, ``metric``, ``second``,
-    ``params``, ``l_max_range``, ``rerank_trials``, ``seed``, ``limit``, ``confirm`` (default True),
-    ``confirm_defaults``, ``test_split``, ``progress``. Returns a ``TuningResult``:
-    ``.best_config`` (also in ``out/best_config.json``), ``.baseline``/``.tuned`` metrics, sensitivity
-    tables and confirmation runs.
+    ``params``, ``l_max_range``, ``rerank_trials``, ``fit_prior_weight``, ``seed``, ``limit``,
+    ``confirm`` (default True), ``confirm_defaults``, ``test_split``, ``progress``. Returns a
+    ``TuningResult``: ``.best_config`` (also in ``out/best_config.json``), ``.baseline``/``.tuned``
+    metrics, ``.gain``, ``.fusion_fit`` (step-8 studies), sensitivity tables and confirmation runs.
     """
     from autofocus.optimize.tune_run import run_tuning
 

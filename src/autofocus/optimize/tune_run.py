@@ -290,7 +290,7 @@ def run_tuning(
             prog, test_items, test_outputs, candidates, tuning.metric_ks(spec.metric)
         )
     l_rows, imp = _sensitivity(out, evaluators, cfg, best_cfg, st, baseline.metrics[spec.metric], spec.metric)
-    if fit is not None:  # step 8's trust in its judge, on the tuning split
+    if fit is not None or (spec.rerank and "rerank_prior_weight" in spec.params):  # step 8's trust in its judge
         from autofocus.optimize import tune_plots as plots
 
         w_rows = tuning.sweep_prior_weight(evaluate, best_cfg)
@@ -462,7 +462,7 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
     if data["importances"]:
         lines += ["", "## Parameter importance", "", "| setting | importance |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in data["importances"].items()]
-    weights = bool(data["prior_weight_fit"])
+    weights = bool(data["prior_weight_fit"]) or ("rerank_prior_weight" in names and "reranked" in data)
     lines += ["", "Tables: alpha.md, l_max.md" + (", prior_weight.md" if weights else "") + ". Plots: alpha.png, "
               "l_max.png, " + ("prior_weight.png, " if weights else "") + "history.png, importance.png.", ""]
     return "\n".join(lines)
