@@ -203,7 +203,7 @@ def synthesise(
 
     Writes the ``synthetic`` split beside the SKB's QA file (or into ``out``; then pass its folder as
     ``qa_dir``). ``options`` are ``synthetic.run.run_synthesis``'s: ``seed``, ``max_answers``,
-    ``max_triplets``, ``filter_rate``, ``clue_share``, ``clue_kind``, ``round_trip``, ``threads``, ``chat``
+    ``max_triplets``, ``filter_rate``, ``clue_share``, ``clue_kind``, ``round_trip``, ``round_trip_precision``, ``threads``, ``chat``
     (step 2 fine-tuning data). Returns a ``SynthesisRun``: ``.result.pairs``, ``.result.summary()``, ``.result.stopped`` (the LM outage
     that ended it early, if one did), ``.paths``.
     """

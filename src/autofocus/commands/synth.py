@@ -56,6 +56,11 @@ def synth_command(
                            help="keep a question only when the program's own steps 1-5 on it ground its answers "
                                 "(drops questions the LM wrote wrong; steps 1-2 are LM calls)")
     ] = False,
+    round_trip_precision: Annotated[
+        float, typer.Option(help="with --round-trip, also drop a question whose answers are fewer than this share of "
+                                 "what it grounds (its text admits other nodes: an incomplete label); 0: recall only",
+                            min=0.0, max=1.0)
+    ] = 0.5,
     lm: Annotated[str | None, typer.Option(help="LM that writes the questions (default: the config's)")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (embedder, LM)", exists=True)] = None,
     threads: Annotated[int, typer.Option(help="LM calls in parallel", min=1)] = 1,
@@ -80,7 +85,7 @@ def synth_command(
         with bar:
             done = run_synthesis(skb, cfg, n, out=out, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
                                  filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, round_trip=round_trip,
-                                 threads=threads, chat=export_chat,
+                                 round_trip_precision=round_trip_precision, threads=threads, chat=export_chat,
                                  tick=lambda stage, k: bar.advance(tasks[stage], k))  # fmt: skip
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an LM spec that names nothing
         print_error(err_console, exc)

@@ -226,6 +226,7 @@ def synthesise(
     clue_share: float = 0.3,
     clue_kind: str = "fact",
     round_trip: Any | None = None,
+    round_trip_precision: float = 0.5,
     threads: int = 1,
     oversample: float = 1.25,
     max_attempts: int | None = None,
@@ -248,6 +249,10 @@ def synthesise(
         round_trip: a program (``AutofocusRetriever``) whose own steps 1-5 must ground the question's
             answers from the question as written, or the question is dropped: it catches questions
             the LM wrote wrong (a relation turned round, a condition garbled). Steps 1-2 are LM calls.
+        round_trip_precision: with ``round_trip``, the question is also dropped when its answers are
+            fewer than this share of what it grounds: a question whose text admits other nodes too
+            (a filter left out, a vague wording) has an incomplete label. A fact-clue question counts
+            its pattern's whole answer set, since its clue narrows by text, not by graph. 0: recall only.
         threads: LM calls in parallel.
         oversample: patterns verbalised per missing question (questions can be rejected).
         max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
@@ -256,7 +261,9 @@ def synthesise(
     start = time.perf_counter()
     settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
                 "filter_rate": filter_rate, "clue_share": clue_share, "clue_kind": clue_kind,
-                "round_trip": round_trip is not None, "lm": getattr(dspy.settings.lm, "model", None)}
+                "round_trip": round_trip is not None,
+                "round_trip_precision": round_trip_precision if round_trip is not None else None,
+                "lm": getattr(dspy.settings.lm, "model", None)}
     result = SynthesisResult(pairs=[], settings=settings)
     sampler = PatternSampler(kb.skb, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate)
     stream = _Stream(kb, sampler, type_shares(kb, n), seed, max_attempts or 200 * n + 1000, result, tick)
@@ -299,7 +306,8 @@ def synthesise(
         return question, text
 
     def check_round_trip(question: str, pattern: Pattern) -> str | None:
-        """Why the program's own steps 1-5 on the question miss its answers (``None``: they do not)."""
+        """Why the program's own steps 1-5 on the question miss its answers or ground far more than
+        them (``None``: neither)."""
         with lock:
             result.round_trips += 1
         trace = Trace(system="afr", question=question)
@@ -307,9 +315,12 @@ def synthesise(
         if trace.degraded:
             return f"round trip: LM error in {trace.degraded[0].step}"
         found = round_trip.retrieve(question, target_type, cypher, round_trip.config, trace)
-        if np.isin(pattern.asked, np.asarray(found.grounded, np.int64)).all():
-            return None
-        return "round trip: the question's own query misses its answers"
+        grounded = np.asarray(found.grounded, np.int64)
+        if not np.isin(pattern.asked, grounded).all():
+            return "round trip: the question's own query misses its answers"
+        if pattern.answers.size < round_trip_precision * grounded.size:
+            return "round trip: the question's own query grounds far more than its answers"
+        return None
 
     def state_fact(pattern: Pattern) -> None:
         """Narrows the pattern to its clue answer by a fact the LM reads in that answer's text, or

@@ -60,6 +60,7 @@ def run_synthesis(
     clue_share: float = 0.3,
     clue_kind: str = "fact",
     round_trip: bool = False,
+    round_trip_precision: float = 0.5,
     threads: int = 1,
     chat: Path | str | None = None,
     tick: Tick | None = None,
@@ -67,7 +68,8 @@ def run_synthesis(
     """Synthesise ``n`` questions from the SKB at ``skb`` (``synthetic.build.synthesise``), asking the
     config's default LM (with its timeout and retries), and write the split's files; ``chat`` also
     writes step 2's fine-tuning data there. ``round_trip`` keeps only questions the program built from
-    ``config`` answers through its own steps 1-5 (``synthesise``). Raises what opening the SKB or the LM raises
+    ``config`` answers through its own steps 1-5, grounding at most ``1 / round_trip_precision``
+    times their answers (``synthesise``). Raises what opening the SKB or the LM raises
     (``SKBFormatError``, ``FileNotFoundError``, ``ValueError``)."""
     import dspy
 
@@ -81,6 +83,6 @@ def run_synthesis(
     with dspy.context(lm=lm):
         result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
                             filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, round_trip=checker,
-                            threads=threads, tick=tick)  # fmt: skip
+                            round_trip_precision=round_trip_precision, threads=threads, tick=tick)  # fmt: skip
     paths = write_synthetic(result, kb.skb, folder, qa_name)
     return SynthesisRun(result, kb, paths, export_chat(result, kb.skb, chat) if chat is not None else None)
