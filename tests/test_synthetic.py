@@ -677,3 +677,41 @@ def test_the_round_trip_keeps_only_questions_whose_own_query_grounds_their_answe
     assert result.rejected["round trip: the question's own query misses its answers"] >= 1
     assert result.round_trips == len(kept) + result.rejected["round trip: the question's own query misses its answers"]
     assert lm.fields().count("cypher") == result.round_trips and result.summary()["round_trips"] == result.round_trips
+
+
+def test_the_round_trip_drops_questions_whose_own_query_grounds_far_more_than_their_answers(kb: KnowledgeBase) -> None:
+    """A question whose text admits other nodes too has an incomplete label: here step 2 reads every
+    question it does not know as "papers on Information Retrieval" (4 papers). Recall alone keeps
+    such a question whenever its answers are among the 4; the precision check keeps it only when
+    they are at least half of them."""
+    from autofocus.config import AutofocusConfig, LMConfig
+    from autofocus.runtime import assemble
+
+    with dspy.context(lm=verbaliser()):
+        first = synthesise(kb, 6, seed=0, max_answers=5)
+    gold = {p.question: p.cypher for p in first.pairs}
+    served = [q for i, q in enumerate(gold) if i % 2 == 0]
+    broad = "MATCH (y:paper)-[:paper_has_topic_field]->(a:field) WHERE a.name = 'Information Retrieval' RETURN y"
+
+    def cypher(user: str) -> dict[str, str]:
+        question = field_value(user, "question").split("\n\n")[0]
+        return {"cypher": gold[question] if question in served else broad}
+
+    lm = ScriptedLM({"question": writer, "fact": fact_writer, "cypher": cypher,
+                     "target_type": lambda u: {"target_type": field_value(u, "question").split()[1]}})
+    cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none", l_max=100,
+                          repair=False, relax=[])
+    checker = assemble("afr", kb, cfg, lms=False)
+    with dspy.context(lm=lm):
+        recall_only = synthesise(kb, 6, seed=0, max_answers=5, round_trip=checker, round_trip_precision=0.0)
+        precise = synthesise(kb, 6, seed=0, max_answers=5, round_trip=checker)
+    information_retrieval = {0, 2, 3, 11}
+
+    def vague(result: Any) -> list[set[int]]:  # kept by the broad query: answers among its 4 papers
+        return [set(p.pattern.answers.tolist()) for p in result.pairs if p.question not in served]
+
+    assert all(a <= information_retrieval for a in vague(recall_only) + vague(precise))
+    assert any(len(a) == 1 for a in vague(recall_only))  # 1 answer of 4 grounded: recall passes
+    assert all(len(a) >= 2 for a in vague(precise))  # precision >= 0.5
+    assert precise.rejected["round trip: the question's own query grounds far more than its answers"] >= 1
+    assert precise.settings["round_trip_precision"] == 0.5 and recall_only.settings["round_trip_precision"] == 0.0
