@@ -8,6 +8,8 @@ its metrics on the same questions follow exactly, paired, from the trace: the pr
 evidence) the reranker's order with the grounded block kept first where steps 6-7 kept it, and (a
 pointwise run over all k) the order with only the first ``d`` candidates reranked
 (``rerank_depth``): pointwise scores are per candidate, so that order follows exactly from them.
+``--fit`` also prints the prior weight fitted by likelihood on the run's own questions
+(``autofocus.optimize.fusion_fit``; on a labelled split that is tuning on it, so only a diagnostic).
 
     .venv/bin/python benchmarks/rerank_fusion.py runs/afr18b [runs/vssrr ...] --k 60 --depths 5 10 15 \
         --weights 0.25 0.5 1
@@ -24,6 +26,7 @@ import numpy as np
 
 from autofocus.evaluation.report import load_run, paired_test
 from autofocus.metrics import compute_metrics
+from autofocus.optimize.fusion_fit import case_from_trace, fit_prior_weight
 from autofocus.program.steps.rerank import prior_fuse, rrf_fuse
 from autofocus.program.steps.vss import grounded_first
 
@@ -70,6 +73,9 @@ def main(args: argparse.Namespace) -> None:
                 for metric in ("hit@1", "mrr"):
                     rows.setdefault(name, {}).setdefault(metric, []).append(float(m[metric]))
         n = len(rows.get("reranker", {}).get("hit@1", []))
+        if args.fit:
+            cases = [case_from_trace(r["trace"]["data"], r["gold"]) for r in run.records if r.get("status") == "ok"]
+            print(f"\n{run_dir}: " + (fit_prior_weight(cases).line() if any(cases) else "no pointwise scores to fit"))
         print(f"\n{run_dir}: {n} questions with step 8 (same questions in every row; paired against the reranker)")
         print("| order | hit@1 | MRR | hit@1 vs reranker (p) | MRR vs reranker (p) |\n| --- | --- | --- | --- | --- |")
         base = rows.get("reranker")
@@ -94,5 +100,6 @@ if __name__ == "__main__":
     parser.add_argument("--k", type=int, nargs="+", default=[60])
     parser.add_argument("--depths", type=int, nargs="*", default=[], help="rerank_depth values to recompute (pointwise runs)")
     parser.add_argument("--weights", type=float, nargs="*", default=[], help="rerank_prior_weight values (pointwise runs)")
+    parser.add_argument("--fit", action="store_true", help="also fit the prior weight by likelihood on the run")
     parser.add_argument("--out", type=Path, default=None, help="append the means to this JSON file")
     main(parser.parse_args())
