@@ -18,7 +18,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-CLIP = 1e-6  # as prior_fuse clips P(yes)
+from autofocus.program.steps.rerank import judge_logits
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,12 @@ def case(scores: Sequence[float], input_ids: Sequence[int], answers: Iterable[in
     or None where they cannot inform the fit (no scores, or no answer among the scored)."""
     if not scores:
         return None
-    p = np.clip(np.asarray(scores, dtype=np.float64), CLIP, 1 - CLIP)
-    head = np.asarray(input_ids[: len(p)], dtype=np.int64)
+    logits = judge_logits(scores)
+    head = np.asarray(input_ids[: len(logits)], dtype=np.int64)
     gold = np.isin(head, np.fromiter((int(a) for a in answers), dtype=np.int64))
     if not gold.any():
         return None
-    return FusionCase(logits=np.log(p) - np.log1p(-p), gold=gold)
+    return FusionCase(logits=logits, gold=gold)
 
 
 def case_from_trace(trace_data: Mapping[str, Any], answers: Iterable[int]) -> FusionCase | None:

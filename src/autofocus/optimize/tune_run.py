@@ -69,6 +69,7 @@ class TuningResult:
     seconds: float
     pareto_front: list[Any] = field(default_factory=list)
     l_max_rows: list[dict[str, Any]] = field(default_factory=list)
+    prior_weight_rows: list[dict[str, Any]] = field(default_factory=list)  # step 8's fusion-weight sweep, if run
     importances: dict[str, float] = field(default_factory=dict)
     confirmed: dict[str, dict[str, Any]] = field(default_factory=dict)  # "tuned on val" -> metric means + run
     fusion_fit: FusionFit | None = None  # step 8's prior weight fitted by likelihood (step-8 studies)
@@ -290,6 +291,7 @@ def run_tuning(
             prog, test_items, test_outputs, candidates, tuning.metric_ks(spec.metric)
         )
     l_rows, imp = _sensitivity(out, evaluators, cfg, best_cfg, st, baseline.metrics[spec.metric], spec.metric)
+    w_rows: list[dict[str, Any]] = []
     if fit is not None or (spec.rerank and "rerank_prior_weight" in spec.params):  # step 8's trust in its judge
         from autofocus.optimize import tune_plots as plots
 
@@ -303,7 +305,7 @@ def run_tuning(
         best_config=best_cfg, best_trial=best, baseline=baseline, tuned=tuned,
         complete_trials=len(tuning.complete_trials(st)), trials_run=ran, seconds=elapsed,
         pareto_front=tuning.pareto_front(st) if spec.multi else [], l_max_rows=l_rows, importances=imp,
-        fusion_fit=fit, fit_used=fit_prior_weight and fit is not None,
+        prior_weight_rows=w_rows, fusion_fit=fit, fit_used=fit_prior_weight and fit is not None,
     )  # fmt: skip
     if on_study_done is not None:
         on_study_done(result)
@@ -413,7 +415,8 @@ def _write_summary(result: TuningResult) -> None:
         "trials_this_run": result.trials_run,
     }
     (result.out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (result.out / "summary.md").write_text(_markdown(data, result.base_config, result.best_config, result.shown_params))
+    (result.out / "summary.md").write_text(_markdown(data, result.base_config, result.best_config, result.shown_params,
+                  bool(result.prior_weight_rows)))
 
 
 def gain_line(gain: dict[str, Any]) -> str:
@@ -427,7 +430,9 @@ def gain_line(gain: dict[str, Any]) -> str:
             "confirm on a held-out split (`--test-split`).")
 
 
-def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig, names: list[str]) -> str:
+def _markdown(
+    data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig, names: list[str], weights: bool
+) -> str:
     fmt = tuning.fmt
     lines = [
         f"# Tuning study `{data['study']}`",
@@ -462,7 +467,6 @@ def _markdown(data: dict[str, Any], cfg: AutofocusConfig, best: AutofocusConfig,
     if data["importances"]:
         lines += ["", "## Parameter importance", "", "| setting | importance |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in data["importances"].items()]
-    weights = bool(data["prior_weight_fit"]) or ("rerank_prior_weight" in names and "reranked" in data)
     lines += ["", "Tables: alpha.md, l_max.md" + (", prior_weight.md" if weights else "") + ". Plots: alpha.png, "
               "l_max.png, " + ("prior_weight.png, " if weights else "") + "history.png, importance.png.", ""]
     return "\n".join(lines)

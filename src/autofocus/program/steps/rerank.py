@@ -670,6 +670,13 @@ def rrf_fuse(order: Sequence[int], k: int = 60) -> list[int]:
     return [int(i) for i in np.lexsort((by_reranker, -fused))]
 
 
+def judge_logits(scores: Sequence[float]) -> np.ndarray:
+    """The reranker's per-candidate scores as log-odds, clipped so a sure 0 or 1 stays finite: the
+    evidence ``prior_fuse`` adds to, and what ``optimize.fusion_fit`` fits its weight on."""
+    p = np.clip(np.asarray(scores, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log(p) - np.log1p(-p)
+
+
 def prior_fuse(order: Sequence[int], scores: Sequence[float] | None, weight: float) -> list[int]:
     """The reranker's evidence plus a prior from steps 1-7: ``logit(score_i) - weight * ln(1 + i)``
     for the candidate at input position ``i``. Unlike rrf it keeps how sure the reranker is: a
@@ -679,8 +686,7 @@ def prior_fuse(order: Sequence[int], scores: Sequence[float] | None, weight: flo
     n = len(order)
     by_reranker = _ranks(order)
     if scores is not None and len(scores) == n:
-        p = np.clip(np.asarray(scores, dtype=np.float64), 1e-6, 1 - 1e-6)
-        evidence = np.log(p) - np.log1p(-p)
+        evidence = judge_logits(scores)
     else:
         evidence = -np.log1p(by_reranker.astype(np.float64))
     fused = evidence - weight * np.log1p(np.arange(n, dtype=np.float64))
