@@ -218,6 +218,8 @@ def test_report_reprints_and_compares(cli: CliRunner, tiny_skb_dir: Path, tmp_pa
     assert res.exit_code == 0, res.output
     assert "Comparison" in res.output and "Paired differences from scripted (a)" in res.output
     assert (a / "summary.md").is_file()
+    res = invoke(cli, "report", a, b, "--comparisons", "7")
+    assert res.exit_code == 0 and "adjusted for the comparisons made" in " ".join(res.output.split())
     res = invoke(cli, "report", tmp_path / "missing")
     assert res.exit_code != 0
 

@@ -19,6 +19,8 @@ from autofocus.evaluation.report import (
     comparison_csv,
     comparison_markdown,
     comparison_rows,
+    detectable_difference,
+    holm,
     load_run,
     mean_ci,
     paired_test,
@@ -210,6 +212,32 @@ def test_paired_test_mcnemar_and_sign_flip() -> None:
     assert t["p"] == 1.0
 
 
+def test_holm_adjusts_step_down_and_counts_comparisons_made_elsewhere() -> None:
+    # sorted 0.01, 0.02, 0.04 -> 3*0.01, 2*0.02, 1*0.04, then monotone: 0.03, 0.04, 0.04
+    assert holm([0.04, 0.01, None, 0.02]) == pytest.approx([0.04, 0.03, None, 0.04], nan_ok=True)
+    assert holm([0.5, 0.9]) == [1.0, 1.0]  # capped at 1
+    # two reported of ten made on the split: multipliers 10 and 9
+    assert holm([0.004, 0.01], comparisons=10) == pytest.approx([0.04, 0.09])
+    assert holm([0.03]) == [0.03] and holm([None]) == [None]
+
+
+def test_detectable_difference_is_the_80_percent_power_effect() -> None:
+    d = np.array([0.0, 1.0] * 50)  # sd 0.5025, n = 100
+    z = 1.959964 + 0.841621
+    assert detectable_difference(d) == pytest.approx(z * np.std(d, ddof=1) / 10, rel=1e-5)
+    assert detectable_difference(np.array([0.3])) is None
+    # a simulated effect of that size is found about 80% of the time (with McNemar, a little less)
+    rng = np.random.default_rng(0)
+    found = 0
+    for _ in range(400):
+        a = (rng.random(100) < 0.5).astype(float)
+        b = (rng.random(100) < 0.5 + 0.2).astype(float)
+        mde = detectable_difference(b - a)
+        found += paired_test(a, b)["p"] < 0.05
+        assert 0.15 < mde < 0.25
+    assert 0.6 < found / 400 < 0.95
+
+
 def _run_records(hit1: list[int], mrr: list[float], start: int = 0) -> list[dict[str, Any]]:
     return [
         {"id": start + i, "status": "ok", "seconds": 1.0 + i, "metrics": metrics(h, h, h, h, r),
@@ -234,11 +262,27 @@ def test_comparison_rows_pair_on_common_questions(tmp_path: Path) -> None:
     assert parsed[1]["system"] == "afr:steps=1-7" and float(parsed[1]["d_hit@1"]) == pytest.approx(0.6)
     md = comparison_markdown(rows)
     assert "| afr:steps=1-7 | 11 | 72.7 |" in md
-    assert "| afr:steps=1-7 | hit@1 | 10 | +60.0 | [" in md and "| 0.031 | yes |" in md
+    assert "| afr:steps=1-7 | hit@1 | 10 | +60.0 | [" in md and "| 0.031 | 0.031 | yes |" in md
+    assert rows[1]["p_hit@1_holm"] == rows[1]["p_hit@1"]  # one comparison: nothing to adjust
+    assert rows[1]["mde_hit@1"] == pytest.approx(detectable_difference(np.array([0, 0] + [1] * 6 + [0, 0.0])))
     console = Console(record=True, width=80)
     print_comparison(rows, console)
     text = console.export_text()
     assert "Paired differences from afr" in text and "+60.0" in text and "0.031" in text
+
+
+def test_comparison_rows_adjust_p_over_the_runs_compared(tmp_path: Path) -> None:
+    base = load_run(write_run(tmp_path / "a", _run_records([0] * 10, [0.5] * 10)))
+    runs = [base] + [load_run(write_run(tmp_path / f"r{k}", _run_records([1] * k + [0] * (10 - k), [0.5] * 10)))
+                     for k in (6, 8)]  # fmt: skip
+    rows = comparison_rows(runs)
+    raw = [rows[1]["p_hit@1"], rows[2]["p_hit@1"]]
+    assert raw == pytest.approx([2 * 0.5**6, 2 * 0.5**8])
+    assert [rows[1]["p_hit@1_holm"], rows[2]["p_hit@1_holm"]] == pytest.approx([2 * 0.5**6, 2 * 2 * 0.5**8])
+    wider = comparison_rows(runs, comparisons=12)
+    assert wider[2]["p_hit@1_holm"] == pytest.approx(12 * 2 * 0.5**8)
+    assert wider[1]["p_hit@1_holm"] == pytest.approx(11 * 2 * 0.5**6)
+    assert "p Holm" in comparison_markdown(wider)
 
 
 def test_comparison_without_common_questions_is_an_error(tmp_path: Path) -> None:

@@ -144,6 +144,11 @@ def eval_command(
 def report_command(
     runs: Annotated[list[Path], typer.Argument(help="run directories; two or more adds a comparison")],
     by: Annotated[str | None, typer.Option(help="also break the runs down by this QA-file column, e.g. kind")] = None,
+    comparisons: Annotated[
+        int | None,
+        typer.Option(min=1, help="how many comparisons this split has served in all, for the Holm adjustment "
+                     "(default: the runs compared here)"),
+    ] = None,
 ) -> None:
     """Print (and refresh) the summary of each run; with several, compare them with the first."""
     from autofocus.evaluation.groups import grouped_rows
@@ -158,9 +163,10 @@ def report_command(
             raise fail(str(exc)) from None
         summarise_run(run, f"{run.name} ({path})", console)
         loaded.append(run)
-    names = [f"{r.name} ({r.path.name})" for r in loaded]
+    same_system = len({r.name for r in loaded}) == 1  # variants of one system: the directories tell them apart
+    names = [r.path.name if same_system else f"{r.name} ({r.path.name})" for r in loaded]
     if len(loaded) > 1:
-        print_comparison(comparison_rows(loaded, names), console)
+        print_comparison(comparison_rows(loaded, names, comparisons=comparisons), console)
     if by is not None:
         try:
             rows = grouped_rows(loaded, by, names)

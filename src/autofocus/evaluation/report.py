@@ -2,7 +2,10 @@
 
 Users compare systems on a few dozen questions, so every mean comes with a 95% interval (Wilson
 for 0/1 metrics, percentile bootstrap otherwise) and every comparison is paired on the same
-questions (exact McNemar for 0/1 metrics, a sign-flip permutation test otherwise). A question
+questions (exact McNemar for 0/1 metrics, a sign-flip permutation test otherwise). Research
+users test many variants on one split, so with several comparisons each p-value also comes
+Holm-adjusted, and each difference with the smallest one the split could detect (80 % power): a
+"within noise" then says whether the split was ever big enough to tell. A question
 whose program raised scores 0 on every metric: a failure is a miss, and the error count is shown.
 A degraded question (an LM call gave no answer and the program fell back) keeps the metrics of its
 fallback ranking; the degraded share is shown beside every result, since a run with a dead LM
@@ -35,6 +38,7 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 N_RESAMPLES = 2000
 ALPHA = 0.05
+POWER = 0.8
 
 
 @dataclass
@@ -312,6 +316,7 @@ def paired_test(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, Any]:
     if n == 0:
         return {
             **out,
+            "mde": None,
             "a": None,
             "b": None,
             "diff": None,
@@ -321,7 +326,8 @@ def paired_test(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, Any]:
             "significant": False,
         }
     low, high = bootstrap_ci(d, seed)
-    out.update(a=float(np.mean(a)), b=float(np.mean(b)), diff=float(d.mean()), low=low, high=high)
+    out.update(a=float(np.mean(a)), b=float(np.mean(b)), diff=float(d.mean()), low=low, high=high,
+               mde=detectable_difference(d))  # fmt: skip
     if binary:
         b_only, a_only = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
         out["discordant"] = [a_only, b_only]
@@ -342,6 +348,33 @@ def paired_test(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, Any]:
     return out
 
 
+def detectable_difference(d: np.ndarray) -> float | None:
+    """The mean paired difference a two-sided test at ``ALPHA`` finds with probability ``POWER`` on
+    ``len(d)`` questions, from these differences' own spread (normal approximation): the size of
+    effect this split can resolve, to read beside a "within noise"."""
+    if d.size < 2:
+        return None
+    z = stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER)
+    return float(z * np.std(d, ddof=1) / np.sqrt(d.size))
+
+
+def holm(pvalues: Sequence[float | None], comparisons: int | None = None) -> list[float | None]:
+    """Holm's step-down adjustment of ``pvalues`` (None stays None) as if ``comparisons`` tests
+    were made in all (default: these). Tests made elsewhere on the same split are assumed to have
+    larger p-values, which can only make the adjustment stricter than Holm's own."""
+    known = [(p, i) for i, p in enumerate(pvalues) if p is not None]
+    m = max(comparisons or 0, len(known))
+    out: list[float | None] = [None] * len(pvalues)
+    if not known:
+        return out
+    order = sorted(known)
+    scaled = np.array([(m - rank) * p for rank, (p, _) in enumerate(order)])
+    adjusted = np.minimum(np.maximum.accumulate(scaled), 1.0)
+    for (_, i), q in zip(order, adjusted, strict=True):
+        out[i] = float(q)
+    return out
+
+
 def compare_runs(
     base: Run, other: Run, metrics: Sequence[str] = COMPARE_METRICS, seed: int = 0
 ) -> dict[str, Any]:
@@ -359,9 +392,10 @@ def compare_runs(
 
 
 def comparison_rows(
-    runs: Sequence[Run], names: Sequence[str] | None = None, seed: int = 0
+    runs: Sequence[Run], names: Sequence[str] | None = None, seed: int = 0, comparisons: int | None = None
 ) -> list[dict[str, Any]]:
-    """One row per run: main metrics, LLM usage, latency, and the paired test against the first run."""
+    """One row per run: main metrics, LLM usage, latency, and the paired test against the first run
+    (p Holm-adjusted over the runs compared, or over ``comparisons`` tests on this split in all)."""
     names = list(names) if names is not None else [r.name for r in runs]
     rows: list[dict[str, Any]] = []
     for idx, (name, run) in enumerate(zip(names, runs, strict=True)):
@@ -386,7 +420,11 @@ def comparison_rows(
                 row[f"d_{m}_low"] = t["low"]
                 row[f"d_{m}_high"] = t["high"]
                 row[f"p_{m}"] = t["p"]
+                row[f"mde_{m}"] = t["mde"]
         rows.append(row)
+    for m in COMPARE_METRICS:
+        for row, q in zip(rows[1:], holm([r[f"p_{m}"] for r in rows[1:]], comparisons), strict=True):
+            row[f"p_{m}_holm"] = q
     return rows
 
 
@@ -547,7 +585,7 @@ def _comparison_tables(
     tests = []
     for row in rows[1:]:
         for m in COMPARE_METRICS:
-            p = row[f"p_{m}"]
+            p, mde = row[f"p_{m}_holm"], row[f"mde_{m}"]
             tests.append(
                 [
                     str(row["system"]),
@@ -555,6 +593,8 @@ def _comparison_tables(
                     str(row["n_common"]),
                     f"{100 * row[f'd_{m}']:+.1f}",
                     f"[{100 * row[f'd_{m}_low']:+.1f}, {100 * row[f'd_{m}_high']:+.1f}]",
+                    "-" if mde is None else f"{100 * mde:.1f}",
+                    _num(row[f"p_{m}"], 3),
                     _num(p, 3),
                     "yes" if p is not None and p < ALPHA else "no",
                 ]
@@ -579,7 +619,7 @@ def _comparison_tables(
         ]
     paired = (
         f"Paired differences from {rows[0]['system']} (percentage points)",
-        ["system", "metric", "questions", "Δ", "95% CI", "p", "p < 0.05"],
+        ["system", "metric", "questions", "Δ", "95% CI", "detectable", "p", "p Holm", "p Holm < 0.05"],
         tests,
     )
     return [*runs, paired] if tests else runs
@@ -587,7 +627,9 @@ def _comparison_tables(
 
 COMPARISON_NOTE = (
     "Δ: difference from the first system on the questions both ran; 95% CI: paired bootstrap; "
-    "p: exact McNemar for 0/1 metrics (hit@k), sign-flip permutation test otherwise (MRR)."
+    "detectable: the difference these questions detect with 80% power (normal approximation, this pair's spread); "
+    "p: exact McNemar for 0/1 metrics (hit@k), sign-flip permutation test otherwise (MRR); "
+    "p Holm: adjusted for the comparisons made (per metric)."
 )
 
 
