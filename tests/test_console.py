@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from autofocus.console import make_console, print_error, safe
 from autofocus.redact import REDACTED
@@ -33,3 +36,23 @@ def test_safe_escapes_markup() -> None:
     console.file = io.StringIO()
     console.print(f"[red]{safe('[/] and [link]')}[/]")
     assert console.file.getvalue().strip() == "[/] and [link]"
+
+
+def _command_paths(command: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if hasattr(command, "commands"):  # a group (typer bundles its own click)
+        return [p for name, sub in command.commands.items() for p in _command_paths(sub, (*path, name))]
+    return [path]
+
+
+def test_every_command_prints_its_help() -> None:
+    """Help texts hold URL forms (``host:port[/db]``) that a markup parser would read as tags."""
+    from autofocus.cli import app
+
+    paths = _command_paths(typer.main.get_command(app))
+    assert ("skb", "import") in paths and ("report",) in paths
+    runner = CliRunner()
+    for path in paths:
+        res = runner.invoke(app, [*path, "--help"])
+        assert res.exit_code == 0, (path, res.output)
+        assert "Usage" in res.output
+    assert "bolt://host:port[/db]" in " ".join(runner.invoke(app, ["skb", "import", "--help"]).output.split())

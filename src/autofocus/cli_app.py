@@ -9,6 +9,7 @@ import typer
 from autofocus.console import make_console, safe
 
 app = typer.Typer(
+    rich_markup_mode=None,  # help texts show URL forms such as host:port[/db] literally
     name="autofocus",
     help="AF-Retriever and friends: multi-hop QA over semi-structured knowledge bases.",
     no_args_is_help=True,

@@ -13,7 +13,7 @@ from autofocus.cli_app import app
 from autofocus.console import make_console, safe
 
 console = make_console()
-demo_app = typer.Typer(help="The offline demo: an SKB of the Python standard library with a QA set.",
+demo_app = typer.Typer(rich_markup_mode=None, help="The offline demo: an SKB of the Python standard library with a QA set.",
                        no_args_is_help=True)  # fmt: skip
 app.add_typer(demo_app, name="demo")
 

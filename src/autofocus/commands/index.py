@@ -17,7 +17,7 @@ from autofocus.index.embedders import BACKEND_CHOICES, DEFAULT_EMBEDDER, Embedde
 console = make_console()
 err_console = make_console(stderr=True)
 err_console.soft_wrap = True  # errors stay one copyable line
-index_app = typer.Typer(help="Build, import and inspect node embedding indexes.", no_args_is_help=True)
+index_app = typer.Typer(rich_markup_mode=None, help="Build, import and inspect node embedding indexes.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 
 VARIANTS = ("text", "text+rel")

@@ -12,7 +12,7 @@ from autofocus.cli_app import app
 from autofocus.console import make_console, safe
 
 console = make_console()
-lm_app = typer.Typer(help="Set up, check and list LMs (offline GGUF models or any DSPy model string).",
+lm_app = typer.Typer(rich_markup_mode=None, help="Set up, check and list LMs (offline GGUF models or any DSPy model string).",
                      no_args_is_help=True)  # fmt: skip
 app.add_typer(lm_app, name="lm")
 

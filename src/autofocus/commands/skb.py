@@ -20,6 +20,7 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 skb_app = typer.Typer(
+    rich_markup_mode=None,  # help texts show URL forms such as host:port[/db] literally
     help="Semi-structured knowledge bases: build the cache, inspect, validate, import, export.", no_args_is_help=True
 )
 app.add_typer(skb_app, name="skb")
