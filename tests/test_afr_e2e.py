@@ -411,3 +411,28 @@ def test_step8_can_keep_a_block_of_strong_evidence_first(kb: KnowledgeBase) -> N
     assert pred.trace.data["rerank"]["block_kept"] == 2
     weak = run("afr:reranker=pointwise", kb, prefers_vss, "Which movies did Sol act in?", cfg)
     assert weak.ranked_ids[0] == 3 and "block_kept" not in weak.trace.data["rerank"]  # weak evidence: the judge decides
+
+
+def test_a_candidate_the_question_names_goes_last(kb: KnowledgeBase) -> None:
+    """The question starts from Quiet Harbour; it is one of Mira Sol's movies, but not what is asked."""
+    question = "Which movies like Quiet Harbour did Mira Sol act in?"
+    orders = {}
+    for on in (True, False):
+        pred = run("afr:steps=1-7", kb, scripted(), question, scripted_config(k=4, named_last=on))
+        orders[on] = pred.ranked_ids
+    assert 0 in orders[False][:-1] and orders[True] == [i for i in orders[False] if i != 0] + [0]
+    assert pred.trace.data.get("named_last") is None
+    pred = run("afr:reranker=pointwise", kb, scripted(), question, scripted_config(k=4))
+    assert pred.trace.data["named_last"] == [0] and pred.ranked_ids[-1] == 0  # the judge (0.8 for it) keeps it last
+
+
+def test_a_name_counts_as_given_only_whole_and_as_written() -> None:
+    from autofocus.program.steps.vss import named_in_question
+
+    skb = make_skb(["class"], [0] * 5, [], {}, names=["queue.SimpleQueue", "queue.SimpleQueue.put", "os", "Event",
+                                                        "Ascii"])  # fmt: skip
+    ids = list(range(5))
+    assert named_in_question(skb, ids, "Which class defines queue.SimpleQueue.put?") == {1}  # not its prefix
+    assert named_in_question(skb, ids, "What subclasses queue.SimpleQueue?") == {0}
+    assert named_in_question(skb, ids, "Which functions in os and which Event?") == {3}  # "os": too short
+    assert named_in_question(skb, ids, "What prints non-ASCII text? Which event fires?") == set()  # case counts

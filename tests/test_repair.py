@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autofocus.config import AutofocusConfig
-from autofocus.cypher import parse_cypher
+from autofocus.cypher import parse_cypher, to_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounded_strand import ground_strand, relaxations
 from autofocus.program.steps.repair import asked_label, label_words, question_mentions, repair_query
@@ -177,6 +177,8 @@ def test_relaxations_loosen_one_rung_at_a_time_farthest_from_the_target_first() 
     assert steps[-1][1].triplets[0].rel is None and len(steps[-1][1].triplets) == 1
     # equally far triplets: the first written goes first, so m's triplet is dropped and only e is left to widen
     assert steps[2][0] == "triplets: dropped (y)-[:function_defined_in_module]-(m)"
+    assert set(steps[2][1].symbols) == {"y", "e"}  # m no longer constrains y: no orphan MATCH (m:module)
+    assert "module" not in to_cypher(steps[2][1])
     assert steps[3][2] == frozenset({"e"})
     with pytest.raises(ValueError, match="unknown relaxation"):
         list(relaxations(qg, ["nonsense"]))

@@ -45,7 +45,7 @@ def writer(user: str) -> dict[str, str]:
     extra = f" where {len(conditions)} condition(s) hold" if conditions else ""
     facts = [line.split(") ", 1)[1] for line in pattern.splitlines()
              if line.startswith("- the unknown answer (") and '"' not in line]
-    extra += "".join(f" and {fact}" for fact in facts)
+    extra += "".join(" and " + re.sub(r"some (\w+) [A-Z]\b", r"a \1", fact) for fact in facts)  # in words
     return {"question": f"Which {kind} nodes are linked to {' and '.join(names)}{extra}?"}
 
 
@@ -186,6 +186,10 @@ def test_question_checks(kb: KnowledgeBase) -> None:
     assert question_problem(f"Is it {answer}, related to {const}?", p, kb.skb) == "an answer is named"
     assert question_problem("Which papers are there at all?", p, kb.skb) == "a constant is not named"
     assert question_problem(f"MATCH (y:paper) -[ {const} ?", p, kb.skb) == "query syntax in the question"
+    wording = "the pattern's wording in the question"  # the LM copied the facts' placeholders
+    assert question_problem(f"Which is the unknown answer (a paper) of {const}?", p, kb.skb) == wording
+    assert question_problem(f"Which papers cite some paper A related to {const}?", p, kb.skb) == wording
+    assert question_problem(f"Which papers cite a paper related to {const}?", p, kb.skb) is None
     p.query.symbols[p.query.target].constraints.append(Constraint(key="pages", op=">=", value=2))
     p.query.symbols[p.query.target].constraints.append(Constraint(key="venue_kind", op="=", value="Workshop"))
     unstated = "a filter's value is not stated"
@@ -193,6 +197,30 @@ def test_question_checks(kb: KnowledgeBase) -> None:
     assert question_problem(f"Which workshop papers of 12 pages relate to {const}?", p, kb.skb) == unstated
     for said in ("2 or more", "at least two"):
         assert question_problem(f"Which workshop papers of {said} pages relate to {const}?", p, kb.skb) is None
+
+
+def test_a_same_type_relation_read_the_wrong_way_is_rejected(random_kb: KnowledgeBase) -> None:
+    skb = random_kb.skb
+    sampler = PatternSampler(skb, max_triplets=1, filter_rate=0.0)
+    rng = np.random.default_rng(0)
+    sampled = [p for _ in range(400) if (p := sampler.sample("item", rng)) is not None
+               and p.edge_types == ["item_part_of_item"]]  # fmt: skip
+    # the answer at the edge's tail: "N is part of the answer" asks what N is part of
+    tail = next(p for p in sampled if p.query.triplets[0].tail == p.query.target)
+    name = skb.name(next(iter(tail.constants.values())))
+    assert describe(tail, skb).count(f'the item "{name}" part of the unknown answer') == 1
+    for wrong in (f"Which items are part of {name}?", f'Which items are part of the item "{name}"?'):
+        assert question_problem(wrong, tail, skb) == "a relationship is turned round"
+    for right in (f"Which items is {name} part of?", f"What contains {name} as a part?"):
+        assert question_problem(right, tail, skb) is None
+    # the answer at the head: "part of N" is the right reading
+    head = next(p for p in sampled if p.query.triplets[0].head == p.query.target)
+    name = skb.name(next(iter(head.constants.values())))
+    assert question_problem(f"Which items are part of {name}?", head, skb) is None
+    # a relation between two types: the types tell the readings apart, nothing to check
+    made = next(p for _ in range(400) if (p := sampler.sample("maker", rng)) is not None
+                and p.edge_types == ["item_made_by_maker"])  # fmt: skip
+    assert question_problem(f"Which makers made by {skb.name(next(iter(made.constants.values())))}?", made, skb) is None
 
 
 # --- synthesis --------------------------------------------------------------------------------------

@@ -134,6 +134,10 @@ class AutofocusConfig(BaseModel):
         True, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
     )
     rerank_fusion_k: int = Field(60, ge=1, description="rrf: the rank offset k of 1/(k + rank) (60: Cormack et al.)")
+    named_last: bool = Field(
+        True, description="after steps 7 and 8, candidates whose whole name the question writes verbatim go last: "
+        "a question names the nodes it starts from, not its answers (false: the paper's order)"
+    )
     rerank_keep_block: bool = Field(
         False, description="step 8: where steps 6-7 kept the grounded block for strong evidence (merge_rule evidence), "
         "the reranker orders inside the block and inside the rest, not across them"

@@ -11,10 +11,12 @@ class VerbalizePattern(dspy.Signature):
     pattern. Mention every quoted name exactly as written and every condition, in plain words.
     The answer is unknown: never call it by a quoted name, which belongs to another node. Do not
     mention variables, arrows or labels in code form, and do not name, hint at or count the answers.
-    Write it as a person searching this knowledge base would ask it, in one sentence.
-    Example: for the facts "the unknown answer (a paper) written by the author "Ada Lovelace"" and
-    "the year of the unknown answer (a paper) is at least 2019", write
-    "Which papers did Ada Lovelace write in 2019 or later?"."""
+    Keep every relationship's direction: a fact "X cites the unknown answer" asks for what X cites,
+    not for what cites X. Write it as a person searching this knowledge base would ask it, in one
+    sentence. Examples: for the facts "the unknown answer (a paper) written by the author "Ada
+    Lovelace"" and "the year of the unknown answer (a paper) is at least 2019", write "Which papers
+    did Ada Lovelace write in 2019 or later?"; for the fact "the paper "Deep Residual Learning"
+    cites the unknown answer (a paper)", write "Which papers does "Deep Residual Learning" cite?"."""
 
     kb_description: str = dspy.InputField(desc="what the knowledge base is about")
     answer_type: str = dspy.InputField(desc="the type of the nodes the question asks for")

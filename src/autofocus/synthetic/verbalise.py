@@ -11,7 +11,7 @@ import re
 
 from autofocus.skb.model import SKB
 from autofocus.synthetic.clues import fact_stated
-from autofocus.synthetic.patterns import Pattern
+from autofocus.synthetic.patterns import VARS, Pattern
 
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")  # a chat adapter's field marker a small LM echoes
 _SYNTAX = re.compile(r"-\[|\]->|\(\w+:\w+|\by\.\w+|\bMATCH\b|\bRETURN\b")
@@ -78,12 +78,21 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "query syntax in the question"
     lower = text.lower()
     names = [str(pattern.query.symbols[v].name_value()) for v in pattern.constants]
+    unnamed = text
+    for n in sorted(names, key=len, reverse=True):
+        unnamed = unnamed.replace(n, " ")
+    letters = "".join(v.upper() for v in VARS[1:])
+    if "unknown answer" in lower or any(re.search(rf"\b{re.escape(t)} [{letters}](?![\w.-])", unnamed)
+                                        for t in [*skb.schema.node_types, "node"]):  # fmt: skip
+        return "the pattern's wording in the question"  # "the unknown answer", "some package A"
     if any(n.lower() not in lower for n in names):
         return "a constant is not named"
     if any(re.search(rf"\b(named|called)\s+\W?{re.escape(n.lower())}", lower) for n in names):
         return "a constant is named as the answer"
     if any(not _states(c.value, lower) for _, c in pattern.filters):
         return "a filter's value is not stated"  # the question asks for a larger set than the answers
+    if turned_round(text, pattern, skb):
+        return "a relationship is turned round"
     if pattern.clue is not None and not (fact_stated(pattern.clue, lower) if pattern.clue_kind == "fact"
                                          else _states(pattern.clue, lower)):
         return "the text clue is not stated"
@@ -95,6 +104,34 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         if len(name) >= 2 and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", rest):
             return "an answer is named"
     return None
+
+
+def turned_round(question: str, pattern: Pattern, skb: SKB) -> bool:
+    """Whether the question reads a same-type edge from a named node to the answer the wrong way: for
+    "FalkorDB depends on the answer" it asks "which packages depend on FalkorDB?" (the relation's words
+    just before the name, not in the passive). Small LMs do this often, and only the edge's direction
+    tells the two readings apart, so the label would be another question's."""
+    target = pattern.query.target
+    for t in pattern.query.triplets:
+        info = skb.schema.edge_types.get(str(t.rel))
+        if t.tail != target or info is None or info.src_type != info.dst_type:
+            continue
+        words = relation_phrase(str(t.rel), info.src_type, info.dst_type).split()
+        verb = re.escape(words[0][: max(4, len(words[0]) - 2)]) + r"\w*"
+        rest = "".join(rf"\s+{re.escape(w)}" for w in words[1:])
+        filler = r"(?:\s+(?!by\b)[\w\"'-]+){0,3}?"  # "the package", "both": not the passive's "by"
+        for name in _names_at(pattern, t.head):  # the head's name, or those of the constants it is tied to
+            if re.search(rf"\b{verb}{rest}{filler}\s+\W?{re.escape(name)}", question, re.IGNORECASE):
+                return True
+    return False
+
+
+def _names_at(pattern: Pattern, var: str) -> list[str]:
+    qg = pattern.query
+    if var in pattern.constants:
+        return [str(qg.symbols[var].name_value())]
+    near = {t.tail if t.head == var else t.head for t in qg.triplets if var in (t.head, t.tail)}
+    return [str(qg.symbols[v].name_value()) for v in near if v in pattern.constants and v != qg.target]
 
 
 def _states(value: object, lower: str) -> bool:

@@ -233,10 +233,14 @@ def relaxations(qg: QueryGraph, order: list[str]) -> Iterator[tuple[str, QueryGr
                                 key=lambda i: -min(dist.get(cur.triplets[i].head, 99), dist.get(cur.triplets[i].tail, 99)))
                 for i in ranked:
                     trial = cur.model_copy(update={"triplets": [t for j, t in enumerate(cur.triplets) if j != i]})
-                    if trial.target and any(trial.symbols[v].is_constant for v in component_of(trial, trial.target)
+                    linked = component_of(trial, trial.target) if trial.target else set()
+                    if trial.target and any(trial.symbols[v].is_constant for v in linked
                                             if v != trial.target) and trial.usable:
                         t = cur.triplets[i]
-                        cur = trial
+                        # symbols the dropped triplet cut off constrain nothing; kept, they would print as
+                        # a disconnected MATCH (a cartesian product in a database)
+                        cur = trial.model_copy(update={"symbols": {v: sym for v, sym in trial.symbols.items()
+                                                                   if v in linked}})
                         yield f"triplets: dropped ({t.head})-[:{t.rel or 'any'}]-({t.tail})", cur, widened
                         break
                 else:

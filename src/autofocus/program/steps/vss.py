@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     from autofocus.index.search import Head
     from autofocus.kb import KnowledgeBaseLike
+    from autofocus.skb.model import SKB
 
 SCAN_SLACK = 4096  # a head keeps k + this many nodes: grounded sets up to this size are excluded from it
 SCAN_WORKERS = max(4, os.cpu_count() or 1)  # threads of the process-wide pool that embeds and scans ahead
@@ -129,6 +131,26 @@ def merge(
         ids.sort(key=lambda i: (-(scores.get(i, -np.inf) + (bonus if i in in6 else 0.0)), position[i]))
     strand = {i: "both" if i in in6 and i in in7 else ("grounded" if i in in6 else "vss") for i in ids}
     return Merged(ids=ids, strand=strand, step6=list(step6), step7=list(step7), scores=dict(scores or {}))
+
+
+MIN_NAMED = 3  # shorter names ("re", "os") are too often parts of ordinary text
+
+
+def named_in_question(skb: SKB, ids: list[int], question: str) -> set[int]:
+    """The candidates whose whole name the question writes verbatim (case and all; ``queue.SimpleQueue``
+    is not named by ``queue.SimpleQueue.put``): a question names the nodes it starts from, not its
+    answers, so such a candidate is a constant of the question, e.g. the paper whose citations it asks."""
+    out = set()
+    for i in ids:
+        name = skb.name(i).strip()
+        if len(name) >= MIN_NAMED and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w|\.\w)", question):
+            out.add(int(i))
+    return out
+
+
+def named_last(ids: list[int], named: set[int]) -> list[int]:
+    """``ids`` with the ``named`` ones moved to the end, each part in its own order (``named_last``)."""
+    return [i for i in ids if i not in named] + [i for i in ids if i in named]
 
 
 def grounded_first(ids: list[int], strand: dict[int, str]) -> list[int]:

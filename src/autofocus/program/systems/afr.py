@@ -17,7 +17,7 @@ import difflib
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import dspy
@@ -40,6 +40,8 @@ from autofocus.program.steps.vss import (
     grounded_first,
     grounded_slots,
     merge,
+    named_in_question,
+    named_last,
     step6_rank_grounded,
     step7_rank_rest,
 )
@@ -149,6 +151,7 @@ class Retrieval:
     query_graph: QueryGraph | None = None  # as grounded: repaired and relaxed
     grounding: GroundingResult | None = None  # None when step 5 did not run
     strong_evidence: bool = False  # the merge kept the grounded block for names the question gives
+    named: set[int] = field(default_factory=set)  # candidates the question names (``named_last``): they stay last
 
     def neighbourhood(self, limit: int = 1000) -> set[int]:
         """Nodes the grounding matched for the non-target symbols (step 8's retrieved context)."""
@@ -368,9 +371,16 @@ class AutofocusRetriever(RetrievalProgram):
             trace.data["merge"] = {"order": "block" if bonus is None else "score", "strong_evidence": strong,
                                    "grounded_bonus": None if bonus is None else round(bonus, 4)}
         merged = merge(step6, step7, cfg.k, scores, bonus)
+        ids, named = merged.ids, set()
+        if cfg.named_last:
+            named = named_in_question(self.kb.skb, ids, question)
+            ids = named_last(ids, named)
+            if named:
+                trace.data["named_last"] = sorted(named)
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
-        trace.data["pre_rerank"] = merged.ids
-        return Retrieval(merged.ids, merged.strand, grounded, strand.query_graph, strand.grounding, strong and bool(step6))
+        trace.data["pre_rerank"] = ids
+        return Retrieval(ids, merged.strand, grounded, strand.query_graph, strand.grounding, strong and bool(step6),
+                         named)  # fmt: skip
 
     def _step7_base_types(self, types1: list[str]) -> list[str]:
         """Step 7's types as far as step 1 decides them (``step7_types`` may add the query's label)."""
@@ -439,7 +449,7 @@ class AutofocusRetriever(RetrievalProgram):
         if cfg.rerank_keep_block and found.strong_evidence:
             ranked = grounded_first(ranked, found.strand)
             trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
-        return ranked
+        return named_last(ranked, found.named)
 
     # --- the whole program ------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
