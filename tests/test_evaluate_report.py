@@ -225,7 +225,7 @@ def test_detectable_difference_is_the_80_percent_power_effect() -> None:
     d = np.array([0.0, 1.0] * 50)  # sd 0.5025, n = 100
     z = 1.959964 + 0.841621
     assert detectable_difference(d) == pytest.approx(z * np.std(d, ddof=1) / 10, rel=1e-5)
-    assert detectable_difference(np.array([0.3])) is None
+    assert detectable_difference(np.array([0.3])) is None and detectable_difference(np.zeros(9)) is None
     # a simulated effect of that size is found about 80% of the time (with McNemar, a little less)
     rng = np.random.default_rng(0)
     found = 0

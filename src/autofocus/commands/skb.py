@@ -254,7 +254,7 @@ def import_command(
         soft_wrap=True,
     )
     console.print(f"Next: autofocus index build {safe(out)}; autofocus synth --skb {safe(out)} -n 100 (questions "
-                  "without labels)")  # fmt: skip
+                  "without labels)", soft_wrap=True)  # fmt: skip
 
 
 @skb_app.command("export")

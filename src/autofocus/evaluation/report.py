@@ -352,7 +352,7 @@ def detectable_difference(d: np.ndarray) -> float | None:
     """The mean paired difference a two-sided test at ``ALPHA`` finds with probability ``POWER`` on
     ``len(d)`` questions, from these differences' own spread (normal approximation): the size of
     effect this split can resolve, to read beside a "within noise"."""
-    if d.size < 2:
+    if d.size < 2 or not d.any():  # no spread to estimate it from
         return None
     z = stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER)
     return float(z * np.std(d, ddof=1) / np.sqrt(d.size))
