@@ -451,3 +451,31 @@ def test_a_relationship_that_fits_nothing_is_read_as_the_path_the_question_words
     # without those words the relationship that connects the labels is the reading, as before
     plain = repaired(skb, cypher, "module", question="Which module has KeyError?")
     assert triples(plain.query) == [("exception", "exception_defined_in_module", "module")]
+
+
+def _modules_skb():
+    names = ["base64", "os", "abc", "importlib", "email", "json"]
+    edges = [(3, "module_imports_module", 0), (3, "module_imports_module", 1), (4, "module_imports_module", 0),
+             (0, "module_imports_module", 1), (5, "module_imports_module", 2)]  # fmt: skip
+    return make_skb(["module"], [0] * 6, edges, {"module_imports_module": ("module", "module")}, names=names)
+
+
+def test_a_list_written_as_a_chain_of_named_nodes_becomes_a_star() -> None:
+    """"Modules that import base64 and os" written as (y)->(base64)->(os): the second triplet joins two
+    named nodes (true in the graph, so it would constrain nothing and email would be an answer too)."""
+    skb = _modules_skb()
+    cypher = ('MATCH (y:module)-[:module_imports_module]->(b:module {name: "base64"})'
+              '-[:module_imports_module]->(c:module {name: "os"}) RETURN y')  # fmt: skip
+    result = repaired(skb, cypher, "module", question="Which modules import base64 and also os?")
+    assert sorted((t.head, t.tail) for t in result.query.triplets) == [("y", "b"), ("y", "c")]
+    assert [r.kind for r in result.repairs] == ["star"]
+    strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repair=False), Trace(question="q"), "module")
+    assert strand.answers.tolist() == [3]  # importlib; email imports base64 but not os
+    # a triplet the target's label cannot take stays as written: a module depends on no package
+    typed = make_skb(["module", "package"], [0, 0, 1, 1], [(2, "ships", 0), (2, "depends_on", 3)],
+                     {"ships": ("package", "module"), "depends_on": ("package", "package")},
+                     names=["base64", "os", "wheelhouse", "numpy"])  # fmt: skip
+    cypher = ('MATCH (y:module)<-[:ships]-(c:package {name: "wheelhouse"})'
+              '-[:depends_on]->(d:package {name: "numpy"}) RETURN y')  # fmt: skip
+    result = repaired(typed, cypher, "module", question="Which modules ship with wheelhouse, which needs numpy?")
+    assert not any(r.kind == "star" for r in result.repairs) and len(result.query.triplets) == 2

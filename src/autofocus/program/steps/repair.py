@@ -21,7 +21,8 @@ answers with another label than the one the question asks for ("Which modules de
 KeyError?" written as the exceptions that subclass it) is extended by the hop from its answers to the
 asked label (``extend_to_asked``), and an entity the question names and the query leaves out is
 linked to the target where the schema connects their labels in exactly one way
-(``constrain_mentions``). Every change is returned as a ``Repair`` for the trace. A query the schema
+(``constrain_mentions``), and a triplet between two named nodes, one of them tied to the target, is
+moved onto the target (``star_constants``: a list written as a chain). Every change is returned as a ``Repair`` for the trace. A query the schema
 already accepts as written comes back unchanged.
 """
 
@@ -363,6 +364,31 @@ def extend_to_asked(qg: QueryGraph, sg: SchemaGraph, asked: str | None) -> tuple
     ]
 
 
+def star_constants(qg: QueryGraph, sg: SchemaGraph) -> tuple[QueryGraph, list[Repair]]:
+    """A triplet between two named nodes constrains no unknown: where the first is tied to the
+    target, the LM has chained what the question lists ("modules that import base64 and os" written as
+    base64 importing os), so the triplet moves to the target when the schema lets the target's label
+    take that relationship at the same end."""
+    target = qg.symbols.get(qg.target)
+    if target is None or target.type is None:
+        return qg, []
+    named = {v for v, s in qg.symbols.items() if s.is_constant and v != qg.target}
+    tied = {t.tail if t.head == qg.target else t.head for t in qg.triplets if qg.target in (t.head, t.tail)}
+    triplets, repairs = list(qg.triplets), []
+    for i, t in enumerate(qg.triplets):
+        if t.head not in named or t.tail not in named or t.rel is None:
+            continue
+        for end in ("head", "tail"):
+            var, other = (t.head, t.tail) if end == "head" else (t.tail, t.head)
+            src, dst = (target.type, qg.symbols[other].type) if end == "head" else (qg.symbols[other].type, target.type)
+            if var in tied and sg.fits(src, t.rel, dst):
+                triplets[i] = t.model_copy(update={end: qg.target})
+                repairs.append(Repair("star", f"({t.head})-[:{t.rel}]->({t.tail}) joins two named nodes: "
+                                              f"({triplets[i].head})-[:{t.rel}]->({triplets[i].tail})"))
+                break
+    return (qg.model_copy(update={"triplets": triplets}), repairs) if repairs else (qg, [])
+
+
 def _only_link(sg: SchemaGraph, src: str, dst: str) -> list[Hop] | None:
     """The one way the schema connects two labels: one relationship (either direction), else one
     two-hop path; None where it offers several or none."""
@@ -567,6 +593,8 @@ def repair_query(
         if alt is not None
     ]
     query, repairs = _to_asked(*_apply(qg, assign, first, notes), sg, asks)
+    query, starred = star_constants(query, sg)
+    repairs = repairs + starred
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
