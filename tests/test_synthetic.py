@@ -209,7 +209,8 @@ def test_a_same_type_relation_read_the_wrong_way_is_rejected(random_kb: Knowledg
     tail = next(p for p in sampled if p.query.triplets[0].tail == p.query.target)
     name = skb.name(next(iter(tail.constants.values())))
     assert describe(tail, skb).count(f'the item "{name}" part of the unknown answer') == 1
-    for wrong in (f"Which items are part of {name}?", f'Which items are part of the item "{name}"?'):
+    for wrong in (f"Which items are part of {name}?", f'Which items are part of the item "{name}"?',
+                  f'Which items are part of "item X", "{name}"?'):  # fmt: skip
         assert question_problem(wrong, tail, skb) == "a relationship is turned round"
     for right in (f"Which items is {name} part of?", f"What contains {name} as a part?"):
         assert question_problem(right, tail, skb) is None

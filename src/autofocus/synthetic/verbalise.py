@@ -119,7 +119,7 @@ def turned_round(question: str, pattern: Pattern, skb: SKB) -> bool:
         words = relation_phrase(str(t.rel), info.src_type, info.dst_type).split()
         verb = re.escape(words[0][: max(4, len(words[0]) - 2)]) + r"\w*"
         rest = "".join(rf"\s+{re.escape(w)}" for w in words[1:])
-        filler = r"(?:\s+(?!by\b)[\w\"'-]+){0,3}?"  # "the package", "both": not the passive's "by"
+        filler = r"(?:\s+(?!by\b)[\w\"',-]+){0,3}?"  # "the package", "both", a list: not the passive's "by"
         for name in _names_at(pattern, t.head):  # the head's name, or those of the constants it is tied to
             if re.search(rf"\b{verb}{rest}{filler}\s+\W?{re.escape(name)}", question, re.IGNORECASE):
                 return True
