@@ -429,9 +429,11 @@ def test_a_candidate_the_question_names_goes_last(kb: KnowledgeBase) -> None:
 def test_a_name_counts_as_given_only_whole_and_as_written() -> None:
     from autofocus.program.steps.vss import named_in_question
 
-    skb = make_skb(["class"], [0] * 5, [], {}, names=["queue.SimpleQueue", "queue.SimpleQueue.put", "os", "Event",
-                                                        "Ascii"])  # fmt: skip
-    ids = list(range(5))
+    skb = make_skb(["class"], [0] * 6, [], {}, names=["queue.SimpleQueue", "queue.SimpleQueue.put", "os", "Event",
+                                                        "Ascii", "jsonschema"])  # fmt: skip
+    ids = list(range(6))
+    assert named_in_question(skb, ids, "What depends on jsonschema-specifications?") == set()  # a longer name
+    assert named_in_question(skb, ids, "What depends on jsonschema, or on json-jsonschema?") == {5}
     assert named_in_question(skb, ids, "Which class defines queue.SimpleQueue.put?") == {1}  # not its prefix
     assert named_in_question(skb, ids, "What subclasses queue.SimpleQueue?") == {0}
     assert named_in_question(skb, ids, "Which functions in os and which Event?") == {3}  # "os": too short
