@@ -479,3 +479,26 @@ def test_a_list_written_as_a_chain_of_named_nodes_becomes_a_star() -> None:
               '-[:depends_on]->(d:package {name: "numpy"}) RETURN y')  # fmt: skip
     result = repaired(typed, cypher, "module", question="Which modules ship with wheelhouse, which needs numpy?")
     assert not any(r.kind == "star" for r in result.repairs) and len(result.query.triplets) == 2
+
+
+@pytest.mark.parametrize(("question", "written", "flipped"), [
+    ("Which modules does importlib import?", "(y)-[:module_imports_module]->(b)", True),
+    ("Which modules are imported by importlib?", "(y)-[:module_imports_module]->(b)", True),
+    ("Which modules import base64?", "(b)-[:module_imports_module]->(y)", True),
+    ("Which modules import base64?", "(y)-[:module_imports_module]->(b)", False),  # as the question reads
+    ("Which modules does importlib import?", "(b)-[:module_imports_module]->(y)", False),
+    ("Which modules relate to importlib?", "(y)-[:module_imports_module]->(b)", False),  # the wording says nothing
+])
+def test_a_same_type_relationship_is_turned_the_way_the_question_reads(question: str, written: str,
+                                                                       flipped: bool) -> None:  # fmt: skip
+    skb = _modules_skb()
+    name = "importlib" if "importlib" in question else "base64"
+    cypher = f'MATCH {written.replace("(b)", f"(b:module {{name: {chr(34)}{name}{chr(34)}}})")} RETURN y'
+    result = repaired(skb, cypher.replace("(y)", "(y:module)"), "module", question=question)
+    (t,) = result.query.triplets
+    before = ("y", "b") if written.startswith("(y)") else ("b", "y")
+    assert ((t.head, t.tail) != before) is flipped
+    assert any(r.kind == "direction" for r in result.repairs) is flipped
+    if flipped and name == "importlib":
+        strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repair=False), Trace(question=question), "module")
+        assert sorted(strand.answers.tolist()) == [0, 1]  # what importlib imports: base64, os

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from autofocus.program.steps.direction import points_to, relation_phrase
 from autofocus.skb.model import SKB
 from autofocus.synthetic.clues import fact_stated
 from autofocus.synthetic.patterns import VARS, Pattern
@@ -44,15 +45,6 @@ def describe(pattern: Pattern, skb: SKB) -> str:
     if meanings:
         lines += ["Relationships:", *meanings]
     return "\n".join(lines)
-
-
-def relation_phrase(rel: str, src_type: str | None, dst_type: str | None) -> str:
-    """An edge label as words, without the endpoint types it repeats: ``function_defined_in_module`` -> ``defined in``."""
-    words = [w for w in re.split(r"[_\W]+", rel) if w]
-    for type_name, end in ((src_type, 0), (dst_type, -1)):
-        if type_name and len(words) > 1 and words[end].lower() == type_name.lower():
-            words.pop(end)
-    return " ".join(words) or rel
 
 
 def _noun(var: str, type_name: str, pattern: Pattern) -> str:
@@ -108,21 +100,17 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
 
 def turned_round(question: str, pattern: Pattern, skb: SKB) -> bool:
     """Whether the question reads a same-type edge from a named node to the answer the wrong way: for
-    "FalkorDB depends on the answer" it asks "which packages depend on FalkorDB?" (the relation's words
-    just before the name, not in the passive). Small LMs do this often, and only the edge's direction
-    tells the two readings apart, so the label would be another question's."""
+    "FalkorDB depends on the answer" it asks "which packages depend on FalkorDB?"
+    (``program.steps.direction``). The label would then be another question's."""
     target = pattern.query.target
     for t in pattern.query.triplets:
         info = skb.schema.edge_types.get(str(t.rel))
         if t.tail != target or info is None or info.src_type != info.dst_type:
             continue
-        words = relation_phrase(str(t.rel), info.src_type, info.dst_type).split()
-        verb = re.escape(words[0][: max(4, len(words[0]) - 2)]) + r"\w*"
-        rest = "".join(rf"\s+{re.escape(w)}" for w in words[1:])
-        filler = r"(?:\s+(?!by\b)[\w\"',-]+){0,3}?"  # "the package", "both", a list: not the passive's "by"
-        for name in _names_at(pattern, t.head):  # the head's name, or those of the constants it is tied to
-            if re.search(rf"\b{verb}{rest}{filler}\s+\W?{re.escape(name)}", question, re.IGNORECASE):
-                return True
+        phrase = relation_phrase(str(t.rel), info.src_type, info.dst_type)
+        # the head's name, or those of the constants it is tied to
+        if any(points_to(question, phrase, name) for name in _names_at(pattern, t.head)):
+            return True
     return False
 
 

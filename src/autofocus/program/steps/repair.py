@@ -22,7 +22,8 @@ KeyError?" written as the exceptions that subclass it) is extended by the hop fr
 asked label (``extend_to_asked``), and an entity the question names and the query leaves out is
 linked to the target where the schema connects their labels in exactly one way
 (``constrain_mentions``), and a triplet between two named nodes, one of them tied to the target, is
-moved onto the target (``star_constants``: a list written as a chain). Every change is returned as a ``Repair`` for the trace. A query the schema
+moved onto the target (``star_constants``: a list written as a chain), and a relationship between the
+target and a named node of its own type is turned the way the question reads it (``orient_by_question``). Every change is returned as a ``Repair`` for the trace. A query the schema
 already accepts as written comes back unchanged.
 """
 
@@ -39,6 +40,7 @@ import numpy as np
 from rapidfuzz import fuzz
 
 from autofocus.cypher.mapping import SchemaMapper
+from autofocus.program.steps.direction import points_from, points_to, relation_phrase
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
 from autofocus.skb.names import labels_named, named_ids
@@ -389,6 +391,26 @@ def star_constants(qg: QueryGraph, sg: SchemaGraph) -> tuple[QueryGraph, list[Re
     return (qg.model_copy(update={"triplets": triplets}), repairs) if repairs else (qg, [])
 
 
+def orient_by_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]]:
+    """A relationship between the target and a named node of the same type, turned the way the
+    question reads it (``program.steps.direction``): "Which packages does FalkorDB depend on?" written
+    as the packages that depend on FalkorDB. Left as written where the wording reads neither or both ways."""
+    target = qg.target
+    triplets, repairs = list(qg.triplets), []
+    for i, t in enumerate(qg.triplets):
+        info = skb.schema.edge_types.get(str(t.rel)) if t.rel else None
+        other = t.tail if t.head == target else t.head if t.tail == target else None
+        name = qg.symbols[other].name_value() if other is not None else None
+        if info is None or info.src_type != info.dst_type or name is None or t.head == t.tail:
+            continue
+        phrase = relation_phrase(str(t.rel), info.src_type, info.dst_type)
+        to, away = points_to(question, phrase, str(name)), points_from(question, phrase, str(name))
+        if (t.head == target and away and not to) or (t.tail == target and to and not away):
+            triplets[i] = t.model_copy(update={"head": t.tail, "tail": t.head, "directed": True})
+            repairs.append(Repair("direction", f"{t.rel} as the question reads it: ({t.tail})->({t.head})"))
+    return (qg.model_copy(update={"triplets": triplets}), repairs) if repairs else (qg, [])
+
+
 def _only_link(sg: SchemaGraph, src: str, dst: str) -> list[Hop] | None:
     """The one way the schema connects two labels: one relationship (either direction), else one
     two-hop path; None where it offers several or none."""
@@ -594,7 +616,8 @@ def repair_query(
     ]
     query, repairs = _to_asked(*_apply(qg, assign, first, notes), sg, asks)
     query, starred = star_constants(query, sg)
-    repairs = repairs + starred
+    query, turned = orient_by_question(query, skb, question)
+    repairs = repairs + starred + turned
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
