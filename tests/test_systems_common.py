@@ -129,6 +129,8 @@ def test_every_system_is_registered_with_its_papers_defaults() -> None:
     assert resolve_config("hybgrag:critic_rounds=2")[1].critic_rounds == 2
     code = resolve_config("afr-code")[1]
     assert (code.l_max, code.expansion, code.step6_order, code.step7_exclude) == (3, "code", "round", "none")
+    # what autofocus adds is off in the papers' methods, on in afr
+    assert not resolve_config("afr-paper")[1].named_last and not fr.named_last and resolve_config("afr")[1].named_last
 
 
 @pytest.mark.parametrize("spec", ["bm25", "vss", "4stepfocus", "focusedretriever", "hybgrag"])

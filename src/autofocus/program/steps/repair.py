@@ -21,9 +21,10 @@ answers with another label than the one the question asks for ("Which modules de
 KeyError?" written as the exceptions that subclass it) is extended by the hop from its answers to the
 asked label (``extend_to_asked``), and an entity the question names and the query leaves out is
 linked to the target where the schema connects their labels in exactly one way
-(``constrain_mentions``), and a triplet between two named nodes, one of them tied to the target, is
+(``constrain_mentions``). A triplet between two named nodes, one of them tied to the target, is
 moved onto the target (``star_constants``: a list written as a chain), and a relationship between the
-target and a named node of its own type is turned the way the question reads it (``orient_by_question``). Every change is returned as a ``Repair`` for the trace. A query the schema
+target and a named node of its own type is turned the way the question reads it
+(``orient_by_question``). Every change is returned as a ``Repair`` for the trace. A query the schema
 already accepts as written comes back unchanged.
 """
 
