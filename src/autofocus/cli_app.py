@@ -8,13 +8,22 @@ import typer
 
 from autofocus.console import make_console, safe
 
+MARKUP = None  # help texts print literally: URL forms such as host:port[/db] are no markup tags
+
 app = typer.Typer(
-    rich_markup_mode=None,  # help texts show URL forms such as host:port[/db] literally
+    rich_markup_mode=MARKUP,
     name="autofocus",
     help="AF-Retriever and friends: multi-hop QA over semi-structured knowledge bases.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+
+def command_group(name: str, help: str) -> typer.Typer:
+    """A group of subcommands (``autofocus skb ...``) registered on ``app``, its help as the root's."""
+    group = typer.Typer(help=help, no_args_is_help=True, rich_markup_mode=MARKUP)
+    app.add_typer(group, name=name)
+    return group
 
 LmTimeoutOpt = Annotated[
     float | None,

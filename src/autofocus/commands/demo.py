@@ -9,13 +9,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autofocus.cli_app import app
+from autofocus.cli_app import command_group
 from autofocus.console import make_console, safe
 
 console = make_console()
-demo_app = typer.Typer(rich_markup_mode=None, help="The offline demo: an SKB of the Python standard library with a QA set.",
-                       no_args_is_help=True)  # fmt: skip
-app.add_typer(demo_app, name="demo")
+demo_app = command_group("demo", "The offline demo: an SKB of the Python standard library with a QA set.")
 
 
 @demo_app.command("build")

@@ -10,15 +10,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autofocus.cli_app import app
+from autofocus.cli_app import app, command_group
 from autofocus.console import make_console, safe
 from autofocus.index.embedders import BACKEND_CHOICES, DEFAULT_EMBEDDER, EmbedderError, with_backend
 
 console = make_console()
 err_console = make_console(stderr=True)
 err_console.soft_wrap = True  # errors stay one copyable line
-index_app = typer.Typer(rich_markup_mode=None, help="Build, import and inspect node embedding indexes.", no_args_is_help=True)
-app.add_typer(index_app, name="index")
+index_app = command_group("index", "Build, import and inspect node embedding indexes.")
 
 VARIANTS = ("text", "text+rel")
 KINDS = ("flat", "hnsw", "ivf")

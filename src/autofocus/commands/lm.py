@@ -8,13 +8,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autofocus.cli_app import app
+from autofocus.cli_app import command_group
 from autofocus.console import make_console, safe
 
 console = make_console()
-lm_app = typer.Typer(rich_markup_mode=None, help="Set up, check and list LMs (offline GGUF models or any DSPy model string).",
-                     no_args_is_help=True)  # fmt: skip
-app.add_typer(lm_app, name="lm")
+lm_app = command_group("lm", "Set up, check and list LMs (offline GGUF models or any DSPy model string).")
 
 
 @lm_app.command("setup")

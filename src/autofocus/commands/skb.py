@@ -12,18 +12,14 @@ import typer
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autofocus.cli_app import app
+from autofocus.cli_app import command_group
 from autofocus.console import make_console, print_error, safe
 from autofocus.skb.errors import SKBFormatError
 
 console = make_console()
 err_console = make_console(stderr=True)
 
-skb_app = typer.Typer(
-    rich_markup_mode=None,  # help texts show URL forms such as host:port[/db] literally
-    help="Semi-structured knowledge bases: build the cache, inspect, validate, import, export.", no_args_is_help=True
-)
-app.add_typer(skb_app, name="skb")
+skb_app = command_group("skb", "Semi-structured knowledge bases: build the cache, inspect, validate, import, export.")
 
 PathArg = Annotated[Path, typer.Argument(help="SKB directory, or a STaRK dataset root / processed folder")]
 ProfileOpt = Annotated[

@@ -138,8 +138,11 @@ MIN_NAMED = 3  # shorter names ("re", "os") are too often parts of ordinary text
 
 def named_in_question(skb: SKB, ids: list[int], question: str) -> set[int]:
     """The candidates whose whole name the question writes verbatim (case and all; ``queue.SimpleQueue``
-    is not named by ``queue.SimpleQueue.put``, nor ``jsonschema`` by ``jsonschema-specifications``): a question names the nodes it starts from, not its
-    answers, so such a candidate is a constant of the question, e.g. the paper whose citations it asks."""
+    is not named by ``queue.SimpleQueue.put``, nor ``jsonschema`` by ``jsonschema-specifications``): a
+    question names the nodes it starts from, not its answers, so such a candidate is a constant of the
+    question, e.g. the paper whose citations it asks. Stricter than ``repair.named_in`` (any case,
+    fuzzy for long names), which on the demo also caught answers ("socket server" in a question whose
+    answer is ``socketserver``)."""
     out = set()
     for i in ids:
         name = skb.name(i).strip()
