@@ -57,3 +57,29 @@ def build_cmd(
     if result.evidence_missing:
         n = len(result.evidence_missing)
         console.print(f"docstrings reworded on this Python (questions kept): {n}")
+
+
+@demo_app.command("heldout")
+def heldout_cmd(
+    skb: Annotated[Path, typer.Argument(help="the demo SKB (made by `autofocus demo build`)", exists=True,
+                                        file_okay=False)],
+    per_template: Annotated[int, typer.Option(help="questions per relational template beyond the build's",
+                                              min=1)] = 12,
+    out: Annotated[Path | None, typer.Option(help="folder for qa_heldout.csv (default: the SKB); commands "
+                                             "read it with --qa-dir", file_okay=False)] = None,
+) -> None:
+    """Write fresh relational questions no run has seen (qa_heldout.csv, the split `heldout`): a second
+    held-out set for effects the test split is too small to confirm. Never mixed into train/val/test."""
+    from autofocus.demo.heldout import write_heldout
+
+    try:
+        path, counts = write_heldout(skb, per_template, out)
+    except (OSError, ValueError) as exc:
+        console.print(safe(f"[red]error:[/red] {exc}"))
+        raise typer.Exit(1) from None
+    table = Table(title=safe(f"{path} ({sum(counts.values())} questions, split `heldout`)"))
+    table.add_column("template")
+    table.add_column("questions", justify="right")
+    for name, count in sorted(counts.items()):
+        table.add_row(name, str(count))
+    console.print(table)

@@ -32,18 +32,25 @@ def write_skb_dir(
         writer.writerow(["src", "type", "dst"])
         writer.writerows(edges)
     if qa is not None:
-        rows = [dict(r) for r in qa]
-        extra = sorted({k for r in rows for k in r} - {"id", "query", "answer_ids"})
-        with (path / "qa.csv").open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["id", "query", "answer_ids", *extra])
-            for r in rows:
-                writer.writerow(
-                    [r["id"], r["query"], json.dumps(list(r["answer_ids"]))]
-                    + [r.get(k, "") if isinstance(r.get(k, ""), str) else json.dumps(r.get(k)) for k in extra]
-                )
+        write_qa_csv(path / "qa.csv", qa)
     if splits:
         (path / "splits").mkdir(exist_ok=True)
         for name, ids in splits.items():
             (path / "splits" / f"{name}.index").write_text("".join(f"{i}\n" for i in ids))
     return path
+
+
+def write_qa_csv(path: Path, qa: Iterable[Mapping[str, Any]]) -> Path:
+    """A QA file (``qa.csv`` or a whole-file split ``qa_<name>.csv``): rows need ``id``, ``query`` and
+    ``answer_ids`` (a list); extra keys become extra columns, non-strings written as JSON."""
+    rows = [dict(r) for r in qa]
+    extra = sorted({k for r in rows for k in r} - {"id", "query", "answer_ids"})
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "query", "answer_ids", *extra])
+        for r in rows:
+            writer.writerow(
+                [r["id"], r["query"], json.dumps(list(r["answer_ids"]))]
+                + [r.get(k, "") if isinstance(r.get(k, ""), str) else json.dumps(r.get(k)) for k in extra]
+            )
+    return Path(path)
