@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from autofocus.cli import app
 from autofocus.demo.build import DemoBuild, build_demo_skb
+from autofocus.demo.heldout import write_heldout
 from autofocus.demo.questions import (
     TEMPLATES,
     in_scope,
@@ -229,6 +230,50 @@ def test_relational_gold_matches_an_independent_recomputation(
     for row in relational:
         gold = set(json.loads(row["answer_ids"]))
         assert recompute[row["template"]](json.loads(row["params"])) == gold, row["query"]
+
+
+@pytest.mark.slow
+def test_heldout_questions_are_new_right_and_a_split_of_their_own(full: DemoBuild, tmp_path: Path) -> None:
+    result = full
+    skb = load_skb(result.path, cache=False, progress=False)
+    rows = list(csv.DictReader((result.path / "qa.csv").open(encoding="utf-8", newline="")))
+    path, counts = write_heldout(result.path, per_template=4, out=tmp_path)
+    held = list(csv.DictReader(path.open(encoding="utf-8", newline="")))
+    assert held and sum(counts.values()) == len(held) and max(counts.values()) <= 4
+    assert not {r["key"] for r in held} & {r["key"] for r in rows}
+    assert not {r["query"] for r in held} & {r["query"] for r in rows}
+    recompute = _recompute(skb)
+    for row in held:
+        gold = set(json.loads(row["answer_ids"]))
+        assert gold and recompute[row["template"]](json.loads(row["params"])) == gold, row["query"]
+        assert leaks_answer(row["query"], json.loads(row["answer_names"])) is None
+    items = load_qa(result.path, "heldout", num_nodes=skb.num_nodes, qa_dir=tmp_path)
+    assert [i.query for i in items] == [r["query"] for r in held]
+    assert len(load_qa(result.path, "test")) == sum(1 for r in rows if int(r["id"]) in set(
+        int(x) for x in (result.path / "splits" / "test.index").read_text().split()))  # test untouched
+
+
+@pytest.mark.slow
+def test_heldout_takes_the_next_questions_in_the_builds_order(full: DemoBuild, tmp_path: Path) -> None:
+    fewer, _ = write_heldout(full.path, per_template=1, out=tmp_path / "one")
+    more, _ = write_heldout(full.path, per_template=3, out=tmp_path / "three")
+    keys = lambda f: [r["key"] for r in csv.DictReader(f.open(encoding="utf-8", newline=""))]  # noqa: E731
+    assert set(keys(fewer)) < set(keys(more))
+
+
+def test_heldout_of_the_small_variant_is_empty_and_says_why(small: DemoBuild, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["demo", "heldout", str(small.path), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "asks every instance" in result.output
+    assert (tmp_path / "qa_heldout.csv").read_text().splitlines() == ["id,query,answer_ids"]
+
+
+def test_heldout_refuses_an_skb_the_demo_did_not_build(tmp_path: Path) -> None:
+    (tmp_path / "schema.json").write_text(json.dumps({"name": "x", "source": {"builder": "someone"}}))
+    with pytest.raises(ValueError, match="not a demo SKB"):
+        write_heldout(tmp_path, per_template=2)
+    result = CliRunner().invoke(app, ["demo", "heldout", str(tmp_path)])
+    assert result.exit_code == 1 and "not a demo SKB" in result.output
 
 
 def test_hybrid_relations_hold_in_the_loaded_graph(

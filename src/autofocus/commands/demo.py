@@ -77,6 +77,10 @@ def heldout_cmd(
     except (OSError, ValueError) as exc:
         console.print(safe(f"[red]error:[/red] {exc}"))
         raise typer.Exit(1) from None
+    if not counts:
+        console.print(f"{path}: no question left: this build asks every instance its templates have "
+                      "(the small variant does); build the full demo for a held-out split")
+        return
     table = Table(title=safe(f"{path} ({sum(counts.values())} questions, split `heldout`)"))
     table.add_column("template")
     table.add_column("questions", justify="right")
