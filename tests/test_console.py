@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from autofocus.console import make_console, print_error, safe
+from autofocus.console import PIPE_WIDTH, make_console, print_error, safe
 from autofocus.redact import REDACTED
 from autofocus.skb.errors import FormatIssue, SKBFormatError
 
@@ -56,3 +56,20 @@ def test_every_command_prints_its_help() -> None:
         assert res.exit_code == 0, (path, res.output)
         assert "Usage" in res.output
     assert "bolt://host:port[/db]" in " ".join(runner.invoke(app, ["skb", "import", "--help"]).output.split())
+
+
+def test_a_console_writing_to_a_file_is_wide_enough_for_run_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.table import Table
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    console = make_console()
+    assert not console.is_terminal and console.width == PIPE_WIDTH
+    table = Table()
+    for col in ("system", "metric", "questions", "delta", "95% CI", "detectable", "p", "p Holm", "p Holm < 0.05"):
+        table.add_column(col)
+    table.add_row("fit-dir120-test", "mrr", "87", "+4.9", "[+1.1, +9.1]", "5.7", "0.014", "0.014", "yes")
+    with console.capture() as out:
+        console.print(table)
+    assert "fit-dir120-test" in out.get()
+    monkeypatch.setenv("COLUMNS", "70")
+    assert make_console().width == 70

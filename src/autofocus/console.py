@@ -7,6 +7,8 @@ Commands print through ``make_console`` consoles and wrap every such value in ``
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -16,9 +18,16 @@ from autofocus.redact import redact
 OPEN_ERRORS = (KeyError, FileNotFoundError, ValueError)
 
 
+PIPE_WIDTH = 160  # a report piped to a file or log: rich's 80 columns would cut run names to "fit-d…"
+
+
 def make_console(stderr: bool = False) -> Console:
-    """A console that never turns ``:name:`` into an emoji (file:line:reason messages are full of them)."""
-    return Console(stderr=stderr, emoji=False)
+    """A console that never turns ``:name:`` into an emoji (file:line:reason messages are full of them),
+    and that is wide enough for the tables when writing to a file or pipe (unless ``COLUMNS`` says)."""
+    console = Console(stderr=stderr, emoji=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
 
 
 def safe(value: object) -> str:
