@@ -10,9 +10,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from autofocus.cli_app import command_group
-from autofocus.console import make_console, safe
+from autofocus.console import make_console, print_error, safe
 
 console = make_console()
+err_console = make_console(stderr=True)
 demo_app = command_group("demo", "The offline demo: an SKB of the Python standard library with a QA set.")
 
 
@@ -75,11 +76,11 @@ def heldout_cmd(
     try:
         path, counts = write_heldout(skb, per_template, out)
     except (OSError, ValueError) as exc:
-        console.print(safe(f"[red]error:[/red] {exc}"))
+        print_error(err_console, exc)
         raise typer.Exit(1) from None
     if not counts:
-        console.print(f"{path}: no question left: this build asks every instance its templates have "
-                      "(the small variant does); build the full demo for a held-out split")
+        console.print(safe(f"{path}: no question left: this build asks every instance its templates have "
+                           "(the small variant does); build the full demo for a held-out split"), soft_wrap=True)
         return
     table = Table(title=safe(f"{path} ({sum(counts.values())} questions, split `heldout`)"))
     table.add_column("template")
