@@ -190,6 +190,9 @@ def test_question_checks(kb: KnowledgeBase) -> None:
     assert question_problem(f"Which is the unknown answer (a paper) of {const}?", p, kb.skb) == wording
     assert question_problem(f"Which papers cite some paper A related to {const}?", p, kb.skb) == wording
     assert question_problem(f"Which papers cite a paper related to {const}?", p, kb.skb) is None
+    other = next(t for t in kb.skb.schema.node_types if t != "paper")  # "which class defines the method"
+    assert question_problem(f"Which {other} relates to {const}?", p, kb.skb) == "the question asks for another label"
+    assert question_problem(f"Which papers of an {other} relate to {const}?", p, kb.skb) is None
     p.query.symbols[p.query.target].constraints.append(Constraint(key="pages", op=">=", value=2))
     p.query.symbols[p.query.target].constraints.append(Constraint(key="venue_kind", op="=", value="Workshop"))
     unstated = "a filter's value is not stated"

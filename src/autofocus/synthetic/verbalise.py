@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 from autofocus.program.steps.direction import points_to, relation_phrase
+from autofocus.program.steps.repair import asked_label, label_words, related_in
 from autofocus.skb.model import SKB
+from autofocus.skb.schema_graph import schema_graph
 from autofocus.synthetic.clues import fact_stated
 from autofocus.synthetic.patterns import VARS, Pattern
 
@@ -85,6 +87,8 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "a filter's value is not stated"  # the question asks for a larger set than the answers
     if turned_round(text, pattern, skb):
         return "a relationship is turned round"
+    if asks_another_label(text, pattern, skb):
+        return "the question asks for another label"
     if pattern.clue is not None and not (fact_stated(pattern.clue, lower) if pattern.clue_kind == "fact"
                                          else _states(pattern.clue, lower)):
         return "the text clue is not stated"
@@ -96,6 +100,16 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         if len(name) >= 2 and re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", rest):
             return "an answer is named"
     return None
+
+
+def asks_another_label(question: str, pattern: Pattern, skb: SKB) -> bool:
+    """Whether the question asks for a label other than the answers' ("Which class defines the method
+    ..." for methods), read as step 3b reads it (``repair.asked_label``). Such a question's label is
+    another question's, and its gold query, shown as a demo, teaches step 2 the mismatch."""
+    target = pattern.query.symbols[pattern.query.target].type
+    sg = schema_graph(skb)
+    asked = asked_label(question, label_words(sg.labels), related_in(sg))
+    return asked is not None and asked != target
 
 
 def turned_round(question: str, pattern: Pattern, skb: SKB) -> bool:
