@@ -502,3 +502,19 @@ def test_a_same_type_relationship_is_turned_the_way_the_question_reads(question:
     if flipped and name == "importlib":
         strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repair=False), Trace(question=question), "module")
         assert sorted(strand.answers.tolist()) == [0, 1]  # what importlib imports: base64, os
+
+
+def test_a_text_filter_naming_a_node_of_another_label_becomes_a_relationship(skb) -> None:
+    # "the functions of json that raise ..." written as a text filter, the habit of a demo that filtered text
+    cypher = ('MATCH (y:function)-[:function_raises_exception]->(a:exception {name: "KeyError"})\n'
+              'WHERE y.signature CONTAINS "json" RETURN y')  # fmt: skip
+    result = repaired(skb, cypher, "function", "Which functions of the json module raise KeyError?")
+    assert [r.kind for r in result.repairs if r.kind in ("text_name", "mention")] == ["text_name", "mention"]
+    assert not [c for s in result.query.symbols.values() for c in s.constraints if c.key == "signature"]
+    assert ("function", "function_defined_in_module", "module") in triples(result.query)
+    # a text filter on words that name no node, or a node of the filtered symbol's own label, stays
+    for value, question in (("loads", "Which functions with loads in their signature raise KeyError?"),
+                            ("json.loads", "Which functions like json.loads raise KeyError?")):  # fmt: skip
+        kept = repaired(skb, cypher.replace('"json"', f'"{value}"'), "function", question)
+        assert not [r for r in kept.repairs if r.kind == "text_name"], value
+        assert [c.value for c in kept.query.symbols["y"].constraints if c.key == "signature"] == [value]

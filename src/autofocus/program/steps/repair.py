@@ -66,7 +66,7 @@ MAX_ALTERNATIVES = 2  # second readings tried before relaxing (each costs a grou
 
 @dataclass(frozen=True, slots=True)
 class Repair:
-    kind: str  # label | relabel | relation | direction | path
+    kind: str  # label | relabel | relation | direction | path | text_name | ...
     detail: str
 
 
@@ -200,6 +200,28 @@ def named_mentions(skb: SKB, question: str) -> list[Mention]:
         if len(ids):
             found.append(Mention(text, beside, ids, how, looks_like_name))
     return found
+
+
+def names_as_text(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> tuple[QueryGraph, list[Repair]]:
+    """Text filters whose value is a name the question gives for nodes of another label are dropped:
+    ``y.signature CONTAINS "json.JSONEncoder"`` for "On json.JSONEncoder objects, which methods ...".
+    A small LM writes a condition on a named node so when a demo filtered text; the node is a
+    relationship's end, which ``constrain_mentions`` then links (it links names no constant gives)."""
+    symbols, repairs = dict(qg.symbols), []
+    for var, sym in qg.symbols.items():
+        kept = []
+        for c in sym.constraints:
+            value = c.value.strip().lower() if isinstance(c.value, str) else None
+            match = next((m for m in mentions if m.text.lower() == value), None)
+            labels = ({skb.node_type_names[int(t)] for t in np.unique(skb.node_type[match.ids])}
+                      if match is not None else set())  # fmt: skip
+            if c.key.lower() in ("name", "title") or c.op not in ("=", "CONTAINS") or not labels or sym.type in labels:
+                kept.append(c)
+                continue
+            repairs.append(Repair("text_name", f"{var}.{c.key} {c.op} {c.value!r} names a {'/'.join(sorted(labels))}: "
+                                               "a relationship to it, not text"))  # fmt: skip
+        symbols[var] = sym.model_copy(update={"constraints": kept})
+    return (qg.model_copy(update={"symbols": symbols}), repairs) if repairs else (qg, [])
 
 
 def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, mentions: list[Mention]) -> tuple[QueryGraph, list[Repair]]:
@@ -568,12 +590,16 @@ def repair_query(
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         if not mentions:
             return Repaired(qg, [], [])
-        return Repaired(*constrain_mentions(qg, skb, sg, named_mentions(skb, question)), [])
+        named = named_mentions(skb, question)
+        qg, as_text = names_as_text(qg, skb, named)
+        query, linked = constrain_mentions(qg, skb, sg, named)
+        return Repaired(query, as_text + linked, [])
     named = named_mentions(skb, question)
+    qg, as_text = names_as_text(qg, skb, named) if mentions else (qg, [])
     qg, dropped = drop_unsupported(qg, question)
     qg, bound = bind_names(qg, skb, mapper, named)
     evidence, notes = label_evidence(qg, skb, mapper, target_type)
-    notes = dropped + bound + notes
+    notes = as_text + dropped + bound + notes
     # labels the question names that neither the query nor a named entity ("the logging module") accounts
     # for: a hop the query may have skipped ("the functions of logging")
     words = label_words(sg.labels)
