@@ -122,19 +122,7 @@ def build_demo_skb(
         )
     splits = assign_splits(questions)
     ids = {n["name"]: n["id"] for n in graph.nodes}
-    qa = [
-        {
-            "id": i,
-            "query": q.query,
-            "answer_ids": sorted(ids[a] for a in q.answers),
-            "kind": q.kind,
-            "template": q.template,
-            "key": q.key,
-            "answer_names": list(q.answers),
-            "params": q.params if q.params else "",
-        }
-        for i, q in enumerate(questions)
-    ]
+    qa = [q.row(i, ids) for i, q in enumerate(questions)]
     split_of = {i: name for name, members in splits.items() for i in members}
     qa_counts = {k: {s: 0 for s in splits} for k in KINDS}
     for i, q in enumerate(questions):

@@ -49,19 +49,7 @@ def write_heldout(skb: Path | str, per_template: int, out: Path | str | None = N
         asked = {r["key"] for r in csv.DictReader(fh)}
     view = GraphView(nodes, edges)
     questions = heldout_questions(view, asked, per_template)
-    rows = [
-        {
-            "id": i,
-            "query": q.query,
-            "answer_ids": sorted(view.id[a] for a in q.answers),
-            "kind": q.kind,
-            "template": q.template,
-            "key": q.key,
-            "answer_names": list(q.answers),
-            "params": q.params,
-        }
-        for i, q in enumerate(questions)
-    ]
     target = Path(out) if out is not None else skb
     target.mkdir(parents=True, exist_ok=True)
+    rows = [q.row(i, view.id) for i, q in enumerate(questions)]
     return write_qa_csv(target / FILE, rows), Counter(q.template for q in questions)

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -43,6 +43,19 @@ class DemoQuestion:
     query: str
     answers: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, qid: int, ids: Mapping[str, int]) -> dict[str, Any]:
+        """The question as a QA-file row (``ids``: node id by stable name)."""
+        return {
+            "id": qid,
+            "query": self.query,
+            "answer_ids": sorted(ids[a] for a in self.answers),
+            "kind": self.kind,
+            "template": self.template,
+            "key": self.key,
+            "answer_names": list(self.answers),
+            "params": self.params if self.params else "",
+        }
 
 
 @dataclass

@@ -66,7 +66,7 @@ MAX_ALTERNATIVES = 2  # second readings tried before relaxing (each costs a grou
 
 @dataclass(frozen=True, slots=True)
 class Repair:
-    kind: str  # label | relabel | relation | direction | path | text_name | ...
+    kind: str  # text_name | unsupported | bind | label | relabel | relation | path | asked | star | direction | mention
     detail: str
 
 
