@@ -176,6 +176,7 @@ class Mention:
     ids: np.ndarray
     how: str
     looks_like_name: bool  # ``base64``, ``json.loads``: a name wherever it stands
+    labels: frozenset[str]  # the labels of the nodes it names
 
     def names_a(self, label: str) -> bool:
         """Counts as a name for ``label``: beside that label's word, or a name anywhere."""
@@ -198,11 +199,12 @@ def named_mentions(skb: SKB, question: str) -> list[Mention]:
             continue
         ids, how = named_ids(skb, text)
         if len(ids):
-            found.append(Mention(text, beside, ids, how, looks_like_name))
+            labels = frozenset(skb.node_type_names[int(c)] for c in np.unique(skb.node_type[ids]))
+            found.append(Mention(text, beside, ids, how, looks_like_name, labels))
     return found
 
 
-def names_as_text(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> tuple[QueryGraph, list[Repair]]:
+def names_as_text(qg: QueryGraph, mentions: list[Mention]) -> tuple[QueryGraph, list[Repair]]:
     """Text filters whose value is a name the question gives for nodes of another label are dropped:
     ``y.signature CONTAINS "json.JSONEncoder"`` for "On json.JSONEncoder objects, which methods ...".
     A small LM writes a condition on a named node so when a demo filtered text; the node is a
@@ -213,8 +215,7 @@ def names_as_text(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> tuple[Qu
         for c in sym.constraints:
             value = c.value.strip().lower() if isinstance(c.value, str) else None
             match = next((m for m in mentions if m.text.lower() == value), None)
-            labels = ({skb.node_type_names[int(t)] for t in np.unique(skb.node_type[match.ids])}
-                      if match is not None else set())  # fmt: skip
+            labels = match.labels if match is not None else frozenset()
             if c.key.lower() in ("name", "title") or c.op not in ("=", "CONTAINS") or not labels or sym.type in labels:
                 kept.append(c)
                 continue
@@ -278,7 +279,7 @@ def bind_names(qg: QueryGraph, skb: SKB, mapper: SchemaMapper, mentions: list[Me
 MAX_MENTIONED = 2  # constraints added for entities the question names and the query left out
 
 
-def _mentioned_entities(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> list[tuple[str, str]]:
+def _mentioned_entities(qg: QueryGraph, mentions: list[Mention]) -> list[tuple[str, str]]:
     """``(name, label)`` of the ``named_mentions`` that no constant of the query names, naming nodes of
     one label (the label's word beside the mention decides between several)."""
     names = [n.lower() for n in (s.name_value() for s in qg.symbols.values()) if n]
@@ -290,7 +291,7 @@ def _mentioned_entities(qg: QueryGraph, skb: SKB, mentions: list[Mention]) -> li
         longer.append(low)
         if inside or any(low in n or n in low for n in names):
             continue  # part of a longer name, or the query names it already
-        named = {skb.node_type_names[int(c)] for c in np.unique(skb.node_type[m.ids])}
+        named = set(m.labels)
         if len(named) > 1:
             named &= m.beside
         if len(named) == 1:
@@ -312,7 +313,7 @@ def constrain_mentions(
         return qg, []
     symbols, triplets, repairs = dict(qg.symbols), list(qg.triplets), []
     fresh = itertools.count(1)
-    for name, label in _mentioned_entities(qg, skb, mentions)[:MAX_MENTIONED]:
+    for name, label in _mentioned_entities(qg, mentions)[:MAX_MENTIONED]:
         hops = _only_link(sg, tlabel, label) if label != tlabel else None
         if hops is None:
             continue
@@ -591,11 +592,11 @@ def repair_query(
         if not mentions:
             return Repaired(qg, [], [])
         named = named_mentions(skb, question)
-        qg, as_text = names_as_text(qg, skb, named)
+        qg, as_text = names_as_text(qg, named)
         query, linked = constrain_mentions(qg, skb, sg, named)
         return Repaired(query, as_text + linked, [])
     named = named_mentions(skb, question)
-    qg, as_text = names_as_text(qg, skb, named) if mentions else (qg, [])
+    qg, as_text = names_as_text(qg, named) if mentions else (qg, [])
     qg, dropped = drop_unsupported(qg, question)
     qg, bound = bind_names(qg, skb, mapper, named)
     evidence, notes = label_evidence(qg, skb, mapper, target_type)
