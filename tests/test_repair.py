@@ -11,7 +11,8 @@ from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher, to_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounded_strand import ground_strand, relaxations
-from autofocus.program.steps.repair import asked_label, label_words, question_mentions, repair_query
+from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
+from autofocus.program.steps.repair import question_mentions, repair_query
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.names import labels_named, named_ids
 from autofocus.skb.schema_graph import SchemaGraph, schema_graph
@@ -378,7 +379,7 @@ def test_a_name_the_question_gives_is_verbatim_and_a_short_one_a_word_of_its_own
 
 
 def test_the_label_a_question_asks_for_heads_the_phrase_after_its_question_word() -> None:
-    words = label_words(["module", "class", "method", "exception", "function"])
+    words = LabelPhrases.of(["module", "class", "method", "exception", "function"])
     asked = {
         "Which modules define their own subclass of KeyError?": "module",
         "Which standard library modules declare an exception that inherits from KeyError?": "module",

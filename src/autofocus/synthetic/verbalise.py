@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from autofocus.program.steps.direction import points_to, relation_phrase
-from autofocus.program.steps.repair import asked_label, label_words, related_in
+from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
+from autofocus.program.steps.repair import related_in
 from autofocus.skb.model import SKB
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.synthetic.clues import fact_stated
@@ -108,7 +109,7 @@ def asks_another_label(question: str, pattern: Pattern, skb: SKB) -> bool:
     another question's, and its gold query, shown as a demo, teaches step 2 the mismatch."""
     target = pattern.query.symbols[pattern.query.target].type
     sg = schema_graph(skb)
-    asked = asked_label(question, label_words(sg.labels), related_in(sg))
+    asked = asked_label(question, LabelPhrases.of(sg.labels), related_in(sg))
     return asked is not None and asked != target
 
 

@@ -42,6 +42,7 @@ from rapidfuzz import fuzz
 
 from autofocus.cypher.mapping import SchemaMapper
 from autofocus.program.steps.direction import points_from, points_to, relation_phrase
+from autofocus.program.steps.label_phrases import STOP_WORDS, WORD, LabelPhrases, asked_label
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
 from autofocus.skb.names import labels_named, named_ids
@@ -78,21 +79,19 @@ class _Choice:
     path: tuple[Hop, ...] = ()
 
 
-_WORD = re.compile(r"[^\s,;!?()\[\]{}\"`]+")
-_STOP = frozenset(["a", "an", "and", "any", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "that", "the", "their", "them", "these", "they", "this", "those", "to", "was", "what", "when", "where", "which", "who", "whose", "why", "will", "with"])
 MAX_MENTION_WORDS = 4
 
 
 def question_mentions(question: str, label_words: set[str]) -> list[tuple[str, set[str]]]:
     """Word n-grams of the question that could be node names, longest first, each with the label
     words next to it ("the collections.abc module"), which say what kind of node it names."""
-    words = [w.strip(".:'") for w in _WORD.findall(question)]
+    words = [w.strip(".:'") for w in WORD.findall(question)]
     words = [w[:-2] if w.endswith("'s") else w for w in words]
     out: dict[str, set[str]] = {}
     for n in range(MAX_MENTION_WORDS, 0, -1):
         for i in range(len(words) - n + 1):
             gram = words[i : i + n]
-            if not gram[0] or not gram[-1] or gram[0].lower() in _STOP or gram[-1].lower() in _STOP:
+            if not gram[0] or not gram[-1] or gram[0].lower() in STOP_WORDS or gram[-1].lower() in STOP_WORDS:
                 continue
             text = " ".join(gram)
             if len(text) < 2 or text.lower() in label_words:
@@ -326,41 +325,6 @@ def constrain_mentions(
     return qg.model_copy(update={"symbols": symbols, "triplets": triplets}), repairs
 
 
-_ASK = frozenset(["which", "what", "list", "find", "name", "show", "give"])
-_DETERMINERS = frozenset(["the", "a", "an", "all", "some", "its", "their"])
-_COPULA = frozenset(["is", "are", "was", "were"])
-MAX_MODIFIERS = 3  # words between the question word and the asked label: "Which standard library modules"
-
-
-def asked_label(question: str, words: dict[str, str], related: Callable[[str, str], bool] | None = None) -> str | None:
-    """The label the question asks for: the head of the phrase after its first question word, past a
-    few modifiers ("What shutil functions", "Which standard library modules", "which of its
-    functions", "What is the function ..."); none where a verb or a preposition comes first ("What
-    errors can the functions ..." asks for no label it names). Of two label words in a row, the second
-    is the head where the schema relates the two ("class methods" are methods of a class), else the
-    first names the kind ("exception classes" are exceptions)."""
-    tokens = [w.strip(".:'\"").lower() for w in _WORD.findall(question)]
-    start = next((i for i, w in enumerate(tokens) if w in _ASK), None)
-    if start is None:
-        return None
-    rest = tokens[start + 1 :]
-    if rest[:1] == ["of"] or (rest[:1] and rest[0] in _COPULA and rest[1:2] and rest[1] in _DETERMINERS):
-        rest = rest[1:]  # "which of its functions", "What is the function that ..."
-    found: str | None = None
-    skipped = 0
-    for w in rest:
-        if w in words:
-            if found is None or related is None or related(found, words[w]):
-                found = words[w]
-        elif found is not None or (w in _STOP and w not in _DETERMINERS):
-            break
-        elif w not in _DETERMINERS:
-            skipped += 1
-            if skipped > MAX_MODIFIERS:
-                break
-    return found
-
-
 def related_in(sg: SchemaGraph) -> Callable[[str, str], bool]:
     """Whether a relationship connects two labels, either way."""
     return lambda a, b: bool(sg.between(a, b) or sg.between(b, a))
@@ -507,7 +471,7 @@ def named_relations(sg: SchemaGraph, question: str, labels: dict[str, str]) -> f
     said = {w[:5] for w in re.split(r"[\W_]+", question.lower()) if len(w) >= 4}
     named = set()
     for r in sg.relations:
-        own = {w for w in re.split(r"[\W_]+", r.rel.lower()) if len(w) >= 4 and w not in labels and w not in _STOP}
+        own = {w for w in re.split(r"[\W_]+", r.rel.lower()) if len(w) >= 4 and w not in labels and w not in STOP_WORDS}
         if any(w[:5] in said for w in own):
             named.add(r.rel)
     return frozenset(named)
@@ -603,8 +567,8 @@ def repair_query(
     notes = as_text + dropped + bound + notes
     # labels the question names that neither the query nor a named entity ("the logging module") accounts
     # for: a hop the query may have skipped ("the functions of logging")
-    words = label_words(sg.labels)
-    asked = frozenset(words[w] for w in re.split(r"[\W_]+", question.lower()) if w in words) - {
+    words, phrases = label_words(sg.labels), LabelPhrases.of(sg.labels)
+    asked = frozenset(phrases.named(question)) - {
         s.type for s in qg.symbols.values()} - {label for m in named for label in m.beside}
     rel_scores = [mapper.edge_scores(t.rel_label.split("|")[0]) if t.rel_label else None for t in qg.triplets]
     # relationships the question names that the query does not write: a repair may use them
@@ -636,7 +600,7 @@ def repair_query(
     assert best is not None
     _, assign, choices = best
     first = [c for c, _ in choices]
-    asks = asked_label(question, words, related_in(sg)) if carry_asked else None
+    asks = asked_label(question, phrases, related_in(sg)) if carry_asked else None
     alternatives = [
         _to_asked(*_apply(qg, assign, [alt if j == i else c for j, c in enumerate(first)], notes), sg, asks)
         for i, (_, alt) in enumerate(choices)

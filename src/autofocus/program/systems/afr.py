@@ -29,8 +29,9 @@ from autofocus.local_lm.scoring import choice_probabilities
 from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
+from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.repair import asked_label, label_words, related_in
+from autofocus.program.steps.repair import related_in
 from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.typed_query import spec_to_cypher
@@ -208,7 +209,7 @@ class AutofocusRetriever(RetrievalProgram):
         cfg, types = self.config, self.context.candidate_types
         prior = (vss_type_prior(self.kb, question, types, cfg.target_type_prior_k, cfg.doc_variant_step7)
                  if cfg.target_type_prior_k else dict.fromkeys(types, 1.0))  # fmt: skip
-        asked = (asked_label(question, label_words(types), related_in(schema_graph(self.kb.skb)))
+        asked = (asked_label(question, LabelPhrases.of(types), related_in(schema_graph(self.kb.skb)))
                  if cfg.target_type_cue > 1 else None)  # fmt: skip
         if asked is not None:
             prior[asked] *= cfg.target_type_cue
