@@ -397,6 +397,19 @@ def test_merge_with_a_bonus_lets_a_much_closer_vss_hit_pass_grounded_ones() -> N
     assert merge([1, 2], [3, 4, 5], 4, scores, bonus=0.05).strand == {1: "grounded", 2: "grounded", 3: "vss", 4: "vss"}
 
 
+def test_the_rrf_merge_fuses_the_similarity_order_with_the_grounded_order() -> None:
+    from autofocus.program.steps.vss import merge
+
+    scores = {1: 0.2, 2: 0.5, 3: 0.6, 4: 0.55, 5: 0.4}  # by similarity 3, 4, 2, 5, 1; 1 below VSS's last hit
+    # 2, grounded and close, leads; 1, grounded but farther than anything VSS found, ties VSS's first hit
+    assert merge([1, 2], [3, 4, 5], 5, scores, rrf_weight=1.0).ids == [2, 1, 3, 4, 5]
+    # less evidence, less weight: the graph-only candidate falls behind VSS's hits
+    assert merge([1, 2], [3, 4, 5], 5, scores, rrf_weight=0.5).ids == [2, 3, 4, 5, 1]
+    assert merge([1, 2], [3, 4, 5], 5, scores, rrf_weight=0.0).ids == [3, 4, 2, 5, 1]  # similarity alone
+    fused = merge([1, 2], [3, 4, 5], 5, scores, bonus=2.0, rrf_weight=0.5)  # rrf over a score bonus
+    assert fused.ids == [2, 3, 4, 5, 1] and fused.strand == {1: "grounded", 2: "grounded", 3: "vss", 4: "vss", 5: "vss"}
+
+
 def test_step8_can_keep_a_block_of_strong_evidence_first(kb: KnowledgeBase) -> None:
     """``rerank_keep_block``: where the merge kept the grounded block (the query's constant is a name the
     question gives), the judge reorders inside the block and inside the rest, not across them."""

@@ -21,8 +21,8 @@ from autofocus.skb.text import TextArray
 
 
 def test_text_variant(tiny_skb):
-    assert render_document(tiny_skb, 0) == (
-        "- name: Graph Retrieval at Scale\nWe study retrieval over large knowledge graphs with typed edges."
+    assert render_document(tiny_skb, 0) == (  # the node's type and name first, then its document
+        "paper: Graph Retrieval at Scale\nWe study retrieval over large knowledge graphs with typed edges."
     )
     assert render_document(tiny_skb, 3) == (  # empty document: name, type and attributes
         "- name: Knowledge Base Question Answering Survey\n- type: paper\n- year: 2018\n- published: 2018-01-20"
@@ -31,6 +31,11 @@ def test_text_variant(tiny_skb):
         render_document(tiny_skb, 4, "text")
         == "- name: Ada Lovelace\n- type: author\n- h_index: 42\n- born: 1815-12-10"
     )
+
+
+def test_a_label_reads_as_words_in_the_text_variant():
+    assert [documents.readable_label(x) for x in ["body_part", "BodyPart", "gene/protein", "paper"]] == [
+        "body part", "body part", "gene/protein", "paper"]
 
 
 def test_text_rel_one_hop_and_two_hop_rule(tiny_skb):

@@ -1,7 +1,9 @@
 """Node documents in the paper's variants (appendix A.6.4) and node descriptions for rerankers.
 
-- ``"text"``: the node's document; a document lacking the node's name gets a ``- name:`` line
-  first, and an empty one is replaced by the name, type and attributes.
+- ``"text"``: a ``type: name`` line, then the node's document; an empty one is replaced by the name,
+  type and attributes. The line carries the node's identity into its embedding: a document often
+  describes its node without naming it or saying what kind of thing it is, and a question asks for
+  a kind of thing ("which body parts ...").
 - ``"text+rel"``: a ``name (type)`` line, the relation summary, then the document (or the
   attributes when it is empty).
   Relations are the 1-hop neighbours grouped by edge type, direction and neighbour type, and
@@ -22,6 +24,7 @@ direction (``autofocus.skb.graph``); only the formatting of the shown names is p
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -260,16 +263,17 @@ def _attribute_lines(skb: SKB, node_id: int) -> list[str]:
     return [f"- {k}: {v}" for k, v in skb.attributes(node_id).items()]
 
 
+def readable_label(label: str) -> str:
+    """A label as words (``body_part``, ``BodyPart`` -> ``body part``), as a question would write it."""
+    return re.sub(r"[_\s]+", " ", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", label)).strip().lower()
+
+
 def text_document(skb: SKB, node_id: int) -> str:
     """The ``"text"`` variant without a budget (see the module docstring)."""
-    doc, name = skb.doc(node_id), skb.name(node_id)
+    doc, name, label = skb.doc(node_id), skb.name(node_id), skb.type_of(node_id)
     if not doc.strip():
-        return "\n".join(
-            [f"- name: {name}", f"- type: {skb.type_of(node_id)}", *_attribute_lines(skb, node_id)]
-        )
-    if name and name not in doc:
-        return f"- name: {name}\n{doc}"
-    return doc
+        return "\n".join([f"- name: {name}", f"- type: {label}", *_attribute_lines(skb, node_id)])
+    return f"{readable_label(label)}: {name}\n{doc}" if name else f"{readable_label(label)}\n{doc}"
 
 
 def render_documents(

@@ -107,15 +107,21 @@ def step7_rank_rest(
     return [i for _, i in pooled[:n]], [s for s, _ in pooled[:n]]
 
 
+RRF_K = 60  # the rank offset of reciprocal rank fusion (Cormack et al., 2009)
+
+
 def merge(
-    step6: list[int], step7: list[int], k: int, scores: dict[int, float] | None = None, bonus: float | None = None
+    step6: list[int], step7: list[int], k: int, scores: dict[int, float] | None = None, bonus: float | None = None,
+    rrf_weight: float | None = None,
 ) -> Merged:
     """Concatenate ``y_cypher + y_vss`` (Algorithm 1, line 13), deduplicated, at most ``k`` long.
 
     With ``bonus`` (``merge_rule`` score, or evidence where the evidence is weak) the same ``k``
     candidates are ordered together by ``scores`` (one similarity scale for both strands), a grounded
     candidate's raised by ``bonus``: a wrong grounded set no longer takes the first ranks from VSS's
-    much closer hits, and a large bonus is the block order.
+    much closer hits, and a large bonus is the block order. With ``rrf_weight`` they are ordered by
+    reciprocal rank fusion instead (``fuse_strands``): ranks, not similarities, so the fusion does not
+    depend on how one embedder spreads its scores.
     """
     ids: list[int] = []
     seen: set[int] = set()
@@ -126,11 +132,30 @@ def merge(
         if len(ids) >= k:
             break
     in6, in7 = set(step6), set(step7)
-    if bonus is not None and scores:
+    if rrf_weight is not None and scores:
+        ids = fuse_strands(ids, scores, step6, step7, rrf_weight)
+    elif bonus is not None and scores:
         position = {i: n for n, i in enumerate(ids)}
         ids.sort(key=lambda i: (-(scores.get(i, -np.inf) + (bonus if i in in6 else 0.0)), position[i]))
     strand = {i: "both" if i in in6 and i in in7 else ("grounded" if i in in6 else "vss") for i in ids}
     return Merged(ids=ids, strand=strand, step6=list(step6), step7=list(step7), scores=dict(scores or {}))
+
+
+def fuse_strands(ids: list[int], scores: dict[int, float], grounded: list[int], vss: list[int], weight: float) -> list[int]:
+    """Reciprocal rank fusion of the two strands' orders of ``ids``: what VSS alone ranks (by
+    similarity, over the candidates at least as close as step 7's last hit, the ones a plain VSS
+    would also have ranked this high) and step 6's grounded order, that one times ``weight``. A
+    candidate both strands rank high comes first; one only the graph supports sits among VSS's hits
+    at its own rank instead of above all of them. Ties keep the merged order."""
+    n = len(ids)
+    sim = np.array([scores.get(i, -np.inf) for i in ids])
+    floor = min((scores.get(i, -np.inf) for i in vss), default=-np.inf)
+    rank_sim = np.empty(n, dtype=np.int64)
+    rank_sim[np.lexsort((np.arange(n), -sim))] = np.arange(n)
+    from_vss = np.where(sim >= floor, 1.0 / (RRF_K + 1 + rank_sim), 0.0)
+    rank6 = {i: r for r, i in enumerate(grounded)}
+    from_graph = np.array([weight / (RRF_K + 1 + rank6[i]) if i in rank6 else 0.0 for i in ids])
+    return [ids[j] for j in np.lexsort((np.arange(n), -(from_vss + from_graph)))]
 
 
 MIN_NAMED = 3  # shorter names ("re", "os") are too often parts of ordinary text

@@ -361,17 +361,19 @@ class AutofocusRetriever(RetrievalProgram):
                 step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.doc_variant_step7, heads=heads)
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
-        bonus = None
+        bonus = rrf_weight = None
         strong = cfg.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, question)
         if cfg.merge_rule != "block" and step6 and step7 and not strong:
             if cfg.doc_variant_step6 != cfg.doc_variant_step7:  # both strands on step 7's scale
                 s67 = self.kb.index(cfg.doc_variant_step7).scores(qvec, np.asarray(step6))
                 scores.update(zip(step6, np.asarray(s67).tolist(), strict=True))
-            bonus = cfg.grounded_bonus * (alpha / cfg.alpha if cfg.alpha > 0 else 1.0)
+            factor = alpha / cfg.alpha if cfg.alpha > 0 else 1.0
+            bonus = cfg.grounded_bonus * factor
+            rrf_weight = factor if cfg.merge_order == "rrf" else None
         if cfg.merge_rule != "block" and step6:
-            trace.data["merge"] = {"order": "block" if bonus is None else "score", "strong_evidence": strong,
+            trace.data["merge"] = {"order": "block" if bonus is None else cfg.merge_order, "strong_evidence": strong,
                                    "grounded_bonus": None if bonus is None else round(bonus, 4)}
-        merged = merge(step6, step7, cfg.k, scores, bonus)
+        merged = merge(step6, step7, cfg.k, scores, bonus, rrf_weight)
         ids, named = merged.ids, set()
         if cfg.named_last:
             named = named_in_question(self.kb.skb, ids, question)
