@@ -350,11 +350,11 @@ def test_runs_break_down_by_a_column_of_the_qa_file(tmp_path) -> None:
     def rec(qid: int, hit: float, grounded: bool | None) -> dict:
         flags = {} if grounded is None else {"grounded_nonempty": grounded}
         return {"id": qid, "status": "ok", "metrics": {"hit@1": hit, "hit@20": hit, "mrr": hit},
-                "trace": {"flags": flags}, "derived": {}}
+                "trace": {"flags": flags}, "derived": {"target_type_correct": hit > 0}}
 
     run = Run(tmp_path, manifest, [rec(1, 1.0, True), rec(2, 0.0, None), rec(3, 1.0, True)])
     rows = grouped_rows([run], "kind")
-    assert [(r["group"], r["n"], r["hit@1"], r["nonempty"]) for r in rows] == [
-        ("relational", 1, 1.0, 1.0), ("textual", 2, 0.5, 0.5)]  # a question grounding did not reach counts as empty
+    assert [(r["group"], r["n"], r["hit@1"], r["nonempty"], r["type_correct"]) for r in rows] == [
+        ("relational", 1, 1.0, 1.0, 1.0), ("textual", 2, 0.5, 0.5, 0.5)]  # a question grounding did not reach counts as empty
     with pytest.raises(ValueError, match="no QA file has a column 'template'"):
         grouped_rows([run], "template")

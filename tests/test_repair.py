@@ -72,6 +72,8 @@ def test_schema_graph_reads_the_triples_from_the_edges(skb) -> None:
         [("class_defined_in_module", True, "module"), ("exception_defined_in_module", False, "exception")]
     ]
     assert "-[:function_raises_exception]->(exception)" in sg.describe_label("function")
+    described = sg.describe_label("function", description="a module-level callable")  # the schema's own words
+    assert described.startswith("function (") and "= a module-level callable: -[:" in described
 
 
 def test_names_are_found_exactly_normalised_and_by_the_end_of_a_qualified_name(skb) -> None:

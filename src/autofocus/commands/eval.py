@@ -173,11 +173,11 @@ def report_command(
         except ValueError as exc:
             raise fail(str(exc)) from None
         table = Table(title=f"By {safe(by)} (%)")
-        for col in ("group", "run", "n", "hit@1", "hit@20", "MRR", "non-empty grounding", "gold grounded"):
+        for col in ("group", "run", "n", "hit@1", "hit@20", "MRR", "non-empty grounding", "gold grounded", "type correct"):
             table.add_column(col, justify="left" if col in ("group", "run") else "right")
         for r in rows:
             pct = [f"{100 * v:.1f}" if v is not None else "-" for v in
-                   (r["hit@1"], r["hit@20"], r["mrr"], r["nonempty"], r["gold_grounded"])]  # fmt: skip
+                   (r["hit@1"], r["hit@20"], r["mrr"], r["nonempty"], r["gold_grounded"], r["type_correct"])]  # fmt: skip
             table.add_row(safe(r["group"]), safe(r["run"]), str(r["n"]), *pct)
         console.print(table)
 

@@ -46,7 +46,8 @@ def _share(records: Sequence[Mapping[str, Any]], test: Any) -> float | None:
 
 
 def grouped_rows(runs: Sequence[Run], column: str, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """One row per (group, run): questions, hit@1, hit@20, MRR and the grounding stages, as fractions."""
+    """One row per (group, run): questions, hit@1, hit@20, MRR, the grounding stages and step 1's target
+    type accuracy, as fractions."""
     skb = next((r.manifest.get("skb", {}).get("path") for r in runs if r.manifest.get("skb", {}).get("path")), None)
     if skb is None:
         raise ValueError("the runs' manifests name no SKB directory to read the QA column from")
@@ -64,5 +65,6 @@ def grouped_rows(runs: Sequence[Run], column: str, names: Sequence[str] | None =
                 "mrr": metric("mrr"),
                 "nonempty": _share(recs, lambda r: (r.get("trace") or {}).get("flags", {}).get("grounded_nonempty")),
                 "gold_grounded": _share(recs, lambda r: (r.get("derived") or {}).get("gold_in_grounded")),
+                "type_correct": _share(recs, lambda r: (r.get("derived") or {}).get("target_type_correct")),
             })  # fmt: skip
     return rows

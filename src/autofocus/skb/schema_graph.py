@@ -125,13 +125,16 @@ class SchemaGraph:
         walk(src, [])
         return out
 
-    def describe_label(self, label: str, max_relations: int = 6) -> str:
-        """One line on what distinguishes a label: its relationships and an example node."""
+    def describe_label(self, label: str, max_relations: int = 6, description: str = "") -> str:
+        """One line on what distinguishes a label: the schema's description of it (what a question
+        that names no label, "who ...", needs to be read), its relationships and an example node."""
         rels = sorted(self.touching(label), key=lambda r: -r.count)[:max_relations]
         parts = []
         for r in rels:
             parts.append(f"-[:{r.rel}]->({r.dst})" if r.src == label else f"<-[:{r.rel}]-({r.src})")
         text = f"{label} ({self.counts.get(label, 0)} nodes)"
+        if description.strip():
+            text += f" = {description.strip()}"
         if parts:
             text += ": " + ", ".join(parts)
         if label in self.examples:

@@ -52,7 +52,7 @@ class SchemaContext:
             relationship_labels=rels or base.relationship_labels,
             attribute_names=base.attribute_names,
             candidate_types=base.candidate_types,
-            type_descriptions=[sg.describe_label(t) for t in base.candidate_types],
+            type_descriptions=[sg.describe_label(t, description=_described(skb, t)) for t in base.candidate_types],
         )
 
     def query_inputs(self, question: str, target_type: str | None) -> dict[str, object]:
@@ -72,3 +72,8 @@ class SchemaContext:
             "type_descriptions": self.type_descriptions,
             "question": question,
         }
+
+
+def _described(skb: SKB, label: str) -> str:
+    info = skb.schema.node_types.get(label)
+    return info.description if info is not None else ""
