@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autofocus.program.steps.sorting import binary_insertion_sort, round_robin_sort, tournament_sort
+from autofocus.program.steps.sorting import binary_insertion_sort, tournament_sort
 
 
 class Comparator:
@@ -39,7 +39,7 @@ def stable_best_first(keys: list[float]) -> list[int]:
     return sorted(range(len(keys)), key=lambda i: (-keys[i], i))
 
 
-SORTS = [binary_insertion_sort, tournament_sort, round_robin_sort]
+SORTS = [binary_insertion_sort, tournament_sort]
 
 
 @pytest.mark.parametrize("sort", SORTS)
@@ -88,9 +88,10 @@ def test_tournament_rounds_on_an_informative_prior() -> None:
     assert sum(calls) / len(calls) <= 90
 
 
-def test_round_robin_is_one_round_of_all_pairs() -> None:
-    cmp = Comparator([float(i % 5) for i in range(12)])
-    round_robin_sort(12, cmp)
+def test_a_tournament_of_one_group_is_one_round_of_all_pairs() -> None:
+    keys = [float(i % 5) for i in range(12)]
+    cmp = Comparator(keys)
+    assert tournament_sort(12, cmp, group_size=12) == stable_best_first(keys)
     assert (cmp.rounds, cmp.calls) == (1, 66)
 
 
@@ -128,8 +129,7 @@ def test_any_comparator_gives_a_permutation(n: int, seed: int, seeds: int, ancho
     def chaos(pairs: list[tuple[int, int]]) -> list[int]:
         return [rng.choice([-1, 0, 1]) for _ in pairs]
 
-    for sort in (binary_insertion_sort, round_robin_sort):
-        assert sorted(sort(n, chaos)) == list(range(n))
+    assert sorted(binary_insertion_sort(n, chaos)) == list(range(n))
     order = tournament_sort(
         n, chaos, seeds=seeds, anchors=anchors, group_size=max(2, seeds + anchors) + extra
     )

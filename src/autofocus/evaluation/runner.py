@@ -89,10 +89,6 @@ class EvalResult:
     degraded: int = 0  # finished in this call on a fallback after an LM outage (retried on the next resume)
 
     @property
-    def traces_path(self) -> Path:
-        return self.out_dir / TRACES_FILE
-
-    @property
     def complete(self) -> bool:
         return (
             not self.interrupted

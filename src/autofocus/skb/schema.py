@@ -38,11 +38,3 @@ class Schema(BaseModel):
         """Candidate types, defaulting to all node types as the format specifies."""
         return list(self.candidate_types) if self.candidate_types else list(self.node_types)
 
-    def edge_types_between(self, src_type: str | None, dst_type: str | None) -> list[str]:
-        """Edge types whose domain/range are compatible with the given endpoint types (None = any)."""
-        return [
-            name
-            for name, info in self.edge_types.items()
-            if (src_type is None or info.src_type in (None, src_type))
-            and (dst_type is None or info.dst_type in (None, dst_type))
-        ]

@@ -155,11 +155,6 @@ def binary_insertion_sort(n: int, compare: BatchCompare) -> list[int]:
     return _run(_insertion(list(range(n))), compare)
 
 
-def round_robin_sort(n: int, compare: BatchCompare) -> list[int]:
-    """All ``n(n-1)/2`` comparisons in a single round, ranked by points (Copeland)."""
-    return _run(_round_robin(list(range(n))), compare)
-
-
 def tournament_sort(
     n: int, compare: BatchCompare, *, seeds: int = 6, anchors: int = 2, group_size: int = 8
 ) -> list[int]:
