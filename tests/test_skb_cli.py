@@ -56,13 +56,21 @@ def test_validate_ok_and_errors(tiny_skb_dir, tmp_path):
     assert missing.exit_code == 1
 
 
-def test_validate_reports_a_missing_standard_split(tiny_skb_dir, tmp_path):
+def test_validate_warns_of_a_missing_standard_split_and_passes(tiny_skb_dir, tmp_path):
+    """Splits are optional: a KB with only val and test questions is valid, with a warning per missing split."""
     path = tmp_path / "tiny"
     shutil.copytree(tiny_skb_dir, path)
-    (path / "splits" / "val.index").unlink()
+    (path / "splits" / "train.index").unlink()
     res = runner.invoke(app, ["skb", "validate", str(path)], env={"COLUMNS": "200"})
-    assert res.exit_code == 1, res.output
-    assert "splits/val.index" in res.output and "missing: the standard split 'val'" in res.output
+    assert res.exit_code == 0, res.output
+    assert "warning: splits/train.index: missing: the standard split 'train'" in res.output
+    assert "'val'" not in res.output and "OK" in res.output
+    (path / "splits" / "val.index").unlink()
+    with (path / "edges.csv").open("a") as fh:  # a real error still fails, and the warnings still show
+        fh.write("4,author_writes_paper,77\n")
+    bad = runner.invoke(app, ["skb", "validate", str(path)], env={"COLUMNS": "200"})
+    assert bad.exit_code == 1
+    assert "not a node id" in bad.output and "missing: the standard split 'val'" in bad.output
 
 
 def test_text_from_skb_files_is_printed_as_text(tiny_skb_data, tmp_path):

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from autofocus.cli_app import command_group
 from autofocus.console import make_console, print_error, safe
-from autofocus.skb.errors import SKBFormatError
+from autofocus.skb.errors import FormatIssue, SKBFormatError
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -30,6 +30,13 @@ ProfileOpt = Annotated[
 
 def _print_issues(exc: Exception) -> None:
     print_error(err_console, exc)
+
+
+def _print_warnings(issues: list[FormatIssue]) -> None:
+    """What is valid but worth knowing (a missing standard split), one yellow line each on stderr."""
+    for issue in issues:
+        err_console.print(f"[yellow]warning: {safe(issue.file)}: {safe(issue.reason)} (valid, as splits are "
+                          "optional; commands whose default split is missing need --split)[/]")
 
 
 @skb_app.command("build")
@@ -131,23 +138,20 @@ def info(
 def validate(path: PathArg, profile: ProfileOpt = None) -> None:
     """Check every file strictly (never uses or writes the cache); exit code 1 with a table of problems.
 
-    Beyond what loading checks: a split folder must hold the standard splits (train, val, test).
+    A split folder without one of the standard splits (train, val, test) is valid (splits are optional;
+    most KBs have no training questions) and gets a warning: commands that default to it need --split.
     """
     from autofocus.skb.io import load_skb
     from autofocus.skb.qa import standard_split_issues
 
-    splits = standard_split_issues(path) if path.is_dir() else []
+    warnings = standard_split_issues(path) if path.is_dir() else []
     try:
         skb = load_skb(path, profile=profile, cache=False)
-    except SKBFormatError as exc:
-        _print_issues(SKBFormatError(exc.issues + splits, exc.truncated))
-        raise typer.Exit(1) from None
-    except (FileNotFoundError, ValueError) as exc:
+    except (SKBFormatError, FileNotFoundError, ValueError) as exc:
         _print_issues(exc)
+        _print_warnings(warnings)
         raise typer.Exit(1) from None
-    if splits:
-        _print_issues(SKBFormatError(splits))
-        raise typer.Exit(1)
+    _print_warnings(warnings)
     degree = np.zeros(skb.num_nodes, dtype=np.int64)
     for e in skb.graph.edge_types:
         degree += np.diff(skb.graph.forward[e].indptr) + np.diff(skb.graph.reverse[e].indptr)

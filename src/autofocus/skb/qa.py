@@ -187,7 +187,7 @@ def check_answer_ids(
 
 
 def standard_split_issues(path: Path | str) -> list[FormatIssue]:
-    """A missing standard split in a split folder (commands default to ``--split val``)."""
+    """Each standard split a split folder lacks (valid, but a command's default split may be missing)."""
     layout = find_qa(path)
     if layout.split_dir is None:
         return []
