@@ -55,7 +55,8 @@ def test_every_command_prints_its_help() -> None:
         res = runner.invoke(app, [*path, "--help"])
         assert res.exit_code == 0, (path, res.output)
         assert "Usage" in res.output
-    assert "bolt://host:port[/db]" in " ".join(runner.invoke(app, ["skb", "import", "--help"]).output.split())
+    import_help = " ".join(runner.invoke(app, ["skb", "import", "--help"]).output.split())
+    assert "bolt://host:port[/db]" in import_help and "CSV or Parquet" in import_help
 
 
 def test_a_console_writing_to_a_file_is_wide_enough_for_run_names(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -181,7 +181,9 @@ def _attr_types(values: list[str]) -> dict[str, str]:
 @skb_app.command("import")
 def import_command(
     source: Annotated[str, typer.Argument(help="falkordb://[user:pw@]host:port/graph, bolt://host:port[/db], a "
-                                          "folder of node/edge tables, a mapping .json, or a .graphml/.gexf/node-link .json")],
+                                          "folder of node/edge tables as CSV or Parquet (nodes.csv|parquet + "
+                                          "edges.csv|parquet, or nodes/<type>.csv|parquet + edges/<rel>.csv|parquet), "
+                                          "a mapping .json, or a .graphml/.gexf/node-link .json")],
     out: Annotated[Path, typer.Argument(help="the SKB directory to write (new or empty)")],
     id_prop: Annotated[str | None, typer.Option(help="database: the property that identifies a node (default: "
                                                 "the internal id)")] = None,
@@ -212,7 +214,8 @@ def import_command(
     page: Annotated[int | None, typer.Option(help="database: records per page", min=1)] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show counts while reading")] = True,
 ) -> None:
-    """Turn a graph database, node/edge tables or a networkx graph into an SKB directory (docs/import.md)."""
+    """Turn a graph database, node/edge tables (CSV or Parquet) or a networkx graph into an SKB directory
+    (docs/import.md)."""
     from autofocus.skb.importers import ImportOptions, SourceError, import_skb
     from autofocus.skb.importers.model import DEFAULT_NAME_PROPS
     from autofocus.skb.importers.tables import TableRoles
