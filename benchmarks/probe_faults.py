@@ -74,20 +74,13 @@ class Faulty:
 
 
 def eval_once(skb: Path, split: str, limit: int, out: Path, lm_timeout: float, concurrency: int) -> Any:
-    """What ``autofocus eval`` runs, in this process."""
-    from autofocus.commands.eval import _kb_cache, index_checksums, prepare_system
-    from autofocus.evaluation.runner import build_manifest, run_eval
-    from autofocus.index.store import skb_fingerprint
-    from autofocus.runtime import load_config, with_waits
-    from autofocus.skb.qa import load_qa
+    """What ``autofocus eval`` runs, in this process, through the public API; the call's ``EvalResult``."""
+    import autofocus
+    from autofocus.runtime import with_waits
 
-    cfg = with_waits(load_config(None, lm="openai/fake-model", concurrency=concurrency), lm_timeout, 1)
-    system, cfg, kb, factory = prepare_system(_kb_cache(skb), "afr", cfg)
-    manifest = build_manifest(system=system, config=cfg, split=split, limit=limit, skb_fingerprint=skb_fingerprint(kb.skb),
-                              index_checksums=index_checksums(kb, cfg))  # fmt: skip
-    items = load_qa(skb, split)
-    return run_eval(factory, items, out, manifest=manifest, concurrency=cfg.concurrency, limit=limit,
-                    deadline_s=cfg.question_deadline_s, progress=False, skb=kb.skb)  # fmt: skip
+    cfg = with_waits(autofocus.load_config(None, "openai/fake-model", concurrency=concurrency), lm_timeout, 1)
+    program = autofocus.open(skb, "afr", config=cfg)
+    return autofocus.evaluate(program, split, out, limit=limit).result
 
 
 def summary(out: Path) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def test_every_command_prints_its_help() -> None:
     from autofocus.cli import app
 
     paths = _command_paths(typer.main.get_command(app))
-    assert ("skb", "import") in paths and ("report",) in paths
+    assert ("skb", "import") in paths and ("report", "fusion") in paths
     runner = CliRunner()
     for path in paths:
         res = runner.invoke(app, [*path, "--help"])

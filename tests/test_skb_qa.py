@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autofocus.skb.errors import SKBFormatError
-from autofocus.skb.qa import QAItem, load_qa, parse_answer_ids, splits_available, to_hf_dataset
+from autofocus.skb.qa import QAItem, load_qa, parse_answer_ids, splits_available
 
 
 @pytest.mark.parametrize(
@@ -53,13 +53,3 @@ def test_load_qa_raises_with_lines(tmp_path):
         load_qa(tmp_path)
     with pytest.raises(FileNotFoundError):
         load_qa(tmp_path / "elsewhere")
-
-
-def test_to_hf_dataset(tiny_skb_dir):
-    items = load_qa(tiny_skb_dir, "train")
-    ds = to_hf_dataset(items)
-    assert ds.num_rows == 3
-    assert ds.column_names == ["id", "query", "answer_ids"]
-    assert ds[1] == {"id": 1, "query": items[1].query, "answer_ids": [1, 2, 11]}
-    assert str(ds.features["answer_ids"].feature) == "Value('int64')"
-    assert to_hf_dataset([]).num_rows == 0

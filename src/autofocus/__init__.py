@@ -10,7 +10,8 @@ The public API (``autofocus.api``; a guide in ``docs/guide.md``)::
 ``open`` (a program), ``evaluate`` (a resumable run on a QA split), ``compare`` (several systems),
 ``tune`` (Optuna over the settings), ``optimize_prompts`` (DSPy optimisers over the prompts),
 ``synthesise`` (training questions from the graph), ``systems`` (the registered names), ``load_config``,
-``import_skb`` / ``export_skb`` (a graph database, tables or networkx to an SKB and back to FalkorDB); the
+``import_skb`` / ``export_skb`` (a graph database, tables or networkx to an SKB and back to FalkorDB),
+``qa_dataset`` / ``run_dataset`` (a QA split, a run's traces as a ``datasets.Dataset``); the
 types ``AutofocusConfig``, ``LMConfig``,
 ``QueryGraph``, ``Trace``, ``KnowledgeBase``, ``RetrievalProgram``.
 """
@@ -26,6 +27,8 @@ from autofocus.api import (
     import_skb,
     open,
     optimize_prompts,
+    qa_dataset,
+    run_dataset,
     synthesise,
     systems,
     tune,
@@ -54,6 +57,8 @@ __all__ = [
     "load_config",
     "open",
     "optimize_prompts",
+    "qa_dataset",
+    "run_dataset",
     "synthesise",
     "systems",
     "tune",

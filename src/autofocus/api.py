@@ -11,6 +11,7 @@ same functions. Programs are ``dspy.Module``s (``program.systems.base.RetrievalP
 
     autofocus.evaluate(program, split="test", out="runs/afr-test", limit=30).summary["metrics"]["mrr"]
     program.save("afr.json"); program.load("afr.json")            # prompts and demos (DSPy's convention)
+    autofocus.run_dataset("runs/afr-test").filter(lambda q: q["hit@1"] == 0)   # a run as a datasets.Dataset
     await program.acall(question="...")                          # async, in a worker thread
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import datasets
     import dspy
 
     from autofocus.config import AutofocusConfig
@@ -242,3 +244,31 @@ def export_skb(skb: Path | str, to: str, *, replace: bool = False) -> ExportResu
     from autofocus.skb.export import export_skb as run_export
 
     return run_export(skb, to, replace=replace)
+
+
+def qa_dataset(skb: Path | str, split: str = "test", *, qa_dir: Path | str | None = None) -> datasets.Dataset:
+    """A QA split as a ``datasets.Dataset``: ``id``, ``query``, ``answer_ids`` and the QA file's other
+    columns (the demo's ``kind``, a synthetic question's ``shape``, ``target_type``, ``cypher``) as strings.
+
+    ``split`` is any split ``autofocus eval --split`` takes (``test``, ``synthetic[:80]``, a whole-file
+    split of ``qa_dir``). For filtering (``ds.filter(lambda q: q["kind"] == "hybrid")``), joining with a
+    run (``run_dataset``) or ``ds.push_to_hub(...)`` where a hub is reachable. Raises ``KeyError`` for an
+    unknown split and ``SKBFormatError`` for a malformed QA file, as ``eval`` does.
+    """
+    from autofocus.hf_datasets import qa_columns, qa_to_dataset
+    from autofocus.skb.qa import load_qa
+
+    items = load_qa(skb, split, qa_dir=qa_dir)
+    return qa_to_dataset(items, qa_columns(skb, split, qa_dir))
+
+
+def run_dataset(run: Path | str) -> datasets.Dataset:
+    """An evaluation run (``autofocus eval``/``evaluate``'s ``out``) as a ``datasets.Dataset``, one row per
+    question: ``id``, ``query``, ``gold``, ``status``, ``ranked``, one column per metric (``hit@1``,
+    ``mrr``, ...), the grounding numbers (``gold_in_grounded``, ...), ``lm_calls``, ``input_tokens`` and
+    the whole ``trace`` as JSON. Raises ``FileNotFoundError`` where ``run`` holds no ``traces.jsonl``.
+    """
+    from autofocus.evaluation.report import load_run
+    from autofocus.hf_datasets import run_to_dataset
+
+    return run_to_dataset(load_run(run))

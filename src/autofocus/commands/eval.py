@@ -1,4 +1,5 @@
-"""``autofocus eval``, ``autofocus report`` and ``autofocus compare``: resumable runs and their summaries.
+"""``autofocus eval`` and ``autofocus compare``: resumable runs and their summaries (``autofocus report``
+reads them back: ``commands.report``).
 
 Argument handling and printing only; the runs are ``autofocus.evaluation.program_runs``.
 """
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from autofocus import runtime
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
@@ -138,48 +138,6 @@ def eval_command(
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
     fail_if_degraded({prog.system: done.summary}, max_degraded, out)
-
-
-@app.command("report")
-def report_command(
-    runs: Annotated[list[Path], typer.Argument(help="run directories; two or more adds a comparison")],
-    by: Annotated[str | None, typer.Option(help="also break the runs down by this QA-file column, e.g. kind")] = None,
-    comparisons: Annotated[
-        int | None,
-        typer.Option(min=1, help="how many comparisons this split has served in all, for the Holm adjustment "
-                     "(default: the runs compared here)"),
-    ] = None,
-) -> None:
-    """Print (and refresh) the summary of each run; with several, compare them with the first."""
-    from autofocus.evaluation.groups import grouped_rows
-    from autofocus.evaluation.program_runs import summarise_run
-    from autofocus.evaluation.report import comparison_rows, load_run, print_comparison
-
-    loaded = []
-    for path in runs:
-        try:
-            run = load_run(path)
-        except (FileNotFoundError, ValueError) as exc:  # not a run, a damaged traces line or manifest
-            raise fail(str(exc)) from None
-        summarise_run(run, f"{run.name} ({path})", console)
-        loaded.append(run)
-    same_system = len({r.name for r in loaded}) == 1  # variants of one system: the directories tell them apart
-    names = [r.path.name if same_system else f"{r.name} ({r.path.name})" for r in loaded]
-    if len(loaded) > 1:
-        print_comparison(comparison_rows(loaded, names, comparisons=comparisons), console)
-    if by is not None:
-        try:
-            rows = grouped_rows(loaded, by, names)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-        table = Table(title=f"By {safe(by)} (%)")
-        for col in ("group", "run", "n", "hit@1", "hit@20", "MRR", "non-empty grounding", "gold grounded", "type correct"):
-            table.add_column(col, justify="left" if col in ("group", "run") else "right")
-        for r in rows:
-            pct = [f"{100 * v:.1f}" if v is not None else "-" for v in
-                   (r["hit@1"], r["hit@20"], r["mrr"], r["nonempty"], r["gold_grounded"], r["type_correct"])]  # fmt: skip
-            table.add_row(safe(r["group"]), safe(r["run"]), str(r["n"]), *pct)
-        console.print(table)
 
 
 @app.command("compare")

@@ -26,12 +26,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from autofocus.skb.errors import FormatIssue, IssueCollector
-
-if TYPE_CHECKING:
-    import datasets
 
 REQUIRED_COLUMNS = ("id", "query", "answer_ids")
 OPTIONAL_COLUMNS = ("shape", "target_type", "cypher")  # read into QAItem where a file has them
@@ -316,24 +312,3 @@ def _load_qa(path: Path | str, split: str | None, qa_dir: Path | str | None, num
         check_answer_ids(chosen, lines, label, num_nodes, collector)
     collector.raise_if_any()
     return chosen
-
-
-def to_hf_dataset(items: list[QAItem]) -> datasets.Dataset:
-    """A Hugging Face ``Dataset`` with columns ``id`` (int64), ``query`` (string), ``answer_ids`` (list of int64)."""
-    import datasets
-
-    features = datasets.Features(
-        {
-            "id": datasets.Value("int64"),
-            "query": datasets.Value("string"),
-            "answer_ids": datasets.List(datasets.Value("int64")),
-        }
-    )
-    return datasets.Dataset.from_dict(
-        {
-            "id": [item.id for item in items],
-            "query": [item.query for item in items],
-            "answer_ids": [list(item.answer_ids) for item in items],
-        },
-        features=features,
-    )
