@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
 import numpy as np
 from scipy.stats import spearmanr
 
@@ -103,6 +102,7 @@ def main() -> None:
                         help="other llama.cpp file types to measure too (q8_0 q4_0 iq4_nl ...), converted into a temporary folder")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    import llama_cpp  # the local-lm extra: only once the arguments are read, so --help needs none
 
     model = resolve_local(args.model)
     copy = scoring_weights.convert_bf16(model.path, scoring_weights.copy_path(model.name, model.sha256))
