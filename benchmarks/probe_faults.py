@@ -1,4 +1,4 @@
-"""Fault-injection probe of ``autofocus eval`` (README, "Reliability"), on the demo SKB by default.
+"""Fault-injection probe of ``autofocus eval`` (docs/guide.md, "Reliability"; results in docs/results.md), on the demo SKB by default.
 
 1. Faulty server: AF-Retriever's LM is the scripted stand-in of ``tests/fake_openai_server.py``; each
    request draws, from a seeded generator, an outage (HTTP 503, a hang past the LM timeout, an empty

@@ -130,3 +130,27 @@ def test_a_kb_written_from_the_rules_alone_validates_and_loads_as_the_spec_says(
     assert skb.schema.edge_types["remake_of"].src_type is None and skb.graph.num_edges("remake_of") == 1
     assert splits_available(kb) == {"test": 1, "train": 2, "val": 1, "human": 1}
     assert [q.answer_ids for q in load_qa(kb, "human")] == [[0, 1]]
+
+
+def test_the_readme_is_a_guide_of_at_most_300_lines_that_starts_with_the_two_commands() -> None:
+    """The README is what a newcomer reads first: short, with ``make demo`` and ``make test`` on top (the
+    Makefile and ``.ci/run`` use them); measurements belong in ``docs/results.md``."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300
+    assert lines[2] == "```bash" and lines[3].startswith("make demo ") and lines[4].startswith("make test ")
+    text = "\n".join(lines)
+    assert "arXiv:2505.09246" in text and "(CITATION.cff)" in text and "(LICENSE)" in text
+    assert "MIT" in (ROOT / "LICENSE").read_text() and "2505.09246" in (ROOT / "CITATION.cff").read_text()
+
+
+def test_results_are_dated_entries_newest_first_each_with_a_commit() -> None:
+    """``docs/results.md``: one ``## YYYY-MM-DD, commit abc1234: title`` entry per measurement, newest first,
+    each with a command that reproduces it or the commit to check out."""
+    text = (DOCS / "results.md").read_text()
+    headings = re.findall(r"^## (.*)$", text, re.M)
+    entries = [re.fullmatch(r"(\d{4}-\d{2}-\d{2}), commits? ([0-9a-f]{7,40})(?:[ ,/a-z0-9]*)?: .+", h) for h in headings]
+    assert len(entries) >= 10 and all(entries), [h for h, m in zip(headings, entries, strict=True) if not m]
+    dates = [m.group(1) for m in entries if m]
+    assert dates == sorted(dates, reverse=True)
+    for body in re.split(r"^## .*$", text, flags=re.M)[1:]:
+        assert "autofocus " in body or "benchmarks/" in body or "check out" in body, body[:200]

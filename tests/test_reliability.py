@@ -1,4 +1,4 @@
-"""Fault-injection probes (README, "Reliability"): AF-Retriever through ``autofocus eval`` and ``ask``
+"""Fault-injection probes (docs/guide.md, "Reliability"): AF-Retriever through ``autofocus eval`` and ``ask``
 against an OpenAI-compatible server that fails the way hosted LMs do.
 
 Each probe checks that no question is lost, that LM outages are recorded as degraded (and make

@@ -20,7 +20,7 @@ Specs accepted by :func:`get_embedder`:
 
 ``trained_tokens`` is the input length the model was trained on, the default document budget
 (``AutofocusConfig.doc_budget_tokens``): MiniLM was trained on 128-token inputs, and longer
-documents both embed slower and retrieve worse (README, "Measured speed").
+documents both embed slower and retrieve worse (docs/results.md, 2026-11-24).
 """
 
 from __future__ import annotations

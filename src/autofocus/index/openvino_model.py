@@ -3,7 +3,7 @@
 
 Why: on CPUs with bfloat16 instructions (AVX512-BF16, AMX) OpenVINO runs MiniLM in bf16 about 1.4x
 faster than ONNX Runtime's int8 weights and 3x faster than torch, and its vectors stay within cosine
-0.9999 of torch's where int8 falls to 0.986 (README, "Indexing"). Without those instructions bf16 has no
+0.9999 of torch's where int8 falls to 0.986 (docs/results.md, 2026-11-25). Without those instructions bf16 has no
 fast kernels, so ``auto`` picks ``onnx-int8`` there.
 
 Backends:

@@ -3,8 +3,8 @@
 Real questions over an SKB mix two kinds of requirement (STaRK's are built that way): relations the
 graph can check, and properties only a node's text states. A purely relational synthetic question is
 answered by its grounded set alone, so step-8 settings tuned on such questions learn to trust the
-retrieval order over the reranker, which is wrong for the questions that need the text (README,
-"Optimising without labels"). A clue question keeps the pattern's gold query, whose grounded set is
+retrieval order over the reranker, which is wrong for the questions that need the text (docs/results.md,
+2026-11-26). A clue question keeps the pattern's gold query, whose grounded set is
 still the pattern's answers, and adds a two-word phrase that occurs in one answer's document and in
 no other answer's: only reading the text singles that answer out, as in a hybrid question.
 
