@@ -1,13 +1,15 @@
 """Terminal output of text that came from SKB files, LMs or users.
 
 Such text is data, never Rich markup: a value ``[/]`` in ``edges.csv`` would end a style (and raise
-``MarkupError``), ``nodes.jsonl:100:`` would print as an emoji, and an LM error may quote an API key.
+``MarkupError``), ``nodes.jsonl:100:`` would print as an emoji, an LM error may quote an API key, and
+an LM answer may hold terminal escape sequences (clear the screen, retitle the window, hide text).
 Commands print through ``make_console`` consoles and wrap every such value in ``safe``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,9 +32,20 @@ def make_console(stderr: bool = False) -> Console:
     return console
 
 
+# ANSI escape sequences (CSI ``ESC[...``, OSC ``ESC]...BEL``, two-byte ``ESC x``), then every other C0/C1
+# control character except newline and tab
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x1b\x9b][@-_]?")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal escape sequences and control characters (newlines and tabs stay)."""
+    return _CONTROL.sub("", _ESCAPES.sub("", text))
+
+
 def safe(value: object) -> str:
-    """``value`` as literal text for Rich: secrets redacted, markup escaped."""
-    return escape(redact(str(value)))
+    """``value`` as literal text for Rich: secrets redacted, escape sequences removed, markup escaped."""
+    return escape(printable(redact(str(value))))
 
 
 def print_error(console: Console, exc: BaseException) -> None:

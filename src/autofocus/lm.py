@@ -34,7 +34,7 @@ from autofocus.local_lm import scoring_weights
 from autofocus.local_lm.models import CATALOG, resolve_local
 from autofocus.local_lm.scoring import scoring_weights_of, yes_probabilities, yes_probability
 from autofocus.local_lm.server import get_server
-from autofocus.redact import register_secret
+from autofocus.redact import keep_secrets_out_of_cache, register_secret
 
 STEPS: tuple[str, ...] = LM_STEPS
 LOCAL_TIMEOUT_S = 900.0  # requests queue behind each other on one CPU server: wait rather than retry
@@ -111,10 +111,11 @@ def get_lm(
     if api_base is not None:
         kwargs["api_base"] = api_base
     if api_key is None and provider == "openai" and api_base is not None and not os.environ.get("OPENAI_API_KEY"):
-        api_key = "EMPTY"  # a keyless OpenAI-compatible server; hosted_vllm/ does the same by itself
-    if api_key is not None:  # never api_key="" (ollama_chat rejects it): leave the provider default
+        kwargs["api_key"] = "EMPTY"  # a keyless OpenAI-compatible server (a placeholder, no secret); hosted_vllm/ does the same
+    elif api_key is not None:  # never api_key="" (ollama_chat rejects it): leave the provider default
         kwargs["api_key"] = api_key
-        register_secret(api_key)  # a server may echo it in an error; traces must not keep it
+        register_secret(api_key)  # a server may echo it, in an error or an answer; traces must not keep it
+    keep_secrets_out_of_cache()  # nor DSPy's response cache
     return dspy.LM(spec, temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs)
 
 

@@ -1,9 +1,12 @@
-"""Where autofocus keeps caches: one project-chosen root, overridable with ``AUTOFOCUS_HOME``."""
+"""Where autofocus keeps caches: one project-chosen root, overridable with ``AUTOFOCUS_HOME``; and the
+file locks that give a cached file, an index store or a run directory one writer at a time."""
 
 import contextlib
+import errno
 import fcntl
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -19,12 +22,78 @@ def sub(name: str) -> Path:
     return path
 
 
+def not_found(path: Path, what: str = "file") -> str:
+    """Why ``path`` cannot be opened although it was named: no such file, a symbolic link loop, a link
+    to nothing, no permission; told apart, since "missing" sends a user looking for the wrong thing."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{what} {path} is a symbolic link loop: following it leads back to itself"
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return f"{what} {path} is a symbolic link to {os.readlink(path)}, which does not exist"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return f"{what} {path}: permission denied"
+    return f"no such {what}: {path}"
+
+
+class Busy(RuntimeError):
+    """Another process (or another open of the lock in this one) holds the lock; ``holder`` says who."""
+
+    def __init__(self, lock: Path, holder: str) -> None:
+        super().__init__(f"{lock} is held by {holder}")
+        self.lock = lock
+        self.holder = holder
+
+
+def _holder(fh: object) -> str:
+    """Who holds a lock, as its holder wrote it (``pid N``), or ``another process``."""
+    try:
+        fh.seek(0)  # type: ignore[attr-defined]
+        text = fh.read(100).strip()  # type: ignore[attr-defined]
+    except OSError:
+        text = ""
+    return f"process {text}" if text.isdigit() else "another process"
+
+
 @contextlib.contextmanager
-def locked(lock: Path) -> Iterator[None]:
-    """An exclusive lock on ``lock`` (created if needed), so two processes never build one cached file."""
-    with lock.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+def locked(lock: Path, *, wait: bool = True, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """An exclusive lock on ``lock`` (created if needed, kept afterwards), held while the block runs.
+
+    ``wait=False`` raises ``Busy`` at once when someone else holds it; otherwise ``on_wait`` is told who
+    holds it before this waits. The holder's pid is written into the file for those messages. The lock
+    is the kernel's (``flock``): a process that dies, even by kill -9, lets go of it.
+    """
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # not "w": that would erase the holder's pid
+    with os.fdopen(fd, "r+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fh)
+            if not wait:
+                raise Busy(lock, holder) from None
+            if on_wait is not None:
+                on_wait(holder)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file of this writer's own (never a shared
+    ``path.tmp`` that a second writer would overwrite or move), then rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide a run's files from the people who read them
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

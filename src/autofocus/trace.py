@@ -35,7 +35,8 @@ class Event(BaseModel):
 
 
 class Degradation(BaseModel):
-    """An LM call that gave no answer (server down, timeout, 5xx, empty answer, deadline): the
+    """An LM call that gave no answer (server down, timeout, 5xx, empty answer, deadline), or a bound on
+    work that cut a deterministic step short (a query over the caps, the deadline during a search): the
     question fell back to a weaker path, so its result says little about the method."""
 
     step: str
@@ -56,7 +57,7 @@ class Trace(BaseModel):
         self.events.append(Event(step=step, kind=kind, detail=redact(detail[: 4 * MAX_DETAIL_CHARS])[:MAX_DETAIL_CHARS]))
 
     def degrade(self, step: str, error: str) -> None:
-        """Mark the question degraded: an LM call of ``step`` gave no answer (see ``Degradation``)."""
+        """Mark the question degraded: ``step`` gave no answer or was cut short (see ``Degradation``)."""
         self.degraded.append(Degradation(step=step, error=redact(error[: 4 * MAX_DETAIL_CHARS])[:MAX_DETAIL_CHARS]))
 
     @contextmanager

@@ -6,7 +6,9 @@ whether an answer came from the server, a scripted LM or the DSPy cache (which r
 
 Question threads and each question's own fan-out (pointwise scores, pairwise comparisons) multiply;
 a second callback holds one semaphore per LM so that the calls a server sees at once stay capped.
-A question's deadline (``question_deadline``) refuses the LM calls that would start after it.
+A question's deadline (``question_deadline``) refuses the LM calls that would start after it, and the
+deterministic steps stop their searches at it (``deadline_passed``): a hostile query must not hold a
+question, or an evaluation, at full CPU long after its time is up.
 """
 
 from __future__ import annotations
@@ -75,17 +77,28 @@ def _text_len(value: Any) -> int:
 
 
 class UsageCallback(BaseCallback):
-    """Adds each LM call to every usage scope active in the calling context."""
+    """Adds each LM call to every usage scope active in the calling context. A call that failed (it
+    never reached the server, timed out, was refused) counts as a call with no tokens: nothing is
+    known to have been evaluated, and counting its prompt would bill an outage as work."""
+
+    def __init__(self) -> None:
+        self._prompts: dict[str, int] = {}  # call id -> prompt characters, until the call ends
+        self._lock = threading.Lock()
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         chars = _text_len(inputs.get("messages")) + _text_len(inputs.get("prompt"))
+        with self._lock:
+            self._prompts[call_id] = chars
         for usage in _scopes.get():
-            usage.add(calls=1, input_tokens=chars // CHARS_PER_TOKEN)
+            usage.add(calls=1)
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
-        chars = _text_len(outputs)
+        with self._lock:
+            prompt = self._prompts.pop(call_id, 0)
+        if exception is not None:
+            return
         for usage in _scopes.get():
-            usage.add(output_tokens=chars // CHARS_PER_TOKEN)
+            usage.add(input_tokens=prompt // CHARS_PER_TOKEN, output_tokens=_text_len(outputs) // CHARS_PER_TOKEN)
 
 
 def add_usage(calls: int, input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0) -> None:
@@ -273,8 +286,20 @@ def question_deadline(seconds: float | None, *, outermost: bool = False) -> Iter
         _deadline.reset(token)
 
 
+def deadline_passed() -> bool:
+    """Whether the current question's deadline has passed: CPU work (a search, a relaxation) checks it
+    in its loops and stops with what it has, where an LM call raises (``check_deadline``)."""
+    current = _deadline.get()
+    return bool(current) and clock() >= current[0]  # type: ignore[index]
+
+
+def deadline_seconds() -> float | None:
+    """The current question's deadline in seconds (None: none set), for messages."""
+    current = _deadline.get()
+    return current[1] if current else None  # type: ignore[index]
+
+
 def check_deadline() -> None:
     """Raise ``DeadlineExceeded`` when the current question's deadline has passed."""
-    current = _deadline.get()
-    if current and clock() >= current[0]:
-        raise DeadlineExceeded(f"the question's deadline of {current[1]:g} s passed")
+    if deadline_passed():
+        raise DeadlineExceeded(f"the question's deadline of {deadline_seconds():g} s passed")

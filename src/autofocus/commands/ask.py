@@ -18,6 +18,7 @@ from autofocus.skb.documents import path_text
 
 console = make_console()
 err_console = make_console(stderr=True)
+EXIT_DEGRADED = 3  # the answers come from a fallback (an LM gave none, or a work bound cut a step): as `eval`
 
 
 @app.command()
@@ -40,13 +41,14 @@ def ask(
     lm_retries: LmRetriesOpt = None,
     deadline: DeadlineOpt = None,
 ) -> None:
-    """Print the ranked answers with names and the strand each came from."""
+    """Print the ranked answers with names and the strand each came from; exit 3 when the question is
+    degraded (the answers come from a fallback)."""
     import autofocus
     from autofocus.runtime import with_waits
 
-    cfg = autofocus.load_config(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
-    cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
     try:
+        cfg = autofocus.load_config(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
+        cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
         prog = autofocus.open(skb, system, config=cfg, program=program)
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
         print_error(err_console, exc)
@@ -68,6 +70,8 @@ def ask(
 
         # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
         trace_json.write_text(redact(json.dumps(to_jsonable(pred.trace), indent=2)))
+    if pred.trace.degraded:  # fallback answers: a script must not take them for the method's (as eval's threshold)
+        raise typer.Exit(EXIT_DEGRADED)
 
 
 def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:

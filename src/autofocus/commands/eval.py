@@ -60,7 +60,8 @@ def fail_if_degraded(summaries: dict[str, dict[str, Any]], max_degraded: float, 
         raise typer.Exit(EXIT_DEGRADED)
 
 
-SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)]
+# no exists=True: opening the SKB says what is wrong with the path (missing, a link loop, a broken link)
+SkbOpt = Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)")]
 SplitOpt = Annotated[
     str, typer.Option(help="QA split: train, val, test, or a whole-file split (synthetic); a slice: synthetic[:80]")
 ]
@@ -120,8 +121,12 @@ def eval_command(
     from autofocus.evaluation.program_runs import evaluate_program
     from autofocus.evaluation.runner import RunMismatchError
 
-    cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
-                              concurrency=concurrency)  # fmt: skip
+    try:
+        cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
+                                  concurrency=concurrency)  # fmt: skip
+    except OPEN_ERRORS as exc:  # a program or config file that is not one
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     cfg = runtime.with_waits(cfg, lm_timeout, lm_retries, deadline)
     items = load_split(skb, split, qa_dir)
     prog = open_program(skb, system, cfg, program)

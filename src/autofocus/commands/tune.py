@@ -90,7 +90,11 @@ def tune_command(
     from autofocus.optimize.tune import StudyMismatchError
     from autofocus.optimize.tune_run import TuningInterrupted, run_tuning
 
-    base_cfg = runtime.load_config(config, lm, program_file=program, concurrency=concurrency)
+    try:
+        base_cfg = runtime.load_config(config, lm, program_file=program, concurrency=concurrency)
+    except OPEN_ERRORS as exc:  # a program or config file that is not one
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
     base_cfg = runtime.with_waits(base_cfg, lm_timeout, lm_retries, deadline)
     try:
         result = run_tuning(

@@ -44,6 +44,7 @@ apply ``edge_mode`` to ``Triplet.edge_types``.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
@@ -82,6 +83,14 @@ _FORM_FUNCTIONS = frozenset({
     "toboolean", "date", "datetime", "localdatetime", "str", "int", "float",
 })  # fmt: skip
 _MAX_FIXED_HOPS = 4  # "-[:r*2]->" becomes a chain of 2 triplets through a fresh variable
+# Work caps: a question needs a handful of triplets; an answer with thousands of MATCH clauses would make
+# steps 3b-5 search for minutes. What lies beyond a cap is cut (the part nearest the target is kept)
+# and named in ``QueryGraph.capped``, so the question is recorded as degraded, never silently narrowed.
+MAX_QUERY_CHARS = 20_000  # over twice the longest LM answer step 2 parses (``llm_call.MAX_ANSWER_CHARS``)
+MAX_TRIPLETS = 12
+MAX_SYMBOLS = 2 * MAX_TRIPLETS + 1
+MAX_CONDITIONS = 12  # per symbol
+MAX_DROPPED = 50  # Dropped records kept (each becomes a trace event); the rest are counted in one
 _REGEX_FLAGS = re.compile(r"^\(\?[a-zA-Z]+\)")
 _REGEX_META = re.compile(r"(?<!\\)[.\[\](){}*+?|^$]")
 
@@ -110,6 +119,9 @@ def parse_cypher(
     if not isinstance(text, str):  # e.g. None from a failed LM call
         text = "" if text is None else str(text)
     builder = _Builder(schema, mode)
+    if len(text) > MAX_QUERY_CHARS:
+        builder.capped.append(f"the query has {len(text):,} characters: read up to {MAX_QUERY_CHARS:,}")
+        text = text[: text.rfind("\n", 0, MAX_QUERY_CHARS) + 1 or MAX_QUERY_CHARS]
     try:
         builder.run(text, target_type)
     except Exception as e:  # a bug must cost one question its graph, not the run
@@ -118,7 +130,8 @@ def parse_cypher(
         return builder.result()
     except Exception as e:
         return QueryGraph(
-            dropped=[*builder.dropped, Dropped(text=text[:500], reason=f"internal parser error: {e}")]
+            dropped=[*builder.dropped[:MAX_DROPPED], Dropped(text=text[:500], reason=f"internal parser error: {e}")],
+            capped=builder.capped,
         )
 
 
@@ -151,6 +164,7 @@ class _Builder:
         self.target: str | None = None
         self.types: dict[str, str | None] = {}
         self.reported: set[str] = set()
+        self.capped: list[str] = []
 
     def drop(self, text: str, reason: str) -> None:
         self.dropped.append(Dropped(text=text.strip(), reason=reason))
@@ -545,13 +559,63 @@ class _Builder:
             if t.head in symbols and t.tail in symbols
         ]
         target = self.target if self.target in symbols else None
+        symbols, triplets = self.within_caps(symbols, triplets, target)
+        dropped = self.dropped[:MAX_DROPPED]
+        if len(self.dropped) > MAX_DROPPED:
+            dropped.append(Dropped(text="", reason=f"{len(self.dropped) - MAX_DROPPED:,} more parts dropped"))
         return QueryGraph(
             target=target,
             target_type=symbols[target].type if target else None,
             symbols=symbols,
             triplets=triplets,
-            dropped=self.dropped,
+            dropped=dropped,
+            capped=self.capped,
         )
+
+    def within_caps(self, symbols: dict[str, Symbol], triplets: list[Triplet],
+                    target: str | None) -> tuple[dict[str, Symbol], list[Triplet]]:
+        """The query cut to the work caps: the triplets nearest the target, their symbols (the target
+        first), the first conditions of each symbol; what was cut is recorded in ``capped``."""
+        if len(triplets) > MAX_TRIPLETS:
+            dist = _hops_from(target, triplets)
+            order = sorted(range(len(triplets)), key=lambda i: min(dist.get(triplets[i].head, len(triplets)),
+                                                                   dist.get(triplets[i].tail, len(triplets))))
+            keep = sorted(order[:MAX_TRIPLETS])
+            self.capped.append(f"{len(triplets):,} triplets: the {MAX_TRIPLETS} nearest the target are kept")
+            triplets = [triplets[i] for i in keep]
+        if len(symbols) > MAX_SYMBOLS or len(triplets) < len(self.trips):
+            used = dict.fromkeys([v for v in (target,) if v is not None]
+                                 + [v for t in triplets for v in (t.head, t.tail)])
+            linked = {v for t in self.trips for v in (t.head, t.tail)}  # a symbol cut off with its triplets goes too
+            rest = [v for v in symbols if v not in used and v not in linked][: max(0, MAX_SYMBOLS - len(used))]
+            kept = {v: symbols[v] for v in symbols if v in used or v in rest}
+            if len(kept) < len(symbols):
+                self.capped.append(f"{len(symbols):,} symbols: {len(kept)} are kept")
+            symbols = kept
+        crowded = [v for v, s in symbols.items() if len(s.constraints) > MAX_CONDITIONS]
+        for v in crowded:
+            symbols[v] = symbols[v].model_copy(update={"constraints": symbols[v].constraints[:MAX_CONDITIONS]})
+        if crowded:
+            self.capped.append(f"more than {MAX_CONDITIONS} conditions on {', '.join(crowded[:5])}: "
+                               f"the first {MAX_CONDITIONS} are kept")
+        return symbols, triplets
+
+
+def _hops_from(start: str | None, triplets: list[Triplet]) -> dict[str, int]:
+    """Hops from ``start`` to each symbol its triplets reach (breadth first, one pass per level)."""
+    links: dict[str, list[str]] = {}
+    for t in triplets:
+        links.setdefault(t.head, []).append(t.tail)
+        links.setdefault(t.tail, []).append(t.head)
+    dist = {start: 0} if start is not None else {}
+    queue = deque(dist)
+    while queue:
+        v = queue.popleft()
+        for w in links.get(v, []):
+            if w not in dist:
+                dist[w] = dist[v] + 1
+                queue.append(w)
+    return dist
 
 
 def _first_var(e: Expr) -> str | None:

@@ -152,8 +152,9 @@ def evaluate_program(
             the run lacks are asked as usual.
         qa_dir: a folder with more whole-file splits (``qa_<split>.csv``, e.g. ``autofocus synth --out``).
 
-    Raises ``evaluate.runner.RunMismatchError`` when ``out`` holds a different run, ``SplitError``
-    for a split that cannot be loaded. A Ctrl-C keeps the finished questions and returns with
+    Raises ``evaluate.runner.RunMismatchError`` when ``out`` holds a different run (``RunBusyError``
+    while another process writes it), ``SplitError`` for a split that cannot be loaded or has no
+    questions. A Ctrl-C keeps the finished questions and returns with
     ``interrupted`` set; call again to finish.
     """
     from autofocus.index.store import skb_fingerprint
@@ -164,6 +165,8 @@ def evaluate_program(
     system: str = program.system
     program_file = getattr(program, "program_file", None)
     items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes, qa_dir)
+    if not (items[:limit] if limit is not None else items):  # a run of nothing would look like a finished one
+        raise SplitError(f"split {split!r} has no questions" if not items else f"limit {limit} selects no question")
     out = Path(out)
     if replay is not None:
         if not hasattr(program, "recorded"):

@@ -62,7 +62,24 @@ def load_run(path: Path | str) -> Run:
     records, _ = read_traces(tpath, repair=False)
     mpath = path / "manifest.json"
     manifest = json.loads(mpath.read_text()) if mpath.exists() else {}
-    return Run(path, manifest, list(latest_by_id(records).values()))
+    return Run(path, manifest, by_id(latest_by_id(records).values()))
+
+
+def by_id(records: Iterable[Mapping[str, Any]]) -> list[Any]:
+    """Records in question-id order: the intervals resample them with a fixed seed, so two runs with
+    the same results give the same intervals whatever order their questions finished in."""
+    return sorted(records, key=lambda r: int(r["id"]))
+
+
+def expected_questions(manifest: Mapping[str, Any]) -> int | None:
+    """How many questions the run's last session set out to answer (None: a manifest that does not say)."""
+    sessions = manifest.get("sessions") or []
+    last = sessions[-1] if sessions and isinstance(sessions[-1], Mapping) else {}
+    if "questions" in last:
+        return int(last["questions"])
+    if "todo" in last and "skipped" in last:  # runs from before sessions recorded it
+        return int(last["todo"]) + int(last["skipped"])
+    return None
 
 
 def natural_key(name: str) -> list[Any]:
@@ -269,10 +286,14 @@ def summarize(
     metrics: Sequence[str] | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Everything the summary tables show, as plain JSON values."""
+    """Everything the summary tables show, as plain JSON values. ``n_ok`` counts the questions answered
+    by the method itself (not degraded, not raised); ``expected`` is how many the run set out to
+    answer, and ``complete`` whether every one has a line (a killed or still running run has not)."""
+    records = by_id(records)
     ok = [r for r in records if has_ranking(r)]
     names = list(metrics) if metrics is not None else _metric_names(ok)
     manifest = manifest or {}
+    expected = expected_questions(manifest)
     return {
         "run": {
             "system": manifest.get("system"),
@@ -281,7 +302,10 @@ def summarize(
             "skb": (manifest.get("skb") or {}).get("path"),
         },
         "n": len(records),
-        "n_ok": len(ok),
+        "expected": expected,
+        "complete": expected is None or len(records) >= expected,
+        "n_ok": sum(1 for r in ok if r.get("status") == "ok"),
+        "n_degraded": sum(1 for r in ok if r.get("status") == "degraded"),
         "n_errors": len(records) - len(ok),
         "errors": Counter(str(r.get("error", "")).split(":")[0] for r in records if not has_ranking(r)),
         "degraded": _degraded(records),
@@ -381,7 +405,7 @@ def compare_runs(
     """``other`` minus ``base`` on the questions both answered (errors count as 0)."""
     a = {int(r["id"]): r for r in base.records}
     b = {int(r["id"]): r for r in other.records}
-    common = [i for i in a if i in b]
+    common = sorted(i for i in a if i in b)  # id order: the bootstrap's resamples do not depend on line order
     if not common:
         raise ValueError(f"{base.path} and {other.path} have no question in common")
     ra, rb = [a[i] for i in common], [b[i] for i in common]
@@ -443,9 +467,13 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
     """(title, header, rows) of every summary table, shared by the terminal and Markdown views."""
     tables: list[tuple[str, list[str], list[list[str]]]] = []
     n, errors, degraded = summary["n"], summary["n_errors"], summary["degraded"]["questions"]
+    expected = summary.get("expected")
+    count = (f"{n} questions" if summary.get("complete", True) else
+             f"{n} of {expected} questions; run incomplete (killed or still running: the same eval command "
+             "finishes it)")  # fmt: skip
     tables.append(
         (
-            f"{title}: {n} questions"
+            f"{title}: {count}"
             + (f", {degraded} degraded ({_pct(degraded / n)}%: LM outages, fallback results)" if degraded else "")
             + (f", {errors} raised (scored 0)" if errors else ""),
             ["metric", "%", "95% CI"],

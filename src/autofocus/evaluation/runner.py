@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-import os
 import platform
 import queue
 import shutil
@@ -25,7 +24,8 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from autofocus import paths
 from autofocus.console import make_console, safe
 from autofocus.evaluation.traces import (
     RECORD_VERSION,
@@ -76,6 +77,25 @@ class RunMismatchError(RuntimeError):
 
 
 RESTART_HINT = "Use another --out directory, or --force-new to move the old run aside and start again."
+LOCK_FILE = ".lock"  # held by the one process that writes the run (``_sole_writer``)
+
+
+class RunBusyError(RunMismatchError):
+    """Another process is writing the run directory (its lock is held): running the same questions
+    twice, or moving the directory away under it (``--force-new``), would mix or lose results."""
+
+
+@contextmanager
+def _sole_writer(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir``'s lock for the whole run, or raise ``RunBusyError`` at once."""
+    try:
+        with paths.locked(out_dir / LOCK_FILE, wait=False):
+            yield
+    except paths.Busy as exc:
+        raise RunBusyError(
+            f"{out_dir} is being written by {exc.holder} (another `autofocus eval` or run on the same --out); "
+            "wait for it to finish, or use another --out directory"
+        ) from None
 
 
 @dataclass
@@ -201,14 +221,12 @@ def manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(data), indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    paths.replace_atomically(path, json.dumps(to_jsonable(data), indent=2, ensure_ascii=False) + "\n")
 
 
 def _archive(out_dir: Path) -> Path | None:
     """Move a previous run's files aside instead of deleting them."""
-    names = [p for p in out_dir.iterdir() if not p.name.startswith("previous-")]
+    names = [p for p in out_dir.iterdir() if not p.name.startswith("previous-") and p.name != LOCK_FILE]
     if not names:
         return None
     dest = out_dir / f"previous-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%f')}"
@@ -394,10 +412,9 @@ def run_eval(
 
     Returns an ``EvalResult``; a Ctrl-C (or a ``KeyboardInterrupt`` raised by the program)
     stops the run, keeps the finished lines and returns with ``interrupted=True``. Questions
-    still running then are dropped and run again on resume.
+    still running then are dropped and run again on resume. A run directory has one writer: while
+    another run (another process) writes to ``out_dir``, this raises ``RunBusyError`` and touches nothing.
     """
-    from autofocus.usage import cancel_pending, install_usage_callback
-
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if limit is not None and limit < 0:
@@ -413,7 +430,23 @@ def run_eval(
         candidates if candidates is not None else (skb.candidate_ids if skb is not None else None)
     )
 
-    run_manifest = _prepare_dir(out_dir, manifest or {}, resume, console)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _sole_writer(out_dir):
+        return _run_locked(program_factory, selected, cand, out_dir, manifest or {}, concurrency=concurrency,
+                           deadline_s=deadline_s, limit=limit, resume=resume, progress=progress, skb=skb,
+                           console=console)
+
+
+def _run_locked(
+    program_factory: Callable[[], Callable[..., Any]], selected: list[QuestionLike], cand: Candidates | None,
+    out_dir: Path, manifest: Mapping[str, Any], *, concurrency: int, deadline_s: float | None, limit: int | None,
+    resume: bool, progress: bool, skb: SKB | None, console: Console,
+) -> EvalResult:
+    """``run_eval`` with the run directory's lock held (``_sole_writer``)."""
+    from autofocus.usage import cancel_pending, install_usage_callback
+
+    ids = [int(it.id) for it in selected]
+    run_manifest = _prepare_dir(out_dir, manifest, resume, console)
     try:
         records, dropped = read_traces(out_dir / TRACES_FILE)
     except ValueError as exc:  # a damaged line before the last one: not what a crash leaves
@@ -430,6 +463,7 @@ def run_eval(
     session: dict[str, Any] = {
         "started": _now(),
         "limit": limit,
+        "questions": len(selected),  # what a complete run has (``report`` says when lines are missing)
         "todo": len(todo),
         "skipped": len(done_before),
     }

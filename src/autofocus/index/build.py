@@ -18,7 +18,7 @@ import numpy as np
 from autofocus.index.cache import EmbeddingCache, default_cache
 from autofocus.index.embedders import Embedder, l2_normalise, trained_tokens
 from autofocus.index.progress import progress_bar
-from autofocus.index.store import MANIFEST, EmbeddingStore, IndexError_, skb_fingerprint
+from autofocus.index.store import MANIFEST, EmbeddingStore, IndexError_, skb_fingerprint, writing
 from autofocus.skb.model import SKB
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,14 @@ def build_embeddings(
         >>> store = build_embeddings(skb, get_embedder("local:all-MiniLM-L6-v2"), "text", Path("idx/text"))
     """
     directory = Path(directory)
-    documents = documents or default_documents()
-    budget = doc_budget_tokens or trained_tokens(embedder)
+    with writing(directory):
+        return _build(skb, embedder, variant, directory, documents or default_documents(),
+                      doc_budget_tokens or trained_tokens(embedder), chunk_size, batch_size, progress)
+
+
+def _build(skb: SKB, embedder: Embedder, variant: str, directory: Path, documents: DocumentFn, budget: int,
+           chunk_size: int, batch_size: int, progress: bool) -> EmbeddingStore:
+    """``build_embeddings`` with the store's lock held."""
     fp = skb_fingerprint(skb)
     n = skb.num_nodes
     digest = documents_digest(skb, documents, variant, budget) if n else None
@@ -198,6 +204,13 @@ def import_embeddings(
     """
     file = Path(file)
     obj = load_torch_file(file, allow_pickle=allow_pickle)
+    with writing(Path(directory)):
+        return _import(obj, file, skb, Path(directory), variant, model, progress)
+
+
+def _import(obj: Any, file: Path, skb: SKB, directory: Path, variant: str, model: str,
+            progress: bool) -> EmbeddingStore:
+    """``import_embeddings`` with the store's lock held."""
     n = skb.num_nodes
     fp = skb_fingerprint(skb)
     store: EmbeddingStore | None = None

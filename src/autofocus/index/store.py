@@ -11,15 +11,21 @@ Layout of one store directory::
                          rows done, sha256
     embeddings.f16.npy   float16 [N, d]
     done.npy             bool [N]
+    .lock                the writer's lock (``writing``): one build or import at a time
     faiss/<kind>/...     per-type FAISS indexes built from this store (see ``search.py``)
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +41,9 @@ from autofocus.skb.model import SKB
 MANIFEST = "manifest.json"
 VECTORS = "embeddings.f16.npy"
 DONE = "done.npy"
+LOCK = ".lock"  # held by the one process that builds or imports into the store
 FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 class IndexError_(RuntimeError):
@@ -52,6 +60,38 @@ class IndexIncompleteError(IndexError_):
 
 class ChecksumError(IndexError_):
     """The embeddings file does not match the checksum in its manifest."""
+
+
+class DiskFullError(IndexError_):
+    """The filesystem cannot hold the store: found before a row is written, not as a bus error."""
+
+
+SPACE_MARGIN = 64 << 20  # bytes left free beyond the store itself (manifests, FAISS files, the OS)
+
+
+def _preallocate(path: Path, what: str) -> None:
+    """Give every byte of ``path`` its disk blocks now (``posix_fallocate``), so a full disk fails here
+    with ENOSPC instead of killing the process with SIGBUS when a memory-mapped write finds no block."""
+    size = path.stat().st_size
+    try:
+        with path.open("r+b") as fh:
+            os.posix_fallocate(fh.fileno(), 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(f"{path}: no space for the {what} ({size / 2**20:,.1f} MiB): {exc.strerror}; "
+                                f"free space on that filesystem or pass --index-dir elsewhere") from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no preallocation there: the space check stands
+            raise
+
+
+def check_free_space(directory: Path, needed: int) -> None:
+    """Refuse to start a store that the filesystem of ``directory`` cannot hold (``shutil.disk_usage``)."""
+    free = shutil.disk_usage(directory).free
+    if free < needed + SPACE_MARGIN:
+        raise DiskFullError(
+            f"{directory}: the index needs {needed / 2**20:,.1f} MiB and {SPACE_MARGIN >> 20} MiB to spare, "
+            f"the filesystem has {free / 2**20:,.1f} MiB free; free space or pass --index-dir elsewhere"
+        )
 
 
 class Manifest(BaseModel):
@@ -121,9 +161,23 @@ def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    paths.replace_atomically(path, json.dumps(data, indent=2) + "\n")
+
+
+@contextmanager
+def writing(directory: Path) -> Iterator[None]:
+    """Hold the store's lock while building or importing into it: a second ``index build`` of the
+    same store waits for the first (then finds its rows done), and says so, instead of tripping over
+    its half-written files."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def waiting(holder: str) -> None:
+        log.warning("%s is being written by %s (another `autofocus index build`); waiting for it to finish",
+                    directory, holder)
+
+    with paths.locked(directory / LOCK, on_wait=waiting):
+        yield
 
 
 class EmbeddingStore:
@@ -146,8 +200,16 @@ class EmbeddingStore:
         if (directory / MANIFEST).exists():
             raise FileExistsError(f"{directory / MANIFEST} exists; open it or delete the directory")
         directory.mkdir(parents=True, exist_ok=True)
-        vectors = np.lib.format.open_memmap(directory / VECTORS, mode="w+", dtype=np.float16, shape=(num_nodes, dim))
-        done = np.lib.format.open_memmap(directory / DONE, mode="w+", dtype=np.bool_, shape=(num_nodes,))
+        check_free_space(directory, num_nodes * (dim * 2 + 1))
+        try:
+            vectors = np.lib.format.open_memmap(directory / VECTORS, mode="w+", dtype=np.float16, shape=(num_nodes, dim))
+            _preallocate(directory / VECTORS, "embeddings")
+            done = np.lib.format.open_memmap(directory / DONE, mode="w+", dtype=np.bool_, shape=(num_nodes,))
+            _preallocate(directory / DONE, "done mask")
+        except DiskFullError:
+            for name in (VECTORS, DONE):  # a store without a manifest is started again from nothing
+                (directory / name).unlink(missing_ok=True)
+            raise
         manifest = Manifest(
             model=model, dim=dim, variant=variant, doc_budget_tokens=doc_budget_tokens,
             skb_fingerprint=skb_fingerprint, num_nodes=num_nodes, source=source, documents=documents,
@@ -168,6 +230,10 @@ class EmbeddingStore:
         except ValueError as exc:
             raise IndexError_(f"{path}: unreadable manifest: {exc}") from exc
         mode = "r+" if writable else "r"
+        if writable:  # a store created sparse (before preallocation) gets its blocks before rows are written
+            for name, what in ((VECTORS, "embeddings"), (DONE, "done mask")):
+                if (directory / name).is_file():
+                    _preallocate(directory / name, what)
         try:
             vectors = np.load(directory / VECTORS, mmap_mode=mode)
             done = np.load(directory / DONE, mmap_mode=mode)

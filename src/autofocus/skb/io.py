@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from autofocus import paths
 from autofocus.skb import cache as skb_cache
 from autofocus.skb import skbdir, stark
 from autofocus.skb.errors import FormatIssue, SKBFormatError
@@ -24,7 +25,7 @@ def detect_format(path: Path | str) -> SKBFormat:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no such SKB path: {path}")
+        raise FileNotFoundError(paths.not_found(path, "SKB path"))
     if skbdir.is_skb_dir(path):
         return "dir"
     if stark.is_stark_dir(path):

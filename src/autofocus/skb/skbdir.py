@@ -35,6 +35,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from autofocus import paths
 from autofocus.skb.errors import IssueCollector
 from autofocus.skb.graph import TypedGraph
 from autofocus.skb.model import SKB, Column, ColumnKind
@@ -529,7 +530,7 @@ def load_skb_dir(
     issues = IssueCollector(max_issues)
     for name in (SCHEMA_FILE, NODES_FILE, EDGES_FILE):
         if not (path / name).is_file():
-            issues.add(name, None, f"missing required file {path / name}")
+            issues.add(name, None, paths.not_found(path / name, "required file").replace("no such", "missing"))
     issues.raise_if_any()
     schema = read_schema(path / SCHEMA_FILE, issues)
     issues.raise_if_any()

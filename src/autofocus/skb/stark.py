@@ -444,13 +444,22 @@ def load_stark(
     issues.raise_if_any()
 
     node_info = _load_pickle(processed / "node_info.pkl")
+    if not isinstance(node_info, dict | list | tuple):
+        raise SKBFormatError([FormatIssue("node_info.pkl", None, f"expected a dict of node id -> entry (or a list), "
+                                          f"got {type(node_info).__name__}; not a STaRK node_info file")])
+
+    def entry(i: int) -> Any:
+        if isinstance(node_info, dict):
+            return node_info.get(i)
+        return node_info[i] if i < len(node_info) else None
+
     renderer = _Renderer(prof.documents, frozenset(prof.missing_values))
     name_fields = []
     for code, t in enumerate(type_names):
         field = prof.name_fields.get(t) or prof.name_fields.get("*")
         if field is None:
             sample = np.flatnonzero(node_codes == code)[:200]
-            field = _detect_name_field([node_info[int(i)] for i in sample if int(i) in node_info])
+            field = _detect_name_field([e for e in map(entry, sample.tolist()) if isinstance(e, Mapping)])
         name_fields.append(field)
     names: list[str] = [""] * n
     docs: list[str] = [""] * n
@@ -459,11 +468,7 @@ def load_stark(
     with loading_progress(progress) as bar:
         task = bar.add_task("node_info", total=n) if bar is not None else None
         for i in range(n):
-            info = (
-                node_info.get(i)
-                if isinstance(node_info, dict)
-                else (node_info[i] if i < len(node_info) else None)
-            )
+            info = entry(i)
             if not isinstance(info, Mapping):
                 missing_entries += 1
                 if missing_entries <= 5:

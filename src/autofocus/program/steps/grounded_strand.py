@@ -30,6 +30,7 @@ from autofocus.query_graph import QueryGraph
 from autofocus.skb.names import named_ids
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
+from autofocus.usage import deadline_passed
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike as KB
@@ -82,6 +83,8 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
     trace.flags["has_constant"] = qg.usable
     for d in qg.dropped:
         trace.event("3_parse", "dropped", f"{d.text}: {d.reason}")
+    for what in qg.capped:  # the query was cut to the work caps: its answers are not the whole query's
+        trace.degrade("3_parse", f"work cap: {what}")
     return qg
 
 
@@ -98,6 +101,8 @@ def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace, m
     trace.flags["repaired"] = bool(repairs)
     if repairs:
         trace.data["repaired_query_graph"] = repaired.model_dump()
+    for why in result.cut:
+        trace.degrade("3_repair", why)
     return result
 
 
@@ -118,7 +123,10 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
         return empty
     result = _ground_once(kb, qg, cfg, trace, record=True)
     strand = Strand(result.answers, qg, result, repairs)
+    late = False  # the deadline passed: no further grounding
     for alt, alt_repairs in alternatives if strand.empty else []:
+        if late := _out_of_time(trace, strand):
+            break
         strand.relaxed.append("reading: " + "; ".join(r.detail for r in alt_repairs if r.kind == "path"))
         trace.event("5_relax", "reading", strand.relaxed[-1])
         result = _ground_once(kb, alt, cfg, trace, record=False)
@@ -126,9 +134,9 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
             strand = Strand(result.answers, alt, result, alt_repairs, strand.relaxed)
             qg = alt
             break
-    if strand.empty and cfg.relax:
+    if strand.empty and cfg.relax and not late:
         for rung, relaxed, widened in relaxations(qg, cfg.relax):
-            if len(strand.relaxed) >= cfg.relax_max_rungs:
+            if len(strand.relaxed) >= cfg.relax_max_rungs or _out_of_time(trace, strand):
                 break
             strand.relaxed.append(rung)
             trace.event("5_relax", rung.split(":")[0], rung)
@@ -144,6 +152,16 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     trace.data["num_grounded"] = len(strand.answers)
     trace.flags["grounded_nonempty"] = not strand.empty
     return strand
+
+
+def _out_of_time(trace: Trace, strand: Strand) -> bool:
+    """Whether the question's deadline has passed, recorded as a degradation: the strand stops with
+    what it has (no further reading or relaxation), and steps 6-7 still rank."""
+    if not deadline_passed():
+        return False
+    trace.degrade("5_relax", f"the question's deadline passed: no further readings or relaxations after "
+                             f"{len(strand.relaxed)} tried")
+    return True
 
 
 def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Trace,
@@ -191,9 +209,12 @@ def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, rec
     with trace.step("5_grounding"):
         if cfg.edge_mode == "lenient":
             qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
-        return ground_with_expansion(
+        result = ground_with_expansion(
             kb.skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
         )
+    if result.cut:
+        trace.degrade("5_grounding", result.cut)
+    return result
 
 
 def _distances(qg: QueryGraph) -> dict[str, int]:

@@ -17,6 +17,7 @@ import numpy as np
 from autofocus.query_graph import QueryGraph, Triplet
 from autofocus.skb.graph import CSR
 from autofocus.skb.model import SKB
+from autofocus.usage import deadline_passed
 
 
 @dataclass
@@ -25,6 +26,7 @@ class GroundingResult:
     rounds: list[dict] = field(default_factory=list)  # per expansion round: l, cut, |C|, new ids
     final_sets: dict[str, np.ndarray] = field(default_factory=dict)  # symbol -> ids after the last round
     round_of: dict[int, int] = field(default_factory=dict)  # answer id -> round in which it appeared
+    cut: str | None = None  # why the expansion stopped before its schedule's end (the question's deadline)
 
 
 def expansion_cuts(l_max: int, schedule: str = "paper") -> Iterator[int]:
@@ -198,6 +200,9 @@ def ground_with_expansion(
         result.final_sets = {v: s for v, s in final.items() if s is not None}
         # more rounds cannot change anything once every constant's list is used up (exact names only)
         if len(found) >= k or target is None or all(cut >= len(r) for v, r in constant_candidates.items() if v in scope):
+            break
+        if deadline_passed():  # the question's time is up: the rounds so far are the result
+            result.cut = f"the question's deadline passed after {round_no + 1} expansion round(s)"
             break
     result.answers = found
     return result

@@ -39,6 +39,16 @@ _OVERFLOW = re.compile(
 )
 
 
+# DSPy's transport names its own knob ("raise it with Timeouts(read=...)"), which an autofocus user cannot set
+_DSPY_TIMEOUT_HINT = re.compile(r"raise it with Timeouts\(read=\.\.\.\)")
+
+
+def describe_error(exc: BaseException) -> str:
+    """An LM error as one text for events and degradations, its hints naming autofocus's own options."""
+    text = f"{type(exc).__name__}: {exc}"
+    return _DSPY_TIMEOUT_HINT.sub("raise it with --lm-timeout (env AUTOFOCUS_LM_TIMEOUT)", text)
+
+
 def is_context_overflow(exc: BaseException) -> bool:
     """Whether an LM error says the prompt did not fit (DSPy's typed error or a server's wording)."""
     if isinstance(exc, AdapterParseError):  # its message quotes the LM's answer, which may say anything
@@ -175,7 +185,7 @@ def safe_predict(predictor: dspy.Module, trace: Trace, step: str, **inputs: Any)
         if cuts:
             trace.event(step, "answer_cut", describe_cuts(cuts))
         if error is not None:
-            text = f"{type(error).__name__}: {error}"
+            text = describe_error(error)
             trace.event(step, "llm_error", text)
             if is_lm_outage(error):
                 trace.degrade(step, text)

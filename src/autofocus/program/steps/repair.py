@@ -35,7 +35,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -47,6 +47,7 @@ from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
 from autofocus.skb.names import labels_named, named_ids
 from autofocus.skb.schema_graph import Hop, SchemaGraph
+from autofocus.usage import deadline_passed
 
 # Evidence weights: a constant's name is the strongest evidence of its label; a written label is
 # worth as much as a perfectly named relationship; step 1 counts less than the query's own label.
@@ -61,7 +62,8 @@ PATH_PENALTY = 0.5  # a two-hop path in place of one relationship
 UNGROUNDABLE = -2.0  # a triplet between two labels that nothing connects
 MIN_LABEL_SIMILARITY = 0.4  # an unknown label below this similarity to every label is ignored
 MAX_OPTIONS = 6  # labels tried per variable
-MAX_ASSIGNMENTS = 20_000
+MAX_ASSIGNMENTS = 20_000  # label assignments scored per query (the step's work bound; queries are capped at parse)
+DEADLINE_EVERY = 256  # assignments between two looks at the question's deadline
 MAX_ALTERNATIVES = 2  # second readings tried before relaxing (each costs a grounding)
 
 
@@ -538,11 +540,13 @@ def _options(var: str, ev: dict[str, float], adjacent: set[str], labels: list[st
 
 @dataclass
 class Repaired:
-    """The repaired query, its repairs, and second readings to try if it grounds nothing."""
+    """The repaired query, its repairs, second readings to try if it grounds nothing, and why the search
+    stopped short (the question's deadline), if it did."""
 
     query: QueryGraph
     repairs: list[Repair]
     alternatives: list[tuple[QueryGraph, list[Repair]]]
+    cut: list[str] = field(default_factory=list)
 
 
 def repair_query(
@@ -586,19 +590,32 @@ def repair_query(
     while math.prod(len(o) for o in options) > MAX_ASSIGNMENTS:
         longest = max(range(len(options)), key=lambda i: len(options[i]))
         options[longest] = options[longest][:-1]
-    best: tuple[float, dict[str, str], list[tuple[_Choice, _Choice | None]]] | None = None
-    for combo in itertools.product(*options):
-        assign = dict(zip(variables, combo, strict=True))
-        score = sum(evidence[v].get(assign[v], 0.0) for v in variables)
-        choices = [
-            _triplet_choice(sg, s, assign[t.head], assign[t.tail], t.directed, asked, worded)
-            for t, s in zip(qg.triplets, rel_scores, strict=True)
-        ]
+    # a triplet's best reading depends on its two labels only: computed once per pair, not per assignment
+    memo: dict[tuple[int, str, str], tuple[_Choice, _Choice | None]] = {}
+
+    def choice(i: int, head: str, tail: str) -> tuple[_Choice, _Choice | None]:
+        key = (i, head, tail)
+        if key not in memo:
+            t = qg.triplets[i]
+            memo[key] = _triplet_choice(sg, rel_scores[i], head, tail, t.directed, asked, worded)
+        return memo[key]
+
+    ends = [(variables.index(t.head), variables.index(t.tail)) for t in qg.triplets]
+    best: tuple[float, tuple[str, ...], list[tuple[_Choice, _Choice | None]]] | None = None
+    cut: list[str] = []
+    total = math.prod(len(o) for o in options)
+    for n, combo in enumerate(itertools.product(*options)):
+        if n % DEADLINE_EVERY == 0 and n and deadline_passed():  # keep the best reading found so far
+            cut.append(f"the question's deadline passed after {n:,} of {total:,} label assignments: "
+                       "the best reading found so far is kept")
+            break
+        choices = [choice(i, combo[h], combo[t]) for i, (h, t) in enumerate(ends)]
+        score = sum(evidence[v].get(label, 0.0) for v, label in zip(variables, combo, strict=True))
         score += sum(c.score for c, _ in choices)
         if best is None or score > best[0] + 1e-9:
-            best = (score, assign, choices)
+            best = (score, combo, choices)
     assert best is not None
-    _, assign, choices = best
+    assign, choices = dict(zip(variables, best[1], strict=True)), best[2]
     first = [c for c, _ in choices]
     asks = asked_label(question, phrases, related_in(sg)) if carry_asked else None
     alternatives = [
@@ -613,7 +630,7 @@ def repair_query(
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
-    return Repaired(query, repairs, alternatives[:MAX_ALTERNATIVES])
+    return Repaired(query, repairs, alternatives[:MAX_ALTERNATIVES], cut)
 
 
 def _to_asked(qg: QueryGraph, repairs: list[Repair], sg: SchemaGraph, asks: str | None) -> tuple[QueryGraph, list[Repair]]:

@@ -43,6 +43,7 @@ from autofocus.program.steps.llm_call import (
     bounded_answers,
     cap_text,
     describe_cuts,
+    describe_error,
     is_context_overflow,
     is_lm_outage,
 )
@@ -179,7 +180,7 @@ class _Session:
 
     def failed(self, kind: str, exc: BaseException) -> None:
         """Record an LM failure as an issue of ``kind``, and as an outage if the LM gave no answer."""
-        text = f"{type(exc).__name__}: {exc}"
+        text = describe_error(exc)
         self.issue(kind, text[:200])
         if is_lm_outage(exc):
             with self._lock:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autofocus import paths
 from autofocus.skb.importers.build import ImportResult, Tick, write_import
 from autofocus.skb.importers.model import ImportOptions, ImportReport, SourceError
 
@@ -34,7 +35,8 @@ def open_source(
         return graphdb.GraphDBSource(graphdb.connect(url), url, id_prop=id_prop, page=page or graphdb.PAGE)
     path = Path(text)
     if not path.exists():
-        raise SourceError(f"{path}: no such file or folder (nor a falkordb:// or bolt:// URL)")
+        reason = paths.not_found(path, "file or folder")
+        raise SourceError(reason + (" (nor a falkordb:// or bolt:// URL)" if reason.startswith("no such") else ""))
     if path.suffix in (".graphml", ".gexf") or (path.suffix == ".json" and not _is_mapping(path)):
         return networkx_graph.read_graph_file(path)
     return tables.tables_source(path, roles)

@@ -190,13 +190,22 @@ def _object_array(values: list[Any]) -> np.ndarray:
 
 
 def _align(values: np.ndarray, index: pd.Index) -> np.ndarray:
-    """Edge ends or answers in the dtype of the node ids (a CSV may read ``7`` where Parquet has 7)."""
+    """Edge ends or answers in the form of the node ids, each value on its own: a text ``7`` is node 7
+    where the node ids are numbers (Parquet), a number 7 is node ``"7"`` where they are text (CSV), and
+    one id that is neither leaves the others matched (it alone is dangling)."""
     if pd.api.types.is_integer_dtype(index.dtype):
         if pd.api.types.is_integer_dtype(values.dtype):
             return values
         numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-        return numbers.to_numpy(np.int64) if (numbers.notna() & (numbers == numbers.round())).all() else values
-    return values.astype(object) if pd.api.types.is_integer_dtype(values.dtype) else values
+        whole = (numbers.notna() & (numbers == numbers.round())).to_numpy()
+        out = np.asarray(values, dtype=object).copy()
+        out[whole] = numbers[whole].to_numpy(np.int64)
+        return out
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.astype(str).astype(object)
+    if values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) != "string":
+        return pd.Series(values, dtype=object).astype(str).to_numpy(dtype=object)  # numbers among text: as written
+    return values
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,11 +5,19 @@ relationship ``acted_in``) or one file with a type column (``nodes.csv`` with ``
 ``edges.parquet`` with ``type``), found in a folder by these names, or listed in a mapping file
 with the role of each column (docs/import.md). Edge tables are looked up as arrays: no Python
 loop per edge.
+
+Values are kept as written: a CSV cell is missing only when it is empty (``null_values`` in a mapping
+file says otherwise), so ``NA`` (Namibia, sodium) stays a string, never pandas' guess of a missing
+value; id columns are read as text, so ``007`` stays ``007`` and one id that is not a number leaves the
+others of its column alone. A file that is not UTF-8, or a row that does not parse, is one error line
+naming the file and the line or row.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from autofocus import paths
 from autofocus.skb.importers.model import EdgeBatch, NodeRecord, SourceError
 
 SUFFIXES = (".parquet", ".csv")
@@ -29,6 +38,8 @@ TYPE_COLUMNS = ("type", "label", "labels", ":LABEL", "_labels")
 SOURCE_COLUMNS = ("src", "source", "from", ":START_ID", "_start", "start")
 TARGET_COLUMNS = ("dst", "target", "to", ":END_ID", "_end", "end")
 RELATION_COLUMNS = ("type", "relation", "rel", ":TYPE", "_type", "label")
+NULL_VALUES = ("",)  # CSV cells read as missing: only empty ones (module docstring)
+UTF8_CHUNK = 1 << 24
 
 
 @dataclass
@@ -65,10 +76,12 @@ class TablesSource:
     default_name: str
     settings: dict[str, Any] = field(default_factory=dict)  # options a mapping file sets
     string_columns: set[str] = field(default_factory=set)  # CSV columns read as text ("0123" stays)
+    null_values: Sequence[str] = NULL_VALUES  # CSV cells read as missing
 
     def nodes(self) -> Iterator[list[NodeRecord]]:
         for spec in self.node_tables:
-            batches, columns = _open(spec.path, self.string_columns)
+            ids = {spec.id} if spec.id else set(ID_COLUMNS)
+            batches, columns = _open(spec.path, self.string_columns | ids, self.null_values)
             id_col = _column(spec, "id", spec.id, ID_COLUMNS, columns, required=True)
             type_col = None if spec.type else _column(spec, "type", spec.type_column, TYPE_COLUMNS, columns)
             keep = None if spec.attributes is None else set(spec.attributes)
@@ -87,7 +100,8 @@ class TablesSource:
 
     def edges(self) -> Iterator[EdgeBatch]:
         for spec in self.edge_tables:
-            batches, columns = _open(spec.path)
+            ends = {spec.source or c for c in SOURCE_COLUMNS} | {spec.target or c for c in TARGET_COLUMNS}
+            batches, columns = _open(spec.path, ends, self.null_values)
             src = _column(spec, "source", spec.source, SOURCE_COLUMNS, columns, required=True)
             dst = _column(spec, "target", spec.target, TARGET_COLUMNS, columns, required=True)
             rel = None if spec.type else _column(spec, "relation", spec.type_column, RELATION_COLUMNS, columns,
@@ -131,30 +145,115 @@ def _labels(value: Any) -> list[str]:
     return [part.strip() for part in str(value).replace(";", ":").split(":") if part.strip()]
 
 
-def _open(path: Path, strings: set[str] = frozenset()) -> tuple[Iterator[pa.RecordBatch], list[str]]:
-    """Record batches of a table and its column names; a damaged file is one error line."""
+def _open(path: Path, strings: set[str] = frozenset(),
+          nulls: Sequence[str] = NULL_VALUES) -> tuple[Iterator[pa.RecordBatch], list[str]]:
+    """Record batches of a table and its column names, values as written (module docstring): the
+    ``strings`` columns (where present) as text, only the ``nulls`` cells of a CSV missing. A damaged
+    file is one error line, with the line or row where it can be told."""
     if not path.is_file():
-        raise SourceError(f"{path}: no such file")
+        raise SourceError(paths.not_found(path, "table"))
     try:
         if path.suffix == ".parquet":
             table = pq.ParquetFile(path)
             return _guard(path, table.iter_batches(batch_size=BATCH_ROWS)), table.schema_arrow.names
-        reader = pa_csv.open_csv(
-            path,
-            read_options=pa_csv.ReadOptions(block_size=1 << 24),
-            convert_options=pa_csv.ConvertOptions(strings_can_be_null=True,
-                                                  column_types={c: pa.string() for c in strings}),
-        )
-        return _guard(path, iter(reader)), reader.schema.names
+        _check_utf8(path)
+        reader = pa_csv.open_csv(path, read_options=pa_csv.ReadOptions(block_size=1 << 24),
+                                 convert_options=_csv_options(strings, nulls))
+        return _guard(path, iter(reader), strings, nulls), reader.schema.names
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise SourceError(f"{path.name}: cannot read it as {path.suffix[1:]}: {_first_line(exc)}") from None
+        raise _unreadable(path, exc, strings, nulls) from None
 
 
-def _guard(path: Path, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _csv_options(strings: set[str], nulls: Sequence[str]) -> pa_csv.ConvertOptions:
+    return pa_csv.ConvertOptions(null_values=list(nulls), strings_can_be_null=True,
+                                 column_types={c: pa.string() for c in strings})
+
+
+def _guard(path: Path, batches: Iterator[pa.RecordBatch], strings: set[str] = frozenset(),
+           nulls: Sequence[str] = NULL_VALUES) -> Iterator[pa.RecordBatch]:
+    row = 0
     try:
-        yield from batches
+        for batch in batches:
+            yield _as_text(path, batch, row)
+            row += batch.num_rows
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise SourceError(f"{path.name}: cannot read it as {path.suffix[1:]}: {_first_line(exc)}") from None
+        raise _unreadable(path, exc, strings, nulls) from None
+
+
+def _unreadable(path: Path, exc: Exception, strings: set[str], nulls: Sequence[str]) -> SourceError:
+    """One line for a table pyarrow cannot read; a CSV row that does not parse is named by its row."""
+    where = _bad_row(path, strings, nulls) if path.suffix == ".csv" and "CSV parse error" in str(exc) else None
+    reason = re.sub(r"^CSV parse error: (Row #\d+: )?", "", _first_line(exc))
+    if where is not None:
+        return SourceError(f"{path.name}: row {where}: {reason}")
+    return SourceError(f"{path.name}: cannot read it as {path.suffix[1:]}: {_first_line(exc)}")
+
+
+def _bad_row(path: Path, strings: set[str], nulls: Sequence[str]) -> int | None:
+    """The data row (1-based, the header not counted) where a CSV stops parsing: read again on one
+    thread, where pyarrow numbers the rows it rejects (only on the error path: it is slower)."""
+    rows: list[int] = []
+
+    def handler(bad: Any) -> str:
+        if bad.number is not None:
+            rows.append(int(bad.number) - 1)
+        return "error"
+
+    try:
+        pa_csv.read_csv(path, read_options=pa_csv.ReadOptions(use_threads=False, block_size=1 << 24),
+                        parse_options=pa_csv.ParseOptions(invalid_row_handler=handler),
+                        convert_options=_csv_options(strings, nulls))
+    except (pa.ArrowException, OSError, ValueError):
+        pass
+    return rows[0] if rows else None
+
+
+def _check_utf8(path: Path) -> None:
+    """Refuse a CSV that is not UTF-8, naming the first bad line; pyarrow would read its columns as
+    bytes and every name would become ``"b'Bob'"``."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines, offset = 1, 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(UTF8_CHUNK):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                line = lines + chunk.count(b"\n", 0, max(exc.start, 0))
+                raise SourceError(f"{path.name}: line {line}: bytes that are not UTF-8 text "
+                                  f"(byte {offset + max(exc.start, 0) + 1} of the file); "
+                                  "save the file as UTF-8 and import it again") from None
+            lines += chunk.count(b"\n")
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise SourceError(f"{path.name}: line {lines}: the file ends inside a character that is not "
+                              "UTF-8; save the file as UTF-8 and import it again") from None
+
+
+def _as_text(path: Path, batch: pa.RecordBatch, before: int) -> pa.RecordBatch:
+    """Binary columns (Parquet ``BYTE_ARRAY`` without a string type) as text, or an error naming the row
+    of the first value that is not UTF-8; never ``b'...'`` reprs."""
+    binary = [i for i, f in enumerate(batch.schema) if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+    for i in binary:
+        column = batch.column(i)
+        try:
+            text = column.cast(pa.string())
+        except pa.ArrowInvalid:
+            values = column.to_pylist()
+            row = next(j for j, v in enumerate(values) if v is not None and not _is_utf8(v))
+            raise SourceError(f"{path.name}: row {before + row + 1}: column {batch.schema.names[i]!r} holds bytes "
+                              "that are not UTF-8 text") from None
+        batch = batch.set_column(i, batch.schema.names[i], text)
+    return batch
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _first_line(exc: Exception) -> str:
@@ -237,13 +336,16 @@ def _from_mapping(path: Path) -> TablesSource:
 
     nodes = specs("nodes")
     settings = {k: mapping[k] for k in SETTINGS if k in mapping}
+    nulls = mapping.get("null_values", list(NULL_VALUES))
+    if not isinstance(nulls, list) or not all(isinstance(v, str) for v in nulls):
+        raise SourceError(f"{path.name}: \"null_values\" must be a list of strings (the CSV cells read as missing)")
     for entry in mapping["nodes"]:  # a table's name and text columns join the candidates
         for role, key in (("name", "name_props"), ("text", "text_props")):
             cols = [c for c in _as_list(entry.get(role)) if c not in settings.get(key, [])]
             if cols:
                 settings[key] = [*settings.get(key, []), *cols]
     return TablesSource(nodes, specs("edges"), str(path), str(mapping.get("name") or path.parent.resolve().name),
-                        settings)  # fmt: skip
+                        settings, null_values=tuple(nulls))  # fmt: skip
 
 
 def _as_list(value: str | Sequence[str] | None) -> list[str]:
