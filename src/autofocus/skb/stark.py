@@ -448,10 +448,10 @@ def load_stark(
         raise SKBFormatError([FormatIssue("node_info.pkl", None, f"expected a dict of node id -> entry (or a list), "
                                           f"got {type(node_info).__name__}; not a STaRK node_info file")])
 
-    def entry(i: int) -> Any:
-        if isinstance(node_info, dict):
-            return node_info.get(i)
-        return node_info[i] if i < len(node_info) else None
+    def entry(i: int, info: dict[Any, Any] | list[Any] | tuple[Any, ...] = node_info) -> Any:
+        if isinstance(info, dict):
+            return info.get(i)
+        return info[i] if i < len(info) else None
 
     renderer = _Renderer(prof.documents, frozenset(prof.missing_values))
     name_fields = []
@@ -496,7 +496,7 @@ def load_stark(
         issues.add("node_info.pkl", None, f"{len(node_info)} entries for {n} nodes in node_types.pt")
     validate_qa(find_qa(root), n, issues)
     issues.raise_if_any()
-    del node_info
+    del node_info, entry  # the entries are in the columns now: free them before the columns are built
 
     for key in builder.keys:
         values = builder.values(key)

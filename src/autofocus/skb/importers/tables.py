@@ -16,6 +16,7 @@ naming the file and the line or row.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -199,12 +200,10 @@ def _bad_row(path: Path, strings: set[str], nulls: Sequence[str]) -> int | None:
             rows.append(int(bad.number) - 1)
         return "error"
 
-    try:
+    with contextlib.suppress(pa.ArrowException, OSError, ValueError):
         pa_csv.read_csv(path, read_options=pa_csv.ReadOptions(use_threads=False, block_size=1 << 24),
                         parse_options=pa_csv.ParseOptions(invalid_row_handler=handler),
                         convert_options=_csv_options(strings, nulls))
-    except (pa.ArrowException, OSError, ValueError):
-        pass
     return rows[0] if rows else None
 
 
