@@ -123,7 +123,7 @@ def test_eval_limit_unknown_split_and_interrupt(cli: CliRunner, tiny_skb_dir: Pa
     finally:
         INTERRUPT_ON_CALL = 0
     assert res.exit_code == eval_cmd.EXIT_INTERRUPTED
-    assert "1 questions" in res.output and "run the same command again" in res.output
+    assert "1 of 3 questions; run incomplete" in res.output and "run the same command again" in res.output
 
     CALLS.clear()
     res = invoke(cli, *base, "--split", "train", "--limit", "2")

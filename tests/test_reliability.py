@@ -148,5 +148,5 @@ def test_an_echoed_api_key_reaches_no_file_and_no_terminal(server: FaultyServer,
     trace_file = tmp_path / "trace.json"
     res = invoke("ask", "Which papers cite Graph Retrieval at Scale?", "--skb", skb, "--lm", "openai/fake-model",
                  "--trace", "--trace-json", trace_file, "--lm-retries", "0")  # fmt: skip
-    assert res.exit_code == 0 and "degraded" in res.output and "[REDACTED]" in res.output
+    assert res.exit_code == 3 and "degraded" in res.output and "[REDACTED]" in res.output  # no LM call answered
     assert KEY not in res.output and KEY not in trace_file.read_text()

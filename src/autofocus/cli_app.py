@@ -2,7 +2,7 @@
 the options several commands share."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,6 +44,16 @@ QADirOpt = Annotated[
     typer.Option(help="folder with more whole-file splits qa_<name>.csv (e.g. from `autofocus synth --out`)",
                  exists=True, file_okay=False),
 ]
+
+
+def config_or_exit(config: Path | None, lm: str | None = None, **kwargs: Any) -> Any:
+    """``runtime.load_config``, or exit 1 with one line when a ``--config`` or ``--program`` file is none."""
+    from autofocus import runtime
+
+    try:
+        return runtime.load_config(config, lm, **kwargs)
+    except (FileNotFoundError, ValueError) as exc:  # ProgramFileError, invalid JSON or settings
+        raise fail(str(exc)) from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

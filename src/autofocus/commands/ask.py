@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app, config_or_exit
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 from autofocus.cypher.render import to_cypher
 from autofocus.query_graph import QueryGraph
@@ -46,9 +46,9 @@ def ask(
     import autofocus
     from autofocus.runtime import with_waits
 
+    cfg = config_or_exit(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
+    cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
     try:
-        cfg = autofocus.load_config(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
-        cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
         prog = autofocus.open(skb, system, config=cfg, program=program)
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
         print_error(err_console, exc)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
@@ -121,12 +121,8 @@ def eval_command(
     from autofocus.evaluation.program_runs import evaluate_program
     from autofocus.evaluation.runner import RunMismatchError
 
-    try:
-        cfg = runtime.load_config(config, lm, program_file=program, steps=steps, reranker=reranker,
-                                  concurrency=concurrency)  # fmt: skip
-    except OPEN_ERRORS as exc:  # a program or config file that is not one
-        print_error(err_console, exc)
-        raise typer.Exit(1) from None
+    cfg = config_or_exit(config, lm, program_file=program, steps=steps, reranker=reranker,
+                              concurrency=concurrency)  # fmt: skip
     cfg = runtime.with_waits(cfg, lm_timeout, lm_retries, deadline)
     items = load_split(skb, split, qa_dir)
     prog = open_program(skb, system, cfg, program)

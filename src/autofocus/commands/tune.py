@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, fail
+from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
@@ -90,11 +90,7 @@ def tune_command(
     from autofocus.optimize.tune import StudyMismatchError
     from autofocus.optimize.tune_run import TuningInterrupted, run_tuning
 
-    try:
-        base_cfg = runtime.load_config(config, lm, program_file=program, concurrency=concurrency)
-    except OPEN_ERRORS as exc:  # a program or config file that is not one
-        print_error(err_console, exc)
-        raise typer.Exit(1) from None
+    base_cfg = config_or_exit(config, lm, program_file=program, concurrency=concurrency)
     base_cfg = runtime.with_waits(base_cfg, lm_timeout, lm_retries, deadline)
     try:
         result = run_tuning(

@@ -530,7 +530,8 @@ def load_skb_dir(
     issues = IssueCollector(max_issues)
     for name in (SCHEMA_FILE, NODES_FILE, EDGES_FILE):
         if not (path / name).is_file():
-            issues.add(name, None, paths.not_found(path / name, "required file").replace("no such", "missing"))
+            reason = paths.not_found(path / name, "required file")  # a link loop is no missing file
+            issues.add(name, None, f"missing required file {path / name}" if reason.startswith("no such") else reason)
     issues.raise_if_any()
     schema = read_schema(path / SCHEMA_FILE, issues)
     issues.raise_if_any()

@@ -161,6 +161,8 @@ def _open(path: Path, strings: set[str] = frozenset(),
         reader = pa_csv.open_csv(path, read_options=pa_csv.ReadOptions(block_size=1 << 24),
                                  convert_options=_csv_options(strings, nulls))
         return _guard(path, iter(reader), strings, nulls), reader.schema.names
+    except SourceError:
+        raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(path, exc, strings, nulls) from None
 
@@ -177,6 +179,8 @@ def _guard(path: Path, batches: Iterator[pa.RecordBatch], strings: set[str] = fr
         for batch in batches:
             yield _as_text(path, batch, row)
             row += batch.num_rows
+    except SourceError:
+        raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(path, exc, strings, nulls) from None
 
