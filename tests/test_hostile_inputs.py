@@ -69,7 +69,10 @@ def clauses(n: int) -> str:
 
 
 def cli(*args: Any) -> Any:
-    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "300"})
+    """The command's result, its output with the terminal's line wrapping undone (``.text``)."""
+    res = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "300"})
+    res.text = " ".join(res.output.split())
+    return res
 
 
 # --- 1. work bounds ---------------------------------------------------------------------------------
@@ -198,7 +201,7 @@ def test_index_build_on_a_full_disk_is_one_line_not_a_bus_error(tiny_skb_dir: Pa
                         lambda fd, off, n: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
     monkeypatch.setattr("autofocus.kb.get_embedder", lambda spec: HashEmbedder(), raising=False)
     res = cli("index", "build", tiny_skb_dir, "--variant", "text", "--embedder", "hash", "--index-dir", tmp_path / "i")
-    assert res.exit_code == 1 and "no space for the embeddings" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 1 and "no space for the embeddings" in res.text and "Traceback" not in res.text
 
 
 # --- 3. import keeps every value as written ---------------------------------------------------------
@@ -262,7 +265,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_and_moves_nothing(
         with pytest.raises(RunBusyError):
             run_eval(lambda: answer, [Item(1)], out, resume=False, progress=False)  # --force-new
         res = cli("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "vss", "--no-progress")
-    assert res.exit_code == 2 and "being written by process" in res.output
+    assert res.exit_code == 2 and "being written by process" in res.text
     assert sorted(p.name for p in out.iterdir()) == before  # nothing moved, nothing run twice
     assert len((out / "traces.jsonl").read_text().splitlines()) == 1
 
@@ -321,7 +324,7 @@ def write_run(out: Path, records: list[dict[str, Any]], questions: int) -> Path:
 def test_report_says_a_run_is_incomplete_and_counts_degraded_apart(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [record(1), record(2, "degraded")], questions=4)
     res = cli("report", run)
-    assert res.exit_code == 0 and "2 of 4 questions; run incomplete" in res.output
+    assert res.exit_code == 0 and "2 of 4 questions; run incomplete" in res.text
     s = json.loads((run / "summary.json").read_text())
     assert (s["n"], s["expected"], s["complete"], s["n_ok"], s["n_degraded"]) == (2, 4, False, 1, 1)
 
@@ -341,7 +344,7 @@ def test_eval_of_an_empty_split_fails(tiny_skb_data: dict[str, Any], tiny_skb: A
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tmp_path / "skb"))
     res = cli("eval", "--skb", tmp_path / "skb", "--split", "empty", "--out", tmp_path / "run", "--system", "vss",
               "--no-progress")
-    assert res.exit_code == 1 and "has no questions" in res.output
+    assert res.exit_code == 1 and "has no questions" in res.text
 
 
 def test_ask_exits_non_zero_when_no_lm_call_answered(two_type_skb: Path, tmp_path: Path,
@@ -350,7 +353,7 @@ def test_ask_exits_non_zero_when_no_lm_call_answered(two_type_skb: Path, tmp_pat
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", "http://127.0.0.1:9/v1")  # nothing listens there
     res = cli("ask", QUESTION, "--skb", two_type_skb, "--lm", "openai/fake", "--lm-retries", "0")
-    assert res.exit_code == 3 and "degraded" in res.output and "Answers to" in res.output
+    assert res.exit_code == 3 and "degraded" in res.text and "Answers to" in res.text
 
 
 # --- 6. credentials ----------------------------------------------------------------------------------
@@ -406,7 +409,7 @@ def test_a_stark_node_info_that_is_no_dict_is_named(tmp_path: Path) -> None:
     with (root / "processed" / "node_info.pkl").open("wb") as fh:
         pickle.dump(42, fh)
     res = cli("skb", "info", root)
-    assert res.exit_code == 1 and "node_info.pkl" in res.output and "expected a dict" in res.output
+    assert res.exit_code == 1 and "node_info.pkl" in res.text and "expected a dict" in res.text
 
 
 def test_a_program_file_that_is_no_json_is_one_line(tiny_skb_dir: Path, tmp_path: Path) -> None:
@@ -414,17 +417,17 @@ def test_a_program_file_that_is_no_json_is_one_line(tiny_skb_dir: Path, tmp_path
     bad.write_text("not json at all")
     for command in (("ask", QUESTION, "--skb", tiny_skb_dir), ("eval", "--skb", tiny_skb_dir, "--out", tmp_path / "r")):
         res = cli(*command, "--program", bad)
-        assert res.exit_code == 1 and "not a program file" in res.output, res.output
+        assert res.exit_code == 1 and "not a program file" in res.text, res.output
 
 
 def test_a_symlink_loop_is_reported_as_one(tmp_path: Path) -> None:
     loop = tmp_path / "loop"
     os.symlink(loop, loop)
     res = cli("skb", "info", loop)
-    assert res.exit_code == 1 and "symbolic link loop" in res.output
+    assert res.exit_code == 1 and "symbolic link loop" in res.text
     dangling = tmp_path / "dangling"
     os.symlink(tmp_path / "gone", dangling)
-    assert "which does not exist" in cli("skb", "info", dangling).output
+    assert "which does not exist" in cli("skb", "info", dangling).text
 
 
 def test_the_timeout_hint_names_the_option_a_user_has() -> None:
