@@ -66,7 +66,7 @@ class DiskFullError(IndexError_):
     """The filesystem cannot hold the store: found before a row is written, not as a bus error."""
 
 
-SPACE_MARGIN = 64 << 20  # bytes left free beyond the store itself (manifests, FAISS files, the OS)
+SPACE_MARGIN = 16 << 20  # bytes left free beyond the store and its FAISS copy (manifests, the OS)
 
 
 def _preallocate(path: Path, what: str) -> None:
@@ -89,7 +89,8 @@ def check_free_space(directory: Path, needed: int) -> None:
     free = shutil.disk_usage(directory).free
     if free < needed + SPACE_MARGIN:
         raise DiskFullError(
-            f"{directory}: the index needs {needed / 2**20:,.1f} MiB and {SPACE_MARGIN >> 20} MiB to spare, "
+            f"{directory}: the index needs {needed / 2**20:,.1f} MiB (vectors and their FAISS copy) and "
+            f"{SPACE_MARGIN >> 20} MiB to spare, "
             f"the filesystem has {free / 2**20:,.1f} MiB free; free space or pass --index-dir elsewhere"
         )
 
@@ -200,7 +201,7 @@ class EmbeddingStore:
         if (directory / MANIFEST).exists():
             raise FileExistsError(f"{directory / MANIFEST} exists; open it or delete the directory")
         directory.mkdir(parents=True, exist_ok=True)
-        check_free_space(directory, num_nodes * (dim * 2 + 1))
+        check_free_space(directory, num_nodes * (dim * 2 + 1) + num_nodes * dim * 4)  # float16 + mask, float32 FAISS
         try:
             vectors = np.lib.format.open_memmap(directory / VECTORS, mode="w+", dtype=np.float16, shape=(num_nodes, dim))
             _preallocate(directory / VECTORS, "embeddings")
