@@ -170,7 +170,7 @@ def test_degraded_questions_keep_their_metrics_and_their_share_is_shown(tmp_path
     console = Console(record=True, width=160)
     print_summary(s, console, title="afr")
     text = console.export_text()
-    assert "afr: 4 questions, 2 degraded (50.0%: LM outages, fallback results), 1 raised (scored 0)" in text
+    assert "afr: 4 questions, 2 degraded (50.0%: LM outages or work bounds, fallback results), 1 raised (scored 0)" in text
     assert "Degraded questions" in text and "1_target_type: LMTransportError" in text
     rows = comparison_rows([load_run(write_run(tmp_path / "a", records))])
     assert rows[0]["degraded"] == 2

@@ -53,7 +53,8 @@ def fail_if_degraded(summaries: dict[str, dict[str, Any]], max_degraded: float, 
         n = summaries[name]["n"]
         err_console.print(
             f"[red]{safe(name)}: {d['questions']} of {n} questions ({100 * d['share']:.0f}%) are degraded, above "
-            f"--max-degraded {100 * max_degraded:g}%: the LM failed ({safe(causes)}). These results are not the "
+            f"--max-degraded {100 * max_degraded:g}%: an LM failed or a work bound cut a step ({safe(causes)}). "
+            f"These results are not the "
             f"method's. Fix the LM and run the same command again: {safe(out)} retries them.[/]"
         )
     if over:

@@ -474,7 +474,7 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
     tables.append(
         (
             f"{title}: {count}"
-            + (f", {degraded} degraded ({_pct(degraded / n)}%: LM outages, fallback results)" if degraded else "")
+            + (f", {degraded} degraded ({_pct(degraded / n)}%: LM outages or work bounds, fallback results)" if degraded else "")
             + (f", {errors} raised (scored 0)" if errors else ""),
             ["metric", "%", "95% CI"],
             [
@@ -528,7 +528,7 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
     if degraded:
         tables.append(
             (
-                "Degraded questions (an LM call gave no answer; retried when the run is resumed)",
+                "Degraded questions (an LM call gave no answer, or a work bound cut a step; retried when the run is resumed)",
                 ["step: error", "questions"],
                 [[k, str(v)] for k, v in summary["degraded"]["causes"].items()],
             )
