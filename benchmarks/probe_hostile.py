@@ -200,11 +200,17 @@ def writer(out: Path, n: int, resume: bool = True, sleep: float = 0.3) -> subpro
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def started(out: Path, first: subprocess.Popen[str]) -> None:
+    """Wait until the first writer has begun its run (its manifest is there) and is still running."""
+    while not (out / "manifest.json").exists() and first.poll() is None:
+        time.sleep(0.05)
+
+
 @probe("two evals on one --out (8 questions)")
 def _two_evals() -> str:
     out = TMP / "two"
-    first = writer(out, 8)
-    time.sleep(1.0)
+    first = writer(out, 8, sleep=1.0)
+    started(out, first)
     second = writer(out, 8)
     first.communicate(120)
     said = second.communicate(120)[0].strip().splitlines()[-1]
@@ -214,8 +220,8 @@ def _two_evals() -> str:
 @probe("--force-new while another eval writes")
 def _force_new() -> str:
     out = TMP / "force"
-    first = writer(out, 8)
-    time.sleep(1.0)
+    first = writer(out, 8, sleep=1.0)
+    started(out, first)
     said = writer(out, 1, resume=False, sleep=0).communicate(120)[0].strip().splitlines()[-1]
     first.communicate(120)
     moved = [p for p in out.iterdir() if p.name.startswith("previous-")]
