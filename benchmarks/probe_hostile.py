@@ -282,7 +282,8 @@ def _empty() -> str:
 @probe("ask with every LM call failed")
 def _no_lm() -> str:
     rc, _, _ = run(*AUTOFOCUS, "ask", "Which papers cite Graph Retrieval at Scale?", "--skb", SKB, "--system", "afr:steps=1-5",
-                   "--lm", "openai/x", "--lm-retries", "0", env={"AUTOFOCUS_LM_API_BASE": "http://127.0.0.1:9/v1"})
+                   "--lm", "openai/x", "--lm-retries", "0", env={"AUTOFOCUS_LM_API_BASE": "http://127.0.0.1:9/v1"},
+                   timeout=600)  # it embeds the SKB first
     return f"exit {rc}"
 
 
