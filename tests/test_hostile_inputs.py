@@ -141,7 +141,7 @@ def test_the_parser_stays_linear_on_ten_thousand_clauses() -> None:
         return time.perf_counter() - start
 
     small, large = seconds(1000), seconds(10_000)
-    assert large < 20 and large < 40 * max(small, 0.01)  # 10x the clauses, not 100x the time
+    assert large < 60 and large < 40 * max(small, 0.01)  # 10x the clauses, not 100x the time (5 s when idle)
     start = time.perf_counter()
     qg = parse_cypher(clauses(10_000))  # the whole step 3: cut to MAX_QUERY_CHARS first
     assert time.perf_counter() - start < 5 and len(qg.triplets) == MAX_TRIPLETS and qg.capped
