@@ -209,7 +209,7 @@ def started(out: Path, first: subprocess.Popen[str]) -> None:
 @probe("two evals on one --out (8 questions)")
 def _two_evals() -> str:
     out = TMP / "two"
-    first = writer(out, 8, sleep=1.0)
+    first = writer(out, 8, sleep=3.0)  # long enough to outlast the second one's start on a loaded machine
     started(out, first)
     second = writer(out, 8)
     first.communicate(120)
@@ -220,7 +220,7 @@ def _two_evals() -> str:
 @probe("--force-new while another eval writes")
 def _force_new() -> str:
     out = TMP / "force"
-    first = writer(out, 8, sleep=1.0)
+    first = writer(out, 8, sleep=3.0)  # long enough to outlast the second one's start on a loaded machine
     started(out, first)
     said = writer(out, 1, resume=False, sleep=0).communicate(120)[0].strip().splitlines()[-1]
     first.communicate(120)
