@@ -18,7 +18,7 @@ from autofocus.skb.documents import path_text
 
 console = make_console()
 err_console = make_console(stderr=True)
-EXIT_DEGRADED = 3  # the answers come from a fallback (an LM gave none, or a work bound cut a step): as `eval`
+EXIT_DEGRADED = 3  # as `eval`'s: every LM call failed, the answers are the fallback's alone
 
 
 @app.command()
@@ -41,8 +41,8 @@ def ask(
     lm_retries: LmRetriesOpt = None,
     deadline: DeadlineOpt = None,
 ) -> None:
-    """Print the ranked answers with names and the strand each came from; exit 3 when the question is
-    degraded (the answers come from a fallback)."""
+    """Print the ranked answers with names and the strand each came from; exit 3 when no LM call
+    answered (the answers are a fallback's alone; a partly degraded question is only warned about)."""
     import autofocus
     from autofocus.runtime import with_waits
 
@@ -70,8 +70,8 @@ def ask(
 
         # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
         trace_json.write_text(redact(json.dumps(to_jsonable(pred.trace), indent=2)))
-    if pred.trace.degraded:  # fallback answers: a script must not take them for the method's (as eval's threshold)
-        raise typer.Exit(EXIT_DEGRADED)
+    if pred.trace.degraded and pred.trace.lm_calls and not pred.trace.tokens[0]:
+        raise typer.Exit(EXIT_DEGRADED)  # no LM call answered (a failed call counts no tokens): nothing is the method's
 
 
 def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
