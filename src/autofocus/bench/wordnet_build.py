@@ -1,0 +1,176 @@
+"""Build the WordNet benchmark directory: graph, schema, questions with their constraints, splits.
+
+The schema holds nothing that depends on the questions (their summary goes to ``qa_summary.json``),
+so rewording or adding questions keeps the SKB's content digest, and with it its vector indexes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autofocus.bench.wordnet_questions import (
+    KINDS,
+    Dropped,
+    assign_splits,
+    load_question_specs,
+    resolve_questions,
+)
+from autofocus.bench.wordnet_skb import (
+    EDGE_DESCRIPTIONS,
+    FULL,
+    LABEL_DESCRIPTIONS,
+    LABEL_ORDER,
+    SMALL,
+    Variant,
+    WordNetGraph,
+    build_graph,
+)
+from autofocus.bench.wordnet_source import DATA_FILES, locate_wordnet, read_synsets
+from autofocus.skb.skbdir import load_skb_dir
+from autofocus.skb.writer import write_skb_dir
+
+Progress = Callable[[str, int, int], None]
+SUMMARY_FILE = "qa_summary.json"
+
+
+@dataclass
+class BenchBuild:
+    """What a build wrote, for the CLI summary."""
+
+    path: Path
+    wordnet_dir: Path
+    node_counts: dict[str, int]
+    edge_counts: dict[str, int]
+    qa_counts: dict[str, dict[str, int]]  # kind -> split -> count
+    dropped: list[Dropped] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def build_wordnet_skb(
+    out: Path | str,
+    small: bool = False,
+    wordnet_dir: Path | str | None = None,
+    on_progress: Progress | None = None,
+) -> BenchBuild:
+    """Build the WordNet benchmark (``small``: the body-part and natural-object files only) into ``out``.
+
+    Questions whose constraint has no answer in this graph, or too many, are dropped and listed
+    (the small variant keeps the questions its graph can answer).
+    """
+    start = time.perf_counter()
+    out = Path(out)
+    folder = locate_wordnet(wordnet_dir)
+    noun_file = folder / DATA_FILES["n"]
+    if on_progress:
+        on_progress("read WordNet", 0, 1)
+    synsets = read_synsets(noun_file)
+    variant = SMALL if small else FULL
+    graph = build_graph(synsets, variant)
+    if on_progress:
+        on_progress("read WordNet", 1, 1)
+    node_counts = Counter(n["type"] for n in graph.nodes)
+    edge_counts = Counter(t for _, t, _ in graph.edges)
+    schema = _schema(graph, variant, node_counts, edge_counts, noun_file)
+    write_skb_dir(out, schema, graph.nodes, graph.edges)
+    for stale in [out / "qa.csv", *out.glob("splits/*.index")]:
+        stale.unlink(missing_ok=True)
+    skb = load_skb_dir(out, progress=False)
+    questions, dropped = resolve_questions(load_question_specs(), skb)
+    if on_progress:
+        on_progress("compute gold answers", 1, 1)
+    splits = assign_splits(questions)
+    write_skb_dir(out, schema, graph.nodes, graph.edges, [q.row(i) for i, q in enumerate(questions)], splits)
+    split_of = {i: name for name, members in splits.items() for i in members}
+    qa_counts = {k: {s: 0 for s in splits} for k in KINDS}
+    for i, q in enumerate(questions):
+        qa_counts[q.kind][split_of[i]] += 1
+    summary = {
+        "counts": qa_counts,
+        "split_fractions": "train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key",
+        "dropped": [{"key": d.key, "reason": d.reason} for d in dropped],
+        "qa_sha256": hashlib.sha256((out / "qa.csv").read_bytes()).hexdigest(),
+    }
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if on_progress:
+        on_progress("write", 1, 1)
+    return BenchBuild(
+        out,
+        folder,
+        {t: node_counts[t] for t in LABEL_ORDER if node_counts[t]},
+        {t: edge_counts[t] for t in EDGE_DESCRIPTIONS if edge_counts[t]},
+        qa_counts,
+        dropped,
+        time.perf_counter() - start,
+    )
+
+
+def _schema(
+    graph: WordNetGraph, variant: Variant, node_counts: Counter[str], edge_counts: Counter[str], noun_file: Path
+) -> dict[str, Any]:
+    pairs: dict[str, set[tuple[str, str]]] = {}
+    for s, t, d in graph.edges:
+        pairs.setdefault(t, set()).add((graph.nodes[s]["type"], graph.nodes[d]["type"]))
+    node_types = {
+        t: {
+            "count": node_counts[t],
+            "name_field": "name",
+            "attributes": ["synonyms", "wordnet_id", "lexical_file"],
+            "attribute_types": {"synonyms": "json", "wordnet_id": "string", "lexical_file": "string"},
+            "description": LABEL_DESCRIPTIONS[t],
+        }
+        for t in LABEL_ORDER
+        if node_counts[t]
+    }
+    edge_types = {}
+    for t, desc in EDGE_DESCRIPTIONS.items():
+        if not edge_counts[t]:
+            continue
+        ends = pairs[t]
+        src = {a for a, _ in ends}
+        dst = {b for _, b in ends}
+        edge_types[t] = {
+            "count": edge_counts[t],
+            "src_type": next(iter(src)) if len(src) == 1 else None,
+            "dst_type": next(iter(dst)) if len(dst) == 1 else None,
+            "description": desc,
+        }
+    core_rule = "every noun synset of " + ", ".join(variant.core_files)
+    if variant.named_people:
+        core_rule += ", and every noun.person synset that is an instance (a named person)"
+    return {
+        "name": "wordnet-nouns" if variant is FULL else "wordnet-nouns-small",
+        "description": (
+            "English nouns from WordNet 3.0 as a knowledge graph. Each node is one sense of a noun (a synset): "
+            "animals and their biological classification, foods and dishes, body parts, natural objects "
+            "(stars, mountains, rivers), substances, places (countries, cities, regions) and named people, "
+            "with the abstract notions, plants, artifacts and groups they link to. A node's name is its "
+            "first word form (names repeat across senses); its document is the definition, its other names "
+            "and example sentences. Edges: x is_a y (a kind of y), x instance_of y (a named individual of the "
+            "class y: Paris instance_of national capital), x member_of y (a species of a genus, a genus of a "
+            "family, a country of an alliance), x part_of y (an organ of a body system, a city of a country), "
+            "x made_of y (a substance), x has_topic y (a field it belongs to), x in_region y (a region it is "
+            "particular to), x related_form y and x antonym_of y (words that derive from each other, "
+            "opposites)."
+        ),
+        "node_types": node_types,
+        "edge_types": edge_types,
+        "candidate_types": list(node_types),
+        "source": {
+            "builder": "autofocus.bench.wordnet_build.build_wordnet_skb",
+            "data": "Princeton WordNet 3.0 (Debian package wordnet-base), WordNet 3.0 licence: "
+            "https://wordnet.princeton.edu/license-and-commercial-use",
+            "data_sha256": hashlib.sha256(noun_file.read_bytes()).hexdigest(),
+            "variant": variant.name,
+            "selection": f"core: {core_rule}; plus every noun synset a core synset points to with a kept "
+            "pointer (one hop); edges: the kept pointers between selected synsets; labels: by lexicographer "
+            "file (noun.Tops: the label of most of its direct hyponyms)",
+            "core_nodes": graph.core,
+        },
+    }
