@@ -3,10 +3,11 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   ?= data/demo
+WORDNET ?= data/wordnet
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup setup-lm demo test lint bench clean
+.PHONY: setup setup-lm demo wordnet test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,6 +30,11 @@ demo: setup-lm
 	$(BIN)/autofocus index build $(DEMO) --variant all
 	$(BIN)/autofocus search "parse a JSON document into Python objects" --skb $(DEMO) -k 5
 	$(BIN)/autofocus ask "Which exceptions defined in the json module subclass ValueError?" --skb $(DEMO) --reranker pointwise -k 10 --trace
+
+# The second labelled benchmark (docs/benchmarks.md): WordNet 3.0's nouns from the Debian package wordnet-base.
+wordnet: setup
+	$(BIN)/autofocus bench build wordnet $(WORDNET)
+	$(BIN)/autofocus index build $(WORDNET) --variant all
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks

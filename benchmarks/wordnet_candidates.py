@@ -20,6 +20,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 Edges = dict[str, dict[int, set[int]]]
@@ -91,7 +92,7 @@ def phrases_of(g: Graph, ids: set[int]) -> Counter[str]:
     seen: Counter[str] = Counter()
     for i in ids:
         words = re.findall(r"[A-Za-z][A-Za-z-]+", g.nodes[i]["text"].split(" Also called:")[0])
-        grams = {w for w in words if len(w) > 4} | {f"{a} {b}" for a, b in zip(words, words[1:], strict=False)}
+        grams = {w for w in words if len(w) > 4} | {f"{a} {b}" for a, b in pairwise(words)}
         seen.update(grams)
     return seen
 

@@ -11,7 +11,7 @@ A question (``data/wordnet_questions.json``) is written for people and stores be
 Gold = the nodes the constraint returns whose document satisfies ``text``. So every answer set is
 computed, never typed in, and a wording that does not fit its answers can be found by reading them
 (docs/benchmarks.md, "Reading check"). A question whose gold is empty or over ``MAX_ANSWERS`` in
-this build is dropped and reported, never kept wrong.
+this build, or that names one of its answers, is dropped and reported, never kept wrong.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any, Literal
 import numpy as np
 
 from autofocus.cypher import parse_cypher
-from autofocus.demo.questions import KINDS, Dropped, assign_splits as _assign_splits
+from autofocus.demo.questions import KINDS, Dropped, leaks_answer
+from autofocus.demo.questions import assign_splits as _assign_splits
 from autofocus.program.steps.grounding import ground_triplets
 from autofocus.program.steps.symbols import NAME_KEYS, constraint_mask
 from autofocus.query_graph import QueryGraph
@@ -105,6 +106,11 @@ def execute_constraint(skb: SKB, cypher: str) -> np.ndarray:
     if qg.dropped or qg.target is None or qg.target_type is None:
         why = "; ".join(f"{d.text}: {d.reason}" for d in qg.dropped) or "no typed RETURN variable"
         raise ValueError(f"constraint not fully read ({why}): {cypher}")
+    renamed = [f"{s.label} -> {s.type}" for s in qg.symbols.values() if s.label and s.label != s.type] + [
+        f"{t.rel_label} -> {t.rel}" for t in qg.triplets if t.rel_label and t.rel_label != t.rel
+    ]
+    if renamed:
+        raise ValueError(f"constraint names a label or relationship the schema lacks ({'; '.join(renamed)}): {cypher}")
     sets, type_masks = _symbol_sets(skb, qg)
     if qg.triplets:
         final = ground_triplets(skb, qg.triplets, sets, type_masks)
@@ -178,6 +184,10 @@ def resolve_questions(specs: list[QuestionSpec], skb: SKB) -> tuple[list[WordNet
             dropped.append(Dropped(spec.key, f"{len(gold)} answers in this build (1..{MAX_ANSWERS} kept)"))
             continue
         ids = tuple(int(i) for i in gold)
+        leak = leaks_answer(spec.query, [skb.name(i) for i in ids])
+        if leak:
+            dropped.append(Dropped(spec.key, f"the question names its answer {leak}"))
+            continue
         kept.append(WordNetQuestion(spec, ids, tuple(skb.name(i) for i in ids),
                                     tuple(str(wid.get(i)) for i in ids)))  # fmt: skip
     return kept, dropped

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +17,7 @@ err_console = make_console(stderr=True)
 bench_app = command_group("bench", "Labelled benchmarks for development, built from public data.")
 
 
-class Benchmark(str, Enum):
+class Benchmark(StrEnum):
     wordnet = "wordnet"
 
 
@@ -56,6 +56,7 @@ def build_cmd(
         table.add_row("question", kind, "  ".join(f"{s} {n}" for s, n in per_split.items()))
     console.print(table)
     if result.dropped:
-        console.print(f"{len(result.dropped)} question(s) not answerable in this build (left out):")
-        for d in result.dropped[:20]:
+        console.print(f"{len(result.dropped)} question(s) not answerable in this build, left out (all of them, "
+                      f"with the reason, in {out / 'qa_summary.json'}):")
+        for d in result.dropped[:10]:
             console.print(safe(f"  {d.key}: {d.reason}"), soft_wrap=True)
