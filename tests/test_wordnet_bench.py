@@ -308,33 +308,51 @@ def parse_subset(cypher: str) -> tuple[str, dict[str, tuple[str | None, str | No
 
 
 def matches(graph: nx.MultiDiGraph, cypher: str) -> set[int]:
-    """Every value of the RETURN variable over all assignments that satisfy the pattern (backtracking)."""
+    """Every value of the RETURN variable over all assignments that satisfy the pattern: backtracking
+    from the named variables, each next variable drawn from the neighbours of one already assigned."""
     target, variables, edges = parse_subset(cypher)
 
-    def domain(var: str) -> list[int]:
+    def fits(var: str, node: int) -> bool:
         label, name = variables[var]
-        return [n for n, d in graph.nodes(data=True) if d["type"] == label and (name is None or d["name"] == name)]
+        data = graph.nodes[node]
+        return data["type"] == label and (name is None or data["name"] == name)
 
     def holds(a: int, rel: str, b: int, directed: bool) -> bool:
-        has = any(k == rel for k in graph.get_edge_data(a, b, default={}))
-        return has or (not directed and any(k == rel for k in graph.get_edge_data(b, a, default={})))
+        has = rel in graph.get_edge_data(a, b, default={})
+        return has or (not directed and rel in graph.get_edge_data(b, a, default={}))
 
-    order = sorted(variables, key=lambda v: (variables[v][1] is None, v != target))
-    found: set[int] = set()
+    def neighbours(node: int, rel: str, outwards: bool, directed: bool) -> set[int]:
+        found = set()
+        if outwards or not directed:
+            found |= {b for _, b, k in graph.out_edges(node, keys=True) if k == rel}
+        if not outwards or not directed:
+            found |= {a for a, _, k in graph.in_edges(node, keys=True) if k == rel}
+        return found
+
+    order = sorted(variables, key=lambda v: variables[v][1] is None)[:1]
+    while len(order) < len(variables):  # breadth first along the pattern's edges
+        linked = [v for h, _, t, _ in edges for v in (h, t) if v not in order and ({h, t} & set(order))]
+        order.append(linked[0] if linked else next(v for v in variables if v not in order))
+
+    def candidates(var: str, assigned: dict[str, int]) -> set[int]:
+        for h, rel, t, directed in edges:
+            if h == var and t in assigned:
+                return {n for n in neighbours(assigned[t], rel, False, directed) if fits(var, n)}
+            if t == var and h in assigned:
+                return {n for n in neighbours(assigned[h], rel, True, directed) if fits(var, n)}
+        return {n for n in graph.nodes if fits(var, n)}
 
     def extend(i: int, assigned: dict[str, int]) -> Iterator[dict[str, int]]:
         if i == len(order):
             yield assigned
             return
         var = order[i]
-        for node in domain(var):
+        for node in sorted(candidates(var, assigned)):
             trial = {**assigned, var: node}
             if all(holds(trial[h], r, trial[t], d) for h, r, t, d in edges if h in trial and t in trial):
                 yield from extend(i + 1, trial)
 
-    for solution in extend(0, {}):
-        found.add(solution[target])
-    return found
+    return {solution[target] for solution in extend(0, {})}
 
 
 def independent_gold(skb: Path) -> dict[str, set[int]]:
