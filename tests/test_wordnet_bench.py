@@ -207,6 +207,12 @@ def test_builds_are_identical_byte_for_byte(full: Path, tmp_path: Path) -> None:
              *(f"splits/{s}.index" for s in SPLIT_FRACTIONS)]  # fmt: skip
     for name in names:
         assert (tmp_path / name).read_bytes() == (full / name).read_bytes(), name
+    graph_files = {n: (tmp_path / n).stat().st_mtime_ns for n in ("schema.json", "nodes.jsonl", "edges.csv")}
+    (tmp_path / "splits" / "old.index").write_text("1\n")
+    build_wordnet_skb(tmp_path, wordnet_dir=FIXTURE)  # unchanged files stay untouched: the SKB cache keeps
+    assert {n: (tmp_path / n).stat().st_mtime_ns for n in graph_files} == graph_files
+    assert sorted(p.name for p in (tmp_path / "splits").iterdir()) == ["test.index", "train.index", "val.index"]
+    assert not [p for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}-")]  # no scratch left
 
 
 # --- questions -------------------------------------------------------------------------------------

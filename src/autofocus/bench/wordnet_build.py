@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,8 @@ from autofocus.bench.wordnet_skb import (
 )
 from autofocus.bench.wordnet_source import DATA_FILES, locate_wordnet, read_synsets
 from autofocus.skb.skbdir import load_skb_dir
-from autofocus.skb.writer import write_skb_dir
+from autofocus.skb.writer import write_qa_csv, write_skb_dir
 
-Progress = Callable[[str, int, int], None]
 SUMMARY_FILE = "qa_summary.json"
 
 
@@ -53,53 +53,45 @@ class BenchBuild:
     seconds: float = 0.0
 
 
-def build_wordnet_skb(
-    out: Path | str,
-    small: bool = False,
-    wordnet_dir: Path | str | None = None,
-    on_progress: Progress | None = None,
-) -> BenchBuild:
+def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | str | None = None) -> BenchBuild:
     """Build the WordNet benchmark (``small``: the body-part and natural-object files only) into ``out``.
 
     Questions whose constraint has no answer in this graph, or too many, are dropped and listed
-    (the small variant keeps the questions its graph can answer).
+    (the small variant keeps the questions its graph can answer). The files are written to a
+    scratch folder next to ``out`` and moved in only where they changed, so a rebuild that changes
+    the questions alone leaves the graph files, their cache and their indexes untouched.
     """
     start = time.perf_counter()
     out = Path(out)
     folder = locate_wordnet(wordnet_dir)
     noun_file = folder / DATA_FILES["n"]
-    if on_progress:
-        on_progress("read WordNet", 0, 1)
-    synsets = read_synsets(noun_file)
     variant = SMALL if small else FULL
-    graph = build_graph(synsets, variant)
-    if on_progress:
-        on_progress("read WordNet", 1, 1)
+    graph = build_graph(read_synsets(noun_file), variant)
     node_counts = Counter(n["type"] for n in graph.nodes)
     edge_counts = Counter(t for _, t, _ in graph.edges)
     schema = _schema(graph, variant, node_counts, edge_counts, noun_file)
-    write_skb_dir(out, schema, graph.nodes, graph.edges)
-    for stale in [out / "qa.csv", *out.glob("splits/*.index")]:
-        stale.unlink(missing_ok=True)
-    skb = load_skb_dir(out, progress=False)
-    questions, dropped = resolve_questions(load_question_specs(), skb)
-    if on_progress:
-        on_progress("compute gold answers", 1, 1)
-    splits = assign_splits(questions)
-    write_skb_dir(out, schema, graph.nodes, graph.edges, [q.row(i) for i, q in enumerate(questions)], splits)
-    split_of = {i: name for name, members in splits.items() for i in members}
-    qa_counts = {k: {s: 0 for s in splits} for k in KINDS}
-    for i, q in enumerate(questions):
-        qa_counts[q.kind][split_of[i]] += 1
-    summary = {
-        "counts": qa_counts,
-        "split_fractions": "train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key",
-        "dropped": [{"key": d.key, "reason": d.reason} for d in dropped],
-        "qa_sha256": hashlib.sha256((out / "qa.csv").read_bytes()).hexdigest(),
-    }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    if on_progress:
-        on_progress("write", 1, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as scratch:
+        new = Path(scratch)
+        write_skb_dir(new, schema, graph.nodes, graph.edges)
+        questions, dropped = resolve_questions(load_question_specs(), load_skb_dir(new, progress=False))
+        splits = assign_splits(questions)
+        write_qa_csv(new / "qa.csv", [q.row(i) for i, q in enumerate(questions)])
+        (new / "splits").mkdir()
+        for name, ids in splits.items():
+            (new / "splits" / f"{name}.index").write_text("".join(f"{i}\n" for i in ids))
+        split_of = {i: name for name, members in splits.items() for i in members}
+        qa_counts = {k: {s: 0 for s in splits} for k in KINDS}
+        for i, q in enumerate(questions):
+            qa_counts[q.kind][split_of[i]] += 1
+        summary = {
+            "counts": qa_counts,
+            "split_fractions": "train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key",
+            "dropped": [{"key": d.key, "reason": d.reason} for d in dropped],
+            "qa_sha256": hashlib.sha256((new / "qa.csv").read_bytes()).hexdigest(),
+        }
+        (new / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        _move_changed(new, out)
     return BenchBuild(
         out,
         folder,
@@ -109,6 +101,20 @@ def build_wordnet_skb(
         dropped,
         time.perf_counter() - start,
     )
+
+
+def _move_changed(new: Path, out: Path) -> None:
+    """Replace the files of ``out`` by those of ``new`` where their bytes differ; remove split files
+    ``new`` does not have (a rebuild with fewer splits leaves none behind)."""
+    fresh = {p.relative_to(new) for p in new.rglob("*") if p.is_file()}
+    for rel in sorted(fresh):
+        target = out / rel
+        if not target.is_file() or target.read_bytes() != (new / rel).read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(new / rel, target)
+    for stale in out.glob("splits/*.index"):
+        if stale.relative_to(out) not in fresh:
+            stale.unlink()
 
 
 def _schema(
