@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autofocus.bench.wordnet_source import Synset
@@ -122,7 +122,6 @@ class WordNetGraph:
     edges: list[tuple[int, str, int]]
     ids: dict[str, int]
     core: int = 0  # how many nodes are core synsets (the rest are their one-hop neighbours)
-    skipped: Counter[str] = field(default_factory=Counter)
 
 
 def select(synsets: Sequence[Synset], variant: Variant) -> list[Synset]:
@@ -188,12 +187,10 @@ def build_graph(all_synsets: Iterable[Synset], variant: Variant) -> WordNetGraph
         for i, (label, s) in enumerate(labelled)
     ]
     edges: set[tuple[int, str, int]] = set()
-    skipped: Counter[str] = Counter()
     for _, s in labelled:
         for p in s.pointers:
             rel = POINTERS.get(p.symbol)
             if rel is None or p.target not in ids:
-                skipped[p.symbol] += 1
                 continue
             a, b = (ids[s.key], ids[p.target]) if rel.forward else (ids[p.target], ids[s.key])
             if a == b:
@@ -203,4 +200,4 @@ def build_graph(all_synsets: Iterable[Synset], variant: Variant) -> WordNetGraph
             edges.add((a, rel.edge_type, b))
     core = sum(is_core(s, variant) for _, s in labelled)
     edge_order = list(EDGE_DESCRIPTIONS)
-    return WordNetGraph(nodes, sorted(edges, key=lambda e: (edge_order.index(e[1]), e[0], e[2])), ids, core, skipped)
+    return WordNetGraph(nodes, sorted(edges, key=lambda e: (edge_order.index(e[1]), e[0], e[2])), ids, core)
