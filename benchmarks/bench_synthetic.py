@@ -225,15 +225,15 @@ def main(argv: list[str] | None = None) -> int:
 
     install_usage_callback()
     cfg = load_config(args.config, lm=args.lm)
-    kb = open_kb(args.skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
+    kb = open_kb(args.skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
     splits = Splits.load(args.skb, args.qa_dir)
     summary_path = (args.qa_dir or args.skb) / "synthetic_summary.json"
     synthesis = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    dspy.configure(lm=get_lm(cfg.lm.default, temperature=cfg.lm.temperature, max_tokens=cfg.lm.max_tokens))
+    dspy.configure(lm=get_lm(cfg.runtime.lm.default, temperature=cfg.runtime.lm.temperature, max_tokens=cfg.runtime.lm.max_tokens))
     results = []
     sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
     for step in [s.strip() for s in args.steps.split(",") if s.strip()]:
-        step_cfg = cfg.model_copy(update={"reranker": args.reranker}) if step == "reranker" else cfg
+        step_cfg = cfg.updated({"reranker": args.reranker}) if step == "reranker" else cfg
         results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads,
                                 sources=sources, save_to=args.out))
     write(args.out, results, splits, synthesis)

@@ -160,7 +160,7 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
 
     path = save_program(result.program, result.system, result.config, tmp_path / "cypher.json", result.metadata)
     doc = json.loads(path.read_text())
-    assert doc["system"] == "afr" and doc["config"]["k"] == 4 and doc["optimizer"]["optimizer"] == "bootstrap"
+    assert doc["system"] == "afr" and doc["config"]["merge"]["k"] == 4 and doc["optimizer"]["optimizer"] == "bootstrap"
     assert [d["question"] for d in doc["state"]["cypher"]["demos"]] == [ex.question for ex in train[:2]]
     assert all(s["lm"] is None for s in doc["state"].values())
     # the steps not chosen are saved exactly as a freshly built program has them
@@ -169,7 +169,7 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
     assert all(doc["state"][n] == fresh[n] for n in fresh if n != "cypher")
 
     system, cfg = read_program_config(path)
-    loaded = load_program_state(build_program(system, kb, cfg.model_copy(update={"reranker": "none"}),
+    loaded = load_program_state(build_program(system, kb, cfg.updated({"reranker": "none"}),
                                               with_lms=False), path)
     lm2 = task_lm()
     with dspy.context(lm=lm2):
@@ -496,7 +496,7 @@ def test_optimize_command_then_ask_and_eval_load_the_program(
     assert "on test (held out): 2 questions" in res.output and "cypher: 2 demos" in res.output
     doc = json.loads(prog.read_text())
     assert len(doc["state"]["cypher"]["demos"]) == 2 and doc["optimizer"]["test"]["optimised"]["grounded_hit@20"] == 1
-    assert doc["config"]["k"] == 4 and doc["config"]["reranker"] == "auto"  # the config as given, reranker kept
+    assert doc["config"]["merge"]["k"] == 4 and doc["config"]["rerank"]["reranker"] == "auto"  # the config as given, reranker kept
 
     lm.calls.clear()
     res = runner.invoke(app, ["ask", "Which paper by Grace Hopper is a survey?", "--skb", str(tiny_skb_dir),

@@ -555,7 +555,8 @@ def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb:
         assert res.exit_code == 0, res.output
         for saved in (json.loads((tmp_path / "p.json").read_text())["config"],
                       json.loads((tmp_path / "tune" / "best_config.json").read_text())):
-            assert (saved["lm"]["timeout_s"], saved["lm"]["num_retries"], saved["question_deadline_s"]) == (7, 0, 60)
+            run_cfg = saved["runtime"]
+            assert (run_cfg["lm"]["timeout_s"], run_cfg["lm"]["num_retries"], run_cfg["question_deadline_s"]) == (7, 0, 60)
         assert json.loads((tmp_path / "tune" / "summary.json").read_text())["pre_rerank"]["tuned"]["hit@4"] == 1.0
 
 

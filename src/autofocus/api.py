@@ -81,7 +81,7 @@ def open(
     cfg = _config(config, lm, program)
     lms: Any = lm if isinstance(lm, dspy.BaseLM) else "lazy"
     if isinstance(lm, dspy.BaseLM):  # named in the config (the manifest, ``reranker=auto``) by its model
-        cfg = cfg.model_copy(update={"lm": cfg.lm.model_copy(update={"default": str(getattr(lm, "model", "custom"))})})
+        cfg = cfg.updated({"lm": {**cfg.runtime.lm.model_dump(), "default": str(getattr(lm, "model", "custom"))}})
     return open_program(skb, system, cfg, program, lms=lms)
 
 

@@ -135,8 +135,9 @@ def _print_settings(cfg: AutofocusConfig, best: AutofocusConfig, names: list[str
     table = Table(title="Settings")
     for col in ("setting", "defaults", "tuned"):
         table.add_column(col)
+    flat_cfg, flat_best = cfg.flat(), best.flat()
     for n in names:
-        a, b = getattr(cfg, n), getattr(best, n)
+        a, b = flat_cfg[n], flat_best[n]
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)
         fb = f"{b:.3f}" if isinstance(b, float) else str(b)
         table.add_row(n, safe(fa), f"[bold]{safe(fb)}[/]" if a != b else safe(fb))

@@ -97,7 +97,7 @@ def index_checksums(kb: KnowledgeBaseLike, cfg: AutofocusConfig) -> dict[str, st
     import json
 
     out: dict[str, str | None] = {}
-    for variant in sorted({cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}):
+    for variant in sorted({cfg.grounding.doc_variant_step4, cfg.merge.doc_variant_step6, cfg.merge.doc_variant_step7}):
         path = kb.store_dir(variant) / "manifest.json"
         if path.is_file():
             out[f"{kb.embedder.name}/{variant}"] = json.loads(path.read_text()).get("sha256")
@@ -144,7 +144,7 @@ def evaluate_program(
             ``questions`` are given.
         limit: only the first ``limit`` questions.
         resume: False moves a previous run in ``out`` aside and starts again.
-        concurrency: questions in parallel (default ``program.config.concurrency``).
+        concurrency: questions in parallel (default ``program.config.runtime.concurrency``).
         console: prints the summary there (None: quiet); ``progress_console`` gets the progress bar
             and notes (default stderr).
         replay: a run directory whose step 1-2 outputs (target type, query) are reused instead of
@@ -188,8 +188,8 @@ def evaluate_program(
         items,
         out,
         manifest=manifest,
-        concurrency=concurrency or cfg.concurrency,
-        deadline_s=cfg.question_deadline_s,
+        concurrency=concurrency or cfg.runtime.concurrency,
+        deadline_s=cfg.runtime.question_deadline_s,
         limit=limit,
         resume=resume,
         progress=progress,
@@ -267,7 +267,7 @@ def compare_systems(
         if console is not None:
             console.rule(safe(f"{spec} -> {out / sub}"))
         system, cfg = runtime.resolve_system(spec, config)
-        program = runtime.assemble(system, kb_for(cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens), cfg, lms="lazy")
+        program = runtime.assemble(system, kb_for(cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens), cfg, lms="lazy")
         done = evaluate_program(
             program, split, out / sub, questions=items, limit=limit, resume=resume, progress=progress,
             console=console, progress_console=progress_console,

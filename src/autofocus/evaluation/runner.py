@@ -43,6 +43,7 @@ from rich.progress import (
 )
 
 from autofocus import paths
+from autofocus.config import flat_settings
 from autofocus.console import make_console, safe
 from autofocus.evaluation.traces import (
     RECORD_VERSION,
@@ -159,7 +160,7 @@ def build_manifest(
         "config": cfg,
         "skb": {"path": str(skb_path) if skb_path else None, "fingerprint": skb_fingerprint},
         "index_checksums": dict(index_checksums or {}),
-        "lms": dict(lms) if lms is not None else (cfg or {}).get("lm"),
+        "lms": dict(lms) if lms is not None else flat_settings(cfg or {}).get("lm"),
         "program": {"path": str(program_file), "sha256": file_sha256(Path(program_file))}
         if program_file
         else None,
@@ -177,15 +178,17 @@ def build_manifest(
     return manifest
 
 
-# config fields that change how fast a run goes, or how long it waits for an LM, not its results
+# settings (flat names) that change how fast a run goes, or how long it waits for an LM, not its results
 EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s", "scan_ahead", "scan_shards"})
 WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
 
 
 def without_waits(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config dump without how long to wait for an LM (``WAITS``): it changes which questions end
-    degraded, which are retried, never what an answered question scores."""
-    out = {k: v for k, v in config.items() if k not in WAITS}
+    """A config dump (grouped or flat), flat (``flat_settings``) and without how long to wait for an
+    LM (``WAITS``): that changes which questions end degraded, which are retried, never what an
+    answered question scores. Flat, a run or study made before the settings were grouped still
+    matches its config."""
+    out = {k: v for k, v in flat_settings(config).items() if k not in WAITS}
     if isinstance(out.get("lm"), Mapping):
         out["lm"] = {k: v for k, v in out["lm"].items() if f"lm.{k}" not in WAITS}
     return out

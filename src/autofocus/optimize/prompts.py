@@ -127,9 +127,9 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
         elif step == "reranker" and config.steps != "1-8":
             problems.append(f"reranker: steps={config.steps} never reaches step 8")
         elif hasattr(program, "query_graph") and step in ("cypher", "query_graph"):
-            used = "query_graph" if config.query_format == "typed" else "cypher"
+            used = "query_graph" if config.query.query_format == "typed" else "cypher"
             if step != used:
-                problems.append(f"{step}: query_format={config.query_format} uses the {used} step instead")
+                problems.append(f"{step}: query_format={config.query.query_format} uses the {used} step instead")
     return problems
 
 
@@ -392,7 +392,7 @@ def optimise(
         trials: demo sets tried (bootstrap-rs) or MIPROv2 trials (then ``auto=None``).
         budget: GEPA's metric calls (else ``auto="light"``).
         reflection_lm: GEPA's reflection LM, MIPROv2's proposer (default: the task LM).
-        threads: questions run in parallel (default ``config.concurrency``).
+        threads: questions run in parallel (default ``config.runtime.concurrency``).
         with_lms: give steps their configured LMs (False: ``dspy.settings.lm``, for tests).
         on_eval: ``(label, n) -> tick`` for progress bars over the before/after evaluations.
     """
@@ -421,12 +421,12 @@ def optimise(
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
     run_cfg = cfg
-    if "reranker" not in steps and not needs_final_order(metric, cfg.k) and cfg.reranker != "none":
-        run_cfg = cfg.model_copy(update={"reranker": "none"})  # the objective never sees the reranker
+    if "reranker" not in steps and not needs_final_order(metric, cfg.merge.k) and cfg.rerank.reranker != "none":
+        run_cfg = cfg.updated({"reranker": "none"})  # the objective never sees the reranker
     lms = {n: p.lm for n, p in template.named_predictors()}
     programs = _Programs(lambda: _prepared(assemble(system, kb, run_cfg, lms=with_lms)), lms)
     modules = {s: getattr(template, s) for s in steps}
-    threads = threads or cfg.concurrency
+    threads = threads or cfg.runtime.concurrency
     candidates = Candidates(kb.skb.candidate_ids)
 
     def scored(label: str, program: dspy.Module) -> Scores:

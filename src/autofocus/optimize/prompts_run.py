@@ -89,10 +89,10 @@ def run_prompt_optimisation(
     chosen = [s.strip() for s in steps if s.strip()]
     train_set, val_set = split_examples(skb, train, limit_train, qa_dir), split_examples(skb, val, limit_val, qa_dir)
     test_set = split_examples(skb, test, limit_test, qa_dir) if test else None
-    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
+    kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
     reflection = (
-        get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS, timeout=cfg.lm.timeout_s,
-               num_retries=cfg.lm.num_retries)
+        get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS, timeout=cfg.runtime.lm.timeout_s,
+               num_retries=cfg.runtime.lm.num_retries)
         if isinstance(reflection_lm, str)
         else reflection_lm
     )

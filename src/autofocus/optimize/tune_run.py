@@ -14,7 +14,7 @@ likelihood fit of that weight (``optimize.fusion_fit``).
 
 Example:
     result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), trials=50)
-    result.best_config.alpha, result.tuned.metrics["hit@20"]
+    result.best_config.merge.alpha, result.tuned.metrics["hit@20"]
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def run_tuning(
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or tuning.default_storage(out)
 
-    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
+    kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
 
     def make_program(c: AutofocusConfig, lms: bool = True) -> Any:
         return runtime.assemble(tuning.system_spec(name, c), kb, c, program_file=program_file, lms=lms)
@@ -193,7 +193,7 @@ def run_tuning(
     prog = make_program(cfg, lms=False)
     if not isinstance(prog, AutofocusRetriever):
         raise ValueError(f"tuning takes AF-Retriever presets; {system!r} is a {type(prog).__name__}")
-    variants = {cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}
+    variants = {cfg.grounding.doc_variant_step4, cfg.merge.doc_variant_step6, cfg.merge.doc_variant_step7}
     if any(p.startswith("doc_variant") for p in spec.params):
         variants |= set(tuning.BOTH_VARIANTS)
     for v in sorted(variants):  # opened (or built) once, before any trial
@@ -219,7 +219,7 @@ def run_tuning(
                 safe(f"steps 1-2 ({label})"), total=len(questions), completed=len(questions) - len(missing), stats=""
             )
             got, asked = tuning.fill_llm_outputs(
-                prog, questions, cache, concurrency=cfg.concurrency, on_done=lambda _: bar.advance(task)
+                prog, questions, cache, concurrency=cfg.runtime.concurrency, on_done=lambda _: bar.advance(task)
             )
         failed = sum(tuning.transient(o) for o in got.values())
         say(
@@ -236,7 +236,7 @@ def run_tuning(
     outputs = outputs_for(items, split)
     candidates = as_candidates(kb.skb.candidate_ids)
     evaluate = tuning.ConfigEvaluator(
-        prog, items, outputs, candidates, tuning.metric_ks(spec.metric), make_program, cfg.concurrency
+        prog, items, outputs, candidates, tuning.metric_ks(spec.metric), make_program, cfg.runtime.concurrency
     )
     tuned_away = set(spec.params) | {"concurrency"}
     if not spec.rerank:  # step 8 only: free to change between runs of a pre-rerank study
@@ -298,7 +298,7 @@ def run_tuning(
         w_rows = tuning.sweep_prior_weight(evaluate, best_cfg)
         tuning.write_table(w_rows, ["rerank_prior_weight", *SHOWN_METRICS], out / "prior_weight")
         plots.plot_prior_weight(w_rows, out / plots.PRIOR_WEIGHT_PNG,
-                                best_cfg.rerank_prior_weight if best_cfg.rerank_fusion == "prior" else None, fit)
+                                best_cfg.rerank.rerank_prior_weight if best_cfg.rerank.rerank_fusion == "prior" else None, fit)
 
     result = TuningResult(
         out=out, study=study, storage=storage, spec=spec, split=split, questions=len(items), base_config=cfg,
@@ -359,7 +359,7 @@ def _sensitivity(
             ["alpha", *SHOWN_METRICS, "seconds"],
             out / ("alpha" if label == first else f"alpha_{label}"),
         )
-    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.alpha, best_alpha=best.alpha)
+    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.merge.alpha, best_alpha=best.merge.alpha)
     sweep = tuning.sweep_l_max(evaluators[first], best)
     rows = [tuning.flat(r) for r in sweep]
     tuning.write_table(rows, list(L_MAX_COLUMNS), out / "l_max")
@@ -443,7 +443,7 @@ def _markdown(
         "",
         "| setting | defaults | tuned |",
         "|---|---|---|",
-        *(f"| {n} | {fmt(getattr(cfg, n))} | {fmt(getattr(best, n))} |" for n in names),
+        *(f"| {n} | {fmt(cfg.flat()[n])} | {fmt(best.flat()[n])} |" for n in names),
         "",
     ]
     key = "pre_rerank" if "pre_rerank" in data else "reranked"

@@ -76,9 +76,9 @@ def run_synthesis(
     from autofocus import runtime
     from autofocus.lm import get_lm
 
-    kb = runtime.open_kb(skb, config.embedder, config.index_kind, config.doc_budget_tokens)
+    kb = runtime.open_kb(skb, config.index.embedder, config.index.index_kind, config.index.doc_budget_tokens)
     folder, qa_name = (Path(out), QA_FILE) if out is not None else qa_folder(skb)
-    lm = get_lm(config.lm.default, **{**config.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
+    lm = get_lm(config.runtime.lm.default, **{**config.runtime.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
     checker = runtime.assemble("afr", kb, config, lms=True) if round_trip else None  # the config's own LMs
     with dspy.context(lm=lm):
         result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
