@@ -31,6 +31,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.evaluation.report import paired_test
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
 from autofocus.optimize.saved import save_program
+from autofocus.options import PromptOptOptions
 from autofocus.skb.qa import QAItem, load_qa
 
 STEPS = ("target_type", "cypher", "reranker")
@@ -98,9 +99,7 @@ def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer
     for source in sources:
         train, val = data[source]
         console.rule(f"{step}: optimising on {source} ({len(train)} train, {len(val)} val)")
-        result = optimise(kb, "afr", cfg, examples(train), examples(val), optimizer=optimizer, steps=[step],
-                          metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads,
-                          with_lms=with_lms, on_eval=on_eval)
+        result = optimise(kb, cfg, examples(train), examples(val), PromptOptOptions(system="afr", optimizer=optimizer, steps=[step], metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads), with_lms=with_lms, on_eval=on_eval)
         if save_to is not None:
             save_program(result.program, result.system, result.config, save_to / f"program-{step}-{source}.json",
                          optimizer=result.metadata)

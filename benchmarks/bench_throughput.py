@@ -100,6 +100,7 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
     import numpy as np
 
     from autofocus import runtime
+    from autofocus.console import RichReporter
     from autofocus.evaluation.program_runs import index_checksums
     from autofocus.evaluation.runner import build_manifest, run_eval
     from autofocus.evaluation.traces import read_traces
@@ -117,8 +118,9 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
                               index_checksums=index_checksums(kb, cfg))  # fmt: skip
     meter.reset()
     t0 = time.perf_counter()
-    result = run_eval(factory, items, out, manifest=manifest, concurrency=cfg.runtime.concurrency, resume=False,
-                      progress=True, skb=kb.skb)  # fmt: skip
+    with RichReporter() as reporter:
+        result = run_eval(factory, items, out, manifest=manifest, concurrency=cfg.runtime.concurrency, resume=False,
+                          skb=kb.skb, reporter=reporter)  # fmt: skip
     wall = time.perf_counter() - t0
     records, _ = read_traces(out / "traces.jsonl")
     seconds = [r["seconds"] for r in records]

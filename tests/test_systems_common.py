@@ -46,8 +46,9 @@ class HashEmbedder:
 
 def make_kb(skb: SKB, root: Path, source: Path | None = None) -> KnowledgeBase:
     """The real KnowledgeBase (real documents, stores and FAISS search) with the hashing embedder."""
-    return KnowledgeBase(skb, HashEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None),
-                         source=source)
+    kb = KnowledgeBase(skb, HashEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None))
+    kb.source = source
+    return kb
 
 
 class _ScriptEngine(DummyEngine):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -65,3 +66,44 @@ def print_error(console: Console, exc: BaseException) -> None:
         return
     message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
     console.print(f"[red]{safe(message)}[/]", soft_wrap=True)  # one line: the terminal wraps, logs stay greppable
+
+
+class RichReporter:
+    """A ``progress.Reporter`` for the terminal: notes on ``console`` (as text, never markup; warnings
+    yellow, sections as rules), one rich bar per task on ``bars_console`` (stderr by default) while
+    the ``with`` block runs; ``bars=False`` keeps the notes and draws no bars."""
+
+    def __init__(self, console: Console | None = None, bars_console: Console | None = None, *, bars: bool = True):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = console or make_console()
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+        self.bars = Progress(*columns, console=bars_console or make_console(stderr=True), disable=not bars)
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RichReporter:
+        self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.stop()
+
+    def note(self, text: str, level: str = "info") -> None:
+        if level == "section":
+            self.console.rule(safe(text))
+        else:
+            self.console.print(f"[yellow]{safe(text)}[/]" if level == "warning" else safe(text))
+
+    def advance(self, task: str, done: int, total: int | None, stats: str = "") -> None:
+        if task not in self._tasks:
+            self._tasks[task] = self.bars.add_task(safe(task), total=total, completed=done, stats=safe(stats))
+        else:
+            self.bars.update(self._tasks[task], completed=done, total=total, stats=safe(stats))
