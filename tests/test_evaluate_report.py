@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from autofocus.commands.report_tables import print_comparison, print_summary
+from autofocus.console import print_comparison, print_summary
 from autofocus.evaluation.plots import plot_funnel, plot_metric_curves, plot_step_latency, save_run_plots
 from autofocus.evaluation.report import (
     comparison_csv,

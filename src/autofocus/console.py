@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -107,3 +108,33 @@ class RichReporter:
             self._tasks[task] = self.bars.add_task(safe(task), total=total, completed=done, stats=safe(stats))
         else:
             self.bars.update(self._tasks[task], completed=done, total=total, stats=safe(stats))
+
+
+def _print_tables(console: Console, tables: Sequence[tuple[str, list[str], list[list[str]]]]) -> None:
+    from rich.table import Table
+
+    for name, header, rows in tables:
+        console.print(f"[bold]{safe(name)}[/]")  # not a table title: those wrap at the table's width
+        table = Table()
+        for i, h in enumerate(header):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*map(safe, row))  # error texts, system names and paths are not markup
+        console.print(table)
+
+
+def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
+    """A run's summary (``evaluation.report.summarize``) as the tables ``summary.md`` holds."""
+    from autofocus.evaluation.report import summary_tables
+
+    _print_tables(console or make_console(), summary_tables(summary, title))
+
+
+def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    """Runs compared with the first (``evaluation.report.comparison_rows``), with how to read them."""
+    from autofocus.evaluation.report import COMPARISON_NOTE, comparison_tables
+
+    console = console or make_console()
+    _print_tables(console, comparison_tables(rows, wide=False))
+    if len(rows) > 1:
+        console.print(safe(COMPARISON_NOTE))

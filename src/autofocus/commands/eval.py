@@ -146,7 +146,7 @@ def eval_command(
 
 def print_run(summary: dict[str, Any], title: str, path: Path, plots: list[Path]) -> None:
     """A run's summary tables and where its files are."""
-    from autofocus.commands.report_tables import print_summary
+    from autofocus.console import print_summary
 
     print_summary(summary, console, title=title)
     console.print(f"Summary and plots in {safe(path)}: summary.md, summary.json, {', '.join(p.name for p in plots)}")
@@ -174,7 +174,7 @@ def compare_command(
     max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Run several systems on the same questions and print one table, with paired tests against the first."""
-    from autofocus.commands.report_tables import print_comparison
+    from autofocus.console import print_comparison
     from autofocus.evaluation.program_runs import compare_systems, run_dir_name, split_systems
     from autofocus.evaluation.runner import RunMismatchError
     from autofocus.options import EvalOptions

@@ -91,8 +91,8 @@ def tune_command(
     from autofocus.optimize.tune_run import TuningInterrupted, run_tuning
     from autofocus.options import TuneOptions
 
-    base_cfg = config_or_exit(config, lm, program_file=program, concurrency=concurrency)
-    base_cfg = runtime.with_waits(base_cfg, lm_timeout, lm_retries, deadline)
+    base_cfg = runtime.with_waits(config_or_exit(config, lm, program_file=program, concurrency=concurrency),
+                                  lm_timeout, lm_retries, deadline)  # fmt: skip
     options = TuneOptions(
         system=system, program_file=program, split=split, trials=trials, study=study, storage=storage, out=out,
         metric=metric, second=second, params=params, l_max_range=l_max_range, rerank_trials=rerank_trials,
