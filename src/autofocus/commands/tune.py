@@ -93,12 +93,10 @@ def tune_command(
 
     base_cfg = runtime.with_waits(config_or_exit(config, lm, program_file=program, concurrency=concurrency),
                                   lm_timeout, lm_retries, deadline)  # fmt: skip
-    options = TuneOptions(
-        system=system, program_file=program, split=split, trials=trials, study=study, storage=storage, out=out,
-        metric=metric, second=second, params=params, l_max_range=l_max_range, rerank_trials=rerank_trials,
-        fit_prior_weight=fit_prior_weight, seed=seed, limit=limit, confirm=confirm, confirm_defaults=confirm_defaults,
-        test_split=test_split, qa_dir=qa_dir,
-    )  # fmt: skip
+    options = TuneOptions(system=system, program_file=program, split=split, trials=trials, study=study, out=out,
+                          storage=storage, metric=metric, second=second, params=params, l_max_range=l_max_range,
+                          rerank_trials=rerank_trials, fit_prior_weight=fit_prior_weight, seed=seed, limit=limit,
+                          confirm=confirm, confirm_defaults=confirm_defaults, test_split=test_split, qa_dir=qa_dir)
     try:
         with RichReporter(console, err_console, bars=progress) as reporter:
             result = run_tuning(skb, base_cfg, options, reporter=reporter, on_study_done=_print_study)
