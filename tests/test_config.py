@@ -95,6 +95,16 @@ def test_presets_specs_and_load_config_take_both_forms() -> None:
     assert (cfg.merge.alpha, cfg.rerank.reranker, cfg.runtime.lm.default) == (0.2, "none", "openai/x")
 
 
+def test_tuning_studies_name_settings_flat_and_take_grouped_names() -> None:
+    from autofocus.optimize.tune import config_with, parse_params
+
+    assert parse_params("merge.alpha,l_max,grounding.expansion", rerank=False) == ["alpha", "l_max", "expansion"]
+    with pytest.raises(ValueError, match=r"query\.alpha"):
+        parse_params("query.alpha", rerank=False)
+    tuned = config_with(AutofocusConfig(), {"alpha": 0.3, "l_max": 7, "alpha_relaxed": 0.9})
+    assert (tuned.merge.alpha, tuned.grounding.l_max, tuned.experimental.alpha_relaxed) == (0.3, 7, 0.9)
+
+
 def test_run_identities_compare_flat_so_old_runs_still_resume() -> None:
     cfg = AutofocusConfig.load(FLAT_V1)
     flat = cfg.flat(mode="json")  # what a manifest or study of the same config held before the grouping

@@ -31,7 +31,7 @@ import optuna
 from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, setting_groups
 from autofocus.evaluation.traces import TraceWriter, read_traces
 from autofocus.metrics import DEFAULT_KS, Candidates, compute_metrics, dspy_metric, prepare
 from autofocus.optimize.fusion_fit import FusionCase, case_from_trace
@@ -104,10 +104,12 @@ DEFAULT_PARAMS: tuple[str, ...] = (
 
 
 def parse_params(text: str | None, rerank: bool) -> list[str]:
-    """The tuned fields from a comma list (None: the issue's list, plus ``k`` when trials rerank)."""
+    """The tuned settings from a comma list, by flat (``alpha``) or grouped name (``merge.alpha``);
+    studies name them flat (None: the default list, plus ``k`` when trials rerank)."""
     if text is None or not text.strip():
         return [*DEFAULT_PARAMS, *(["k"] if rerank else [])]
-    names = [p.strip() for p in text.split(",") if p.strip()]
+    groups = setting_groups()
+    names = [_flat_name(p.strip(), groups) for p in text.split(",") if p.strip()]
     unknown = [n for n in names if n not in SPACE]
     if unknown:
         raise ValueError(f"unknown tunable setting(s) {unknown}; choose from {', '.join(SPACE)}")
@@ -118,6 +120,11 @@ def parse_params(text: str | None, rerank: bool) -> list[str]:
             "add --rerank-trials or leave them out"
         )
     return list(dict.fromkeys(names))
+
+
+def _flat_name(name: str, groups: Mapping[str, str]) -> str:
+    group, dot, flat = name.partition(".")
+    return flat if dot and groups.get(flat) == group else name
 
 
 def parse_range(text: str) -> tuple[int, int]:
