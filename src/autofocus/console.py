@@ -138,3 +138,10 @@ def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None 
     _print_tables(console, comparison_tables(rows, wide=False))
     if len(rows) > 1:
         console.print(safe(COMPARISON_NOTE))
+
+
+def print_run(console: Console, summary: Mapping[str, Any], title: str, path: object, plots: Sequence[Any]) -> None:
+    """A run's summary tables and where its files are (``evaluation.program_runs.summarise_run``)."""
+    print_summary(summary, console, title=title)
+    console.print(f"Summary and plots in {safe(path)}: summary.md, summary.json, "
+                  + ", ".join(safe(getattr(p, "name", p)) for p in plots))

@@ -14,7 +14,7 @@ import typer
 from autofocus import runtime
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
 from autofocus.config import AutofocusConfig
-from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, safe
+from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, print_run, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -137,19 +137,11 @@ def eval_command(
     except OPEN_ERRORS as exc:  # a --replay run that is missing or damaged, or a system without steps 1-2
         print_error(err_console, exc)
         raise typer.Exit(1) from None
-    print_run(done.summary, f"{prog.system} on {split}", done.run.path, done.plots)
+    print_run(console, done.summary, f"{prog.system} on {split}", done.run.path, done.plots)
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
     fail_if_degraded({prog.system: done.summary}, max_degraded, out)
-
-
-def print_run(summary: dict[str, Any], title: str, path: Path, plots: list[Path]) -> None:
-    """A run's summary tables and where its files are."""
-    from autofocus.console import print_summary
-
-    print_summary(summary, console, title=title)
-    console.print(f"Summary and plots in {safe(path)}: summary.md, summary.json, {', '.join(p.name for p in plots)}")
 
 
 @app.command("compare")
@@ -196,7 +188,7 @@ def compare_command(
         print_error(err_console, exc)
         raise typer.Exit(1) from None
     for spec, run in done.runs.items():
-        print_run(run.summary, f"{spec} on {split}", run.run.path, run.plots)
+        print_run(console, run.summary, f"{spec} on {split}", run.run.path, run.plots)
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted during {safe(done.interrupted)}; run the same command again to finish.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)

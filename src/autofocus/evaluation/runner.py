@@ -403,24 +403,23 @@ def run_eval(
     if len(set(ids)) != len(ids):
         dup = sorted(i for i, c in Counter(ids).items() if c > 1)[:10]
         raise ValueError(f"question ids must be unique; repeated: {dup}")
-    cand = as_candidates(skb.candidate_ids if skb is not None else None)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     with _sole_writer(out_dir):
-        return _run_locked(program_factory, selected, cand, out_dir, manifest or {}, concurrency=concurrency,
+        return _run_locked(program_factory, selected, out_dir, manifest or {}, concurrency=concurrency,
                            deadline_s=deadline_s, limit=limit, resume=resume, skb=skb,
                            reporter=reporter)
 
 
 def _run_locked(
-    program_factory: Callable[[], Callable[..., Any]], selected: list[QuestionLike], cand: Candidates | None,
-    out_dir: Path, manifest: Mapping[str, Any], *, concurrency: int, deadline_s: float | None, limit: int | None,
+    program_factory: Callable[[], Callable[..., Any]], selected: list[QuestionLike], out_dir: Path, manifest: Mapping[str, Any], *, concurrency: int, deadline_s: float | None, limit: int | None,
     resume: bool, skb: SKB | None, reporter: Reporter,
 ) -> EvalResult:
     """``run_eval`` with the run directory's lock held (``_sole_writer``)."""
     from autofocus.usage import cancel_pending, install_usage_callback
 
     ids = [int(it.id) for it in selected]
+    cand = as_candidates(skb.candidate_ids if skb is not None else None)
     run_manifest = _prepare_dir(out_dir, manifest, resume, reporter)
     try:
         records, dropped = read_traces(out_dir / TRACES_FILE)
