@@ -202,7 +202,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", choices=["const", "thurstone"], default=["const", "thurstone"])
     ap.add_argument("--prior-sigma", type=float, default=4.0, help="rank noise of the pre-rerank order")
     ap.add_argument("--listwise-missing", type=float, default=0.05, help="chance that listwise omits an id")
-    ap.add_argument("--concurrency", type=int, default=16, help="threads per round (config.concurrency)")
+    ap.add_argument("--concurrency", type=int, default=16, help="threads per round (config.runtime.concurrency)")
     ap.add_argument(
         "--round-robin", action="store_true", help="also run all-pairs round robin (k(k-1)/2 calls)"
     )

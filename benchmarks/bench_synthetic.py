@@ -31,6 +31,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.evaluation.report import paired_test
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
 from autofocus.optimize.saved import save_program
+from autofocus.options import PromptOptOptions
 from autofocus.skb.qa import QAItem, load_qa
 
 STEPS = ("target_type", "cypher", "reranker")
@@ -98,9 +99,7 @@ def run_step(kb: Any, cfg: AutofocusConfig, step: str, splits: Splits, optimizer
     for source in sources:
         train, val = data[source]
         console.rule(f"{step}: optimising on {source} ({len(train)} train, {len(val)} val)")
-        result = optimise(kb, "afr", cfg, examples(train), examples(val), optimizer=optimizer, steps=[step],
-                          metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads,
-                          with_lms=with_lms, on_eval=on_eval)
+        result = optimise(kb, cfg, examples(train), examples(val), PromptOptOptions(system="afr", optimizer=optimizer, steps=[step], metric=objective_for(step, source), max_demos=max_demos, seed=seed, threads=threads), with_lms=with_lms, on_eval=on_eval)
         if save_to is not None:
             save_program(result.program, result.system, result.config, save_to / f"program-{step}-{source}.json",
                          optimizer=result.metadata)
@@ -225,15 +224,15 @@ def main(argv: list[str] | None = None) -> int:
 
     install_usage_callback()
     cfg = load_config(args.config, lm=args.lm)
-    kb = open_kb(args.skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
+    kb = open_kb(args.skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
     splits = Splits.load(args.skb, args.qa_dir)
     summary_path = (args.qa_dir or args.skb) / "synthetic_summary.json"
     synthesis = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    dspy.configure(lm=get_lm(cfg.lm.default, temperature=cfg.lm.temperature, max_tokens=cfg.lm.max_tokens))
+    dspy.configure(lm=get_lm(cfg.runtime.lm.default, temperature=cfg.runtime.lm.temperature, max_tokens=cfg.runtime.lm.max_tokens))
     results = []
     sources = tuple(s.strip() for s in args.sources.split(",") if s.strip() in SOURCES)
     for step in [s.strip() for s in args.steps.split(",") if s.strip()]:
-        step_cfg = cfg.model_copy(update={"reranker": args.reranker}) if step == "reranker" else cfg
+        step_cfg = cfg.updated({"reranker": args.reranker}) if step == "reranker" else cfg
         results.append(run_step(kb, step_cfg, step, splits, args.optimizer, args.max_demos, args.seed, args.threads,
                                 sources=sources, save_to=args.out))
     write(args.out, results, splits, synthesis)

@@ -1,7 +1,7 @@
 """Questions per minute of ``autofocus eval`` against one OpenAI-compatible server at several concurrencies.
 
 Runs what ``autofocus eval`` runs (``runtime.assemble`` -> ``build_manifest`` -> ``run_eval`` with the real
-program from the registry, its LMs from ``config.lm``) over the first ``--limit`` questions of a split,
+program from the registry, its LMs from ``config.runtime.lm``) over the first ``--limit`` questions of a split,
 once per concurrency (``--concurrency 1,4,16``), with the DSPy answer cache off so every level makes
 its own LM calls. Question embeddings are warmed by an untimed first pass, so each level sees the same
 caches.
@@ -96,10 +96,11 @@ class InFlight(BaseCallback):
 
 
 def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, meter: InFlight) -> dict[str, Any]:
-    """One ``autofocus eval`` run at ``cfg.concurrency``; returns wall time, throughput and call stats."""
+    """One ``autofocus eval`` run at ``cfg.runtime.concurrency``; returns wall time, throughput and call stats."""
     import numpy as np
 
     from autofocus import runtime
+    from autofocus.console import RichReporter
     from autofocus.evaluation.program_runs import index_checksums
     from autofocus.evaluation.runner import build_manifest, run_eval
     from autofocus.evaluation.traces import read_traces
@@ -107,7 +108,7 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
     from autofocus.program.systems.base import program_copy
 
     system, cfg = runtime.resolve_system(system, cfg)
-    kb = kb_for(cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
+    kb = kb_for(cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
     program = runtime.assemble(system, kb, cfg, lms="lazy")  # each thread's copy attaches its LMs
 
     def factory() -> Any:
@@ -117,14 +118,15 @@ def run_level(kb_for: Any, system: str, cfg: Any, items: list[Any], out: Path, m
                               index_checksums=index_checksums(kb, cfg))  # fmt: skip
     meter.reset()
     t0 = time.perf_counter()
-    result = run_eval(factory, items, out, manifest=manifest, concurrency=cfg.concurrency, resume=False,
-                      progress=True, skb=kb.skb)  # fmt: skip
+    with RichReporter() as reporter:
+        result = run_eval(factory, items, out, manifest=manifest, concurrency=cfg.runtime.concurrency, resume=False,
+                          skb=kb.skb, reporter=reporter)  # fmt: skip
     wall = time.perf_counter() - t0
     records, _ = read_traces(out / "traces.jsonl")
     seconds = [r["seconds"] for r in records]
     calls = [sum(s.get("lm_calls", 0) for s in (r.get("trace") or {}).get("steps", {}).values()) for r in records]
     return {
-        "concurrency": cfg.concurrency, "questions": result.total, "errors": result.errors, "wall_s": wall,
+        "concurrency": cfg.runtime.concurrency, "questions": result.total, "errors": result.errors, "wall_s": wall,
         "questions_per_min": 60 * result.finished / wall,
         "question_s_median": float(np.median(seconds)), "question_s_p95": float(np.percentile(seconds, 95)),
         "lm_calls_per_question": float(np.mean(calls)), "lm_calls": len(meter.durations),

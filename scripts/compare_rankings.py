@@ -1,11 +1,12 @@
 """Paired check that a change keeps behaviour: the rankings of some systems on an SKB split, from the code
 of another git revision and from the working tree, with the same config and a scripted LM.
 
-AF-Retriever's LLM steps answer from a deterministic script (target type and Cypher derived from the
-question, a listwise reranker ordering by a hash), so no LM runs and both sides see the same LLM
-outputs; VSS and BM25 need no LM. Question embeddings come from the shared query cache.
+Every LLM step answers from a deterministic script (target type and Cypher derived from the question,
+rerankers ordering and scoring by a hash, 4StepFocus's triplets and HybGRAG's router and critic from the
+question and the schema), so no LM runs and both sides see the same LLM outputs; VSS and BM25 need no
+LM. Question embeddings come from the shared query cache. ``--systems all`` runs every registered system.
 
-    .venv/bin/python scripts/compare_rankings.py --base main --skb data/demo --split test
+    .venv/bin/python scripts/compare_rankings.py --base main --skb data/demo --split test --systems all
 
 Prints, per system, on how many questions the two rankings are identical; exits 1 if any differs.
 """
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = "vss,bm25,afr,afr:steps=1-7"
@@ -41,16 +43,55 @@ def emit(skb: Path, split: str, systems: list[str], out: Path) -> None:
     def digest(text: str) -> int:
         return int(hashlib.sha256(text.encode()).hexdigest(), 16)
 
+    def field(user: str, *names: str) -> str:
+        return next((field_value(user, n) for n in names if f"[[ ## {n} ## ]]" in user), "")
+
+    def named(user: str) -> str:
+        words = re.findall(r"[A-Za-z_][\w.]*", question(user))
+        return ([w for w in words if "." in w] or words[-1:] or ["x"])[0]
+
+    def relations(user: str) -> list[tuple[str, str, str]]:
+        """(source, relation, target) of the schema as the prompt lists it, in either notation."""
+        text = field(user, "relationship_labels", "relation_labels", "relation_types")
+        return (re.findall(r"\(:?([^)]+)\)-\[:?([^\]]+)\]->\(:?([^)]+)\)", text))
+
+    def first_relation(user: str, target: str) -> tuple[str, str, str] | None:
+        rels = relations(user)
+        return next((r for r in rels if r[0] == target), rels[digest(question(user)) % len(rels)] if rels else None)
+
     def cypher(user: str) -> dict[str, str]:
-        q = question(user)
-        words = re.findall(r"[A-Za-z_][\w.]*", q)
-        name = ([w for w in words if "." in w] or words[-1:] or ["x"])[0]
-        target = field_value(user, "target_type") if "[[ ## target_type ## ]]" in user else "any"
-        rels = re.findall(r"\(:([^)]+)\)-\[:([^\]]+)\]->\(:([^)]+)\)", field_value(user, "relationship_labels"))
-        rel = next(((r, dst) for src, r, dst in rels if src == target), None)
+        name = named(user)
+        target = field(user, "target_type") or "any"
+        if target == "any":
+            labels = re.findall(r"[\"']([^\"']+)[\"']", field(user, "node_labels"))
+            target = labels[digest(question(user)) % len(labels)] if labels else "any"
+        rel = first_relation(user, target)
         if rel is None:
             return {"cypher": f"MATCH (x:{target}) RETURN x"}
-        return {"cypher": f"MATCH (x:{target})-[:{rel[0]}]->(m:{rel[1]} {{name: '{name}'}}) RETURN x"}
+        return {"cypher": f"MATCH (x:{rel[0]})-[:{rel[1]}]->(m:{rel[2]} {{name: '{name}'}}) RETURN x"}
+
+    def triplets(user: str) -> dict[str, Any]:
+        types = re.findall(r"[\"']([^\"']+)[\"']", field(user, "node_types")) or ["any"]
+        rel = first_relation(user, types[digest(question(user)) % len(types)])
+        if rel is None:
+            return {"triplets": [], "target": "?1"}
+        head = {"type": rel[0], "name": None, "variable": "?1"}
+        return {"triplets": [{"head": head, "relation": rel[1], "tail": {"type": rel[2], "name": named(user)}}],
+                "target": "?1"}
+
+    def route(user: str) -> dict[str, Any]:
+        types = re.findall(r"[\"']([^\"']+)[\"']", field(user, "entity_types")) or ["any"]
+        rel = first_relation(user, types[digest(question(user)) % len(types)])
+        return {"topic_entities": [{"name": named(user), "type": rel[2] if rel else types[0]}],
+                "useful_relations": [rel[1]] if rel else [],
+                "source": ("knowledge graph", "text documents")[digest(question(user)) % 2]}
+
+    def score(user: str) -> dict[str, float]:
+        return {"score": digest(question(user) + field(user, "candidate")) % 1000 / 1000}
+
+    def better(user: str) -> dict[str, int]:
+        ids = [int(re.findall(r"\[(\d+)\]", field(user, f))[0]) for f in ("first", "second")]
+        return {"better_id": min(ids, key=lambda i: digest(f"{question(user)}{i}"))}
 
     def ranking(user: str) -> dict[str, list[int]]:
         ids = [int(x) for x in re.findall(r"\[(\d+)\]", field_value(user, "candidates"))]
@@ -60,7 +101,12 @@ def emit(skb: Path, split: str, systems: list[str], out: Path) -> None:
         types = re.findall(r"[\"']([^\"']+)[\"']", field_value(user, "candidate_types")) or ["any"]
         return {"target_type": types[digest(question(user)) % len(types)]}
 
-    lm = ScriptedLM({"target_type": target_type, "cypher": cypher, "ranking": ranking})
+    lm = ScriptedLM({
+        "target_type": target_type, "cypher": cypher, "ranking": ranking, "score": score, "better_id": better,
+        "triplets": triplets, "topic_entities": route,
+        "aligned": lambda user: {"aligned": digest(question(user) + field(user, "document")) % 3 == 0},
+        "error_type": lambda user: {"error_type": "missing entity", "wrong_item": ""},
+    })  # fmt: skip
     cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1)
     install_usage_callback()
     import autofocus
@@ -106,6 +152,10 @@ def main() -> None:
     args = parser.parse_args()
     args.skb = args.skb.resolve()
     systems = [s for s in re.split(r",(?![^,=:]*=)", args.systems) if s]
+    if systems == ["all"]:
+        from autofocus.program.systems.registry import systems as registered
+
+        systems = registered()
     if args.emit is not None:
         emit(args.skb, args.split, systems, args.emit)
         return

@@ -164,7 +164,7 @@ def test_step8_sees_the_path_that_grounded_a_candidate_when_asked(kb: KnowledgeB
     prompts: dict[bool, dict[int, str]] = {}
     for on in (False, True):
         lm = scripted()
-        pred = run("afr:reranker=pointwise", kb, lm, QUESTION, config4().model_copy(update={"rerank_evidence": on}))
+        pred = run("afr:reranker=pointwise", kb, lm, QUESTION, config4().updated({"rerank_evidence": on}))
         prompts[on] = {candidate_ids(u, "candidate")[0]: u for f, u, _ in lm.calls if f == "score"}
         assert set(prompts[on]) == set(pred.trace.data["pre_rerank"])
     grounded = [int(i) for i, s in pred.trace.data["strand"].items() if s == "grounded"]
@@ -296,7 +296,7 @@ def test_ask_and_eval_run_afr_through_the_cli_against_an_openai_server(
         assert r["ranked"][0] in r["gold"] and r["trace"]["data"]["strand"][str(r["ranked"][0])] == "grounded"
         assert r["trace"]["flags"]["grounded_nonempty"] and r["derived"]["gold_in_grounded"]
     assert json.loads((out / "summary.json").read_text())["metrics"]["hit@1"]["mean"] == 1.0
-    assert json.loads((out / "manifest.json").read_text())["config"]["lm"]["default"] == "openai/fake-model"
+    assert json.loads((out / "manifest.json").read_text())["config"]["runtime"]["lm"]["default"] == "openai/fake-model"
     assert len(server.requests) == 3 + 3 * 3
 
 

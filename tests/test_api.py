@@ -67,7 +67,7 @@ def test_open_vss_by_path_ranks_without_any_lm(
     assert isinstance(program, dspy.Module) and isinstance(program, RetrievalProgram)
     assert len(pred.ranked_ids) == 3 and isinstance(pred.trace, autofocus.Trace)
     assert program.kb is kb and all(program.kb.skb.type_of(i) == "paper" for i in pred.ranked_ids)
-    assert program.kb.skb.name(pred.ranked_ids[0]) and program.config.k == 3
+    assert program.kb.skb.name(pred.ranked_ids[0]) and program.config.merge.k == 3
     assert opened == [(tiny_skb_dir, "local:all-MiniLM-L6-v2", "flat", None)] and no_lm == []
 
 
@@ -78,7 +78,7 @@ def test_afr_attaches_named_lms_on_the_first_call_only(kb: KnowledgeBase, monkey
     monkeypatch.setattr("autofocus.lm.get_lm", lambda spec, **_: built.append(spec) or lm)
     program = autofocus.open(kb, "afr", config={"reranker": "none", "k": 4})
     assert built == [] and isinstance(program, AutofocusRetriever)
-    assert program.config.lm.default == "local" and program.cypher.lm is None
+    assert program.config.runtime.lm.default == "local" and program.cypher.lm is None
     pred = program(question="Which papers cite Graph Retrieval at Scale?")
     assert built and set(built) == {"local"} and program.cypher.lm is lm
     assert {1, 2, 11} <= set(pred.ranked_ids) and pred.trace.data["cypher"].startswith("MATCH (p:paper)")
@@ -90,7 +90,7 @@ def test_afr_attaches_named_lms_on_the_first_call_only(kb: KnowledgeBase, monkey
 def test_an_lm_object_answers_every_step_sync_and_async(kb: KnowledgeBase, no_lm: list[str]) -> None:
     lm = scripted_lm()
     program = autofocus.open(kb, "afr", lm=lm, config={"reranker": "none", "k": 4})
-    assert program.cypher.lm is lm and program.config.lm.default == lm.model
+    assert program.cypher.lm is lm and program.config.runtime.lm.default == lm.model
     question = "Which papers cite Graph Retrieval at Scale?"
     sync = program(question=question)
 
@@ -123,15 +123,15 @@ def test_save_then_open_or_load_brings_the_prompts_back(kb: KnowledgeBase, tmp_p
     path = tmp_path / "afr.json"
     program.save(path)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "autofocus-program/1" and doc["system"] == "afr:k=5" and doc["config"]["k"] == 5
+    assert doc["format"] == "autofocus-program/1" and doc["system"] == "afr:k=5" and doc["config"]["merge"]["k"] == 5
 
     reopened = autofocus.open(kb, program=path, lm=lm)
-    assert reopened.system == "afr:k=5" and reopened.config.k == 5 and reopened.program_file == path
+    assert reopened.system == "afr:k=5" and reopened.config.merge.k == 5 and reopened.program_file == path
     assert len(reopened.cypher.demos) == 1 and reopened.cypher.signature.instructions == "Write careful Cypher."
     assert reopened.cypher.lm is lm  # the LM as opened, not a saved one
 
     fresh = autofocus.open(kb, "afr", lm=lm, config={"reranker": "none"})
-    assert fresh.load(path) is fresh and len(fresh.cypher.demos) == 1 and fresh.config.k == 20
+    assert fresh.load(path) is fresh and len(fresh.cypher.demos) == 1 and fresh.config.merge.k == 20
     with dspy.context(lm=lm):
         pred = fresh(question="Which papers cite Graph Retrieval at Scale?")
     assert "DEMO question" in json.dumps(lm.calls[-1][2])

@@ -49,7 +49,7 @@ class ScriptedSystem(dspy.Module):
         trace = Trace(system=self.spec, question=question)
         with trace.step("7_vss_rest"):
             shift = len(question) % len(self.papers)
-            ranked = (self.papers[shift:] + self.papers[:shift])[: self.cfg.k]
+            ranked = (self.papers[shift:] + self.papers[:shift])[: self.cfg.merge.k]
         trace.data["target_type"] = "paper"
         trace.data["state"] = getattr(self, "state", None)
         return dspy.Prediction(ranked_ids=ranked, trace=trace)
@@ -160,7 +160,7 @@ def test_lm_waits_are_options_that_a_resume_may_change(cli: CliRunner, tiny_skb_
     base = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "scripted", "--no-progress")
     res = invoke(cli, *base, "--lm-timeout", "30", "--lm-retries", "1", "--deadline", "600", "--limit", "1")
     assert res.exit_code == 0, res.output
-    config = json.loads((out / "manifest.json").read_text())["config"]
+    config = json.loads((out / "manifest.json").read_text())["config"]["runtime"]
     assert (config["lm"]["timeout_s"], config["lm"]["num_retries"], config["question_deadline_s"]) == (30, 1, 600)
     res = invoke(cli, *base, "--lm-timeout", "90")  # how long to wait is not part of what was run
     assert res.exit_code == 0, res.output
@@ -238,7 +238,7 @@ def test_compare_runs_each_system_on_the_same_questions(cli: CliRunner, tiny_skb
     rows = (out / "comparison.csv").read_text().splitlines()
     assert rows[0].startswith("system,n,errors,degraded,hit@1") and len(rows) == 3
     manifest = json.loads((out / "scripted_k=1_alpha=0.5" / "manifest.json").read_text())
-    assert manifest["config"]["k"] == 1 and manifest["config"]["alpha"] == 0.5
+    assert manifest["config"]["merge"]["k"] == 1 and manifest["config"]["merge"]["alpha"] == 0.5
 
     res = invoke(cli, "compare", "--skb", tiny_skb_dir, "--systems", "scripted", "--out", out)
     assert res.exit_code == 1 and "at least two systems" in res.output
@@ -273,7 +273,7 @@ def test_eval_with_a_saved_program_uses_its_system_config_and_state(
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["system"] == "scripted" and manifest["program"]["sha256"]
-    assert (manifest["config"]["k"], manifest["config"]["alpha"], manifest["config"]["reranker"]) == (2, 0.4, "none")
+    assert (manifest["config"]["merge"]["k"], manifest["config"]["merge"]["alpha"], manifest["config"]["rerank"]["reranker"]) == (2, 0.4, "none")
     recs = [json.loads(x) for x in (out / "traces.jsonl").read_text().splitlines()]
     assert all(r["trace"]["data"]["state"] == "tuned" and len(r["ranked"]) == 2 for r in recs)
     prog.write_text(json.dumps({"system": "scripted", "config": {"k": 2, "alpha": 0.4}, "state": "retuned"}))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from autofocus.console import print_comparison, print_summary
 from autofocus.evaluation.plots import plot_funnel, plot_metric_curves, plot_step_latency, save_run_plots
 from autofocus.evaluation.report import (
     comparison_csv,
@@ -24,8 +25,6 @@ from autofocus.evaluation.report import (
     load_run,
     mean_ci,
     paired_test,
-    print_comparison,
-    print_summary,
     summarize,
     summary_markdown,
     write_summary,

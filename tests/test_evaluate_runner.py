@@ -17,6 +17,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from rich.console import Console
 
+from autofocus.console import RichReporter
 from autofocus.evaluation.runner import RunMismatchError, build_manifest, evaluate_one, run_eval
 from autofocus.evaluation.traces import latest_by_id, read_traces, to_jsonable
 from autofocus.metrics import Candidates
@@ -83,7 +84,7 @@ def lines(out: Path) -> list[dict[str, Any]]:
 
 def test_writes_one_trace_line_per_question_and_a_manifest(tmp_path: Path, tiny_skb: SKB) -> None:
     calls: list[int] = []
-    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), concurrency=3, progress=False, skb=tiny_skb)
+    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), concurrency=3, skb=tiny_skb)
     assert (res.total, res.skipped, res.finished, res.errors, res.interrupted) == (6, 0, 6, 0, False)
     assert res.complete and sorted(calls) == [0, 1, 2, 3, 4, 5]
     recs = {r["id"]: r for r in lines(tmp_path)}
@@ -111,13 +112,13 @@ def test_writes_one_trace_line_per_question_and_a_manifest(tmp_path: Path, tiny_
 
 def test_interrupt_then_resume_does_not_redo_finished_questions(tmp_path: Path) -> None:
     first: list[int] = []
-    res = run_eval(factory(first, interrupt_on_call=3), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(factory(first, interrupt_on_call=3), ITEMS, tmp_path, manifest=manifest())
     assert res.interrupted and res.finished == 2 and len(first) == 3
     assert [r["id"] for r in lines(tmp_path)] == first[:2]
     assert json.loads((tmp_path / "manifest.json").read_text())["sessions"][0]["interrupted"] is True
 
     second: list[int] = []
-    res = run_eval(factory(second), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(factory(second), ITEMS, tmp_path, manifest=manifest())
     assert (res.skipped, res.finished, res.interrupted) == (2, 4, False)
     assert len(second) == 4 and not set(second) & set(first[:2])
     ids = [r["id"] for r in lines(tmp_path)]
@@ -127,25 +128,24 @@ def test_interrupt_then_resume_does_not_redo_finished_questions(tmp_path: Path) 
 
 def test_interrupt_with_threads_keeps_each_question_once(tmp_path: Path) -> None:
     first: list[int] = []
-    res = run_eval(factory(first, interrupt_on_call=4), ITEMS, tmp_path, manifest=manifest(), concurrency=3,
-                   progress=False)
+    res = run_eval(factory(first, interrupt_on_call=4), ITEMS, tmp_path, manifest=manifest(), concurrency=3)
     assert res.interrupted
     done = [r["id"] for r in lines(tmp_path)]
     assert len(done) == res.finished == len(set(done)) and len(done) < len(first)
     second: list[int] = []
-    run_eval(factory(second), ITEMS, tmp_path, manifest=manifest(), concurrency=3, progress=False)
+    run_eval(factory(second), ITEMS, tmp_path, manifest=manifest(), concurrency=3)
     assert sorted(second) == sorted(set(range(6)) - set(done))
     assert sorted(r["id"] for r in lines(tmp_path)) == [0, 1, 2, 3, 4, 5]
 
 
 def test_truncated_last_line_is_repaired_and_its_question_rerun(tmp_path: Path) -> None:
-    run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    run_eval(factory([]), ITEMS, tmp_path, manifest=manifest())
     path = tmp_path / "traces.jsonl"
     raw = path.read_bytes()
     last_id = json.loads(raw.splitlines()[-1])["id"]
     path.write_bytes(raw[:-25])  # a crash in the middle of the last write
     calls: list[int] = []
-    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest())
     assert calls == [last_id] and res.skipped == 5
     text = path.read_text()
     assert text.endswith("\n") and len(text.splitlines()) == 6
@@ -168,20 +168,20 @@ def test_read_traces_repairs_a_garbled_last_line_and_rejects_one_in_the_middle(t
 
 
 def test_a_different_config_or_system_is_refused_unless_starting_new(tmp_path: Path) -> None:
-    run_eval(factory([]), ITEMS[:2], tmp_path, manifest=manifest(), progress=False)
+    run_eval(factory([]), ITEMS[:2], tmp_path, manifest=manifest())
     with pytest.raises(RunMismatchError, match=r"config\.alpha: 0\.5 -> 0\.7") as err:
-        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(alpha=0.7), progress=False)
+        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(alpha=0.7))
     assert "--force-new" in str(err.value)
     other = build_manifest(system="other", config={"alpha": 0.5, "concurrency": 1}, split="all")
     with pytest.raises(RunMismatchError, match=r"system: 'scripted' -> 'other'"):
-        run_eval(factory([]), ITEMS, tmp_path, manifest=other, progress=False)
+        run_eval(factory([]), ITEMS, tmp_path, manifest=other)
     # concurrency only changes speed: resuming with more threads is fine
     calls: list[int] = []
-    run_eval(factory(calls), ITEMS[:3], tmp_path, manifest=manifest(concurrency=4), concurrency=2, progress=False)
+    run_eval(factory(calls), ITEMS[:3], tmp_path, manifest=manifest(concurrency=4), concurrency=2)
     assert calls == [2]
     # a new run moves the old one aside and starts from scratch
     calls = []
-    run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(alpha=0.7), resume=False, progress=False)
+    run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(alpha=0.7), resume=False)
     assert sorted(calls) == [0, 1, 2, 3, 4, 5]
     (archived,) = tmp_path.glob("previous-*")
     assert len((archived / "traces.jsonl").read_text().splitlines()) == 3
@@ -191,18 +191,17 @@ def test_a_different_config_or_system_is_refused_unless_starting_new(tmp_path: P
 def test_traces_without_manifest_are_not_resumed_blindly(tmp_path: Path) -> None:
     (tmp_path / "traces.jsonl").write_text(json.dumps({"id": 0, "status": "ok"}) + "\n")
     with pytest.raises(RunMismatchError, match=r"without manifest\.json"):
-        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=False)
+        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest())
 
 
 def test_a_raising_question_is_an_error_line_and_is_retried_on_resume(tmp_path: Path) -> None:
     calls: list[int] = []
-    res = run_eval(factory(calls, fail=frozenset({4})), ITEMS, tmp_path, manifest=manifest(), concurrency=2,
-                   progress=False)
+    res = run_eval(factory(calls, fail=frozenset({4})), ITEMS, tmp_path, manifest=manifest(), concurrency=2)
     assert (res.finished, res.errors, res.complete) == (5, 1, False)
     err = next(r for r in lines(tmp_path) if r["status"] == "error")
     assert err["id"] == 4 and err["error"] == "RuntimeError: boom on 4" and "raise RuntimeError" in err["traceback"]
     calls = []
-    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest())
     assert calls == [4] and res.complete
     latest = latest_by_id(lines(tmp_path))
     assert latest[4]["status"] == "ok" and len(latest) == 6
@@ -210,14 +209,14 @@ def test_a_raising_question_is_an_error_line_and_is_retried_on_resume(tmp_path: 
 
 def test_a_degraded_question_keeps_its_ranking_and_is_retried_on_resume(tmp_path: Path) -> None:
     calls: list[int] = []
-    res = run_eval(factory(calls, degrade=frozenset({1, 3})), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(factory(calls, degrade=frozenset({1, 3})), ITEMS, tmp_path, manifest=manifest())
     assert (res.finished, res.degraded, res.errors, res.complete) == (6, 2, 0, False)
     by_id = {r["id"]: r for r in lines(tmp_path)}
     assert [i for i, r in by_id.items() if r["status"] == "degraded"] == [1, 3]
     assert by_id[1]["degraded"] == [{"step": "1_target_type", "error": "LMTransportError: connection refused"}]
     assert by_id[3]["ranked"] == RANKED[3] and by_id[3]["metrics"]["hit@1"] == 1.0  # the fallback's result
     calls = []
-    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest())
     assert sorted(calls) == [1, 3] and res.complete and res.skipped == 4
     assert {r["status"] for r in latest_by_id(lines(tmp_path)).values()} == {"ok"}
 
@@ -237,28 +236,28 @@ def test_the_question_deadline_reaches_the_programs_lm_calls(tmp_path: Path, mon
             return dspy.Prediction(ranked_ids=[0], trace=trace)
 
     with dspy.context(lm=DummyLM([{"answer": "a"}] * 4)):
-        run_eval(TwoCalls, ITEMS[:1], tmp_path, manifest=manifest(), deadline_s=150, progress=False)
+        run_eval(TwoCalls, ITEMS[:1], tmp_path, manifest=manifest(), deadline_s=150)
     record = lines(tmp_path)[0]
     assert record["status"] == "degraded" and [d["step"] for d in record["degraded"]] == ["2_query"]
 
 
 def test_a_damaged_line_in_the_middle_or_manifest_refuses_the_resume_with_its_place(tmp_path: Path) -> None:
-    run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    run_eval(factory([]), ITEMS, tmp_path, manifest=manifest())
     text = (tmp_path / "traces.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "traces.jsonl").write_text("".join([text[0], "{broken\n", *text[1:]]))
     with pytest.raises(RunMismatchError, match=r"traces.jsonl:2: not a valid JSON trace line.*--force-new"):
-        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=False)
+        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest())
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(RunMismatchError, match=r"manifest.json cannot be read"):
-        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=False)
+        run_eval(factory([]), ITEMS, tmp_path, manifest=manifest())
 
 
 def test_limit_and_extending_it(tmp_path: Path) -> None:
     calls: list[int] = []
-    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), limit=2, progress=False)
+    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), limit=2)
     assert res.total == 2 and calls == [0, 1]
     calls = []
-    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), limit=4, progress=False)
+    res = run_eval(factory(calls), ITEMS, tmp_path, manifest=manifest(), limit=4)
     assert calls == [2, 3] and res.skipped == 2
 
 
@@ -267,7 +266,7 @@ def test_program_without_ranked_ids_is_an_error_line(tmp_path: Path) -> None:
         def forward(self, question: str) -> dspy.Prediction:
             return dspy.Prediction(answer="no ids")
 
-    res = run_eval(Broken, ITEMS[:1], tmp_path, manifest=manifest(), progress=False)
+    res = run_eval(Broken, ITEMS[:1], tmp_path, manifest=manifest())
     assert res.errors == 1 and "without `ranked_ids`" in lines(tmp_path)[0]["error"]
 
 
@@ -276,12 +275,12 @@ def test_factory_failure_stops_the_run(tmp_path: Path) -> None:
         raise ValueError("cannot build the program")
 
     with pytest.raises(ValueError, match="cannot build"):
-        run_eval(bad_factory, ITEMS, tmp_path, manifest=manifest(), concurrency=2, progress=False)
+        run_eval(bad_factory, ITEMS, tmp_path, manifest=manifest(), concurrency=2)
 
 
 def test_duplicate_question_ids_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unique; repeated: \[0\]"):
-        run_eval(factory([]), [ITEMS[0], ITEMS[0]], tmp_path, manifest=manifest(), progress=False)
+        run_eval(factory([]), [ITEMS[0], ITEMS[0]], tmp_path, manifest=manifest())
 
 
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
@@ -304,7 +303,7 @@ def test_workers_see_the_callers_context_and_lm_usage_is_traced(tmp_path: Path) 
     token = MARK.set("from the caller")
     try:
         with dspy.context(lm=lm):
-            run_eval(Asks, ITEMS, tmp_path, manifest=manifest(), concurrency=3, progress=False)
+            run_eval(Asks, ITEMS, tmp_path, manifest=manifest(), concurrency=3)
     finally:
         MARK.reset(token)
     for rec in lines(tmp_path):
@@ -350,23 +349,47 @@ def test_ctrl_c_in_the_main_thread_keeps_finished_lines(tmp_path: Path) -> None:
     # earlier test in this worker may have replaced it
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        res = run_eval(lambda: PressesCtrlC(first), ITEMS, tmp_path, manifest=manifest(), progress=False)
+        res = run_eval(lambda: PressesCtrlC(first), ITEMS, tmp_path, manifest=manifest())
     finally:
         returned.set()
         signal.signal(signal.SIGINT, previous)
     assert res.interrupted and res.finished == 2
     second: list[int] = []
-    run_eval(factory(second), ITEMS, tmp_path, manifest=manifest(), progress=False)
+    run_eval(factory(second), ITEMS, tmp_path, manifest=manifest())
     assert sorted(second) == [2, 3, 4, 5]
     assert sorted(r["id"] for r in lines(tmp_path)) == [0, 1, 2, 3, 4, 5]
 
 
-def test_progress_bar_shows_the_running_hit_at_1(tmp_path: Path) -> None:
-    buf = io.StringIO()
-    console = Console(file=buf, width=120, force_terminal=False)
-    run_eval(factory([]), ITEMS, tmp_path, manifest=manifest(), progress=True, console=console)
-    text = buf.getvalue()
-    assert "6/6" in text and "hit@1" in text
+class Recorder:
+    """A ``progress.Reporter`` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, str]] = []
+        self.ticks: list[tuple[str, int, int | None, str]] = []
+
+    def note(self, text: str, level: str = "info") -> None:
+        self.notes.append((level, text))
+
+    def advance(self, task: str, done: int, total: int | None, stats: str = "") -> None:
+        self.ticks.append((task, done, total, stats))
+
+
+def test_progress_reports_the_running_hit_at_1_and_warnings(tmp_path: Path) -> None:
+    seen = Recorder()
+    run_eval(factory([], degrade=frozenset({1})), ITEMS, tmp_path / "run", manifest=manifest(), reporter=seen)
+    assert seen.ticks[0][1:3] == (0, 6) and seen.ticks[-1][:3] == ("run", 6, 6) and "hit@1" in seen.ticks[-1][3]
+    assert [lvl for lvl, text in seen.notes if "degraded" in text] == ["warning"]
+    again = Recorder()
+    run_eval(factory([]), ITEMS, tmp_path / "run", manifest=manifest(), resume=False, reporter=again)
+    assert any(lvl == "warning" and "previous files" in text for lvl, text in again.notes)
+
+
+def test_the_terminal_reporter_draws_bars_and_notes_as_text() -> None:
+    out, bars = io.StringIO(), io.StringIO()
+    with RichReporter(Console(file=out, width=120), Console(file=bars, width=120, force_terminal=False)) as rep:
+        rep.note("[red]not markup[/]", "warning")
+        rep.advance("run", 6, 6, "hit@1 0.500")
+    assert "[red]not markup[/]" in out.getvalue() and "6/6" in bars.getvalue() and "hit@1 0.500" in bars.getvalue()
 
 
 def test_a_partly_listed_grounded_set_is_flagged(tiny_skb: SKB) -> None:

@@ -66,7 +66,7 @@ def test_default_budget_follows_the_embedder(tmp_path: Path) -> None:
     assert trained_tokens(get_embedder("openai/text-embedding-3-small")) == 8191
     assert trained_tokens(get_embedder("hosted:acme/embed-v1")) == 512
     assert trained_tokens(HashingEmbedder()) == 512  # says nothing: the hosted default
-    assert AutofocusConfig().doc_budget_tokens is None
+    assert AutofocusConfig().index.doc_budget_tokens is None
     kb = KnowledgeBase(word_skb(10), get_embedder(f"{DEFAULT_EMBEDDER}@torch"), tmp_path, progress=False)
     assert kb.doc_budget_tokens == 128 and kb.store_dir("text").name == "text-128t"
     kb384 = KnowledgeBase(word_skb(10), get_embedder(f"{DEFAULT_EMBEDDER}@torch"), tmp_path, doc_budget_tokens=384,

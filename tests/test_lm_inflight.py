@@ -147,7 +147,7 @@ def test_local_scoring_slot_shares_the_lm_semaphore(limit: None) -> None:
 
 
 def test_config_sets_the_cap_where_lms_are_applied(limit: None) -> None:
-    assert AutofocusConfig(concurrency=5).lm_in_flight == 5
+    assert AutofocusConfig(concurrency=5).runtime.lm_in_flight == 5
     apply_lms(dspy.Module(), AutofocusConfig(concurrency=5))
     assert LM_LIMIT.limit == 5
     apply_lms(dspy.Module(), AutofocusConfig(concurrency=16, lm_concurrency=2))

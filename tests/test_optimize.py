@@ -33,6 +33,7 @@ from autofocus.optimize.saved import (
     save_program,
 )
 from autofocus.optimize.scoring import default_metric, grounded_strand, objective, question_scores
+from autofocus.options import PromptOptOptions
 from autofocus.program.systems.registry import PAPER, build_program
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa
@@ -141,7 +142,7 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
     install_usage_callback()
     lm = task_lm()
     with dspy.context(lm=lm):
-        result = optimise(kb, "afr", config(), train, val, optimizer="bootstrap", steps=["cypher"], with_lms=False)
+        result = optimise(kb, config(), train, val, PromptOptOptions(system="afr", optimizer="bootstrap", steps=["cypher"]), with_lms=False)
         held_out = result.compare(test, "test")
     # the two training questions the zero-shot LM gets right become demos; the third has none to give
     demos = result.program.cypher.demos
@@ -160,7 +161,7 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
 
     path = save_program(result.program, result.system, result.config, tmp_path / "cypher.json", result.metadata)
     doc = json.loads(path.read_text())
-    assert doc["system"] == "afr" and doc["config"]["k"] == 4 and doc["optimizer"]["optimizer"] == "bootstrap"
+    assert doc["system"] == "afr" and doc["config"]["merge"]["k"] == 4 and doc["optimizer"]["optimizer"] == "bootstrap"
     assert [d["question"] for d in doc["state"]["cypher"]["demos"]] == [ex.question for ex in train[:2]]
     assert all(s["lm"] is None for s in doc["state"].values())
     # the steps not chosen are saved exactly as a freshly built program has them
@@ -169,7 +170,7 @@ def test_bootstrap_demos_are_saved_loaded_and_used(kb: KnowledgeBase, tiny_skb_d
     assert all(doc["state"][n] == fresh[n] for n in fresh if n != "cypher")
 
     system, cfg = read_program_config(path)
-    loaded = load_program_state(build_program(system, kb, cfg.model_copy(update={"reranker": "none"}),
+    loaded = load_program_state(build_program(system, kb, cfg.updated({"reranker": "none"}),
                                               with_lms=False), path)
     lm2 = task_lm()
     with dspy.context(lm=lm2):
@@ -189,8 +190,7 @@ def test_step1_scored_by_probabilities_is_bootstrapped(two_type_kb: KnowledgeBas
         0.9 if c == "paper" else 0.1 for c in choices])
     train, val, _ = splits(tiny_skb_dir)
     with dspy.context(lm=task_lm()):
-        result = optimise(two_type_kb, "afr", config(target_type_scoring="auto"), train, val, optimizer="bootstrap",
-                          steps=["target_type"], with_lms=False)
+        result = optimise(two_type_kb, config(target_type_scoring="auto"), train, val, PromptOptOptions(system="afr", optimizer="bootstrap", steps=["target_type"]), with_lms=False)
     demos = result.program.target_type.demos
     # the questions whose run grounds a gold answer (the third one's query grounds nothing zero-shot)
     assert [d["question"] for d in demos] == [ex.question for ex in train[:2]]
@@ -209,8 +209,7 @@ def test_a_bootstrapped_demo_is_a_trace_with_full_marks(kb: KnowledgeBase, tiny_
 
     lm = PromptLM({"cypher": answer, "target_type": lambda m: {"target_type": "paper"}})
     with dspy.context(lm=lm):
-        result = optimise(kb, "afr", config(), train, val, optimizer="bootstrap", steps=["cypher"],
-                          metric="grounded_f1", with_lms=False)
+        result = optimise(kb, config(), train, val, PromptOptOptions(system="afr", optimizer="bootstrap", steps=["cypher"], metric="grounded_f1"), with_lms=False)
         first = kb_program_scores(kb, train[0], lm)
     assert 0.0 < first < 1.0  # partly right: what DSPy alone would keep as a demo
     assert [d["question"] for d in result.program.cypher.demos] == [train[1].question]
@@ -230,7 +229,7 @@ def test_only_the_chosen_step_gets_demos(chosen: str, frozen: str, two_type_kb: 
     install_usage_callback()
     fresh = program_state(build_program("afr", two_type_kb, config(), with_lms=False))
     with dspy.context(lm=task_lm()):
-        result = optimise(two_type_kb, "afr", config(), train, val, steps=[chosen], with_lms=False)
+        result = optimise(two_type_kb, config(), train, val, PromptOptOptions(system="afr", steps=[chosen]), with_lms=False)
     state = program_state(result.program)
     assert len(state[chosen]["demos"]) == 2 and result.metadata["predictors"] == [chosen]
     assert state[frozen] == fresh[frozen] and not state[frozen]["demos"]
@@ -255,7 +254,7 @@ def test_hybgrag_router_is_optimised_over_the_examples_the_system_collects(
     train, val, _ = splits(tiny_skb_dir)
     install_usage_callback()
     with dspy.context(lm=lm):
-        result = optimise(kb, "hybgrag", config(), train, val, steps=["router"], with_lms=False)
+        result = optimise(kb, config(), train, val, PromptOptOptions(system="hybgrag", steps=["router"]), with_lms=False)
     assert result.metric == "mrr"
     state = program_state(result.program)
     assert state["validator"]["demos"], "the system's own examples were not collected"
@@ -283,8 +282,8 @@ def test_a_listwise_reranker_learns_from_demos(kb: KnowledgeBase, tiny_skb_dir: 
     install_usage_callback()
     lm = PromptLM({"ranking": rank})
     with dspy.context(lm=lm):
-        result = optimise(kb, "vss-rerank:reranker=listwise", config(k=5), train, val, steps=["reranker"],
-                          max_demos=1, with_lms=False)
+        options = PromptOptOptions(system="vss-rerank:reranker=listwise", steps=["reranker"], max_demos=1)
+        result = optimise(kb, config(k=5), train, val, options, with_lms=False)
     assert result.metric == "mrr" and result.predictors == ["reranker.rank"]
     assert result.metadata["demos"] == {"reranker.rank": 1}
     v = {k: s.mean() for k, s in result.val.items()}
@@ -294,11 +293,11 @@ def test_a_listwise_reranker_learns_from_demos(kb: KnowledgeBase, tiny_skb_dir: 
 def test_a_step_that_changes_nothing_fails_clearly(kb: KnowledgeBase, tiny_skb_dir: Path) -> None:
     train, val, _ = splits(tiny_skb_dir)
     with dspy.context(lm=task_lm()), pytest.raises(ValueError, match="target_type: the SKB has one candidate type"):
-        optimise(kb, "afr", config(), train, val, steps=["target_type"], with_lms=False)
+        optimise(kb, config(), train, val, PromptOptOptions(system="afr", steps=["target_type"]), with_lms=False)
     with dspy.context(lm=task_lm()), pytest.raises(ValueError, match="no such LLM step"):
-        optimise(kb, "afr", config(), train, val, steps=["router"], with_lms=False)
+        optimise(kb, config(), train, val, PromptOptOptions(system="afr", steps=["router"]), with_lms=False)
     with pytest.raises(ValueError, match="unknown optimizer"):
-        optimise(kb, "afr", config(), train, val, optimizer="sgd", with_lms=False)
+        optimise(kb, config(), train, val, PromptOptOptions(system="afr", optimizer="sgd"), with_lms=False)
 
 
 def test_step_problems_name_what_no_prompt_can_change(kb: KnowledgeBase) -> None:
@@ -343,8 +342,7 @@ def test_gepa_rewrites_the_instruction_from_feedback_and_leaves_step_1_alone(
     reflect = reflection_lm()
     before = program_state(build_program("afr", two_type_kb, config(), with_lms=False))
     with dspy.context(lm=lm):
-        result = optimise(two_type_kb, "afr", config(), train, val, optimizer="gepa", steps=["cypher"],
-                          budget=12, reflection_lm=reflect, threads=1, with_lms=False)
+        result = optimise(two_type_kb, config(), train, val, PromptOptOptions(system="afr", optimizer="gepa", steps=["cypher"], budget=12, reflection_lm=reflect, threads=1), with_lms=False)
     assert reflect.prompts("new_instruction"), "GEPA never asked the reflection LM"
     sent = "\n".join(p[-1]["content"] for p in reflect.prompts("new_instruction"))
     assert "The query has no usable relationship pattern" in sent  # autofocus's feedback reached it
@@ -381,8 +379,7 @@ def test_random_search_and_mipro_select_a_prompt_that_helps(
     lm = task_lm(helped=(lambda m: MAGIC in m[0]["content"]) if by_magic else has_demos)
     proposer = proposer_lm()
     with dspy.context(lm=lm):
-        result = optimise(kb, "afr", config(), train, val, optimizer=optimizer, steps=["cypher"], trials=4,
-                          max_demos=1, reflection_lm=proposer, threads=1, with_lms=False)
+        result = optimise(kb, config(), train, val, PromptOptOptions(system="afr", optimizer=optimizer, steps=["cypher"], trials=4, max_demos=1, reflection_lm=proposer, threads=1), with_lms=False)
     v = {k: s.mean()["grounded_recall@20"] for k, s in result.val.items()}
     assert v == {"zero_shot": 0.0, "optimised": 1.0}
     if by_magic:
@@ -496,7 +493,7 @@ def test_optimize_command_then_ask_and_eval_load_the_program(
     assert "on test (held out): 2 questions" in res.output and "cypher: 2 demos" in res.output
     doc = json.loads(prog.read_text())
     assert len(doc["state"]["cypher"]["demos"]) == 2 and doc["optimizer"]["test"]["optimised"]["grounded_hit@20"] == 1
-    assert doc["config"]["k"] == 4 and doc["config"]["reranker"] == "auto"  # the config as given, reranker kept
+    assert doc["config"]["merge"]["k"] == 4 and doc["config"]["rerank"]["reranker"] == "auto"  # the config as given, reranker kept
 
     lm.calls.clear()
     res = runner.invoke(app, ["ask", "Which paper by Grace Hopper is a survey?", "--skb", str(tiny_skb_dir),
@@ -523,8 +520,7 @@ def test_gold_yes_no_demos_pair_an_answer_with_its_hardest_non_answer(kb: Knowle
     train, val, _ = splits(tiny_skb_dir)
     lm = PromptLM({**task_lm().handlers, "score": lambda m: {"score": 0.5}})
     with dspy.context(lm=lm):
-        result = optimise(kb, "afr", config(reranker="pointwise"), train, val[:1], optimizer="gold",
-                          steps=["reranker"], max_demos=4, with_lms=False)
+        result = optimise(kb, config(reranker="pointwise"), train, val[:1], PromptOptOptions(system="afr", optimizer="gold", steps=["reranker"], max_demos=4), with_lms=False)
     demos = result.program.reranker.score.demos
     skb = kb.skb
     assert [d["score"] for d in demos] == [1.0, 0.0, 0.0, 1.0]
@@ -537,5 +533,4 @@ def test_gold_yes_no_demos_pair_an_answer_with_its_hardest_non_answer(kb: Knowle
     # the signature path shows them to the LM as demos
     assert any(has_demos(m) for m in lm.prompts("score"))
     with pytest.raises(ValueError, match="use the pointwise reranker"):
-        optimise(kb, "afr", config(reranker="listwise"), train, val, optimizer="gold", steps=["reranker"],
-                 with_lms=False)
+        optimise(kb, config(reranker="listwise"), train, val, PromptOptOptions(system="afr", optimizer="gold", steps=["reranker"]), with_lms=False)

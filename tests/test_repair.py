@@ -258,7 +258,7 @@ def test_hostile_queries_still_give_a_strand(skb, parts: list[str], question: st
     qg = parse_step(_KB(skb), " ".join(parts), "exception", cfg, trace)
     strand = ground_strand(_KB(skb), qg, cfg, trace, "exception")
     assert strand.answers.dtype.kind == "i" and set(strand.answers.tolist()) <= set(range(skb.num_nodes))
-    assert len(strand.relaxed) <= cfg.relax_max_rungs + 2  # the second readings, then the ladder's rungs
+    assert len(strand.relaxed) <= cfg.grounding.relax_max_rungs + 2  # the second readings, then the ladder's rungs
 
 
 def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:

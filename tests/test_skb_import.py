@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from autofocus.cli import app
 from autofocus.cypher.builder import parse_cypher
+from autofocus.options import SynthOptions
 from autofocus.skb.export import console_cypher, export_skb
 from autofocus.skb.falkordb_local import LocalFalkorDB, free_port
 from autofocus.skb.importers import ImportOptions, SourceError, graphdb, import_skb
@@ -323,7 +324,7 @@ def test_synthetic_questions_from_an_imported_skb(tmp_path: Path) -> None:
     result = import_skb(write_tables(tmp_path / "t", "csv", per_type=False), tmp_path / "skb")
     kb = make_kb(load_skb_dir(result.path, progress=False), tmp_path / "kb")
     with dspy.context(lm=verbaliser()):
-        synth = synthesise(kb, 2, seed=0)
+        synth = synthesise(kb, 2, SynthOptions(seed=0))
     names = [kb.skb.name(i) for i in range(kb.skb.num_nodes)]
     assert synth.pairs and all(any(n in p.question for n in names) for p in synth.pairs)
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from autofocus.kb import KnowledgeBase
 from autofocus.optimize.scoring import check_metric, question_scores
+from autofocus.options import SynthOptions
 from autofocus.program.steps.symbols import constraint_mask
 from autofocus.query_graph import Constraint
 from autofocus.skb.model import SKB
@@ -234,7 +235,7 @@ def test_synthesis_is_deterministic_and_writes_a_split(kb: KnowledgeBase, tmp_pa
     texts = []
     for run in ("a", "b", "c"):
         with dspy.context(lm=verbaliser()):
-            result = synthesise(kb, 6, seed=0 if run != "c" else 1)
+            result = synthesise(kb, 6, SynthOptions(seed=0 if run != "c" else 1))
         paths = write_synthetic(result, kb.skb, tmp_path / run)
         texts.append((paths["qa"].read_text(), paths["patterns"].read_text()))
     assert texts[0] == texts[1] and texts[0] != texts[2]
@@ -250,7 +251,7 @@ def test_synthesis_is_deterministic_and_writes_a_split(kb: KnowledgeBase, tmp_pa
 def test_coverage_follows_the_graph_and_answers_are_unique(random_kb: KnowledgeBase) -> None:
     lm = verbaliser()
     with dspy.context(lm=lm):
-        result = synthesise(random_kb, 40, seed=0, max_answers=15)
+        result = synthesise(random_kb, 40, SynthOptions(seed=0, max_answers=15))
     cov = result.coverage()
     shares = type_shares(random_kb, 40)
     assert len(result.pairs) == 40
@@ -264,12 +265,12 @@ def test_coverage_follows_the_graph_and_answers_are_unique(random_kb: KnowledgeB
 
 def test_rejected_questions_cost_a_pattern_not_the_run(kb: KnowledgeBase) -> None:
     with dspy.context(lm=verbaliser(lambda user: {"question": "Which paper is it, really?"})):
-        result = synthesise(kb, 4, seed=0)
+        result = synthesise(kb, 4, SynthOptions(seed=0))
     assert not result.pairs and result.rejected["a constant is not named"] == result.verbalised > 0
 
     same = verbaliser(lambda user: {"question": f"Which papers are about {' and '.join(quoted(user))}?"})
     with dspy.context(lm=same):
-        result = synthesise(kb, 3, seed=0)
+        result = synthesise(kb, 3, SynthOptions(seed=0))
     assert len(result.pairs) == 3
 
 
@@ -291,7 +292,7 @@ def test_synthesis_never_reads_a_qa_file(tiny_skb_dir: Path, kb: KnowledgeBase,
     monkeypatch.setattr(Path, "open", guarded_open)
     kb.source = tiny_skb_dir
     with dspy.context(lm=verbaliser()):
-        assert synthesise(kb, 3, seed=0).pairs
+        assert synthesise(kb, 3, SynthOptions(seed=0)).pairs
 
 
 def test_command_writes_beside_qa_and_never_into_test(tiny_skb_dir: Path, kb: KnowledgeBase, tmp_path: Path,
@@ -342,7 +343,7 @@ def test_an_lm_that_is_down_stops_the_synthesis_loudly(tiny_skb_dir: Path, kb: K
         raise LMAuthError("401 invalid key sk-synth-0123456789abcdefghij")
 
     with dspy.context(lm=verbaliser(down)):
-        result = synthesise(kb, 6, seed=0)  # a batch of 8 patterns, asked one at a time
+        result = synthesise(kb, 6, SynthOptions(seed=0))  # a batch of 8 patterns, asked one at a time
     assert result.pairs == [] and len(asked) == OUTAGES_TO_STOP  # not every pattern after a full timeout
     assert result.verbalised == OUTAGES_TO_STOP and result.rejected["LM error: LMAuthError"] == OUTAGES_TO_STOP
     assert result.stopped is not None and "LMAuthError: 401 invalid key [REDACTED]" in result.stopped
@@ -376,7 +377,7 @@ def test_synth_on_a_damaged_skb_names_the_place_without_a_traceback(tiny_skb_dir
 
 def test_chat_export_matches_the_program_prompt(kb: KnowledgeBase, tmp_path: Path) -> None:
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 2, seed=0)
+        result = synthesise(kb, 2, SynthOptions(seed=0))
     rows = [json.loads(line) for line in export_chat(result, kb.skb, tmp_path / "c.jsonl").read_text().splitlines()]
     assert len(rows) == len(result.pairs)
     assert rows[0]["messages"][2]["content"].startswith("[[ ## cypher ## ]]\n" + result.pairs[0].cypher)
@@ -401,7 +402,7 @@ def test_bootstrapping_takes_synthetic_questions_round_robin_over_shapes(kb: Kno
     from autofocus.optimize.prompts import examples, spread_shapes
 
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 8, seed=0, max_answers=5)
+        result = synthesise(kb, 8, SynthOptions(seed=0, max_answers=5))
     write_synthetic(result, kb.skb, tmp_path)
     items = load_qa(tmp_path, "synthetic", qa_dir=tmp_path)
     assert [i.shape for i in items] == [p.pattern.shape for p in result.pairs]
@@ -418,9 +419,10 @@ def test_gold_demos_are_the_synthetic_patterns_queries(kb: KnowledgeBase, tiny_s
     """`gold` shows the gold target type and Cypher of synthetic questions, one pattern shape after another."""
     from autofocus.config import AutofocusConfig, LMConfig
     from autofocus.optimize.prompts import examples, optimise, spread_shapes
+    from autofocus.options import PromptOptOptions
 
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 8, seed=0, max_answers=5)
+        result = synthesise(kb, 8, SynthOptions(seed=0, max_answers=5))
     write_synthetic(result, kb.skb, tmp_path)
     train = examples(load_qa(tmp_path, "synthetic", qa_dir=tmp_path))
     gold = {p.question: p.cypher for p in result.pairs}
@@ -433,8 +435,7 @@ def test_gold_demos_are_the_synthetic_patterns_queries(kb: KnowledgeBase, tiny_s
     lm = PromptLM({"cypher": cypher})
     cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none")
     with dspy.context(lm=lm):
-        out = optimise(kb, "afr", cfg, train, train[:2], optimizer="gold", steps=["cypher"], max_demos=3,
-                       with_lms=False)
+        out = optimise(kb, cfg, train, train[:2], PromptOptOptions(system="afr", optimizer="gold", steps=["cypher"], max_demos=3), with_lms=False)
     demos = out.program.cypher.demos
     first = spread_shapes(train)[:3]
     assert [d["question"] for d in demos] == [e.question for e in first]
@@ -444,7 +445,7 @@ def test_gold_demos_are_the_synthetic_patterns_queries(kb: KnowledgeBase, tiny_s
     assert has_demos(asked[-1]) and any(gold[first[0].question] in m["content"] for m in asked[-1])
     labelled = examples(load_qa(tiny_skb_dir, "train"))
     with pytest.raises(ValueError, match="carry no gold 'cypher'"):
-        optimise(kb, "afr", cfg, labelled, labelled, optimizer="gold", steps=["cypher"], with_lms=False)
+        optimise(kb, cfg, labelled, labelled, PromptOptOptions(system="afr", optimizer="gold", steps=["cypher"]), with_lms=False)
 
 
 def test_split_slices(tiny_skb_dir: Path) -> None:
@@ -463,7 +464,7 @@ def test_demonstration_pipeline_with_scripted_lms(kb: KnowledgeBase, tiny_skb_di
     from autofocus.config import AutofocusConfig, LMConfig
 
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 8, seed=0, max_answers=5)
+        result = synthesise(kb, 8, SynthOptions(seed=0, max_answers=5))
     write_synthetic(result, kb.skb, tmp_path)
     gold = {p.question: p.cypher for p in result.pairs}
     labelled = {
@@ -523,7 +524,7 @@ def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb:
     from autofocus.usage import install_usage_callback
 
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 5, seed=0)
+        result = synthesise(kb, 5, SynthOptions(seed=0))
     qa_dir = tmp_path / "qa"
     write_synthetic(result, kb.skb, qa_dir)
     gold = {p.question: p.cypher for p in result.pairs}
@@ -555,7 +556,8 @@ def test_commands_read_the_synthetic_split_from_a_qa_dir(tiny_skb_dir: Path, kb:
         assert res.exit_code == 0, res.output
         for saved in (json.loads((tmp_path / "p.json").read_text())["config"],
                       json.loads((tmp_path / "tune" / "best_config.json").read_text())):
-            assert (saved["lm"]["timeout_s"], saved["lm"]["num_retries"], saved["question_deadline_s"]) == (7, 0, 60)
+            run_cfg = saved["runtime"]
+            assert (run_cfg["lm"]["timeout_s"], run_cfg["lm"]["num_retries"], run_cfg["question_deadline_s"]) == (7, 0, 60)
         assert json.loads((tmp_path / "tune" / "summary.json").read_text())["pre_rerank"]["tuned"]["hit@4"] == 1.0
 
 
@@ -603,7 +605,7 @@ def test_a_text_clue_is_a_rare_phrase_of_one_answer_that_no_other_answer_has() -
 def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -> None:
     kb = make_kb(clue_skb(), tmp_path / "kb")
     with dspy.context(lm=verbaliser()):
-        result = synthesise(kb, 8, seed=0, clue_share=1.0, clue_kind="phrase", max_triplets=1)
+        result = synthesise(kb, 8, SynthOptions(seed=0, clue_share=1.0, clue_kind="phrase", max_triplets=1))
     clued = [p for p in result.pairs if p.pattern.clue is not None]
     assert clued and result.coverage()["text_clues"] == len(clued)
     for pair in clued:
@@ -619,10 +621,10 @@ def test_clue_questions_ask_for_one_answer_of_the_grounded_set(tmp_path: Path) -
         assert items[r["id"]].answer_ids == r["answer_ids"] and set(r["answer_ids"]) <= set(r["grounded_answer_ids"])
         assert (r["clue"] is not None) == (len(r["answer_ids"]) < len(r["grounded_answer_ids"]))
     with dspy.context(lm=verbaliser()):
-        plain = synthesise(kb, 8, seed=0, clue_share=0.0, clue_kind="phrase", max_triplets=1)
+        plain = synthesise(kb, 8, SynthOptions(seed=0, clue_share=0.0, clue_kind="phrase", max_triplets=1))
     assert all(p.pattern.clue is None for p in plain.pairs)
     with dspy.context(lm=verbaliser()):
-        some = synthesise(kb, 10, seed=0, clue_share=0.3, clue_kind="phrase", max_triplets=1)
+        some = synthesise(kb, 10, SynthOptions(seed=0, clue_share=0.3, clue_kind="phrase", max_triplets=1))
     assert 1 <= some.coverage()["text_clues"] <= 3  # a quota of the questions, not of the patterns
     assert clean_question("Which item?  [[ ## completed ## ]]\n") == "Which item?"  # an echoed field marker
     # a question that leaves the clue out asks for the whole grounded set: rejected
@@ -658,7 +660,7 @@ def test_fact_questions_are_narrowed_by_what_the_lm_read_in_one_answers_text(tmp
     kb = make_kb(clue_skb(), tmp_path / "kb")
     lm = verbaliser()
     with dspy.context(lm=lm):
-        result = synthesise(kb, 8, seed=0, clue_share=1.0, max_triplets=1)  # facts are the default clue
+        result = synthesise(kb, 8, SynthOptions(seed=0, clue_share=1.0, max_triplets=1))  # facts are the default clue
     clued = [p for p in result.pairs if p.pattern.clue is not None]
     assert clued and all(p.pattern.clue_kind == "fact" for p in clued)
     assert lm.fields().count("fact") >= len(clued)  # one LM call per fact, before the question
@@ -676,12 +678,12 @@ def test_fact_questions_are_narrowed_by_what_the_lm_read_in_one_answers_text(tmp
         return {"fact": f"is much like {quoted(field_value(user, 'similar'))[0]} in colour"}
 
     with dspy.context(lm=verbaliser(facts=naming)):
-        plain = synthesise(kb, 6, seed=0, clue_share=1.0, max_triplets=1)
+        plain = synthesise(kb, 6, SynthOptions(seed=0, clue_share=1.0, max_triplets=1))
     assert plain.pairs and all(p.pattern.clue is None and p.pattern.asked.tolist() == p.pattern.answers.tolist()
                                for p in plain.pairs)  # kept as plain questions, not lost
     assert sum(v for k, v in plain.rejected.items() if k.startswith("no fact clue")) >= 1
     with pytest.raises(ValueError, match="clue_kind"):
-        synthesise(kb, 2, clue_kind="rumour")
+        synthesise(kb, 2, SynthOptions(clue_kind="rumour"))
 
 
 def test_the_round_trip_keeps_only_questions_whose_own_query_grounds_their_answers(kb: KnowledgeBase) -> None:
@@ -689,7 +691,7 @@ def test_the_round_trip_keeps_only_questions_whose_own_query_grounds_their_answe
     from autofocus.runtime import assemble
 
     with dspy.context(lm=verbaliser()):
-        first = synthesise(kb, 6, seed=0, max_answers=5)
+        first = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5))
     gold = {p.question: p.cypher for p in first.pairs}
     served = [q for i, q in enumerate(gold) if i % 2 == 0]  # step 2 gets these right, the rest wrong
 
@@ -703,7 +705,7 @@ def test_the_round_trip_keeps_only_questions_whose_own_query_grounds_their_answe
                           repair=False, relax=[])
     checker = assemble("afr", kb, cfg, lms=False)
     with dspy.context(lm=lm):
-        result = synthesise(kb, 6, seed=0, max_answers=5, round_trip=checker)
+        result = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5), round_trip=checker)
     kept = [p.question for p in result.pairs]
     assert kept and set(kept) <= set(served)  # every kept question's own query grounded its answers
     assert result.rejected["round trip: the question's own query misses its answers"] >= 1
@@ -720,7 +722,7 @@ def test_the_round_trip_drops_questions_whose_own_query_grounds_far_more_than_th
     from autofocus.runtime import assemble
 
     with dspy.context(lm=verbaliser()):
-        first = synthesise(kb, 6, seed=0, max_answers=5)
+        first = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5))
     gold = {p.question: p.cypher for p in first.pairs}
     served = [q for i, q in enumerate(gold) if i % 2 == 0]
     broad = "MATCH (y:paper)-[:paper_has_topic_field]->(a:field) WHERE a.name = 'Information Retrieval' RETURN y"
@@ -735,8 +737,8 @@ def test_the_round_trip_drops_questions_whose_own_query_grounds_far_more_than_th
                           repair=False, relax=[])
     checker = assemble("afr", kb, cfg, lms=False)
     with dspy.context(lm=lm):
-        recall_only = synthesise(kb, 6, seed=0, max_answers=5, round_trip=checker, round_trip_precision=0.0)
-        precise = synthesise(kb, 6, seed=0, max_answers=5, round_trip=checker)
+        recall_only = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5, round_trip_precision=0.0), round_trip=checker)
+        precise = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5), round_trip=checker)
     information_retrieval = {0, 2, 3, 11}
 
     def vague(result: Any) -> list[set[int]]:  # kept by the broad query: answers among its 4 papers

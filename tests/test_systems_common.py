@@ -46,8 +46,9 @@ class HashEmbedder:
 
 def make_kb(skb: SKB, root: Path, source: Path | None = None) -> KnowledgeBase:
     """The real KnowledgeBase (real documents, stores and FAISS search) with the hashing embedder."""
-    return KnowledgeBase(skb, HashEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None),
-                         source=source)
+    kb = KnowledgeBase(skb, HashEmbedder(), root, build_missing=True, progress=False, cache=EmbeddingCache(None))
+    kb.source = source
+    return kb
 
 
 class _ScriptEngine(DummyEngine):
@@ -119,18 +120,18 @@ def test_every_system_is_registered_with_its_papers_defaults() -> None:
     assert {"afr", "bm25", "vss", "vss-rerank", "4stepfocus", "focusedretriever", "hybgrag"} <= names
     assert {"afr-steps1+7", "afr-steps1-5", "afr-steps1-6", "afr-steps1-7", "afr-pairwise", "afr-code"} <= names
     assert resolve_config("afr-steps1+7")[1].steps == "1+7"
-    assert resolve_config("afr-tournament")[1].reranker == "tournament"
-    assert resolve_config("vss-rerank")[1].reranker == "pointwise"
-    assert resolve_config("vss")[1].reranker == "none"
+    assert resolve_config("afr-tournament")[1].rerank.reranker == "tournament"
+    assert resolve_config("vss-rerank")[1].rerank.reranker == "pointwise"
+    assert resolve_config("vss")[1].rerank.reranker == "none"
     fr = resolve_config("focusedretriever")[1]
-    assert (fr.reranker, fr.l_max, fr.alpha, fr.expansion) == ("pairwise", 1_500_000, 0.6, "paper")
+    assert (fr.rerank.reranker, fr.grounding.l_max, fr.merge.alpha, fr.grounding.expansion) == ("pairwise", 1_500_000, 0.6, "paper")
     fsf = resolve_config("4stepfocus:name_similarity=0.8")[1]
-    assert (fsf.reranker, fsf.edge_mode, fsf.name_similarity) == ("pointwise", "lenient", 0.8)
-    assert resolve_config("hybgrag:critic_rounds=2")[1].critic_rounds == 2
+    assert (fsf.rerank.reranker, fsf.grounding.edge_mode, fsf.systems.name_similarity) == ("pointwise", "lenient", 0.8)
+    assert resolve_config("hybgrag:critic_rounds=2")[1].systems.critic_rounds == 2
     code = resolve_config("afr-code")[1]
-    assert (code.l_max, code.expansion, code.step6_order, code.step7_exclude) == (3, "code", "round", "none")
+    assert (code.grounding.l_max, code.grounding.expansion, code.merge.step6_order, code.merge.step7_exclude) == (3, "code", "round", "none")
     # what autofocus adds is off in the papers' methods, on in afr
-    assert not resolve_config("afr-paper")[1].named_last and not fr.named_last and resolve_config("afr")[1].named_last
+    assert not resolve_config("afr-paper")[1].merge.named_last and not fr.merge.named_last and resolve_config("afr")[1].merge.named_last
 
 
 @pytest.mark.parametrize("spec", ["bm25", "vss", "4stepfocus", "focusedretriever", "hybgrag"])

@@ -166,7 +166,7 @@ def test_study_finds_the_planted_alpha_asks_the_llm_once_and_resumes(
     assert res.exit_code == 0, res.output
     assert lm.fields() == ["cypher", "cypher"]  # steps 1-2 once per question, whatever the trial count
     best = load_config(out / "best_config.json")  # what `ask`/`eval --config` read
-    assert 0.375 <= best.alpha < 0.625 and best.k == 4 and best.reranker == "listwise"
+    assert 0.375 <= best.merge.alpha < 0.625 and best.merge.k == 4 and best.rerank.reranker == "listwise"
     summary = json.loads((out / "summary.json").read_text())
     assert (
         summary["pre_rerank"]["defaults"]["hit@4"] == 0.5 and summary["pre_rerank"]["tuned"]["hit@4"] == 1.0
@@ -243,16 +243,16 @@ def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_valu
     steps12 = [c for c in lm.calls if c[0] == "cypher"]
     assert steps12 and all("DEMO-MARKER" in json.dumps(c[2]) for c in steps12)
     best = load_config(out / "best_config.json")
-    assert (best.expansion, best.step6_order, best.k) == (
+    assert (best.grounding.expansion, best.merge.step6_order, best.merge.k) == (
         "code",
         "round",
         4,
     )  # the program's preset and config
     manifest = json.loads(next(out.glob("confirm-val-*/manifest.json")).read_text())
     assert manifest["system"].startswith("afr-code") and manifest["program"]["path"] == str(path)
-    assert manifest["config"]["alpha"] == best.alpha and manifest["config"]["l_max"] == best.l_max
+    assert manifest["config"]["merge"]["alpha"] == best.merge.alpha and manifest["config"]["grounding"]["l_max"] == best.grounding.l_max
     other = tune.config_with(best, {"alpha": 0.123, "l_max": 77})
-    assert registry.resolve_config("afr-code", other)[1].alpha == 0.65  # what building by name would do
+    assert registry.resolve_config("afr-code", other)[1].merge.alpha == 0.65  # what building by name would do
     assert registry.resolve_config(tune.system_spec("afr-code", other), other)[1] == other
 
 
@@ -431,10 +431,10 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     other = tune.LLMOutputCache(path, "two")
     assert other.load() == {} and other.other_identities == 2
     cfg = AutofocusConfig()
-    typed = cfg.model_copy(update={"query_format": "typed"})
+    typed = cfg.updated({"query_format": "typed"})
     assert tune.llm_identity("afr", cfg, "f") != tune.llm_identity("afr", typed, "f")
     assert tune.llm_identity("afr", cfg, "f") == tune.llm_identity(
-        "afr", cfg.model_copy(update={"alpha": 0.1}), "f"
+        "afr", cfg.updated({"alpha": 0.1}), "f"
     )
 
 
@@ -614,8 +614,8 @@ def test_fit_prior_weight_sets_step_8s_fusion_from_the_judges_scores(
     assert res.exit_code == 0, res.output
     summary = json.loads((out / "summary.json").read_text())
     fit, best = summary["prior_weight_fit"], AutofocusConfig.load(out / "best_config.json")
-    assert fit["used"] and fit["n"] == 2 and best.rerank_fusion == "prior"
-    assert best.rerank_prior_weight == pytest.approx(fit["weight"], abs=1e-3) and fit["low"] <= fit["weight"] <= fit["high"]
+    assert fit["used"] and fit["n"] == 2 and best.rerank.rerank_fusion == "prior"
+    assert best.rerank.rerank_prior_weight == pytest.approx(fit["weight"], abs=1e-3) and fit["low"] <= fit["weight"] <= fit["high"]
     assert 0.3 < fit["weight"] < 2  # the two questions pull it both ways
     assert "prior weight fitted by likelihood" in (out / "summary.md").read_text()
     assert "likelihood fit: rerank_prior_weight" in " ".join(res.output.split())

@@ -12,7 +12,8 @@ The public API (``autofocus.api``; a guide in ``docs/guide.md``)::
 ``synthesise`` (training questions from the graph), ``systems`` (the registered names), ``load_config``,
 ``import_skb`` / ``export_skb`` (a graph database, tables or networkx to an SKB and back to FalkorDB),
 ``qa_dataset`` / ``run_dataset`` (a QA split, a run's traces as a ``datasets.Dataset``); the
-types ``AutofocusConfig``, ``LMConfig``,
+types ``AutofocusConfig``, ``LMConfig``, the options of the long runs (``TuneOptions``, ``PromptOptOptions``,
+``SynthOptions``, ``EvalOptions``),
 ``QueryGraph``, ``Trace``, ``KnowledgeBase``, ``RetrievalProgram``.
 """
 
@@ -34,6 +35,7 @@ from autofocus.api import (
     tune,
 )
 from autofocus.config import AutofocusConfig, LMConfig
+from autofocus.options import EvalOptions, PromptOptOptions, SynthOptions, TuneOptions
 from autofocus.query_graph import QueryGraph
 from autofocus.runtime import load_config
 from autofocus.trace import Trace
@@ -44,11 +46,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AutofocusConfig",
+    "EvalOptions",
     "KnowledgeBase",
     "LMConfig",
+    "PromptOptOptions",
     "QueryGraph",
     "RetrievalProgram",
+    "SynthOptions",
     "Trace",
+    "TuneOptions",
     "__version__",
     "compare",
     "evaluate",

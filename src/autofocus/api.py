@@ -17,7 +17,9 @@ same functions. Programs are ``dspy.Module``s (``program.systems.base.RetrievalP
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,9 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
     from autofocus.optimize.prompts_run import PromptRun
     from autofocus.optimize.tune_run import TuningResult
+    from autofocus.options import EvalOptions, PromptOptOptions, SynthOptions, TuneOptions
     from autofocus.program.systems.base import RetrievalProgram
+    from autofocus.progress import Reporter
     from autofocus.skb.export import ExportResult
     from autofocus.skb.importers import ImportOptions, ImportResult
     from autofocus.skb.qa import QAItem
@@ -81,137 +85,151 @@ def open(
     cfg = _config(config, lm, program)
     lms: Any = lm if isinstance(lm, dspy.BaseLM) else "lazy"
     if isinstance(lm, dspy.BaseLM):  # named in the config (the manifest, ``reranker=auto``) by its model
-        cfg = cfg.model_copy(update={"lm": cfg.lm.model_copy(update={"default": str(getattr(lm, "model", "custom"))})})
+        cfg = cfg.updated({"lm": {**cfg.runtime.lm.model_dump(), "default": str(getattr(lm, "model", "custom"))}})
     return open_program(skb, system, cfg, program, lms=lms)
 
 
 def evaluate(
     program: dspy.Module,
-    split: str = "test",
+    split: str | None = None,
     out: Path | str | None = None,
     *,
+    options: EvalOptions | None = None,
     questions: Sequence[QAItem] | None = None,
-    limit: int | None = None,
-    resume: bool = True,
-    progress: bool = False,
-    concurrency: int | None = None,
-    qa_dir: Path | str | None = None,
-    replay: Path | str | None = None,
+    progress: bool | Reporter = False,
+    **option_values: Any,
 ) -> ProgramRun:
     """Run ``program`` on a QA split of its knowledge base: the resumable runner of ``autofocus eval``.
 
     Writes ``manifest.json``, ``traces.jsonl`` (one line per question), ``summary.json``/``.md`` and
     plots into ``out`` (default ``runs/<system>-<split>``). Calling again with the same program
     resumes (finished questions are kept); a different system, config, split or program file is
-    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside. ``qa_dir``
-    holds more whole-file splits (``autofocus.synthesise(out=...)``); ``replay`` reuses the step 1-2
-    outputs of another run directory (``eval --replay``).
+    refused (``RunMismatchError``) unless ``resume=False``, which moves the old run aside.
+
+    ``options`` is an ``autofocus.EvalOptions`` (``split``, ``limit``, ``resume``, ``concurrency``,
+    ``qa_dir``: more whole-file splits such as ``autofocus.synthesise(out=...)``'s, ``replay``: reuse
+    the step 1-2 outputs of another run directory); ``split`` and ``option_values`` (``limit=30``)
+    set its fields by name. ``progress``: True draws bars on the terminal, or a ``progress.Reporter``.
 
     Returns a ``ProgramRun``: ``.summary["metrics"]["hit@1"]["mean"]``, ``.run.records`` (one dict per
     question with ``ranked``, ``metrics`` and ``trace``), ``.interrupted``.
     """
     from autofocus.evaluation.program_runs import evaluate_program, run_dir_name
+    from autofocus.options import EvalOptions
 
+    opts = replace(options or EvalOptions(), **({"split": split} if split else {}), **option_values)
     system = getattr(program, "system", "program")
-    out = Path(out) if out is not None else Path("runs") / f"{run_dir_name(system)}-{split}"
-    return evaluate_program(program, split, out, questions=questions, limit=limit, resume=resume,
-                            progress=progress, concurrency=concurrency, qa_dir=qa_dir, replay=replay)  # fmt: skip
+    out = Path(out) if out is not None else Path("runs") / f"{run_dir_name(system)}-{opts.split}"
+    with _reporting(progress) as reporter:
+        return evaluate_program(program, out, opts, questions=questions, reporter=reporter)
 
 
 def compare(
     skb: Path | str,
     systems: Sequence[str],
-    split: str = "test",
+    split: str | None = None,
     out: Path | str = "runs/compare",
     *,
     lm: str | None = None,
     config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
-    limit: int | None = None,
-    resume: bool = True,
-    progress: bool = False,
-    qa_dir: Path | str | None = None,
+    options: EvalOptions | None = None,
+    progress: bool | Reporter = False,
+    **option_values: Any,
 ) -> Comparison:
     """Evaluate several systems on the same questions (one run each in ``out/<system>/``) and compare
-    them with the first (``comparison.md``/``.csv``, paired tests): ``autofocus compare``."""
+    them with the first (``comparison.md``/``.csv``, paired tests): ``autofocus compare``.
+    ``options``, ``split`` and ``option_values`` as ``evaluate``'s."""
     from autofocus.evaluation.program_runs import compare_systems
+    from autofocus.options import EvalOptions
 
-    return compare_systems(skb, list(systems), split, out, config=_config(config, lm, None), limit=limit,
-                           resume=resume, progress=progress, qa_dir=qa_dir)  # fmt: skip
+    opts = replace(options or EvalOptions(), **({"split": split} if split else {}), **option_values)
+    with _reporting(progress) as reporter:
+        return compare_systems(skb, list(systems), out, _config(config, lm, None), opts, reporter=reporter)
+
+
+@contextmanager
+def _reporting(progress: bool | Reporter) -> Iterator[Reporter | None]:
+    """Bars on the terminal for ``progress=True``; a caller's reporter as it is; else none."""
+    if progress is True:
+        from autofocus.console import RichReporter
+
+        with RichReporter() as reporter:
+            yield reporter
+    else:
+        yield progress or None
 
 
 def tune(
     skb: Path | str,
-    split: str = "val",
+    options: TuneOptions | None = None,
     *,
-    trials: int = 200,
-    study: str = "afr-tune",
-    out: Path | str | None = None,
-    system: str = "afr",
     lm: str | None = None,
     config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
-    program: Path | str | None = None,
-    **options: Any,
+    progress: bool | Reporter = False,
+    **option_values: Any,
 ) -> TuningResult:
     """Tune AF-Retriever's settings with Optuna over step 1-2 outputs asked once: ``autofocus tune``.
 
-    ``options`` are ``optimize.tune_run.run_tuning``'s: ``storage``, ``metric``, ``second``,
-    ``params``, ``l_max_range``, ``rerank_trials``, ``fit_prior_weight``, ``seed``, ``limit``,
-    ``confirm`` (default True), ``confirm_defaults``, ``test_split``, ``progress``. Returns a
-    ``TuningResult``: ``.best_config`` (also in ``out/best_config.json``), ``.baseline``/``.tuned``
-    metrics, ``.gain``, ``.fusion_fit`` (step-8 studies), sensitivity tables and confirmation runs.
+    ``options`` is an ``autofocus.TuneOptions`` (``system``, ``program_file``, ``split``, ``trials``,
+    ``study``, ``out``, ``metric``, ``params``, ``rerank_trials``, ``confirm``, ...);
+    ``option_values`` set its fields by name instead (``trials=50, split="val"``). ``config`` is
+    the base config (default: the program file's, else the defaults). Returns a ``TuningResult``:
+    ``.best_config`` (also in ``out/best_config.json``), ``.baseline``/``.tuned`` metrics, ``.gain``,
+    ``.fusion_fit`` (step-8 studies), sensitivity tables and confirmation runs.
     """
     from autofocus.optimize.tune_run import run_tuning
+    from autofocus.options import TuneOptions
 
-    return run_tuning(skb, _config(config, lm, program), system=system, program_file=program, split=split,
-                      trials=trials, study=study, out=out, **options)  # fmt: skip
+    opts = replace(options or TuneOptions(), **option_values)
+    with _reporting(progress) as reporter:
+        return run_tuning(skb, _config(config, lm, opts.program_file), opts, reporter=reporter)
 
 
 def optimize_prompts(
     skb: Path | str,
-    steps: Sequence[str] = ("cypher",),
-    optimizer: str = "bootstrap",
+    options: PromptOptOptions | None = None,
     *,
-    system: str = "afr",
-    out: Path | str | None = None,
     lm: str | None = None,
     config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
-    **options: Any,
+    **option_values: Any,
 ) -> PromptRun:
     """Optimise the prompts and demos of some LLM steps with a DSPy optimiser (``bootstrap``,
-    ``bootstrap-rs``, ``mipro``, ``gepa``), the other steps zero-shot: ``autofocus optimize``.
+    ``bootstrap-rs``, ``mipro``, ``gepa``, ``gold``), the other steps zero-shot: ``autofocus optimize``.
 
-    ``options`` are ``optimize.prompts_run.run_prompt_optimisation``'s: ``train``, ``val``, ``test``,
-    their ``limit_*``, ``metric``, ``reflection_lm``, ``max_demos``, ``trials``, ``budget``,
-    ``threads``, ``seed``, ``full_demos``. Returns a ``PromptRun``: ``.result.program`` (the optimised
+    ``options`` is an ``autofocus.PromptOptOptions`` (system, steps, optimizer, splits, ``out``, ...);
+    ``option_values`` set its fields by name instead (``steps=["cypher"], optimizer="gepa"``), over
+    ``options`` where both are given. Returns a ``PromptRun``: ``.result.program`` (the optimised
     system; ``.save(path)``), ``.result.val``/``.test`` zero-shot vs optimised scores, ``.path`` (the
     program file written to ``out``).
     """
     from autofocus.optimize.prompts_run import run_prompt_optimisation
+    from autofocus.options import PromptOptOptions
 
-    return run_prompt_optimisation(skb, _config(config, lm, None), system=system, steps=list(steps),
-                                   optimizer=optimizer, out=out, **options)  # fmt: skip
+    opts = replace(options or PromptOptOptions(), **option_values)
+    return run_prompt_optimisation(skb, _config(config, lm, None), opts)
 
 
 def synthesise(
     skb: Path | str,
     n: int = 100,
+    options: SynthOptions | None = None,
     *,
-    out: Path | str | None = None,
     lm: str | None = None,
     config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
-    **options: Any,
+    **option_values: Any,
 ) -> SynthesisRun:
     """Training questions made from the SKB's own graph, no labels needed: ``autofocus synth``.
 
     Writes the ``synthetic`` split beside the SKB's QA file (or into ``out``; then pass its folder as
-    ``qa_dir``). ``options`` are ``synthetic.run.run_synthesis``'s: ``seed``, ``max_answers``,
-    ``max_triplets``, ``filter_rate``, ``clue_share``, ``clue_kind``, ``round_trip``, ``round_trip_precision``, ``threads``, ``chat``
-    (step 2 fine-tuning data). Returns a ``SynthesisRun``: ``.result.pairs``, ``.result.summary()``, ``.result.stopped`` (the LM outage
-    that ended it early, if one did), ``.paths``.
+    ``qa_dir``). ``options`` is an ``autofocus.SynthOptions`` (seed, answer-set size, clues, round
+    trip, ``out``, ``chat`` for step 2 fine-tuning data, ...); ``option_values`` set its fields by
+    name instead (``out="runs/synth", seed=1``). Returns a ``SynthesisRun``: ``.result.pairs``,
+    ``.result.summary()``, ``.result.stopped`` (the LM outage that ended it early, if one did), ``.paths``.
     """
+    from autofocus.options import SynthOptions
     from autofocus.synthetic.run import run_synthesis
 
-    return run_synthesis(skb, _config(config, lm, None), n, out=out, **options)
+    return run_synthesis(skb, _config(config, lm, None), n, replace(options or SynthOptions(), **option_values))
 
 
 def systems() -> list[str]:

@@ -1,12 +1,27 @@
-"""One validated, serialisable configuration for every program (architecture principle 6)."""
+"""One validated, serialisable configuration for every program (architecture principle 6), grouped by
+the step each setting changes.
+
+``AutofocusConfig`` holds ``steps`` and one group per stage: ``query`` (steps 1-3), ``grounding``
+(steps 4-5), ``merge`` (steps 6-7), ``rerank`` (step 8), ``index`` (embedding and search),
+``runtime`` (LMs, concurrency, deadlines), ``systems`` (the other papers' systems) and
+``experimental`` (knobs that exist for measurements; defaults a user need not touch).
+
+Every setting also has a flat name, its field name (``alpha`` is ``merge.alpha``): names are unique
+across groups, so configs saved flat (``best_config.json``, saved programs and run manifests written
+before the grouping, the registry's presets, ``afr:alpha=0.5``) load as they did, and overrides take
+either form. ``setting_groups`` is that mapping; configs serialise grouped.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
@@ -17,7 +32,13 @@ RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
 
 
-class LMConfig(BaseModel):
+class _Group(BaseModel):
+    """A group of settings: a misspelt setting is an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class LMConfig(_Group):
     """Which LM each LLM step uses (a DSPy/LiteLLM model string, or ``local`` for the offline GGUF),
     and how long to wait for it.
 
@@ -25,14 +46,23 @@ class LMConfig(BaseModel):
     ``AUTOFOCUS_LM_RETRIES``, else from ``autofocus.lm``'s defaults (``get_lm``).
     """
 
-    default: str = "local"
-    target_type: str | None = None
-    cypher: str | None = None
-    rerank: str | None = None
-    temperature: float = 0.0
-    max_tokens: int = 512
-    timeout_s: float | None = Field(None, gt=0, description="seconds to wait for one LM answer")
-    num_retries: int | None = Field(None, ge=0, description="retries of a timed-out or failed LM request")
+    default: str = Field(
+        "local", description="the LM of every step that names none below: a DSPy/LiteLLM model string "
+        "(openai/gpt-4o-mini, hosted_vllm/..., ollama_chat/...) or local / local-small / local:FILE.gguf"
+    )
+    target_type: str | None = Field(None, description="step 1's LM (None: default); a cheaper LM often suffices")
+    cypher: str | None = Field(
+        None, description="step 2's LM, which writes the query (None: default); the step a stronger LM helps most"
+    )
+    rerank: str | None = Field(None, description="step 8's LM (None: default)")
+    temperature: float = Field(0.0, description="sampling temperature of every step (0: repeatable answers, cached)")
+    max_tokens: int = Field(512, description="longest answer of one LM call; raise it if long queries are cut off")
+    timeout_s: float | None = Field(
+        None, gt=0, description="seconds to wait for one LM answer (None: AUTOFOCUS_LM_TIMEOUT, else 120 hosted, 900 local)"
+    )
+    num_retries: int | None = Field(
+        None, ge=0, description="retries of a timed-out or failed LM request (None: AUTOFOCUS_LM_RETRIES, else 2)"
+    )
 
     def for_step(self, step: str) -> str:
         if step not in LM_STEPS:
@@ -45,45 +75,100 @@ class LMConfig(BaseModel):
                 "num_retries": self.num_retries}
 
 
-class AutofocusConfig(BaseModel):
-    k: int = Field(20, ge=1)
-    alpha: float = Field(2 / 3, ge=0.0, le=1.0)
-    l_max: int = Field(100, ge=1)
-    expansion: Expansion = "paper"
-    type_mode: Literal["strict", "lenient"] = "strict"
-    edge_mode: Literal["strict", "lenient"] = "strict"
-    query_format: Literal["cypher", "typed"] = "cypher"
-    doc_variant_step4: DocVariant = "text"
-    doc_variant_step6: DocVariant = "text"
-    doc_variant_step7: DocVariant = "text+rel"
-    step6_order: Literal["vss", "round"] = "vss"  # round: the reference code's expansion-round-first order
-    step7_exclude: Literal["grounded", "none"] = "grounded"  # grounded: Algorithm 1 line 12; none: dedup at merge
-    exact_name_first: bool = True  # step 4: exact (case-insensitive) name matches before VSS hits
-    exact_name_only: bool = Field(
-        True, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
+class QueryConfig(_Group):
+    """Steps 1-3: the target type, the query the LM writes, and its repair."""
+
+    target_type_scoring: Literal["auto", "generate"] = Field(
+        "auto", description="step 1: auto scores every candidate type where the LM exposes probabilities (the "
+        "offline LM) and keeps the likely ones; generate lets the LM write its answer, as the paper does"
     )
-    repair: bool = Field(True, description="step 3b: repair labels, relationships, directions and hops the schema rejects")
+    target_type_threshold: float = Field(
+        0.3, ge=0.0, le=1.0, description="step 1 scoring: keep the types with p >= this x the best one's; "
+        "lower keeps more types for step 7 to search"
+    )
+    target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
+    target_type_cue: float = Field(
+        4.0, ge=1.0, description="step 1 scoring: weight of the type the question names after its question word "
+        "(\"Which modules ...\"; 1: off)"
+    )
+    target_type_prior_k: int = Field(
+        20, ge=0, description="step 1 scoring: weigh the types by how the question's k nearest nodes split over "
+        "them (0: off)"
+    )
+    prompt_schema: Literal["graph", "declared"] = Field(
+        "graph", description="steps 1-2 see the triples the graph really has and each type's relations (graph), "
+        "or schema.json as written (declared, the paper's)"
+    )
+    query_format: Literal["cypher", "typed"] = Field(
+        "cypher", description="step 2 writes Cypher (the paper's) or a typed JSON query graph, which LMs with "
+        "structured outputs fill more reliably"
+    )
+    constrain: Literal["auto", "grammar", "json_schema", "off"] = Field(
+        "auto", description="step 2: constrain decoding to the schema: a grammar (llama.cpp), JSON-schema enums "
+        "(typed format, structured outputs) or off; auto picks what the step's LM takes"
+    )
+    repair: bool = Field(
+        True, description="step 3b: repair labels, relationships, directions and hops the schema rejects, so a "
+        "nearly right query of a small LM still grounds (false: the paper's)"
+    )
     repair_mentions: bool = Field(
         True, description="step 3b: link entities the question names and the query left out to the target (with repair)"
     )
     repair_asked: bool = Field(
         True, description="step 3b: answer with the label the question asks for, one schema hop from the query's answers"
     )
+
+
+class GroundingConfig(_Group):
+    """Steps 4-5: the nodes each query symbol may be, and the nodes that satisfy the whole query."""
+
+    l_max: int = Field(
+        100, ge=1, description="step 4-5: at most this many candidate nodes per constant (the paper's l_max); "
+        "higher finds misspelt constants, lower is faster and stricter"
+    )
+    expansion: Expansion = Field(
+        "paper", description="step 5: how the candidates per constant grow until k answers ground: paper "
+        "(l -> l^1.5 + 0.5, Algorithm 1) or code (l -> 1.5 l, the authors' code)"
+    )
+    type_mode: Literal["strict", "lenient"] = Field(
+        "strict", description="step 4: a symbol's candidates must have the query's label (strict) or may have "
+        "any (lenient, for SKBs whose labels an LM confuses)"
+    )
+    edge_mode: Literal["strict", "lenient"] = Field(
+        "strict", description="step 5: follow the query's relationship types (strict) or any edge between the "
+        "symbols (lenient)"
+    )
+    doc_variant_step4: DocVariant = Field(
+        "text", description="step 4 matches constants against node documents without (text) or with their "
+        "relations (text+rel)"
+    )
+    exact_name_first: bool = Field(
+        True, description="step 4: nodes whose name equals a constant's (case-insensitive) come before similar ones"
+    )
+    exact_name_only: bool = Field(
+        True, description="step 4: a constant whose name identifies nodes is those nodes (name-similar ones when relaxed)"
+    )
     relax: list[RelaxRung] = Field(
         default_factory=lambda: ["filters", "triplets", "constants", "edges"],
         description="step 5: relaxations tried in order while grounding is empty ([] = the paper's: none)",
     )
-    relax_max_rungs: int = Field(6, ge=0, description="at most this many relaxations per question")
-    alpha_rule: Literal["fixed", "evidence"] = Field(
-        "evidence", description="fixed: alpha*k slots (paper); evidence: fewer for weaker grounding evidence"
+    relax_max_rungs: int = Field(6, ge=0, description="step 5: at most this many relaxations per question")
+
+
+class MergeConfig(_Group):
+    """Steps 6-7: how the grounded nodes and the vector search share the k places."""
+
+    k: int = Field(20, ge=1, description="candidates returned (and reranked) per question")
+    alpha: float = Field(
+        2 / 3, ge=0.0, le=1.0, description="share of the k places the grounded strand may take (Algorithm 1); "
+        "higher trusts the query more than similarity"
     )
-    alpha_relaxed: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor per relaxation")
-    alpha_repaired: float = Field(1.0, ge=0.0, le=1.0, description="evidence rule: alpha factor for a repaired query")
-    alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
-    alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
-    alpha_disagree: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: factor when step 2's target label is not step 1's")
+    alpha_rule: Literal["fixed", "evidence"] = Field(
+        "evidence", description="fixed: alpha*k places (paper); evidence: fewer the weaker the grounding evidence "
+        "(relaxed, huge or off-type grounded sets: experimental's alpha_* factors)"
+    )
     merge_rule: Literal["block", "score", "evidence"] = Field(
-        "evidence", description="steps 6-7 merge: block: the grounded candidates before VSS's (paper, Algorithm 1 line 13); "
+        "evidence", description="block: the grounded candidates before VSS's (paper, Algorithm 1 line 13); "
         "score: one list by similarity, the grounded ones raised by grounded_bonus; evidence: block where the "
         "query's constants are names the question gives and nothing was relaxed, else score"
     )
@@ -92,99 +177,254 @@ class AutofocusConfig(BaseModel):
         "grounded candidates raised by grounded_bonus; rrf: reciprocal rank fusion of the VSS order of all k "
         "candidates with step 6's grounded order, the grounded strand weighted by the evidence rule's factor"
     )
+    merge_order: Literal["score", "rrf"] = Field(
+        "score", description="the fused order where merge_rule does not keep the block: score: one similarity scale, "
+        "grounded candidates raised by grounded_bonus; rrf: reciprocal rank fusion of the VSS order of all k "
+        "candidates with step 6's grounded order, the grounded strand weighted by the evidence rule's factor"
+    )
     grounded_bonus: float = Field(
         0.1, ge=0.0, le=2.0, description="score merge: cosine similarity added to a grounded candidate, times the "
-        "evidence rule's factor (alpha_rule evidence)"
+        "evidence rule's factor"
     )
-    target_type_scoring: Literal["auto", "generate"] = Field(
-        "auto", description="step 1: auto scores every candidate type where the LM exposes probabilities"
+    doc_variant_step6: DocVariant = Field(
+        "text", description="step 6 orders the grounded nodes by similarity to documents without (text) or with "
+        "their relations (text+rel)"
     )
-    target_type_threshold: float = Field(0.3, ge=0.0, le=1.0, description="step 1 scoring: keep types with p >= this x the best")
-    target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
-    target_type_cue: float = Field(
-        4.0, ge=1.0, description="step 1 scoring: weight of the type the question names after its question word (1: off)"
+    doc_variant_step7: DocVariant = Field(
+        "text+rel", description="step 7's vector search over documents without (text) or with their relations "
+        "(text+rel); the only index steps 1+7 use"
     )
-    target_type_prior_k: int = Field(
-        20, ge=0, description="step 1 scoring: weigh the types by how the question's k nearest nodes split over them (0: off)"
+    step6_order: Literal["vss", "round"] = Field(
+        "vss", description="step 6: grounded nodes by similarity (vss) or earlier expansion rounds first (round, "
+        "the authors' code)"
     )
-    query_samples: int = Field(
-        1, ge=1, description="step 2: >1 samples this many queries and grounds the nodes most of them agree on"
-    )
-    query_temperature: float = Field(0.7, ge=0.0, le=2.0, description="step 2: temperature of the extra samples")
-    query_votes: float = Field(
-        0.5, gt=0.0, le=1.0, description="self-consistency: keep nodes grounded by at least this share of the samples that ground"
-    )
-    prompt_schema: Literal["graph", "declared"] = Field(
-        "graph", description="steps 1-2 see the triples the graph has and each type's relations (graph) or schema.json (declared)"
-    )
-    constrain: Literal["auto", "grammar", "json_schema", "off"] = Field(
-        "auto",
-        description="step 2: constrain decoding to the schema: a grammar (llama.cpp), JSON-schema enums (typed "
-        "format, structured outputs) or off; auto picks what the step's LM takes",
+    step7_exclude: Literal["grounded", "none"] = Field(
+        "grounded", description="step 7 skips the grounded nodes (grounded: Algorithm 1 line 12) or searches all "
+        "and drops duplicates at the merge (none, the authors' code)"
     )
     step7_types: Literal["step1", "agree"] = Field(
-        "agree", description="step1: step 1's type only (paper); agree: also the query's label when it grounded"
+        "agree", description="step 7 searches step 1's types only (step1, the paper's) or also the query's label "
+        "when it grounded (agree), so one wrong step-1 guess does not exclude the answer's type"
     )
-    reranker: Reranker = "auto"
-    rerank_fusion: Literal["none", "rrf", "prior"] = Field(
-        "none", description="step 8: none: the reranker's order (paper); rrf: reciprocal rank fusion of the "
-        "reranker's order with the retrieval order, for rerankers weaker than steps 1-7; prior: the reranker's "
-        "log-odds plus rerank_prior_weight x the log-rank prior of steps 1-7's order"
+    named_last: bool = Field(
+        True, description="after steps 7 and 8, candidates whose whole name the question writes verbatim go last: "
+        "a question names the nodes it starts from, not its answers (false: the paper's order)"
     )
-    rerank_prior_weight: float = Field(
-        1.0, ge=0.0, le=10.0, description="prior: weight of -ln(1 + retrieval rank) against the reranker's "
-        "log-odds (0: the reranker alone; large: steps 1-7's order); a setting to tune (`autofocus tune`)"
+
+
+class RerankConfig(_Group):
+    """Step 8: the LM reranker and what it sees."""
+
+    reranker: Reranker = Field(
+        "auto", description="step 8's method: auto picks yes/no scoring (pointwise) for local LMs and listwise "
+        "for hosted ones; none returns steps 1-7's order (no LM call)"
+    )
+    rerank_depth: int | None = Field(
+        10, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
+        "their order below them (None: all k, as in the paper; worth trying with a strong hosted LM)"
     )
     rerank_evidence: bool = Field(
         True, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
     )
+    rerank_fusion: Literal["none", "rrf", "prior"] = Field(
+        "none", description="none: the reranker's order (paper); rrf: reciprocal rank fusion of the "
+        "reranker's order with the retrieval order, for rerankers weaker than steps 1-7; prior: the reranker's "
+        "log-odds plus rerank_prior_weight x the log-rank prior of steps 1-7's order"
+    )
     rerank_fusion_k: int = Field(60, ge=1, description="rrf: the rank offset k of 1/(k + rank) (60: Cormack et al.)")
-    named_last: bool = Field(
-        True, description="after steps 7 and 8, candidates whose whole name the question writes verbatim go last: "
-        "a question names the nodes it starts from, not its answers (false: the paper's order)"
+    rerank_prior_weight: float = Field(
+        1.0, ge=0.0, le=10.0, description="prior: weight of -ln(1 + retrieval rank) against the reranker's "
+        "log-odds (0: the reranker alone; large: steps 1-7's order); a setting to tune (`autofocus tune`)"
+    )
+    context_budget_tokens: int = Field(
+        3500, ge=256, description="tokens of candidate descriptions in one reranker prompt; raise it for LMs with "
+        "long contexts, lower it for small ones"
+    )
+    yes_no_description_tokens: int | None = Field(
+        128, ge=16, description="yes/no scoring: each candidate's description in at most this many tokens "
+        "(None: fitted to the whole context budget)"
+    )
+
+
+class IndexConfig(_Group):
+    """How node documents and questions are embedded and searched (steps 1, 4, 6, 7)."""
+
+    embedder: str = Field(
+        "local:all-MiniLM-L6-v2", description="embedding model of documents and questions (local:NAME offline, or "
+        "a hosted one); each embedder has its own index (`autofocus index build`)"
+    )
+    index_kind: Literal["flat", "hnsw", "ivf"] = Field(
+        "flat", description="FAISS index of whole-type searches (steps 4, 7): flat is exact; hnsw and ivf are "
+        "approximate and faster on large graphs"
+    )
+    doc_budget_tokens: int | None = Field(
+        None, ge=32, description="node documents embedded in at most this many tokens (None: the embedder's "
+        "trained length, 128 for MiniLM)"
+    )
+
+
+class RuntimeConfig(_Group):
+    """Which LMs run, how many questions at once, and how long to wait: never what a ranking is."""
+
+    lm: LMConfig = Field(default_factory=LMConfig, description="the LM of each LLM step and how long to wait for it")
+    concurrency: int = Field(4, ge=1, description="questions answered at once (each on its own thread)")
+    lm_concurrency: int | None = Field(
+        None, ge=1, description="LM calls in flight per LM for the whole process (None: concurrency); lower it for "
+        "rate-limited hosted LMs"
+    )
+    question_deadline_s: float | None = Field(
+        1800.0, gt=0, description="a question makes no LM call after this many seconds (then it is degraded)"
+    )
+    scan_ahead: bool = Field(
+        True, description="steps 3-7: embed the question and run step 7's exact whole-type scan on a worker thread "
+        "while steps 3-5 run (the same rankings; false: one after the other, for one-core machines)"
+    )
+    seed: int = Field(0, description="random seed of the steps that sample (HybGRAG's choice of in-context examples)")
+
+    @property
+    def lm_in_flight(self) -> int:
+        """The per-LM cap: question threads and their fan-out share it instead of multiplying."""
+        return self.lm_concurrency if self.lm_concurrency is not None else self.concurrency
+
+
+class SystemsConfig(_Group):
+    """Settings of the seed papers' other systems (``4stepfocus``, ``hybgrag``); FocusedRetriever's
+    k-hat_max is ``grounding.l_max``."""
+
+    name_similarity: float = Field(
+        0.95, ge=0.0, le=1.0, description="4StepFocus: a constant matches a node whose name is at least this similar"
+    )
+    unmatched_constant: Literal["drop", "vss"] = Field(
+        "drop", description="4StepFocus: a constant no name matches drops its triplets (drop, the paper's) or takes "
+        "the most similar node (vss, the authors' code)"
+    )
+    critic_rounds: int = Field(4, ge=1, description="HybGRAG: T, the maximum router/critic iterations")
+    critic_examples: int = Field(30, ge=0, description="HybGRAG: commenter in-context examples from the train split")
+    ego_radius: int = Field(2, ge=1, description="HybGRAG: hops of the hybrid module's ego-graphs")
+
+
+class ExperimentalConfig(_Group):
+    """Knobs that exist for measurements (ablations, tuning studies, benchmarks). Their defaults are
+    the measured choice; a user changes them only to repeat or extend an experiment."""
+
+    alpha_relaxed: float = Field(
+        0.5, ge=0.0, le=1.0, description="evidence rule (merge.alpha_rule): alpha factor per relaxation"
+    )
+    alpha_repaired: float = Field(
+        1.0, ge=0.0, le=1.0, description="evidence rule: alpha factor for a repaired query"
+    )
+    alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
+    alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
+    alpha_disagree: float = Field(
+        0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor when step 2's target label is not step 1's"
+    )
+    query_samples: int = Field(
+        1, ge=1, description="step 2 self-consistency: >1 samples this many queries and grounds the nodes most of "
+        "them agree on (1: off; each sample is one more LM call)"
+    )
+    query_temperature: float = Field(
+        0.7, ge=0.0, le=2.0, description="self-consistency: temperature of the extra samples"
+    )
+    query_votes: float = Field(
+        0.5, gt=0.0, le=1.0, description="self-consistency: keep nodes grounded by at least this share of the "
+        "samples that ground"
     )
     rerank_keep_block: bool = Field(
         False, description="step 8: where steps 6-7 kept the grounded block for strong evidence (merge_rule evidence), "
         "the reranker orders inside the block and inside the rest, not across them"
     )
-    rerank_depth: int | None = Field(
-        10, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
-        "their order below them (None: all k, as in the paper)"
-    )
-    context_budget_tokens: int = Field(3500, ge=256)
-    yes_no_description_tokens: int | None = Field(
-        128, ge=16, description="step 8 yes/no scoring: each candidate's description in at most this many tokens (None: the context budget)"
-    )
-    doc_budget_tokens: int | None = Field(
-        None, ge=32, description="node documents embedded in at most this many tokens (None: the embedder's trained length, 128 for MiniLM)"
-    )
-    steps: str = "1-8"
-    concurrency: int = Field(4, ge=1)
-    lm_concurrency: int | None = Field(
-        None, ge=1, description="LM calls in flight per LM for the whole process (None: `concurrency`)"
-    )
-    question_deadline_s: float | None = Field(
-        1800.0, gt=0, description="a question makes no LM call after this many seconds (then it is degraded)"
-    )
-    embedder: str = "local:all-MiniLM-L6-v2"
-    index_kind: Literal["flat", "hnsw", "ivf"] = Field(
-        "flat", description="FAISS index of whole-type searches (steps 4, 7): flat is exact; hnsw is approximate"
-    )
-    scan_ahead: bool = Field(
-        True, description="steps 3-7: embed the question and run step 7's exact whole-type scan on a worker thread "
-        "while steps 3-5 run (the same rankings as one after the other; False: one after the other)",
-    )
     scan_shards: int = Field(
-        1, ge=1, le=64, description="scan_ahead: split each whole-type scan into this many ranges, each on its own thread"
+        1, ge=1, le=64, description="runtime.scan_ahead: split each whole-type scan into this many ranges, each on "
+        "its own thread"
     )
-    lm: LMConfig = Field(default_factory=LMConfig)
-    seed: int = 0
-    # other systems (program/four_step_focus.py, program/hybgrag.py); FocusedRetriever's k-hat_max is l_max
-    name_similarity: float = Field(0.95, ge=0.0, le=1.0)  # 4StepFocus: constant <-> node name match cutoff
-    unmatched_constant: Literal["drop", "vss"] = "drop"  # 4StepFocus: paper drops its triplets; code: VSS top 1
-    critic_rounds: int = Field(4, ge=1)  # HybGRAG: T, the maximum router/critic iterations
-    critic_examples: int = Field(30, ge=0)  # HybGRAG: commenter in-context examples from the train split
-    ego_radius: int = Field(2, ge=1)  # HybGRAG: hops of the hybrid module's ego-graphs
+
+
+# the groups, in the order ``autofocus config show`` prints them
+GROUPS: dict[str, type[_Group]] = {
+    "query": QueryConfig, "grounding": GroundingConfig, "merge": MergeConfig, "rerank": RerankConfig,
+    "index": IndexConfig, "runtime": RuntimeConfig, "systems": SystemsConfig, "experimental": ExperimentalConfig,
+}  # fmt: skip
+
+
+@cache
+def setting_groups() -> dict[str, str]:
+    """Flat setting name -> its group (``"alpha" -> "merge"``), read off the group models; a name in
+    two groups is a programming error."""
+    out: dict[str, str] = {}
+    for group, model in GROUPS.items():
+        for name in model.model_fields:
+            if name in out or name in GROUPS or name in AutofocusConfig.model_fields:
+                raise TypeError(f"setting {name!r} of group {group!r} is not unique")
+            out[name] = group
+    return out
+
+
+def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str, Any]:
+    """``data`` in the grouped form: flat names (``alpha``) and dotted ones (``merge.alpha``) go into
+    their group; groups given whole are merged with them (the flat and dotted names win).
+
+    ``strict`` raises ``ValueError`` on a name no group or top-level field has; otherwise such names
+    stay at the top, where validation ignores them (a flat file from an older version loads).
+    """
+    groups = setting_groups()
+    out: dict[str, Any] = {}
+    loose: list[tuple[str, str, Any]] = []
+    for key, value in data.items():
+        group, dot, name = key.partition(".")
+        if dot and group in GROUPS:
+            loose.append((group, name, value))
+        elif key in GROUPS:
+            given = value.model_dump() if isinstance(value, BaseModel) else value
+            out[key] = dict(given) if isinstance(given, Mapping) else given
+        elif key in groups:
+            loose.append((groups[key], key, value))
+        elif strict and key not in AutofocusConfig.model_fields:
+            raise ValueError(f"unknown setting {key!r}; `autofocus config show` lists them")
+        else:
+            out[key] = value
+    for group, name, value in loose:
+        if strict and name not in GROUPS[group].model_fields:
+            raise ValueError(f"unknown setting {group}.{name}; `autofocus config show` lists them")
+        target = out.setdefault(group, {})
+        if not isinstance(target, dict):
+            raise ValueError(f"setting {group}.{name} given, but {group} is not a group of settings: {target!r}")
+        target[name] = value
+    return out
+
+
+def flat_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A config dump, grouped or flat, as flat names -> values: the form run identities and tuning
+    studies compare, unchanged by how a file groups its settings."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in GROUPS and isinstance(value, Mapping):
+            out.update(value)
+        else:
+            out[key] = value
+    return out
+
+
+class AutofocusConfig(BaseModel):
+    """Every setting of a program, grouped by the step it changes; see the module docstring."""
+
+    steps: str = Field(
+        "1-8", description="the steps that run: 1-8, or the paper's ablations 1+7 (type + vector search), 1-5 "
+        "(grounded nodes only), 1-6, 1-7 (no reranking, no step-8 LM calls)"
+    )
+    query: QueryConfig = Field(default_factory=QueryConfig, description=QueryConfig.__doc__)
+    grounding: GroundingConfig = Field(default_factory=GroundingConfig, description=GroundingConfig.__doc__)
+    merge: MergeConfig = Field(default_factory=MergeConfig, description=MergeConfig.__doc__)
+    rerank: RerankConfig = Field(default_factory=RerankConfig, description=RerankConfig.__doc__)
+    index: IndexConfig = Field(default_factory=IndexConfig, description=IndexConfig.__doc__)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description=RuntimeConfig.__doc__)
+    systems: SystemsConfig = Field(default_factory=SystemsConfig, description=SystemsConfig.__doc__)
+    experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig, description=ExperimentalConfig.__doc__)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grouped(cls, data: Any) -> Any:
+        """Flat (``{"alpha": 0.5}``) and dotted (``{"merge.alpha": 0.5}``) names into their groups."""
+        return nest_settings(data) if isinstance(data, Mapping) else data
 
     @field_validator("steps")
     @classmethod
@@ -195,20 +435,26 @@ class AutofocusConfig(BaseModel):
         return v
 
     @property
-    def lm_in_flight(self) -> int:
-        """The per-LM cap: question threads and their fan-out share it instead of multiplying."""
-        return self.lm_concurrency if self.lm_concurrency is not None else self.concurrency
-
-    @property
-    def last_step(self) -> int:
-        return int(self.steps[-1])
-
-    @property
     def doc_variants(self) -> list[str]:
         """The document variants whose indexes these steps search: step 7's alone for ``1+7``."""
-        used = {self.doc_variant_step7} if self.steps == "1+7" else {self.doc_variant_step4, self.doc_variant_step6,
-                                                                      self.doc_variant_step7}
+        step7 = self.merge.doc_variant_step7
+        used = {step7} if self.steps == "1+7" else {self.grounding.doc_variant_step4, self.merge.doc_variant_step6, step7}
         return sorted(used)
+
+    def updated(self, settings: Mapping[str, Any]) -> AutofocusConfig:
+        """A copy with ``settings`` (flat, dotted or grouped names) applied and validated; an unknown
+        name raises ``ValueError``. A group's settings not named keep their values."""
+        data = self.model_dump()
+        for key, value in nest_settings(settings, strict=True).items():
+            if key in GROUPS and isinstance(value, Mapping):
+                data[key].update(value)
+            else:
+                data[key] = value
+        return AutofocusConfig.model_validate(data)
+
+    def flat(self, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
+        """Flat setting name -> value (``flat_settings`` of this config's dump)."""
+        return flat_settings(self.model_dump(mode=mode))
 
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2))
@@ -216,3 +462,34 @@ class AutofocusConfig(BaseModel):
     @classmethod
     def load(cls, path: Path) -> AutofocusConfig:
         return cls.model_validate(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as ``autofocus config show`` lists it."""
+
+    group: str  # "" for the top level
+    name: str  # the flat name; ``lm.default`` for the LM's fields
+    value: Any
+    default: Any
+    description: str
+
+
+def describe(cfg: AutofocusConfig) -> Iterator[Setting]:
+    """Every setting of ``cfg`` with its default and description, group by group (the LM's fields
+    one by one)."""
+
+    def fields(model: BaseModel, group: str, prefix: str = "") -> Iterator[Setting]:
+        for name, info in type(model).model_fields.items():
+            value = getattr(model, name)
+            if isinstance(value, BaseModel):
+                yield from fields(value, group, f"{prefix}{name}.")
+            else:
+                default = info.get_default(call_default_factory=True)
+                yield Setting(group, prefix + name, value, default, info.description or "")
+
+    top = {n: i for n, i in AutofocusConfig.model_fields.items() if n not in GROUPS}
+    for name, info in top.items():
+        yield Setting("", name, getattr(cfg, name), info.get_default(call_default_factory=True), info.description or "")
+    for group in GROUPS:
+        yield from fields(getattr(cfg, group), group)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -65,3 +67,81 @@ def print_error(console: Console, exc: BaseException) -> None:
         return
     message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
     console.print(f"[red]{safe(message)}[/]", soft_wrap=True)  # one line: the terminal wraps, logs stay greppable
+
+
+class RichReporter:
+    """A ``progress.Reporter`` for the terminal: notes on ``console`` (as text, never markup; warnings
+    yellow, sections as rules), one rich bar per task on ``bars_console`` (stderr by default) while
+    the ``with`` block runs; ``bars=False`` keeps the notes and draws no bars."""
+
+    def __init__(self, console: Console | None = None, bars_console: Console | None = None, *, bars: bool = True):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = console or make_console()
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+        self.bars = Progress(*columns, console=bars_console or make_console(stderr=True), disable=not bars)
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RichReporter:
+        self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.stop()
+
+    def note(self, text: str, level: str = "info") -> None:
+        if level == "section":
+            self.console.rule(safe(text))
+        else:
+            self.console.print(f"[yellow]{safe(text)}[/]" if level == "warning" else safe(text))
+
+    def advance(self, task: str, done: int, total: int | None, stats: str = "") -> None:
+        if task not in self._tasks:
+            self._tasks[task] = self.bars.add_task(safe(task), total=total, completed=done, stats=safe(stats))
+        else:
+            self.bars.update(self._tasks[task], completed=done, total=total, stats=safe(stats))
+
+
+def _print_tables(console: Console, tables: Sequence[tuple[str, list[str], list[list[str]]]]) -> None:
+    from rich.table import Table
+
+    for name, header, rows in tables:
+        console.print(f"[bold]{safe(name)}[/]")  # not a table title: those wrap at the table's width
+        table = Table()
+        for i, h in enumerate(header):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*map(safe, row))  # error texts, system names and paths are not markup
+        console.print(table)
+
+
+def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
+    """A run's summary (``evaluation.report.summarize``) as the tables ``summary.md`` holds."""
+    from autofocus.evaluation.report import summary_tables
+
+    _print_tables(console or make_console(), summary_tables(summary, title))
+
+
+def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    """Runs compared with the first (``evaluation.report.comparison_rows``), with how to read them."""
+    from autofocus.evaluation.report import COMPARISON_NOTE, comparison_tables
+
+    console = console or make_console()
+    _print_tables(console, comparison_tables(rows, wide=False))
+    if len(rows) > 1:
+        console.print(safe(COMPARISON_NOTE))
+
+
+def print_run(console: Console, summary: Mapping[str, Any], title: str, path: object, plots: Sequence[Any]) -> None:
+    """A run's summary tables and where its files are (``evaluation.program_runs.summarise_run``)."""
+    print_summary(summary, console, title=title)
+    console.print(f"Summary and plots in {safe(path)}: summary.md, summary.json, "
+                  + ", ".join(safe(getattr(p, "name", p)) for p in plots))

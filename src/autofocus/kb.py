@@ -108,10 +108,10 @@ class KnowledgeBase:
         self, skb: SKB, embedder: Embedder, index_root: Path, *, index_kind: IndexKind = "flat",
         ann_params: AnnParams | None = None, doc_budget_tokens: int | None = None, documents: DocumentFn | None = None,
         build_missing: bool | None = None, progress: bool = True, cache: EmbeddingCache | None = None,
-        source: Path | None = None,
     ) -> None:
         self.skb = skb
-        self.source = source  # the SKB directory it was loaded from: programs read its QA splits (HybGRAG's examples)
+        # the SKB directory it was loaded from (``open``): programs read its QA splits (HybGRAG's examples)
+        self.source: Path | None = None
         self.embedder = embedder
         self.index_root = Path(index_root)
         self.index_kind = index_kind
@@ -151,11 +151,13 @@ class KnowledgeBase:
         root = Path(index_dir) if index_dir is not None else default_index_root(skb, source)
         if isinstance(embedder, str):
             embedder = get_embedder(backend_of_existing(embedder, root))
-        return cls(
+        kb = cls(
             skb, embedder, root, index_kind=index_kind, ann_params=ann_params,
             doc_budget_tokens=doc_budget_tokens, documents=documents, build_missing=build_missing,
-            progress=progress, cache=cache, source=source,
+            progress=progress, cache=cache,
         )
+        kb.source = source
+        return kb
 
     def store_dir(self, variant: str) -> Path:
         """The store of ``variant`` at this budget, or the imported (budget-free) one when only that exists."""

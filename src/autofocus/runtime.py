@@ -33,9 +33,10 @@ LMs = bool | Literal["lazy"]
 def load_config(
     config: ConfigLike = None, lm: str | None = None, *, program_file: Path | str | None = None, **overrides: Any
 ) -> AutofocusConfig:
-    """``config`` (a config, a dict, or a JSON file such as the tuner's ``best_config.json``), else the
-    config a saved program was optimised with, else the defaults; then ``lm`` as every step's LM and
-    the overrides that are not None on top."""
+    """``config`` (a config, a dict, or a JSON file such as the tuner's ``best_config.json``, grouped or
+    flat), else the config a saved program was optimised with, else the defaults; then ``lm`` as every
+    step's LM and the overrides that are not None on top (flat names, ``k=5``, or dotted ones,
+    ``**{"merge.k": 5}``; an unknown name raises ``ValueError``)."""
     if config is None and program_file is not None:
         from autofocus.optimize.saved import read_program_config
 
@@ -48,11 +49,10 @@ def load_config(
         cfg = AutofocusConfig.model_validate(dict(config))
     else:
         cfg = AutofocusConfig.load(Path(config))
-    data = cfg.model_dump()
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    settings = {k: v for k, v in overrides.items() if v is not None}
     if lm:
-        data["lm"] = {**data["lm"], "default": lm}
-    return AutofocusConfig.model_validate(data)
+        settings["runtime.lm"] = {**cfg.runtime.lm.model_dump(), "default": lm}
+    return cfg.updated(settings)
 
 
 def open_kb(
@@ -127,10 +127,10 @@ def assemble(
         if getattr(program, attr, None) is None:
             setattr(program, attr, value)
     if isinstance(lms, dspy.BaseLM):
-        limit_lm_concurrency(cfg.lm_in_flight)
+        limit_lm_concurrency(cfg.runtime.lm_in_flight)
         program.set_lm(lms)
     elif lms == "lazy" and isinstance(program, RetrievalProgram):
-        limit_lm_concurrency(cfg.lm_in_flight)
+        limit_lm_concurrency(cfg.runtime.lm_in_flight)
         program._pending_lms = registry.apply_lms
     elif lms:
         registry.apply_lms(program, cfg)
@@ -157,7 +157,7 @@ def open_program(
 
     install_usage_callback()  # on the caller's thread: dspy.configure refuses the others
     system, cfg = resolve_system(system, config, program_file)
-    kb = open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens) if isinstance(skb, str | Path) else skb
+    kb = open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens) if isinstance(skb, str | Path) else skb
     return assemble(system, kb, cfg, program_file=program_file, lms=lms)
 
 
@@ -168,11 +168,9 @@ def with_waits(
     deadline: float | None = None,
 ) -> AutofocusConfig:
     """``cfg`` with the command line's LM timeout, LM retries and question deadline (None: keep)."""
-    data = cfg.model_dump()
+    lm = cfg.runtime.lm.model_dump()
     if lm_timeout is not None:
-        data["lm"]["timeout_s"] = lm_timeout
+        lm["timeout_s"] = lm_timeout
     if lm_retries is not None:
-        data["lm"]["num_retries"] = lm_retries
-    if deadline is not None:
-        data["question_deadline_s"] = deadline
-    return AutofocusConfig.model_validate(data)
+        lm["num_retries"] = lm_retries
+    return cfg.updated({"lm": lm, **({"question_deadline_s": deadline} if deadline is not None else {})})

@@ -14,7 +14,7 @@ import typer
 from autofocus import runtime
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
 from autofocus.config import AutofocusConfig
-from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
+from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, print_run, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -121,21 +121,23 @@ def eval_command(
     """
     from autofocus.evaluation.program_runs import evaluate_program
     from autofocus.evaluation.runner import RunMismatchError
+    from autofocus.options import EvalOptions
 
     cfg = config_or_exit(config, lm, program_file=program, steps=steps, reranker=reranker,
                               concurrency=concurrency)  # fmt: skip
     cfg = runtime.with_waits(cfg, lm_timeout, lm_retries, deadline)
     items = load_split(skb, split, qa_dir)
     prog = open_program(skb, system, cfg, program)
+    options = EvalOptions(split=split, limit=limit, resume=not force_new, qa_dir=qa_dir, replay=replay)
     try:
-        done = evaluate_program(prog, split, out, questions=items, limit=limit, resume=not force_new,
-                                progress=progress, console=console, progress_console=err_console,
-                                replay=replay)  # fmt: skip
+        with RichReporter(console, err_console, bars=progress) as reporter:
+            done = evaluate_program(prog, out, options, questions=items, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
     except OPEN_ERRORS as exc:  # a --replay run that is missing or damaged, or a system without steps 1-2
         print_error(err_console, exc)
         raise typer.Exit(1) from None
+    print_run(console, done.summary, f"{prog.system} on {split}", done.run.path, done.plots)
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -164,9 +166,10 @@ def compare_command(
     max_degraded: MaxDegradedOpt = 0.1,
 ) -> None:
     """Run several systems on the same questions and print one table, with paired tests against the first."""
+    from autofocus.console import print_comparison
     from autofocus.evaluation.program_runs import compare_systems, run_dir_name, split_systems
-    from autofocus.evaluation.report import print_comparison
     from autofocus.evaluation.runner import RunMismatchError
+    from autofocus.options import EvalOptions
 
     specs = split_systems(systems)
     if len(specs) < 2:
@@ -175,15 +178,17 @@ def compare_command(
         raise fail(f"--systems has repeated systems: {', '.join(specs)}")
     cfg = runtime.with_waits(runtime.load_config(config, lm, concurrency=concurrency), lm_timeout, lm_retries, deadline)
     load_split(skb, split, qa_dir)  # fails here, before any system starts
+    options = EvalOptions(split=split, limit=limit, resume=not force_new, qa_dir=qa_dir)
     try:
-        done = compare_systems(skb, specs, split, out, config=cfg, limit=limit, resume=not force_new,
-                               progress=progress, console=console, progress_console=err_console,
-                               qa_dir=qa_dir)  # fmt: skip
+        with RichReporter(console, err_console, bars=progress) as reporter:
+            done = compare_systems(skb, specs, out, cfg, options, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
     except OPEN_ERRORS as exc:  # a damaged index, an unknown system or setting
         print_error(err_console, exc)
         raise typer.Exit(1) from None
+    for spec, run in done.runs.items():
+        print_run(console, run.summary, f"{spec} on {split}", run.run.path, run.plots)
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted during {safe(done.interrupted)}; run the same command again to finish.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)

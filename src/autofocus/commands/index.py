@@ -86,7 +86,7 @@ def build(
     if budget is None and config is not None:
         from autofocus import runtime
 
-        budget = runtime.load_config(config).doc_budget_tokens
+        budget = runtime.load_config(config).index.doc_budget_tokens
     with _user_errors():
         kb = _open(path, with_backend(embedder, embedder_backend), index_dir, index_kind=kind,
                    doc_budget_tokens=budget, build_missing=True)

@@ -111,19 +111,21 @@ def optimize_command(
 ) -> None:
     """Optimise the prompts/demos of some LLM steps with a DSPy optimiser; the other steps stay zero-shot."""
     from autofocus.optimize.prompts_run import run_prompt_optimisation
+    from autofocus.options import PromptOptOptions
 
     chosen = [s.strip() for s in steps.split(",") if s.strip()]
+    options = PromptOptOptions(
+        system=system, steps=chosen, optimizer=optimizer, train=train, val=val, test=test, limit_train=limit_train,
+        limit_val=limit_val, limit_test=limit_test, qa_dir=qa_dir, metric=metric, reflection_lm=reflection_lm,
+        max_demos=max_demos, trials=trials, budget=budget, threads=threads, seed=seed, full_demos=full_demos, out=out,
+    )  # fmt: skip
     cfg = runtime.with_waits(runtime.load_config(config, lm=lm), lm_timeout, lm_retries, deadline)
     bar, on_eval = _progress(progress)
     try:
         with bar:
             done = run_prompt_optimisation(
-                skb, cfg, system=system, steps=chosen, optimizer=optimizer,
-                train=train, val=val, test=test, limit_train=limit_train, limit_val=limit_val,
-                limit_test=limit_test, qa_dir=qa_dir, metric=metric, reflection_lm=reflection_lm, max_demos=max_demos,
-                trials=trials, budget=budget, threads=threads, seed=seed, full_demos=full_demos, out=out,
-                on_start=lambda text: console.print(safe(text)), on_eval=on_eval,
-            )  # fmt: skip
+                skb, cfg, options, on_start=lambda text: console.print(safe(text)), on_eval=on_eval
+            )
     except (KeyError, FileNotFoundError, ValueError) as exc:  # a damaged SKB, an unknown split or system
         print_error(err_console, exc)
         raise typer.Exit(1) from None

@@ -64,14 +64,16 @@ def runs_command(
     ] = None,
 ) -> None:
     """Print (and refresh) the summary of each run; with several, compare them with the first (the default)."""
+    from autofocus.console import print_comparison, print_run
     from autofocus.evaluation.groups import grouped_rows
     from autofocus.evaluation.program_runs import summarise_run
-    from autofocus.evaluation.report import comparison_rows, print_comparison
+    from autofocus.evaluation.report import comparison_rows
 
     loaded = []
     for path in runs:
         run = _load(path)
-        summarise_run(run, f"{run.name} ({path})", console)
+        summary, plots = summarise_run(run, f"{run.name} ({path})")
+        print_run(console, summary, f"{run.name} ({path})", run.path, plots)
         loaded.append(run)
     same_system = len({r.name for r in loaded}) == 1  # variants of one system: the directories tell them apart
     names = [r.path.name if same_system else f"{r.name} ({r.path.name})" for r in loaded]

@@ -73,20 +73,23 @@ def synth_command(
 ) -> None:
     """Sample query patterns from the graph, execute them, self-check them with steps 3-5 and have an
     LM write each as a question: a QA split for `optimize` and `tune` without labelled data."""
+    from autofocus.options import SynthOptions
     from autofocus.runtime import load_config, with_waits
     from autofocus.synthetic.run import run_synthesis
 
     cfg = with_waits(load_config(config, lm=lm), lm_timeout, lm_retries)
+    options = SynthOptions(
+        seed=seed, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate, clue_share=clue_share,
+        clue_kind=clue_kind, round_trip=round_trip, round_trip_precision=round_trip_precision, threads=threads,
+        out=out, chat=export_chat,
+    )  # fmt: skip
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, disable=not progress)
     tasks = {"patterns": bar.add_task("self-checked patterns", total=None),
              "questions": bar.add_task("questions asked of the LM", total=None)}
     try:
         with bar:
-            done = run_synthesis(skb, cfg, n, out=out, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                                 filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, round_trip=round_trip,
-                                 round_trip_precision=round_trip_precision, threads=threads, chat=export_chat,
-                                 tick=lambda stage, k: bar.advance(tasks[stage], k))  # fmt: skip
+            done = run_synthesis(skb, cfg, n, options, tick=lambda stage, k: bar.advance(tasks[stage], k))
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an LM spec that names nothing
         print_error(err_console, exc)
         raise typer.Exit(1) from None

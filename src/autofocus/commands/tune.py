@@ -15,7 +15,7 @@ from rich.table import Table
 from autofocus import runtime
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
 from autofocus.config import AutofocusConfig
-from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
+from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -89,17 +89,17 @@ def tune_command(
     """
     from autofocus.optimize.tune import StudyMismatchError
     from autofocus.optimize.tune_run import TuningInterrupted, run_tuning
+    from autofocus.options import TuneOptions
 
-    base_cfg = config_or_exit(config, lm, program_file=program, concurrency=concurrency)
-    base_cfg = runtime.with_waits(base_cfg, lm_timeout, lm_retries, deadline)
+    base_cfg = runtime.with_waits(config_or_exit(config, lm, program_file=program, concurrency=concurrency),
+                                  lm_timeout, lm_retries, deadline)  # fmt: skip
+    options = TuneOptions(system=system, program_file=program, split=split, trials=trials, study=study, out=out,
+                          storage=storage, metric=metric, second=second, params=params, l_max_range=l_max_range,
+                          rerank_trials=rerank_trials, fit_prior_weight=fit_prior_weight, seed=seed, limit=limit,
+                          confirm=confirm, confirm_defaults=confirm_defaults, test_split=test_split, qa_dir=qa_dir)
     try:
-        result = run_tuning(
-            skb, base_cfg, system=system, program_file=program, split=split, trials=trials, study=study,
-            storage=storage, out=out, metric=metric, second=second, params=params, l_max_range=l_max_range,
-            rerank_trials=rerank_trials, fit_prior_weight=fit_prior_weight, seed=seed, limit=limit, confirm=confirm,
-            confirm_defaults=confirm_defaults, test_split=test_split, qa_dir=qa_dir, progress=progress, console=console,
-            progress_console=err_console, on_study_done=_print_study,
-        )  # fmt: skip
+        with RichReporter(console, err_console, bars=progress) as reporter:
+            result = run_tuning(skb, base_cfg, options, reporter=reporter, on_study_done=_print_study)
     except StudyMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
     except TuningInterrupted as exc:
@@ -135,8 +135,9 @@ def _print_settings(cfg: AutofocusConfig, best: AutofocusConfig, names: list[str
     table = Table(title="Settings")
     for col in ("setting", "defaults", "tuned"):
         table.add_column(col)
+    flat_cfg, flat_best = cfg.flat(), best.flat()
     for n in names:
-        a, b = getattr(cfg, n), getattr(best, n)
+        a, b = flat_cfg[n], flat_best[n]
         fa = f"{a:.3f}" if isinstance(a, float) else str(a)
         fb = f"{b:.3f}" if isinstance(b, float) else str(b)
         table.add_row(n, safe(fa), f"[bold]{safe(fb)}[/]" if a != b else safe(fb))

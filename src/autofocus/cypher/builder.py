@@ -17,7 +17,7 @@ unsupported clauses and anything that does not parse. Functions around a propert
 (``toLower(x.name)``) are stripped and recorded. ``=~`` with a plain regular expression becomes
 ``=``/``CONTAINS``/``STARTS WITH``/``ENDS WITH``. Date strings stay strings.
 
-Strict vs lenient (paper A.6.2; ``AutofocusConfig.type_mode`` / ``edge_mode``):
+Strict vs lenient (paper A.6.2; ``AutofocusConfig.grounding.type_mode`` / ``edge_mode``):
 
 - Both modes map labels the same way (`autofocus.cypher.mapping`): ``Symbol.type`` and
   ``Triplet.rel`` (plus ``Triplet.rel_alternatives``) hold schema types, ``None`` where the

@@ -7,7 +7,7 @@ refusing to mix different runs), then ``summary.json``, ``summary.md`` and the p
 
 Example:
     program = autofocus.open("data/demo", "vss")
-    done = evaluate_program(program, "test", "runs/vss-test", limit=30)
+    done = evaluate_program(program, "runs/vss-test", EvalOptions(split="test", limit=30))
     done.summary["metrics"]["hit@1"]["mean"]
 """
 
@@ -20,22 +20,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
-from autofocus.console import safe
 from autofocus.evaluation.report import (
     Run,
     comparison_csv,
     comparison_markdown,
     comparison_rows,
     load_run,
-    print_summary,
     summarize,
     write_summary,
 )
 from autofocus.evaluation.runner import EvalResult, build_manifest, run_eval
+from autofocus.options import EvalOptions
+from autofocus.progress import Reporter, reporter_or_log
 
 if TYPE_CHECKING:
     import dspy
-    from rich.console import Console
 
     from autofocus.kb import KnowledgeBaseLike
     from autofocus.skb.qa import QAItem
@@ -48,11 +47,12 @@ class SplitError(ValueError):
 @dataclass
 class ProgramRun:
     """What one evaluation call did (``result``) and the run it left (``run``, this call's questions
-    only) with its ``summary`` (``evaluate.report.summarize``)."""
+    only) with its ``summary`` (``evaluate.report.summarize``) and the plots written beside it."""
 
     result: EvalResult
     run: Run
     summary: dict[str, Any]
+    plots: list[Path] = field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:
@@ -97,60 +97,43 @@ def index_checksums(kb: KnowledgeBaseLike, cfg: AutofocusConfig) -> dict[str, st
     import json
 
     out: dict[str, str | None] = {}
-    for variant in sorted({cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}):
+    for variant in sorted({cfg.grounding.doc_variant_step4, cfg.merge.doc_variant_step6, cfg.merge.doc_variant_step7}):
         path = kb.store_dir(variant) / "manifest.json"
         if path.is_file():
             out[f"{kb.embedder.name}/{variant}"] = json.loads(path.read_text()).get("sha256")
     return out
 
 
-def summarise_run(run: Run, title: str, console: Console | None = None) -> dict[str, Any]:
-    """Write a run's summary (``summary.md``, ``summary.json``) and plots into its directory, print
-    them to ``console`` if given; returns the summary."""
+def summarise_run(run: Run, title: str) -> tuple[dict[str, Any], list[Path]]:
+    """Write a run's summary (``summary.md``, ``summary.json``) and plots into its directory; returns
+    the summary and the plots' paths (``autofocus report`` prints the summary)."""
     from autofocus.evaluation.plots import save_run_plots
 
     summary = summarize(run.records, run.manifest)
-    if console is not None:
-        print_summary(summary, console, title=title)
     write_summary(run.path, summary, title=title)
-    paths = save_run_plots(run.path, summary, run.records)
-    if console is not None:
-        console.print(f"Summary and plots in {safe(run.path)}: summary.md, summary.json, {', '.join(p.name for p in paths)}")
-    return summary
+    return summary, save_run_plots(run.path, summary, run.records)
 
 
 def evaluate_program(
     program: dspy.Module,
-    split: str,
     out: Path | str,
+    options: EvalOptions | None = None,
     *,
     questions: Sequence[QAItem] | None = None,
-    limit: int | None = None,
-    resume: bool = True,
-    progress: bool = False,
-    concurrency: int | None = None,
-    console: Console | None = None,
-    progress_console: Console | None = None,
     title: str | None = None,
-    replay: Path | str | None = None,
-    qa_dir: Path | str | None = None,
+    reporter: Reporter | None = None,
 ) -> ProgramRun:
     """Run ``program`` (from ``autofocus.open``/``runtime.assemble``) on a QA split into ``out``.
 
     Args:
         program: its ``kb``, ``config``, ``system`` and ``program_file`` go into the manifest; each
             worker thread runs its own copy (``program.systems.base.program_copy``).
-        split: the split's name; its questions come from the knowledge base's directory unless
-            ``questions`` are given.
-        limit: only the first ``limit`` questions.
-        resume: False moves a previous run in ``out`` aside and starts again.
-        concurrency: questions in parallel (default ``program.config.concurrency``).
-        console: prints the summary there (None: quiet); ``progress_console`` gets the progress bar
-            and notes (default stderr).
-        replay: a run directory whose step 1-2 outputs (target type, query) are reused instead of
-            asking the LM, so steps 3-8 can be compared under another config at no LM cost; questions
-            the run lacks are asked as usual.
-        qa_dir: a folder with more whole-file splits (``qa_<split>.csv``, e.g. ``autofocus synth --out``).
+        options: the split, limit, resume, concurrency (default ``program.config.runtime.concurrency``),
+            QA folder and ``replay`` (``EvalOptions``). ``replay`` is a run directory whose step 1-2
+            outputs (target type, query) are reused instead of asking the LM, so steps 3-8 can be
+            compared under another config at no LM cost; questions the run lacks are asked as usual.
+        questions: the split's questions, if not those of the knowledge base's directory.
+        reporter: progress and notes (``progress.Reporter``; None: warnings to the log).
 
     Raises ``evaluate.runner.RunMismatchError`` when ``out`` holds a different run (``RunBusyError``
     while another process writes it), ``SplitError`` for a split that cannot be loaded or has no
@@ -160,11 +143,13 @@ def evaluate_program(
     from autofocus.index.store import skb_fingerprint
     from autofocus.program.systems.base import program_copy
 
+    o = options or EvalOptions()
+    split, limit, replay = o.split, o.limit, o.replay
     kb: KnowledgeBaseLike = program.kb
     cfg: AutofocusConfig = program.config
     system: str = program.system
     program_file = getattr(program, "program_file", None)
-    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes, qa_dir)
+    items = list(questions) if questions is not None else load_split(kb.source, split, kb.skb.num_nodes, o.qa_dir)
     if not (items[:limit] if limit is not None else items):  # a run of nothing would look like a finished one
         raise SplitError(f"split {split!r} has no questions" if not items else f"limit {limit} selects no question")
     out = Path(out)
@@ -188,19 +173,18 @@ def evaluate_program(
         items,
         out,
         manifest=manifest,
-        concurrency=concurrency or cfg.concurrency,
-        deadline_s=cfg.question_deadline_s,
+        concurrency=o.concurrency or cfg.runtime.concurrency,
+        deadline_s=cfg.runtime.question_deadline_s,
         limit=limit,
-        resume=resume,
-        progress=progress,
+        resume=o.resume,
         skb=kb.skb,
-        console=progress_console,
+        reporter=reporter,
     )
     run = load_run(out)
     wanted = {int(it.id) for it in (items[:limit] if limit is not None else items)}
     run.records = [r for r in run.records if int(r["id"]) in wanted]
-    summary = summarise_run(run, title or f"{system} on {split}", console)
-    return ProgramRun(result, run, summary)
+    summary, plots = summarise_run(run, title or f"{system} on {split}")
+    return ProgramRun(result, run, summary, plots)
 
 
 def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
@@ -234,19 +218,15 @@ def run_dir_name(system: str) -> str:
 def compare_systems(
     skb: Path | str,
     systems: Sequence[str],
-    split: str,
     out: Path | str,
-    *,
     config: AutofocusConfig | None = None,
-    limit: int | None = None,
-    resume: bool = True,
-    progress: bool = False,
-    console: Console | None = None,
-    progress_console: Console | None = None,
-    qa_dir: Path | str | None = None,
+    options: EvalOptions | None = None,
+    *,
+    reporter: Reporter | None = None,
 ) -> Comparison:
-    """Evaluate each system on the same questions into ``out/<system>/`` and write
-    ``comparison.md``/``comparison.csv`` with paired tests against the first system.
+    """Evaluate each system on the same questions (``options``: split, limit, ...) into
+    ``out/<system>/`` and write ``comparison.md``/``comparison.csv`` with paired tests against the
+    first system.
 
     Systems on the same embedder share one knowledge base. Stops at the first interrupted run
     (``Comparison.interrupted``); calling again resumes every run.
@@ -259,19 +239,17 @@ def compare_systems(
     dirs = [run_dir_name(s) for s in specs]
     if len(set(dirs)) != len(dirs):
         raise ValueError(f"repeated systems: {', '.join(specs)}")
-    items = load_split(skb, split, qa_dir=qa_dir)
+    o = options or EvalOptions()
+    items = load_split(skb, o.split, qa_dir=o.qa_dir)
     kb_for = runtime.kb_opener(skb)
+    say = reporter_or_log(reporter)
     out = Path(out)
     comparison = Comparison()
     for spec, sub in zip(specs, dirs, strict=True):
-        if console is not None:
-            console.rule(safe(f"{spec} -> {out / sub}"))
+        say.note(f"{spec} -> {out / sub}", "section")
         system, cfg = runtime.resolve_system(spec, config)
-        program = runtime.assemble(system, kb_for(cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens), cfg, lms="lazy")
-        done = evaluate_program(
-            program, split, out / sub, questions=items, limit=limit, resume=resume, progress=progress,
-            console=console, progress_console=progress_console,
-        )  # fmt: skip
+        program = runtime.assemble(system, kb_for(cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens), cfg, lms="lazy")
+        done = evaluate_program(program, out / sub, o, questions=items, reporter=reporter)
         comparison.runs[spec] = done
         if done.interrupted:
             comparison.interrupted = spec

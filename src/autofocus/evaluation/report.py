@@ -25,11 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 from scipy import stats
 
-from autofocus.console import make_console, safe
 from autofocus.evaluation.traces import TRACES_FILE, latest_by_id, read_traces
 
 MAIN_METRICS: tuple[str, ...] = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
@@ -463,7 +460,7 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
-def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
+def summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every summary table, shared by the terminal and Markdown views."""
     tables: list[tuple[str, list[str], list[list[str]]]] = []
     n, errors, degraded = summary["n"], summary["n_errors"], summary["degraded"]["questions"]
@@ -544,18 +541,6 @@ def _summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, l
     return tables
 
 
-def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
-    console = console or make_console()
-    for name, header, rows in _summary_tables(summary, title):
-        console.print(f"[bold]{safe(name)}[/]")  # not a table title: those wrap at the table's width
-        table = Table()
-        for i, h in enumerate(header):
-            table.add_column(h, justify="left" if i == 0 else "right")
-        for row in rows:
-            table.add_row(*map(safe, row))  # error texts, system names and paths are not markup
-        console.print(table)
-
-
 def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -566,7 +551,7 @@ def summary_markdown(summary: Mapping[str, Any], title: str = "Run") -> str:
     parts = [f"# {title}\n"]
     run = summary["run"]
     parts.append(", ".join(f"{k}: `{v}`" for k, v in run.items() if v is not None) + "\n")
-    for name, header, rows in _summary_tables(summary, title):
+    for name, header, rows in summary_tables(summary, title):
         parts.append(f"## {name}\n\n{_markdown_table(header, rows)}\n")
     return "\n".join(parts)
 
@@ -593,7 +578,7 @@ _COST: tuple[tuple[str, str], ...] = (
 )
 
 
-def _comparison_tables(
+def comparison_tables(
     rows: Sequence[Mapping[str, Any]], wide: bool
 ) -> list[tuple[str, list[str], list[list[str]]]]:
     """The runs side by side (one wide table, or quality and cost apart for a terminal), then the tests."""
@@ -661,22 +646,8 @@ COMPARISON_NOTE = (
 )
 
 
-def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
-    console = console or make_console()
-    for name, header, body in _comparison_tables(rows, wide=False):
-        console.print(f"[bold]{safe(name)}[/]")
-        table = Table()
-        for i, h in enumerate(header):
-            table.add_column(h, justify="left" if i == 0 else "right")
-        for cells in body:
-            table.add_row(*map(safe, cells))
-        console.print(table)
-    if len(rows) > 1:
-        console.print(safe(COMPARISON_NOTE))
-
-
 def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    tables = _comparison_tables(rows, wide=True)
+    tables = comparison_tables(rows, wide=True)
     parts = [f"## {name}\n\n{_markdown_table(header, body)}\n" for name, header, body in tables]
     return "# Comparison\n\n" + "\n".join(parts) + f"\n{COMPARISON_NOTE}\n"
 

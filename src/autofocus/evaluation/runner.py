@@ -32,18 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from autofocus import paths
-from autofocus.console import make_console, safe
+from autofocus.config import flat_settings
 from autofocus.evaluation.traces import (
     RECORD_VERSION,
     TRACES_FILE,
@@ -52,7 +43,8 @@ from autofocus.evaluation.traces import (
     read_traces,
     to_jsonable,
 )
-from autofocus.metrics import DEFAULT_KS, Candidates, CandidatesLike, as_candidates, compute_metrics, prepare
+from autofocus.metrics import DEFAULT_KS, Candidates, as_candidates, compute_metrics, prepare
+from autofocus.progress import Reporter, reporter_or_log
 from autofocus.redact import redact
 from autofocus.trace import Trace
 
@@ -159,7 +151,7 @@ def build_manifest(
         "config": cfg,
         "skb": {"path": str(skb_path) if skb_path else None, "fingerprint": skb_fingerprint},
         "index_checksums": dict(index_checksums or {}),
-        "lms": dict(lms) if lms is not None else (cfg or {}).get("lm"),
+        "lms": dict(lms) if lms is not None else flat_settings(cfg or {}).get("lm"),
         "program": {"path": str(program_file), "sha256": file_sha256(Path(program_file))}
         if program_file
         else None,
@@ -177,15 +169,17 @@ def build_manifest(
     return manifest
 
 
-# config fields that change how fast a run goes, or how long it waits for an LM, not its results
+# settings (flat names) that change how fast a run goes, or how long it waits for an LM, not its results
 EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s", "scan_ahead", "scan_shards"})
 WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
 
 
 def without_waits(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config dump without how long to wait for an LM (``WAITS``): it changes which questions end
-    degraded, which are retried, never what an answered question scores."""
-    out = {k: v for k, v in config.items() if k not in WAITS}
+    """A config dump (grouped or flat), flat (``flat_settings``) and without how long to wait for an
+    LM (``WAITS``): that changes which questions end degraded, which are retried, never what an
+    answered question scores. Flat, a run or study made before the settings were grouped still
+    matches its config."""
+    out = {k: v for k, v in flat_settings(config).items() if k not in WAITS}
     if isinstance(out.get("lm"), Mapping):
         out["lm"] = {k: v for k, v in out["lm"].items() if f"lm.{k}" not in WAITS}
     return out
@@ -326,7 +320,7 @@ def evaluate_one(
 
 
 def _prepare_dir(
-    out_dir: Path, manifest: Mapping[str, Any], resume: bool, console: Console
+    out_dir: Path, manifest: Mapping[str, Any], resume: bool, reporter: Reporter
 ) -> dict[str, Any]:
     """Open or start the run in ``out_dir``; returns the manifest to keep updating."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -334,7 +328,7 @@ def _prepare_dir(
     if not resume:
         moved = _archive(out_dir)
         if moved is not None:
-            console.print(f"[yellow]Starting a new run; the previous files are in {safe(moved)}[/]")
+            reporter.note(f"Starting a new run; the previous files are in {moved}", "warning")
     elif mpath.exists():
         try:
             old = json.loads(mpath.read_text())
@@ -351,9 +345,7 @@ def _prepare_dir(
             )
         changed = [k for k in ("versions", "index_checksums", "lms") if old.get(k) != manifest.get(k)]
         if changed:
-            console.print(
-                f"[yellow]Resuming {safe(out_dir)}; note that {', '.join(changed)} changed since it started.[/]"
-            )
+            reporter.note(f"Resuming {out_dir}; note that {', '.join(changed)} changed since it started.", "warning")
         old.setdefault("sessions", [])
         return old
     elif tpath.exists() and tpath.stat().st_size:
@@ -362,20 +354,6 @@ def _prepare_dir(
             "use another --out directory or --force-new."
         )
     return {**manifest, "sessions": []}
-
-
-def progress_bar(console: Console | None, enabled: bool = True) -> Progress:
-    """The bar of long evaluation loops: description, bar, done/total, the task's ``stats`` field
-    (running metrics), elapsed and remaining time."""
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    return Progress(*columns, console=console, disable=not enabled)
 
 
 def run_eval(
@@ -388,10 +366,8 @@ def run_eval(
     deadline_s: float | None = None,
     limit: int | None = None,
     resume: bool = True,
-    progress: bool = True,
     skb: SKB | None = None,
-    candidates: CandidatesLike | None = None,
-    console: Console | None = None,
+    reporter: Reporter | None = None,
 ) -> EvalResult:
     """Evaluate a program on ``items[:limit]``, streaming one trace line per finished question.
 
@@ -406,9 +382,10 @@ def run_eval(
             recorded as degraded (``evaluate_one``).
         limit: only the first ``limit`` questions.
         resume: False moves a previous run aside and starts again (``--force-new``).
-        progress: show a progress bar with the running hit@1.
         skb: gives candidate ids (STaRK metric semantics) and node types (target type correct).
-        candidates: candidate ids, if not those of ``skb``.
+        reporter: told the progress (task: the run folder's name; stats: the running hit@1) and
+            what the user should know (a resumed or restarted run, questions that raised or degraded);
+            None: warnings to the ``autofocus`` logger.
 
     Returns an ``EvalResult``; a Ctrl-C (or a ``KeyboardInterrupt`` raised by the program)
     stops the run, keeps the finished lines and returns with ``interrupted=True``. Questions
@@ -419,42 +396,37 @@ def run_eval(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    console = console or make_console(stderr=True)
+    reporter = reporter_or_log(reporter)
     out_dir = Path(out_dir)
     selected = list(items[:limit] if limit is not None else items)
     ids = [int(it.id) for it in selected]
     if len(set(ids)) != len(ids):
         dup = sorted(i for i, c in Counter(ids).items() if c > 1)[:10]
         raise ValueError(f"question ids must be unique; repeated: {dup}")
-    cand = as_candidates(
-        candidates if candidates is not None else (skb.candidate_ids if skb is not None else None)
-    )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     with _sole_writer(out_dir):
-        return _run_locked(program_factory, selected, cand, out_dir, manifest or {}, concurrency=concurrency,
-                           deadline_s=deadline_s, limit=limit, resume=resume, progress=progress, skb=skb,
-                           console=console)
+        return _run_locked(program_factory, selected, out_dir, manifest or {}, concurrency=concurrency,
+                           deadline_s=deadline_s, limit=limit, resume=resume, skb=skb,
+                           reporter=reporter)
 
 
 def _run_locked(
-    program_factory: Callable[[], Callable[..., Any]], selected: list[QuestionLike], cand: Candidates | None,
-    out_dir: Path, manifest: Mapping[str, Any], *, concurrency: int, deadline_s: float | None, limit: int | None,
-    resume: bool, progress: bool, skb: SKB | None, console: Console,
+    program_factory: Callable[[], Callable[..., Any]], selected: list[QuestionLike], out_dir: Path, manifest: Mapping[str, Any], *, concurrency: int, deadline_s: float | None, limit: int | None,
+    resume: bool, skb: SKB | None, reporter: Reporter,
 ) -> EvalResult:
     """``run_eval`` with the run directory's lock held (``_sole_writer``)."""
     from autofocus.usage import cancel_pending, install_usage_callback
 
     ids = [int(it.id) for it in selected]
-    run_manifest = _prepare_dir(out_dir, manifest, resume, console)
+    cand = as_candidates(skb.candidate_ids if skb is not None else None)
+    run_manifest = _prepare_dir(out_dir, manifest, resume, reporter)
     try:
         records, dropped = read_traces(out_dir / TRACES_FILE)
     except ValueError as exc:  # a damaged line before the last one: not what a crash leaves
         raise RunMismatchError(f"{exc}. {RESTART_HINT}") from None
     if dropped:
-        console.print(
-            f"[yellow]Removed a truncated last line ({dropped} bytes) from {safe(out_dir / TRACES_FILE)}[/]"
-        )
+        reporter.note(f"Removed a truncated last line ({dropped} bytes) from {out_dir / TRACES_FILE}", "warning")
     latest = latest_by_id(records)
     wanted = set(ids)
     done_before = {i: r for i, r in latest.items() if i in wanted and r["status"] == "ok"}
@@ -514,7 +486,6 @@ def _run_locked(
         threading.Thread(target=worker, name=f"autofocus-eval-{i}", daemon=True)
         for i in range(min(concurrency, len(todo)))
     ]
-    bar = progress_bar(console, progress)
 
     def count(record: dict[str, Any]) -> None:
         nonlocal scored, finished, errors, degraded, hits
@@ -531,28 +502,26 @@ def _run_locked(
         parts += [f"{name} {n}" for name, n in (("degraded", degraded), ("errors", errors)) if n]
         return "  ".join(parts)
 
+    task = out_dir.name or "eval"
     try:
-        with bar:
-            task = bar.add_task(
-                safe(out_dir.name or "eval"), total=len(selected), completed=len(done_before), stats=stats()
-            )
-            for t in threads:
-                t.start()
-            while finished + errors < len(todo):
-                try:
-                    kind, payload = results.get(timeout=0.2)
-                except queue.Empty:
-                    if not any(t.is_alive() for t in threads) and results.empty():
-                        break
-                    continue
-                if kind == "abort":
-                    if isinstance(payload, KeyboardInterrupt):
-                        interrupted = True
-                    else:
-                        failure = payload
+        reporter.advance(task, len(done_before), len(selected), stats())
+        for t in threads:
+            t.start()
+        while finished + errors < len(todo):
+            try:
+                kind, payload = results.get(timeout=0.2)
+            except queue.Empty:
+                if not any(t.is_alive() for t in threads) and results.empty():
                     break
-                count(payload)
-                bar.update(task, advance=1, stats=stats())
+                continue
+            if kind == "abort":
+                if isinstance(payload, KeyboardInterrupt):
+                    interrupted = True
+                else:
+                    failure = payload
+                break
+            count(payload)
+            reporter.advance(task, scored, len(selected), stats())
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -570,14 +539,10 @@ def _run_locked(
     if failure is not None:
         raise failure
     if errors:
-        console.print(
-            f"[yellow]{errors} question(s) raised; their tracebacks are in {safe(out_dir / TRACES_FILE)} "
-            "and they are retried when the run is resumed.[/]"
-        )
+        reporter.note(f"{errors} question(s) raised; their tracebacks are in {out_dir / TRACES_FILE} "
+                      "and they are retried when the run is resumed.", "warning")
     if degraded:
-        console.print(
-            f"[yellow]{degraded} question(s) degraded: an LM call gave no answer and they fell back "
-            f"(the steps and errors are in {safe(out_dir / TRACES_FILE)}); they are retried when the run "
-            "is resumed.[/]"
-        )
+        reporter.note(f"{degraded} question(s) degraded: an LM call gave no answer and they fell back "
+                      f"(the steps and errors are in {out_dir / TRACES_FILE}); they are retried when the run "
+                      "is resumed.", "warning")
     return EvalResult(out_dir, len(selected), len(done_before), finished, errors, interrupted, degraded)

@@ -19,7 +19,7 @@ Specs accepted by :func:`get_embedder`:
   import-queries``), looked up in the query cache and never computed; for offline reproduction.
 
 ``trained_tokens`` is the input length the model was trained on, the default document budget
-(``AutofocusConfig.doc_budget_tokens``): MiniLM was trained on 128-token inputs, and longer
+(``AutofocusConfig.index.doc_budget_tokens``): MiniLM was trained on 128-token inputs, and longer
 documents both embed slower and retrieve worse (docs/results.md, 2026-11-24).
 """
 

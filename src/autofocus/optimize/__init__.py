@@ -4,7 +4,8 @@ that ``ask``, ``eval`` and ``tune`` load with ``--program``.
 
 Example:
     from autofocus.optimize import examples, optimise, save_program
-    result = optimise(kb, "afr", cfg, examples(train), examples(val), optimizer="bootstrap", steps=["cypher"])
+    from autofocus.options import PromptOptOptions
+    result = optimise(kb, cfg, examples(train), examples(val), PromptOptOptions(optimizer="bootstrap", steps=["cypher"]))
     save_program(result.program, result.system, result.config, "cypher.json", result.metadata)
 """
 

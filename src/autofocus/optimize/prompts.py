@@ -24,7 +24,7 @@ Demos keep only the inputs that change between questions: the schema inputs ever
 unless ``full_demos``, which keeps prompts short for small local models.
 
 Example:
-    result = optimise(kb, "afr", cfg, train, val, optimizer="bootstrap", steps=["cypher"])
+    result = optimise(kb, cfg, train, val, PromptOptOptions(optimizer="bootstrap", steps=["cypher"]))
     save_program(result.program, "afr", result.config, "cypher.json", result.metadata)
 """
 
@@ -49,6 +49,7 @@ from autofocus.optimize.saved import program_state
 from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
 from autofocus.optimize.scoring import question_scores as _question_scores
 from autofocus.optimize.yes_no_demos import yes_no_demos
+from autofocus.options import PromptOptOptions
 from autofocus.skb.qa import OPTIONAL_COLUMNS
 from autofocus.trace import Trace
 from autofocus.usage import UsageCallback
@@ -127,9 +128,9 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
         elif step == "reranker" and config.steps != "1-8":
             problems.append(f"reranker: steps={config.steps} never reaches step 8")
         elif hasattr(program, "query_graph") and step in ("cypher", "query_graph"):
-            used = "query_graph" if config.query_format == "typed" else "cypher"
+            used = "query_graph" if config.query.query_format == "typed" else "cypher"
             if step != used:
-                problems.append(f"{step}: query_format={config.query_format} uses the {used} step instead")
+                problems.append(f"{step}: query_format={config.query.query_format} uses the {used} step instead")
     return problems
 
 
@@ -314,20 +315,12 @@ def _with_usage_callback() -> list[Any]:
 
 
 def make_optimizer(
-    name: str,
-    metric: str,
-    skb: SKB,
-    candidates: Candidates | None,
-    *,
-    max_demos: int,
-    trials: int | None,
-    budget: int | None,
-    reflection_lm: Any,
-    threads: int,
-    seed: int,
-    val_size: int,
+    options: PromptOptOptions, metric: str, skb: SKB, candidates: Candidates | None, *, threads: int, val_size: int
 ) -> tuple[Any, dict[str, Any]]:
-    """The DSPy optimiser and the extra ``compile`` arguments it takes besides the training set."""
+    """The DSPy optimiser ``options.optimizer`` and the extra ``compile`` arguments it takes besides
+    the training set (``options.reflection_lm`` an LM object, not a spec)."""
+    name, max_demos, trials, budget = options.optimizer, options.max_demos, options.trials, options.budget
+    reflection_lm, seed = options.reflection_lm, options.seed
     score = objective(metric, candidates)
     threshold = DEMO_THRESHOLDS.get(metric)
     if name == "gold":
@@ -360,42 +353,29 @@ def make_optimizer(
 
 def optimise(
     kb: KnowledgeBaseLike,
-    system: str,
     config: AutofocusConfig | None,
     train: Sequence[dspy.Example],
     val: Sequence[dspy.Example],
+    options: PromptOptOptions | None = None,
     *,
-    optimizer: str = "bootstrap",
-    steps: Sequence[str] = ("cypher",),
-    metric: str | None = None,
-    max_demos: int = 4,
-    trials: int | None = None,
-    budget: int | None = None,
-    reflection_lm: Any = None,
-    threads: int | None = None,
-    seed: int = 0,
-    full_demos: bool = False,
     with_lms: bool = True,
     on_eval: Callable[[str, int], Callable[[], None] | None] | None = None,
 ) -> OptimizeResult:
-    """Optimise ``steps`` of ``system`` on ``train`` and score zero-shot vs optimised on ``val``.
+    """Optimise ``options.steps`` of ``options.system`` on ``train`` and score zero-shot vs optimised
+    on ``val``.
 
     Args:
         kb: the knowledge base (``autofocus.kb.KnowledgeBase``).
-        system: registry spec (``afr``, ``focusedretriever``, ``afr:query_format=typed``, ...).
         config: base config; the saved program keeps the resolved one.
         train, val: ``examples(...)`` of the training and validation splits.
-        optimizer: one of ``OPTIMIZERS``.
-        steps: LLM step names to optimise (``llm_steps``); the others stay zero-shot.
-        metric: objective (``autofocus.optimize.scoring``); default ``default_metric``.
-        max_demos: bootstrapped demos per predictor (bootstrap, bootstrap-rs, mipro).
-        trials: demo sets tried (bootstrap-rs) or MIPROv2 trials (then ``auto=None``).
-        budget: GEPA's metric calls (else ``auto="light"``).
-        reflection_lm: GEPA's reflection LM, MIPROv2's proposer (default: the task LM).
-        threads: questions run in parallel (default ``config.concurrency``).
+        options: the optimiser and its settings (``PromptOptOptions``; its splits, limits and ``out``
+            are ``prompts_run``'s); ``reflection_lm`` an LM object (default: the task LM).
         with_lms: give steps their configured LMs (False: ``dspy.settings.lm``, for tests).
         on_eval: ``(label, n) -> tick`` for progress bars over the before/after evaluations.
     """
+    options = options or PromptOptOptions()
+    system, optimizer, metric, threads = options.system, options.optimizer, options.metric, options.threads
+    reflection_lm, max_demos = options.reflection_lm, options.max_demos
     from autofocus.program.systems.registry import resolve_config
     from autofocus.runtime import assemble
 
@@ -403,7 +383,7 @@ def optimise(
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not train or not val:
         raise ValueError(f"need training and validation questions, got {len(train)} and {len(val)}")
-    steps = list(dict.fromkeys(steps))
+    steps = list(dict.fromkeys(s.strip() for s in options.steps if s.strip()))
     if not steps:
         raise ValueError("no steps to optimise")
     name, cfg = resolve_config(system, config)
@@ -421,12 +401,12 @@ def optimise(
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
     run_cfg = cfg
-    if "reranker" not in steps and not needs_final_order(metric, cfg.k) and cfg.reranker != "none":
-        run_cfg = cfg.model_copy(update={"reranker": "none"})  # the objective never sees the reranker
+    if "reranker" not in steps and not needs_final_order(metric, cfg.merge.k) and cfg.rerank.reranker != "none":
+        run_cfg = cfg.updated({"reranker": "none"})  # the objective never sees the reranker
     lms = {n: p.lm for n, p in template.named_predictors()}
     programs = _Programs(lambda: _prepared(assemble(system, kb, run_cfg, lms=with_lms)), lms)
     modules = {s: getattr(template, s) for s in steps}
-    threads = threads or cfg.concurrency
+    threads = threads or cfg.runtime.concurrency
     candidates = Candidates(kb.skb.candidate_ids)
 
     def scored(label: str, program: dspy.Module) -> Scores:
@@ -436,10 +416,7 @@ def optimise(
     task_lm = dspy.settings.lm or next((lm for lm in lms.values() if lm is not None), None)
     if task_lm is None:
         raise ValueError("no LM: configure one (dspy.configure / --lm)")
-    opt, extra = make_optimizer(
-        optimizer, metric, kb.skb, candidates, max_demos=max_demos, trials=trials, budget=budget,
-        reflection_lm=reflection_lm, threads=threads, seed=seed, val_size=len(val),
-    )
+    opt, extra = make_optimizer(options, metric, kb.skb, candidates, threads=threads, val_size=len(val))
     if extra.pop("with_valset", False):
         extra["valset"] = list(val)
     zero_shot = StepProgram(programs, modules)
@@ -466,7 +443,7 @@ def optimise(
             lm = predictor.lm
             predictor.load_state({**chosen[pname].dump_state(), "lm": None})
             predictor.lm = lm
-            if not full_demos:
+            if not options.full_demos:
                 compact_demos(predictor, shared)
     chosen |= judges
     optimised = StepProgram(programs, modules)
@@ -480,10 +457,10 @@ def optimise(
         "predictors": sorted(chosen),
         "metric": metric,
         "max_demos": max_demos,
-        "trials": trials,
-        "budget": budget,
-        "seed": seed,
-        "full_demos": full_demos,
+        "trials": options.trials,
+        "budget": options.budget,
+        "seed": options.seed,
+        "full_demos": options.full_demos,
         "train_size": len(train),
         "val_size": len(val),
         "train_ids": [ex.get("qid") for ex in train],

@@ -6,19 +6,20 @@ LLM steps (``optimize.prompts.optimise``), held-out scores and the program file.
 ``--program`` in ``ask``, ``eval`` and ``tune``.
 
 Example:
-    result = run_prompt_optimisation("data/demo", AutofocusConfig(), steps=["cypher"], out="cypher.json")
-    result.val["optimised"].mean()["grounded_recall@20"]
+    run = run_prompt_optimisation("data/demo", AutofocusConfig(), PromptOptOptions(steps=["cypher"], out="cypher.json"))
+    run.result.val["optimised"].mean()["grounded_recall@20"]
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from autofocus.config import AutofocusConfig
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
+from autofocus.options import PromptOptOptions
 
 REFLECTION_MAX_TOKENS = 1024  # a new instruction; the offline models have a 4096-token context
 
@@ -44,66 +45,41 @@ def split_examples(skb: Path | str, split: str, limit: int | None = None, qa_dir
 def run_prompt_optimisation(
     skb: Path | str,
     config: AutofocusConfig | None = None,
+    options: PromptOptOptions | None = None,
     *,
-    system: str = "afr",
-    steps: Sequence[str] = ("cypher",),
-    optimizer: str = "bootstrap",
-    train: str = "train",
-    val: str = "val",
-    test: str | None = None,
-    limit_train: int | None = None,
-    limit_val: int | None = None,
-    limit_test: int | None = None,
-    qa_dir: Path | str | None = None,
-    metric: str | None = None,
-    reflection_lm: str | Any | None = None,
-    max_demos: int = 4,
-    trials: int | None = None,
-    budget: int | None = None,
-    threads: int | None = None,
-    seed: int = 0,
-    full_demos: bool = False,
-    out: Path | str | None = None,
     on_start: Callable[[str], None] | None = None,
     on_eval: Callable[[str, int], Callable[[], None] | None] | None = None,
 ) -> PromptRun:
-    """Optimise the prompts/demos of ``steps`` of ``system`` with a DSPy optimiser on the ``train``
-    split, selecting on and scoring zero-shot vs optimised on ``val`` (and ``test``, held out).
+    """Optimise the prompts/demos of ``options.steps`` of ``options.system`` with a DSPy optimiser on
+    the ``train`` split, selecting on and scoring zero-shot vs optimised on ``val`` (and ``test``,
+    held out); write the program file to ``options.out`` if given.
 
     Args:
-        config: the base config (its ``lm`` names the LMs of the steps).
-        reflection_lm: GEPA's reflection LM (required for ``gepa``), MIPROv2's proposer: an LM spec
-            or a ``dspy.BaseLM``.
-        out: write the program file there (None: don't; ``result.program.save(path)`` does later).
+        config: the base config (its ``runtime.lm`` names the LMs of the steps).
+        options: ``PromptOptOptions``; a ``reflection_lm`` spec gets the config's LM timeout and retries.
         on_start: told what is about to be optimised (a line for a log); ``on_eval`` makes a
             progress tick per evaluation (``optimize.prompts.optimise``).
 
-    The other arguments are ``optimize.prompts.optimise``'s. Raises ``ValueError`` for bad options.
+    Raises ``ValueError`` for bad options.
     """
     from autofocus import runtime
     from autofocus.lm import get_lm
     from autofocus.optimize.saved import save_program
     from autofocus.program.systems.registry import resolve_config
 
-    _, cfg = resolve_config(system, config)
-    chosen = [s.strip() for s in steps if s.strip()]
-    train_set, val_set = split_examples(skb, train, limit_train, qa_dir), split_examples(skb, val, limit_val, qa_dir)
-    test_set = split_examples(skb, test, limit_test, qa_dir) if test else None
-    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
-    reflection = (
-        get_lm(reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS, timeout=cfg.lm.timeout_s,
-               num_retries=cfg.lm.num_retries)
-        if isinstance(reflection_lm, str)
-        else reflection_lm
-    )
+    o = options or PromptOptOptions()
+    _, cfg = resolve_config(o.system, config)
+    train_set, val_set = split_examples(skb, o.train, o.limit_train, o.qa_dir), split_examples(skb, o.val, o.limit_val, o.qa_dir)
+    test_set = split_examples(skb, o.test, o.limit_test, o.qa_dir) if o.test else None
+    kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
+    if isinstance(o.reflection_lm, str):
+        o = replace(o, reflection_lm=get_lm(o.reflection_lm, temperature=1.0, max_tokens=REFLECTION_MAX_TOKENS,
+                                            timeout=cfg.runtime.lm.timeout_s, num_retries=cfg.runtime.lm.num_retries))
+    chosen = [s.strip() for s in o.steps if s.strip()]
     if on_start is not None:
-        on_start(f"Optimising {', '.join(chosen)} of {system} with {optimizer} on {len(train_set)} {train} "
-                 f"questions, selecting on {len(val_set)} {val} questions")  # fmt: skip
-    result = optimise(
-        kb, system, cfg, train_set, val_set, optimizer=optimizer, steps=chosen, metric=metric,
-        max_demos=max_demos, trials=trials, budget=budget, reflection_lm=reflection, threads=threads,
-        seed=seed, full_demos=full_demos, on_eval=on_eval,
-    )  # fmt: skip
-    tests = result.compare(test_set, test or "test", on_eval) if test_set else None
-    path = save_program(result.program, system, result.config, out, result.metadata) if out is not None else None
+        on_start(f"Optimising {', '.join(chosen)} of {o.system} with {o.optimizer} on {len(train_set)} {o.train} "
+                 f"questions, selecting on {len(val_set)} {o.val} questions")  # fmt: skip
+    result = optimise(kb, cfg, train_set, val_set, replace(o, steps=chosen), on_eval=on_eval)
+    tests = result.compare(test_set, o.test or "test", on_eval) if test_set else None
+    path = save_program(result.program, o.system, result.config, o.out, result.metadata) if o.out is not None else None
     return PromptRun(result, tests, path)

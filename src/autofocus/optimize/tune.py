@@ -31,7 +31,7 @@ import optuna
 from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, setting_groups
 from autofocus.evaluation.traces import TraceWriter, read_traces
 from autofocus.metrics import DEFAULT_KS, Candidates, compute_metrics, dspy_metric, prepare
 from autofocus.optimize.fusion_fit import FusionCase, case_from_trace
@@ -104,10 +104,12 @@ DEFAULT_PARAMS: tuple[str, ...] = (
 
 
 def parse_params(text: str | None, rerank: bool) -> list[str]:
-    """The tuned fields from a comma list (None: the issue's list, plus ``k`` when trials rerank)."""
+    """The tuned settings from a comma list, by flat (``alpha``) or grouped name (``merge.alpha``);
+    studies name them flat (None: the default list, plus ``k`` when trials rerank)."""
     if text is None or not text.strip():
         return [*DEFAULT_PARAMS, *(["k"] if rerank else [])]
-    names = [p.strip() for p in text.split(",") if p.strip()]
+    groups = setting_groups()
+    names = [_flat_name(p.strip(), groups) for p in text.split(",") if p.strip()]
     unknown = [n for n in names if n not in SPACE]
     if unknown:
         raise ValueError(f"unknown tunable setting(s) {unknown}; choose from {', '.join(SPACE)}")
@@ -118,6 +120,11 @@ def parse_params(text: str | None, rerank: bool) -> list[str]:
             "add --rerank-trials or leave them out"
         )
     return list(dict.fromkeys(names))
+
+
+def _flat_name(name: str, groups: Mapping[str, str]) -> str:
+    group, dot, flat = name.partition(".")
+    return flat if dot and groups.get(flat) == group else name
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -150,8 +157,9 @@ def suggest(trial: optuna.Trial, names: Sequence[str], l_max_range: tuple[int, i
 def in_space(base: AutofocusConfig, names: Sequence[str], l_max_range: tuple[int, int]) -> dict[str, Any]:
     """The base config's values of the tuned settings that lie inside the space (to enqueue as trial 0)."""
     out: dict[str, Any] = {}
+    values = base.flat()
     for name in names:
-        p, value = SPACE[name], getattr(base, name)
+        p, value = SPACE[name], values[name]
         low, high = l_max_range if name == "l_max" else (p.low, p.high)
         step_ok = p.step is None or (value - low) % p.step == 0
         if (p.kind == "cat" and value in p.choices) or (p.kind != "cat" and low <= value <= high and step_ok):
@@ -160,7 +168,8 @@ def in_space(base: AutofocusConfig, names: Sequence[str], l_max_range: tuple[int
 
 
 def config_with(base: AutofocusConfig, params: Mapping[str, Any]) -> AutofocusConfig:
-    return AutofocusConfig.model_validate({**base.model_dump(), **params})
+    """``base`` with a trial's values; the study names them flat (``alpha``), the config groups them."""
+    return base.updated(params)
 
 
 def system_spec(name: str, cfg: AutofocusConfig) -> str:
@@ -172,9 +181,9 @@ def system_spec(name: str, cfg: AutofocusConfig) -> str:
     """
     from autofocus.program.systems.registry import resolve_config
 
-    _, again = resolve_config(name, cfg)
-    changed = [k for k in AutofocusConfig.model_fields if getattr(again, k) != getattr(cfg, k)]
-    spec = name + (":" + ",".join(f"{k}={getattr(cfg, k)}" for k in changed) if changed else "")
+    again, wanted = resolve_config(name, cfg)[1].flat(), cfg.flat()
+    changed = [k for k in wanted if again[k] != wanted[k]]
+    spec = name + (":" + ",".join(f"{k}={wanted[k]}" for k in changed) if changed else "")
     if resolve_config(spec, cfg)[1] != cfg:
         raise ValueError(f"cannot express this config as options of system {name!r}: {', '.join(changed)}")
     return spec
@@ -204,10 +213,10 @@ def llm_identity(
     """What steps 1-2 depend on: their LMs, the query format, optimised prompts and the SKB schema."""
     key = {
         "system": system,
-        "lm": {s: cfg.lm.for_step(s) for s in ("target_type", "cypher")},
-        "temperature": cfg.lm.temperature,
-        "max_tokens": cfg.lm.max_tokens,
-        "query_format": cfg.query_format,
+        "lm": {s: cfg.runtime.lm.for_step(s) for s in ("target_type", "cypher")},
+        "temperature": cfg.runtime.lm.temperature,
+        "max_tokens": cfg.runtime.lm.max_tokens,
+        "query_format": cfg.query.query_format,
         "query": cfg.steps != "1+7",
         "program": program_sha256,
         "skb": skb_fingerprint,

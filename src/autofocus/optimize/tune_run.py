@@ -13,8 +13,8 @@ judge also write ``prior_weight.*`` (the reranked metrics at each fusion weight)
 likelihood fit of that weight (``optimize.fusion_fit``).
 
 Example:
-    result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), trials=50)
-    result.best_config.alpha, result.tuned.metrics["hit@20"]
+    result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), TuneOptions(trials=50))
+    result.best_config.merge.alpha, result.tuned.metrics["hit@20"]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.console import safe
 from autofocus.evaluation.runner import without_waits
 from autofocus.optimize import tune as tuning
 from autofocus.optimize.fusion_fit import FusionFit, fit_prior_weight
+from autofocus.options import EvalOptions, TuneOptions
+from autofocus.progress import reporter_or_log
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from autofocus.progress import Reporter
 
 SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
 L_MAX_COLUMNS = ("l_max", "processed", "precision", "specificity", "nonempty",
@@ -104,29 +105,9 @@ def config_hash(cfg: AutofocusConfig) -> str:
 def run_tuning(
     skb: Path | str,
     config: AutofocusConfig | None = None,
+    options: TuneOptions | None = None,
     *,
-    system: str = "afr",
-    program_file: Path | str | None = None,
-    split: str = "val",
-    trials: int = 200,
-    study: str = "afr-tune",
-    storage: str | None = None,
-    out: Path | str | None = None,
-    metric: str = "hit@20",
-    second: str = "none",
-    params: str | Sequence[str] | None = None,
-    l_max_range: str | tuple[int, int] = "1:300",
-    rerank_trials: bool = False,
-    fit_prior_weight: bool = False,
-    seed: int = 0,
-    limit: int | None = None,
-    confirm: bool = True,
-    confirm_defaults: bool = False,
-    test_split: str | None = None,
-    qa_dir: Path | str | None = None,
-    progress: bool = False,
-    console: Console | None = None,
-    progress_console: Console | None = None,
+    reporter: Reporter | None = None,
     on_study_done: Callable[[TuningResult], None] | None = None,
 ) -> TuningResult:
     """Tune alpha, l_max, the expansion schedule, type/edge modes and document variants with Optuna.
@@ -138,13 +119,9 @@ def run_tuning(
 
     Args:
         config: the base config (default: the saved program's, else the defaults); trial 0.
-        system: an AF-Retriever preset (``afr``, ``afr-code``, ...); a program file names its own.
-        program_file: an optimised program (``autofocus optimize``): its prompts ask steps 1-2.
-        params: settings to tune (comma list or list; default ``optimize.tune.DEFAULT_PARAMS``).
-        fit_prior_weight: set step 8's fusion to ``prior`` with the weight fitted by likelihood on the
-            split (``optimize.fusion_fit``) instead of searching it; needs ``rerank_trials``.
-        console: status lines, confirmation summaries (None: quiet); ``progress_console`` gets the
-            progress bars.
+        options: the study (``TuneOptions``: system, program file, split, trials, storage, metric,
+            params, ...).
+        reporter: progress bars and status lines (``progress.Reporter``; None: warnings to the log).
         on_study_done: called with the result before the confirmation runs (to print it).
 
     Raises ``ValueError`` for bad options, ``optimize.tune.StudyMismatchError`` when the named study
@@ -152,13 +129,16 @@ def run_tuning(
     """
     from autofocus import runtime
     from autofocus.evaluation.program_runs import load_split
-    from autofocus.evaluation.runner import progress_bar
     from autofocus.index.store import skb_fingerprint
     from autofocus.metrics import as_candidates
     from autofocus.program.systems import registry
     from autofocus.program.systems.afr import AutofocusRetriever
 
-    say = console.print if console is not None else (lambda *_: None)
+    o = options or TuneOptions()
+    system, program_file, split, trials, study, l_max_range = o.system, o.program_file, o.split, o.trials, o.study, o.l_max_range
+    params, rerank_trials, test_split, limit, qa_dir = o.params, o.rerank_trials, o.test_split, o.limit, o.qa_dir
+    report = reporter_or_log(reporter)
+    say = report.note
     if program_file is not None:
         from autofocus.optimize.saved import read_program_config
 
@@ -166,26 +146,26 @@ def run_tuning(
         config = config or saved_cfg
     name, cfg = registry.resolve_config(system, config)
     spec = tuning.StudySpec(
-        metric=metric,
-        second=second,
+        metric=o.metric,
+        second=o.second,
         params=tuning.parse_params(params if params is None or isinstance(params, str) else ",".join(params),
                                    rerank_trials),
         l_max_range=tuning.parse_range(l_max_range) if isinstance(l_max_range, str) else tuple(l_max_range),
         rerank=rerank_trials,
-        seed=seed,
+        seed=o.seed,
     )  # fmt: skip
     fitted_away = {"rerank_fusion", "rerank_prior_weight"} & set(spec.params)
-    if fit_prior_weight and (not rerank_trials or fitted_away):
+    if o.fit_prior_weight and (not rerank_trials or fitted_away):
         raise ValueError("--fit-prior-weight needs --rerank-trials and sets "
                          + ", ".join(sorted(fitted_away or {"rerank_fusion", "rerank_prior_weight"}))
                          + " itself: leave them out of --params")  # fmt: skip
     items = load_split(skb, split, qa_dir=qa_dir)[:limit]
     test_items = load_split(skb, test_split, qa_dir=qa_dir) if test_split else []
-    out = Path(out) if out is not None else Path("runs") / f"tune-{study}"
+    out = Path(o.out) if o.out is not None else Path("runs") / f"tune-{study}"
     out.mkdir(parents=True, exist_ok=True)
-    storage = storage or tuning.default_storage(out)
+    storage = o.storage or tuning.default_storage(out)
 
-    kb = runtime.open_kb(skb, cfg.embedder, cfg.index_kind, cfg.doc_budget_tokens)
+    kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
 
     def make_program(c: AutofocusConfig, lms: bool = True) -> Any:
         return runtime.assemble(tuning.system_spec(name, c), kb, c, program_file=program_file, lms=lms)
@@ -193,7 +173,7 @@ def run_tuning(
     prog = make_program(cfg, lms=False)
     if not isinstance(prog, AutofocusRetriever):
         raise ValueError(f"tuning takes AF-Retriever presets; {system!r} is a {type(prog).__name__}")
-    variants = {cfg.doc_variant_step4, cfg.doc_variant_step6, cfg.doc_variant_step7}
+    variants = {cfg.grounding.doc_variant_step4, cfg.merge.doc_variant_step6, cfg.merge.doc_variant_step7}
     if any(p.startswith("doc_variant") for p in spec.params):
         variants |= set(tuning.BOTH_VARIANTS)
     for v in sorted(variants):  # opened (or built) once, before any trial
@@ -214,29 +194,28 @@ def run_tuning(
         if missing and not lms_attached:
             registry.apply_lms(prog, cfg)
             lms_attached.append(True)
-        with progress_bar(progress_console, progress and bool(missing)) as bar:
-            task = bar.add_task(
-                safe(f"steps 1-2 ({label})"), total=len(questions), completed=len(questions) - len(missing), stats=""
-            )
-            got, asked = tuning.fill_llm_outputs(
-                prog, questions, cache, concurrency=cfg.concurrency, on_done=lambda _: bar.advance(task)
-            )
-        failed = sum(tuning.transient(o) for o in got.values())
+        task, done = f"steps 1-2 ({label})", [len(questions) - len(missing)]
+
+        def tick(_: Any) -> None:
+            done[0] += 1
+            report.advance(task, done[0], len(questions))
+
+        if missing:
+            report.advance(task, done[0], len(questions))
+        got, asked = tuning.fill_llm_outputs(prog, questions, cache, concurrency=cfg.runtime.concurrency, on_done=tick)
+        failed = sum(tuning.transient(got_one) for got_one in got.values())
         say(
-            safe(f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now")
-            + (f", [yellow]{failed} LM failures (asked again next run)[/]" if failed else "")
-            + (
-                f" ({cache.other_identities} cached lines of other LMs/prompts ignored)"
-                if cache.other_identities
-                else ""
-            )
+            f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now"
+            + (f", {failed} LM failures (asked again next run)" if failed else "")
+            + (f" ({cache.other_identities} cached lines of other LMs/prompts ignored)" if cache.other_identities else ""),
+            "warning" if failed else "info",
         )
         return got
 
     outputs = outputs_for(items, split)
     candidates = as_candidates(kb.skb.candidate_ids)
     evaluate = tuning.ConfigEvaluator(
-        prog, items, outputs, candidates, tuning.metric_ks(spec.metric), make_program, cfg.concurrency
+        prog, items, outputs, candidates, tuning.metric_ks(spec.metric), make_program, cfg.runtime.concurrency
     )
     tuned_away = set(spec.params) | {"concurrency"}
     if not spec.rerank:  # step 8 only: free to change between runs of a pre-rerank study
@@ -253,32 +232,31 @@ def run_tuning(
     baseline = evaluate(cfg, rerank=spec.rerank)
     done_before = len(tuning.complete_trials(st))
     start = time.perf_counter()
-    with progress_bar(progress_console, progress) as bar:
-        task = bar.add_task(safe(f"study {study}"), total=trials, completed=min(done_before, trials), stats="")
+    report.advance(f"study {study}", min(done_before, trials), trials)
 
-        def on_trial(s: Any, t: Any) -> None:
-            try:
-                stats = f"best {spec.metric} {tuning.best_trial(s).values[0]:.3f}"
-            except ValueError:
-                stats = ""
-            bar.update(task, completed=min(len(tuning.complete_trials(s)), trials), stats=stats)
-
+    def on_trial(s: Any, t: Any) -> None:
         try:
-            ran = tuning.run_study(st, spec, evaluate, cfg, trials, callback=on_trial)
-        except KeyboardInterrupt:
-            raise TuningInterrupted(f"Interrupted; run the same command again to resume study {study!r}.") from None
+            stats = f"best {spec.metric} {tuning.best_trial(s).values[0]:.3f}"
+        except ValueError:
+            stats = ""
+        report.advance(f"study {study}", min(len(tuning.complete_trials(s)), trials), trials, stats)
+
+    try:
+        ran = tuning.run_study(st, spec, evaluate, cfg, trials, callback=on_trial)
+    except KeyboardInterrupt:
+        raise TuningInterrupted(f"Interrupted; run the same command again to resume study {study!r}.") from None
     elapsed = time.perf_counter() - start
     if ran:
         say(
             f"{ran} trial(s) in {elapsed:.1f} s ({elapsed / ran:.3f} s per trial over {len(items)} questions); "
-            + safe(f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})")
+            + f"study {study!r} holds {len(tuning.complete_trials(st))} complete trials ({storage})"
         )
 
     best = tuning.best_trial(st)
     best_cfg = tuning.config_with(cfg, best.params)
     tuned = evaluate(best_cfg, rerank=spec.rerank)
     fit = _fit_fusion(tuned, say)
-    if fit_prior_weight and fit is not None:  # the judge's scores do not depend on the fusion: no new LM call
+    if o.fit_prior_weight and fit is not None:  # the judge's scores do not depend on the fusion: no new LM call
         best_cfg = tuning.config_with(best_cfg, {"rerank_fusion": "prior", "rerank_prior_weight": round(fit.weight, 3)})
         tuned = evaluate(best_cfg, rerank=True)
     best_cfg.save(out / tuning.BEST_CONFIG_FILE)
@@ -298,32 +276,31 @@ def run_tuning(
         w_rows = tuning.sweep_prior_weight(evaluate, best_cfg)
         tuning.write_table(w_rows, ["rerank_prior_weight", *SHOWN_METRICS], out / "prior_weight")
         plots.plot_prior_weight(w_rows, out / plots.PRIOR_WEIGHT_PNG,
-                                best_cfg.rerank_prior_weight if best_cfg.rerank_fusion == "prior" else None, fit)
+                                best_cfg.rerank.rerank_prior_weight if best_cfg.rerank.rerank_fusion == "prior" else None, fit)
 
     result = TuningResult(
         out=out, study=study, storage=storage, spec=spec, split=split, questions=len(items), base_config=cfg,
         best_config=best_cfg, best_trial=best, baseline=baseline, tuned=tuned,
         complete_trials=len(tuning.complete_trials(st)), trials_run=ran, seconds=elapsed,
         pareto_front=tuning.pareto_front(st) if spec.multi else [], l_max_rows=l_rows, importances=imp,
-        prior_weight_rows=w_rows, fusion_fit=fit, fit_used=fit_prior_weight and fit is not None,
+        prior_weight_rows=w_rows, fusion_fit=fit, fit_used=o.fit_prior_weight and fit is not None,
     )  # fmt: skip
     if on_study_done is not None:
         on_study_done(result)
 
-    if confirm:
+    if o.confirm:
         runs = [(split, items, "tuned", best_cfg)]
-        if confirm_defaults:
+        if o.confirm_defaults:
             runs.append((split, items, "defaults", cfg))
         if test_split:
             runs.append((test_split, test_items, "tuned", best_cfg))
-            if confirm_defaults:
+            if o.confirm_defaults:
                 runs.append((test_split, test_items, "defaults", cfg))
         for run_split, run_items, label, run_cfg in runs:
             run_dir = out / f"confirm-{run_split}-{config_hash(run_cfg)}"
-            if console is not None:
-                console.rule(safe(f"confirmation: {label} settings on {run_split} -> {run_dir}"))
+            say(f"confirmation: {label} settings on {run_split} -> {run_dir}", "section")
             result.confirmed[f"{label} on {run_split}"] = _confirm(
-                make_program(run_cfg, lms="lazy"), run_items, run_dir, run_split, progress, console, progress_console
+                make_program(run_cfg, lms="lazy"), run_items, run_dir, run_split, reporter
             )
     _write_summary(result)
     return result
@@ -335,7 +312,7 @@ def _fit_fusion(tuned: tuning.Evaluation, say: Callable[..., Any]) -> FusionFit 
     if not any(c is not None for c in tuned.fusion_cases):
         return None
     fit = fit_prior_weight(tuned.fusion_cases)
-    say(safe(fit.line()))
+    say(fit.line())
     return fit
 
 
@@ -359,7 +336,7 @@ def _sensitivity(
             ["alpha", *SHOWN_METRICS, "seconds"],
             out / ("alpha" if label == first else f"alpha_{label}"),
         )
-    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.alpha, best_alpha=best.alpha)
+    plots.plot_alpha(curves, out / plots.ALPHA_PNG, default_alpha=cfg.merge.alpha, best_alpha=best.merge.alpha)
     sweep = tuning.sweep_l_max(evaluators[first], best)
     rows = [tuning.flat(r) for r in sweep]
     tuning.write_table(rows, list(L_MAX_COLUMNS), out / "l_max")
@@ -377,15 +354,12 @@ def _confirm(
     items: list[Any],
     run_dir: Path,
     split: str,
-    progress: bool,
-    console: Console | None,
-    progress_console: Console | None,
+    reporter: Reporter | None,
 ) -> dict[str, Any]:
     """A resumable evaluation run of the program with every step (the reranker too); its mean metrics."""
     from autofocus.evaluation.program_runs import evaluate_program
 
-    done = evaluate_program(program, split, run_dir, questions=items, progress=progress, console=console,
-                            progress_console=progress_console)  # fmt: skip
+    done = evaluate_program(program, run_dir, EvalOptions(split=split), questions=items, reporter=reporter)
     if done.interrupted:
         raise TuningInterrupted(f"Interrupted; run the same command again to finish {run_dir}.")
     metrics = done.summary["metrics"]
@@ -443,7 +417,7 @@ def _markdown(
         "",
         "| setting | defaults | tuned |",
         "|---|---|---|",
-        *(f"| {n} | {fmt(getattr(cfg, n))} | {fmt(getattr(best, n))} |" for n in names),
+        *(f"| {n} | {fmt(cfg.flat()[n])} | {fmt(best.flat()[n])} |" for n in names),
         "",
     ]
     key = "pre_rerank" if "pre_rerank" in data else "reranked"

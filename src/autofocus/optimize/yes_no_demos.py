@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 def yes_no_demos(kb: KnowledgeBaseLike, config: AutofocusConfig, train: Sequence[dspy.Example], n: int) -> list[dspy.Example]:
     """Up to ``n`` demos (``question``, ``node_type``, ``candidate`` -> ``score`` 1.0 / 0.0), in pairs."""
-    index = kb.index(config.doc_variant_step7)
-    budget = config.yes_no_description_tokens or config.context_budget_tokens // 4
+    index = kb.index(config.merge.doc_variant_step7)
+    budget = config.rerank.yes_no_description_tokens or config.rerank.context_budget_tokens // 4
     out: list[dspy.Example] = []
     for ex in train:
         if len(out) + 2 > n:

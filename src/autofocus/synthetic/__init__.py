@@ -5,7 +5,7 @@ checks its questions, ``build`` runs the whole synthesis with a self-check by th
 steps 3-5, ``files`` writes the ``synthetic`` split (and a chat-format export for fine-tuning).
 
 Example:
-    result = synthesise(kb, 100, seed=0)          # with an LM configured in dspy.settings
+    result = synthesise(kb, 100, SynthOptions(seed=0))  # with an LM configured in dspy.settings
     write_synthetic(result, kb.skb, "data/demo")  # then: autofocus optimize --train synthetic ...
 """
 

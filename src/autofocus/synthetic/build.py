@@ -34,6 +34,7 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import to_cypher
+from autofocus.options import SynthOptions
 from autofocus.program.steps.llm_call import is_lm_outage
 from autofocus.redact import redact
 from autofocus.signatures import StateFact, VerbalizePattern
@@ -218,16 +219,9 @@ class _Stream:
 def synthesise(
     kb: KnowledgeBaseLike,
     n: int,
+    options: SynthOptions | None = None,
     *,
-    seed: int = 0,
-    max_answers: int = 20,
-    max_triplets: int = 3,
-    filter_rate: float = 0.3,
-    clue_share: float = 0.3,
-    clue_kind: str = "fact",
     round_trip: Any | None = None,
-    round_trip_precision: float = 0.5,
-    threads: int = 1,
     oversample: float = 1.25,
     max_attempts: int | None = None,
     tick: Tick | None = None,
@@ -237,27 +231,20 @@ def synthesise(
     Args:
         kb: the knowledge base (``autofocus.kb.KnowledgeBase``); its QA files are never read.
         n: questions wanted (fewer when the graph runs out of distinct patterns).
-        seed: the sampler's seed.
-        max_answers: largest answer set kept.
-        max_triplets: 1 to 3 triplets per pattern.
-        filter_rate: share of patterns given an attribute filter although their answers are few.
-        clue_share: about this share of the questions are narrowed to one of their answers by a
-            text clue (``synthetic.clues``): questions that need the text as well as the graph. Only
-            patterns with two or more answers can be, so the share is an upper bound.
-        clue_kind: ``fact`` (the LM states what one answer's text says, one more LM call per clue
-            question) or ``phrase`` (a rare phrase of its text, no LM call).
+        options: the sampler's and the checks' settings (``SynthOptions``: seed, answer-set size,
+            triplets, filters, clues, threads); its ``round_trip`` flag, ``out`` and ``chat`` are
+            ``synthetic.run``'s. A fact-clue question's round trip counts its pattern's whole answer
+            set, since its clue narrows by text, not by graph.
         round_trip: a program (``AutofocusRetriever``) whose own steps 1-5 must ground the question's
             answers from the question as written, or the question is dropped: it catches questions
             the LM wrote wrong (a relation turned round, a condition garbled). Steps 1-2 are LM calls.
-        round_trip_precision: with ``round_trip``, the question is also dropped when its answers are
-            fewer than this share of what it grounds: a question whose text admits other nodes too
-            (a filter left out, a vague wording) has an incomplete label. A fact-clue question counts
-            its pattern's whole answer set, since its clue narrows by text, not by graph. 0: recall only.
-        threads: LM calls in parallel.
         oversample: patterns verbalised per missing question (questions can be rejected).
         max_attempts: sampling attempts before giving up (default ``200 n + 1000``).
         tick: ``(stage, amount)`` progress callback; stages ``patterns`` and ``questions``.
     """
+    o = options or SynthOptions()
+    seed, max_answers, max_triplets, filter_rate = o.seed, o.max_answers, o.max_triplets, o.filter_rate
+    clue_share, clue_kind, round_trip_precision, threads = o.clue_share, o.clue_kind, o.round_trip_precision, o.threads
     start = time.perf_counter()
     settings = {"n": n, "seed": seed, "max_answers": max_answers, "max_triplets": max_triplets,
                 "filter_rate": filter_rate, "clue_share": clue_share, "clue_kind": clue_kind,

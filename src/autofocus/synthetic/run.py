@@ -6,7 +6,7 @@ STaRK ``stark_qa.csv``), or into ``out`` (then give ``qa_dir=out`` / ``--qa-dir`
 that read the split).
 
 Example:
-    run = run_synthesis("data/demo", load_config(lm="local"), 100)
+    run = run_synthesis("data/demo", load_config(lm="local"), 100, SynthOptions(seed=1))
     run.paths["qa"], run.result.summary()["questions"]
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autofocus.config import AutofocusConfig
+from autofocus.options import SynthOptions
 from autofocus.synthetic.build import SynthesisResult, Tick, synthesise
 from autofocus.synthetic.files import QA_FILE, SPLIT, export_chat, write_synthetic
 
@@ -48,41 +49,26 @@ def qa_folder(skb: Path | str) -> tuple[Path, str]:
 
 
 def run_synthesis(
-    skb: Path | str,
-    config: AutofocusConfig,
-    n: int,
-    *,
-    out: Path | str | None = None,
-    seed: int = 0,
-    max_answers: int = 20,
-    max_triplets: int = 3,
-    filter_rate: float = 0.3,
-    clue_share: float = 0.3,
-    clue_kind: str = "fact",
-    round_trip: bool = False,
-    round_trip_precision: float = 0.5,
-    threads: int = 1,
-    chat: Path | str | None = None,
-    tick: Tick | None = None,
+    skb: Path | str, config: AutofocusConfig, n: int, options: SynthOptions | None = None, *, tick: Tick | None = None
 ) -> SynthesisRun:
     """Synthesise ``n`` questions from the SKB at ``skb`` (``synthetic.build.synthesise``), asking the
-    config's default LM (with its timeout and retries), and write the split's files; ``chat`` also
-    writes step 2's fine-tuning data there. ``round_trip`` keeps only questions the program built from
-    ``config`` answers through its own steps 1-5, grounding at most ``1 / round_trip_precision``
-    times their answers (``synthesise``). Raises what opening the SKB or the LM raises
-    (``SKBFormatError``, ``FileNotFoundError``, ``ValueError``)."""
+    config's default LM (with its timeout and retries), and write the split's files to ``options.out``
+    (default: beside the SKB's QA file); ``options.chat`` also writes step 2's fine-tuning data there.
+    ``options.round_trip`` keeps only questions the program built from ``config`` answers through its
+    own steps 1-5, grounding at most ``1 / round_trip_precision`` times their answers. Raises what
+    opening the SKB or the LM raises (``SKBFormatError``, ``FileNotFoundError``, ``ValueError``)."""
     import dspy
 
     from autofocus import runtime
     from autofocus.lm import get_lm
 
-    kb = runtime.open_kb(skb, config.embedder, config.index_kind, config.doc_budget_tokens)
-    folder, qa_name = (Path(out), QA_FILE) if out is not None else qa_folder(skb)
-    lm = get_lm(config.lm.default, **{**config.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
-    checker = runtime.assemble("afr", kb, config, lms=True) if round_trip else None  # the config's own LMs
+    kb = runtime.open_kb(skb, config.index.embedder, config.index.index_kind, config.index.doc_budget_tokens)
+    options = options or SynthOptions()
+    folder, qa_name = (Path(options.out), QA_FILE) if options.out is not None else qa_folder(skb)
+    lm = get_lm(config.runtime.lm.default, **{**config.runtime.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
+    checker = runtime.assemble("afr", kb, config, lms=True) if options.round_trip else None  # the config's own LMs
     with dspy.context(lm=lm):
-        result = synthesise(kb, n, seed=seed, max_answers=max_answers, max_triplets=max_triplets,
-                            filter_rate=filter_rate, clue_share=clue_share, clue_kind=clue_kind, round_trip=checker,
-                            round_trip_precision=round_trip_precision, threads=threads, tick=tick)  # fmt: skip
+        result = synthesise(kb, n, options, round_trip=checker, tick=tick)
     paths = write_synthetic(result, kb.skb, folder, qa_name)
-    return SynthesisRun(result, kb, paths, export_chat(result, kb.skb, chat) if chat is not None else None)
+    chat = export_chat(result, kb.skb, options.chat) if options.chat is not None else None
+    return SynthesisRun(result, kb, paths, chat)

@@ -65,7 +65,7 @@ class Strand:
 def parse_mode(config: AutofocusConfig) -> str:
     """Parse strictly if either switch is strict, so that no guessed type becomes a hard filter
     (``autofocus.cypher.builder``); steps 4 and 5 then apply ``type_mode`` and ``edge_mode``."""
-    return "strict" if "strict" in (config.type_mode, config.edge_mode) else "lenient"
+    return "strict" if "strict" in (config.grounding.type_mode, config.grounding.edge_mode) else "lenient"
 
 
 def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: AutofocusConfig,
@@ -108,14 +108,14 @@ def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace, m
 
 def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Trace,
                   target_type: str | None = None) -> Strand:
-    """Steps 3b-5 for a parsed query: repair (``cfg.repair``), candidates, grounding, relaxation."""
+    """Steps 3b-5 for a parsed query: repair (``cfg.query.repair``), candidates, grounding, relaxation."""
     empty = Strand(np.zeros(0, np.int64))
     if qg is None:
         return empty
     repairs: list[Repair] = []
     alternatives: list[tuple[QueryGraph, list[Repair]]] = []
-    if cfg.repair:
-        repaired = repair_step(kb, qg, target_type, trace, cfg.repair_mentions, cfg.repair_asked)
+    if cfg.query.repair:
+        repaired = repair_step(kb, qg, target_type, trace, cfg.query.repair_mentions, cfg.query.repair_asked)
         qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False
@@ -134,9 +134,9 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
             strand = Strand(result.answers, alt, result, alt_repairs, strand.relaxed)
             qg = alt
             break
-    if strand.empty and cfg.relax and not late:
-        for rung, relaxed, widened in relaxations(qg, cfg.relax):
-            if len(strand.relaxed) >= cfg.relax_max_rungs or _out_of_time(trace, strand):
+    if strand.empty and cfg.grounding.relax and not late:
+        for rung, relaxed, widened in relaxations(qg, cfg.grounding.relax):
+            if len(strand.relaxed) >= cfg.grounding.relax_max_rungs or _out_of_time(trace, strand):
                 break
             strand.relaxed.append(rung)
             trace.event("5_relax", rung.split(":")[0], rung)
@@ -181,7 +181,7 @@ def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Tra
     if not voters:
         return strands[0]
     ids, votes = np.unique(np.concatenate([s.answers for s in voters]), return_counts=True)
-    keep = ids[votes >= max(1.0, cfg.query_votes * len(voters))]
+    keep = ids[votes >= max(1.0, cfg.experimental.query_votes * len(voters))]
     best = max(voters, key=lambda s: int(np.isin(s.answers, keep).sum()))  # its query graph explains the answers
     trace.data["votes"] = {"samples": len(queries), "grounding": len(voters), "kept": len(keep),
                            "sizes": [len(s.answers) for s in strands]}  # fmt: skip
@@ -196,8 +196,8 @@ def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, rec
     """Steps 4 and 5 for one version of the query."""
     with trace.step("4_symbols"):
         sc = retrieve_symbol_candidates(
-            kb, qg, cfg.l_max, variant=cfg.doc_variant_step4, strict=cfg.type_mode == "strict",
-            exact_name_first=cfg.exact_name_first, exact_name_only=cfg.exact_name_only, widened=widened,
+            kb, qg, cfg.grounding.l_max, variant=cfg.grounding.doc_variant_step4, strict=cfg.grounding.type_mode == "strict",
+            exact_name_first=cfg.grounding.exact_name_first, exact_name_only=cfg.grounding.exact_name_only, widened=widened,
         )
     if record:
         for kind, detail in sc.events:
@@ -207,10 +207,10 @@ def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, rec
         }
         trace.data["filters"] = sc.applied_filters
     with trace.step("5_grounding"):
-        if cfg.edge_mode == "lenient":
+        if cfg.grounding.edge_mode == "lenient":
             qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
         result = ground_with_expansion(
-            kb.skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.k, cfg.l_max, cfg.expansion
+            kb.skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.merge.k, cfg.grounding.l_max, cfg.grounding.expansion
         )
     if result.cut:
         trace.degrade("5_grounding", result.cut)

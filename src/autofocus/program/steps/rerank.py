@@ -10,7 +10,7 @@
   (``autofocus.program.steps.sorting.tournament_sort``: ~5 rounds, ~80 calls for k = 20).
 
 Every candidate is described by ``describe_node`` with all relations; when a prompt would exceed
-``config.context_budget_tokens`` (estimated as characters / 4, as ``autofocus.usage`` counts),
+``config.rerank.context_budget_tokens`` (estimated as characters / 4, as ``autofocus.usage`` counts),
 or the LM reports a context overflow, it is rebuilt with only the relations to retrieved
 non-target candidates (paper: incident (a) of Table 7), then with none (incident (b)); beyond the
 paper, descriptions are then truncated to share the budget instead of giving up.
@@ -220,7 +220,7 @@ class _Session:
         if level < 3:
             return build([self.block(n, level) for n in nodes])
         overhead = measure(build([""] * len(nodes)))
-        share = max(MIN_SHARE_TOKENS, (self.config.context_budget_tokens - overhead) // max(1, len(nodes)))
+        share = max(MIN_SHARE_TOKENS, (self.config.rerank.context_budget_tokens - overhead) // max(1, len(nodes)))
         return build([self.block(n, 3, share) for n in nodes])
 
     def fit(
@@ -233,7 +233,7 @@ class _Session:
         """The first level from ``start`` whose prompt fits the context budget (3 = truncated)."""
         for level in range(start, 3):
             payload = self.payload(nodes, build, measure, level)
-            if measure(payload) <= self.config.context_budget_tokens:
+            if measure(payload) <= self.config.rerank.context_budget_tokens:
                 return level, payload
         return 3, self.payload(nodes, build, measure, 3)
 
@@ -285,7 +285,7 @@ class Reranker(dspy.Module):
         cfg = config or self.config
         trace = trace if trace is not None else Trace()
         ids = self._validate(candidates, skb, trace)
-        depth = cfg.rerank_depth or len(ids)
+        depth = cfg.rerank.rerank_depth or len(ids)
         ids, below = ids[:depth], ids[depth:]  # below the depth: kept in their order
         session = _Session(
             question=question,
@@ -294,17 +294,17 @@ class Reranker(dspy.Module):
             retrieved=set(retrieved or ()),
             config=cfg,
             describe=self.describe,
-            cap_tokens=self.description_budget_tokens or cfg.context_budget_tokens,
+            cap_tokens=self.description_budget_tokens or cfg.rerank.context_budget_tokens,
             evidence={int(k): v for k, v in (evidence or {}).items() if v},
         )
         data: dict[str, Any] = {"method": self.method, "input": ids + below}
         order = self._rank(session, target_type, data) if len(ids) > 1 else list(range(len(ids)))
-        if cfg.rerank_fusion != "none" and len(ids) > 1:
+        if cfg.rerank.rerank_fusion != "none" and len(ids) > 1:
             data["reranker_output"] = [ids[i] for i in order] + below
-            if cfg.rerank_fusion == "rrf":
-                order = rrf_fuse(order, cfg.rerank_fusion_k)
+            if cfg.rerank.rerank_fusion == "rrf":
+                order = rrf_fuse(order, cfg.rerank.rerank_fusion_k)
             else:
-                order = prior_fuse(order, data.get("scores"), cfg.rerank_prior_weight)
+                order = prior_fuse(order, data.get("scores"), cfg.rerank.rerank_prior_weight)
         if below:
             data["depth"] = len(ids)
         ranked = [ids[i] for i in order]
@@ -434,7 +434,7 @@ class PointwiseReranker(Reranker):
         todo = [i for i in range(n) if scores[i] is None]
         for i, value in zip(
             todo,
-            map_concurrently(lambda i: self._score_one(s, i, target_type), todo, s.config.concurrency),
+            map_concurrently(lambda i: self._score_one(s, i, target_type), todo, s.config.runtime.concurrency),
             strict=True,
         ):
             scores[i] = value
@@ -456,7 +456,7 @@ class PointwiseReranker(Reranker):
                 {"role": "user", "content": _yes_no_question(s.question, blocks[0])},
             ]
 
-        budget = s.config.yes_no_description_tokens
+        budget = s.config.rerank.yes_no_description_tokens
         if budget:  # a short description per candidate: name and type, attributes, direct relations, the document's start
             fitted = [(0, build([s.description(node, 0, budget)])) for node in s.ids]
         else:
@@ -565,7 +565,7 @@ class PairwiseReranker(Reranker):
 
         def compare(pairs: list[tuple[int, int]]) -> list[int]:
             round_sizes.append(len(pairs))
-            outcomes = map_concurrently(lambda p: self._compare_one(s, *p), pairs, s.config.concurrency)
+            outcomes = map_concurrently(lambda p: self._compare_one(s, *p), pairs, s.config.runtime.concurrency)
             comparisons.extend([s.ids[a], s.ids[b], o] for (a, b), o in zip(pairs, outcomes, strict=True))
             return outcomes
 
@@ -636,7 +636,7 @@ RERANKERS: dict[str, type[Reranker]] = {
 
 
 def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reranker | None:
-    """The step-8 module for ``config.reranker``; None for ``"none"``.
+    """The step-8 module for ``config.rerank.reranker``; None for ``"none"``.
 
     ``"auto"`` picks by the rerank LM: for the small offline models (``local*`` specs) pointwise
     yes/no scoring, because they cannot write a usable ranking (offline_models.md, 5d-5e); for
@@ -644,7 +644,7 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reran
     ``"pointwise"`` also scores yes/no on a local LM. Extra kwargs go to the reranker.
     """
     local = is_local_spec(lm_spec)
-    choice = config.reranker
+    choice = config.rerank.reranker
     if choice == "none":
         return None
     if choice == "auto":

@@ -176,7 +176,7 @@ class AutofocusRetriever(RetrievalProgram):
         self.kb = kb
         self.config = config or AutofocusConfig()
         self.system = system
-        graph = self.config.prompt_schema == "graph"
+        graph = self.config.query.prompt_schema == "graph"
         self.context = SchemaContext.from_skb(kb.skb) if graph else SchemaContext.from_schema(kb.skb.schema)
         types = self.context.candidate_types
         self.target_type = dspy.Predict(target_type_signature(types, described=graph)) if len(types) > 1 else None
@@ -186,7 +186,7 @@ class AutofocusRetriever(RetrievalProgram):
             typed_query_signature(sg.labels, sg.rel_names) if self.step2_mode() == "json_schema" and sg.rel_names
             else TextToQueryGraph
         )
-        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
         self._grammars: dict[tuple[str, ...], str] = {}  # step 2 grammars by step 1's types
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
 
@@ -194,10 +194,10 @@ class AutofocusRetriever(RetrievalProgram):
     def predict_target_type(self, question: str, trace: Trace) -> str | list[str] | None:
         """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
         cfg = self.config
-        if self.target_type is not None and cfg.target_type_scoring == "auto":
+        if self.target_type is not None and cfg.query.target_type_scoring == "auto":
             prior = functools.partial(self._type_prior, question)
             kept = score_target_types(self.target_type, self.context, question, trace,
-                                      cfg.target_type_threshold, cfg.target_type_max, prior)
+                                      cfg.query.target_type_threshold, cfg.query.target_type_max, prior)
             if kept:
                 return kept if len(kept) > 1 else kept[0]
         return derive_target_type(self.target_type, self.context, question, trace)
@@ -207,12 +207,12 @@ class AutofocusRetriever(RetrievalProgram):
         (``target_type_prior_k``), times ``target_type_cue`` for the type the question names after its
         question word."""
         cfg, types = self.config, self.context.candidate_types
-        prior = (vss_type_prior(self.kb, question, types, cfg.target_type_prior_k, cfg.doc_variant_step7)
-                 if cfg.target_type_prior_k else dict.fromkeys(types, 1.0))  # fmt: skip
+        prior = (vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k, cfg.merge.doc_variant_step7)
+                 if cfg.query.target_type_prior_k else dict.fromkeys(types, 1.0))  # fmt: skip
         asked = (asked_label(question, LabelPhrases.of(types), related_in(schema_graph(self.kb.skb)))
-                 if cfg.target_type_cue > 1 else None)  # fmt: skip
+                 if cfg.query.target_type_cue > 1 else None)  # fmt: skip
         if asked is not None:
-            prior[asked] *= cfg.target_type_cue
+            prior[asked] *= cfg.query.target_type_cue
         return prior
 
     def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
@@ -223,9 +223,9 @@ class AutofocusRetriever(RetrievalProgram):
         inputs = self.context.query_inputs(question, types[0] if types else None)
         config = self._step2_constraint(types)
         if sample:
-            config = {**config, "temperature": self.config.query_temperature, "rollout_id": sample}
+            config = {**config, "temperature": self.config.experimental.query_temperature, "rollout_id": sample}
         with trace.step("2_query"):
-            if self.config.query_format == "typed":
+            if self.config.query.query_format == "typed":
                 adapter = dspy.JSONAdapter() if self.step2_mode() == "json_schema" else dspy.settings.adapter
                 with dspy.context(adapter=adapter):
                     pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
@@ -240,12 +240,12 @@ class AutofocusRetriever(RetrievalProgram):
     def step2_mode(self) -> str:
         """How step 2 is constrained: a GBNF grammar (llama.cpp servers), JSON-schema structured outputs
         with enums (the typed format on LMs that support them), or not at all (repair alone)."""
-        mode = self.config.constrain
+        mode = self.config.query.constrain
         if mode != "auto":
             return mode
-        if is_local_spec(self.config.lm.for_step("cypher")):
+        if is_local_spec(self.config.runtime.lm.for_step("cypher")):
             return "grammar"
-        return "json_schema" if self.config.query_format == "typed" else "off"
+        return "json_schema" if self.config.query.query_format == "typed" else "off"
 
     def _step2_constraint(self, types: list[str] | None = None) -> dict[str, object]:
         """Per-call LM config that constrains step 2 to the schema (``program.steps.constrain``); a Cypher
@@ -254,10 +254,10 @@ class AutofocusRetriever(RetrievalProgram):
             return {}
         sg = schema_graph(self.kb.skb)
         targets = tuple(t for t in types or [] if t in sg.labels)
-        key = ("typed",) if self.config.query_format == "typed" else targets
+        key = ("typed",) if self.config.query.query_format == "typed" else targets
         if key not in self._grammars:
             self._grammars[key] = (
-                query_spec_grammar(sg, self.context.attribute_names) if self.config.query_format == "typed"
+                query_spec_grammar(sg, self.context.attribute_names) if self.config.query.query_format == "typed"
                 else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None)
             )
         return grammar_config(self._grammars[key])
@@ -277,7 +277,7 @@ class AutofocusRetriever(RetrievalProgram):
         trace.data["target_type"] = y_type
         if self.config.steps == "1+7":
             return y_type, None
-        queries = [self.derive_query(question, y_type, trace, sample=i) for i in range(self.config.query_samples)]
+        queries = [self.derive_query(question, y_type, trace, sample=i) for i in range(self.config.experimental.query_samples)]
         cypher = queries[0] if len(queries) == 1 else [q or "" for q in queries]
         trace.data["cypher"] = cypher
         return y_type, cypher
@@ -299,10 +299,10 @@ class AutofocusRetriever(RetrievalProgram):
         trace = trace if trace is not None else Trace(system=self.system, question=question)
         types1 = _as_types(target_type)
         runs7 = cfg.steps in ("1+7", "1-7", "1-8")
-        if not (cfg.scan_ahead and runs7):
+        if not (cfg.runtime.scan_ahead and runs7):
             return self._retrieve(question, types1, cypher, cfg, trace, None)
-        with ScanAhead(self.kb, question, cfg.doc_variant_step7, depth=cfg.k + SCAN_SLACK,
-                       types=self._step7_base_types(types1), shards=cfg.scan_shards) as ahead:
+        with ScanAhead(self.kb, question, cfg.merge.doc_variant_step7, depth=cfg.merge.k + SCAN_SLACK,
+                       types=self._step7_base_types(types1), shards=cfg.experimental.scan_shards) as ahead:
             try:
                 return self._retrieve(question, types1, cypher, cfg, trace, ahead)
             finally:
@@ -320,7 +320,7 @@ class AutofocusRetriever(RetrievalProgram):
             strand = ground_by_votes(self.kb, cypher, cfg, trace, primary)
         elif cfg.steps != "1+7":
             qg = parse_step(self.kb, cypher, primary, cfg, trace)
-            if ahead is not None and qg is not None and cfg.step7_types == "agree":
+            if ahead is not None and qg is not None and cfg.merge.step7_types == "agree":
                 ahead.scan([t for t in [qg.target_type] if t in self.context.candidate_types])  # in case it grounds
             strand = ground_strand(self.kb, qg, cfg, trace, primary)
         grounded = strand.answers
@@ -328,10 +328,10 @@ class AutofocusRetriever(RetrievalProgram):
 
         step6: list[int] = []
         scores: dict[int, float] = {}
-        alpha = cfg.alpha
+        alpha = cfg.merge.alpha
         if cfg.steps != "1+7":
             alpha = self.grounded_alpha(strand, types1, cfg, trace)
-            n6 = cfg.k if cfg.steps == "1-5" else grounded_slots(alpha, cfg.k)
+            n6 = cfg.merge.k if cfg.steps == "1-5" else grounded_slots(alpha, cfg.merge.k)
             with trace.step("6_vss_grounded"):
                 if cfg.steps == "1-5":
                     order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
@@ -344,38 +344,38 @@ class AutofocusRetriever(RetrievalProgram):
                         qvec,
                         grounded,
                         n6,
-                        cfg.doc_variant_step6,
-                        round_of if cfg.step6_order == "round" else None,
+                        cfg.merge.doc_variant_step6,
+                        round_of if cfg.merge.step6_order == "round" else None,
                     )
                     scores.update(zip(step6, s6, strict=True))
         step7: list[int] = []
         if cfg.steps in ("1+7", "1-7", "1-8"):
             types = self.step7_types(types1, strand, cfg, trace)
-            exclude = grounded if cfg.step7_exclude == "grounded" else np.zeros(0, np.int64)
-            n7 = cfg.k - len(step6) if cfg.step7_exclude == "grounded" else cfg.k
+            exclude = grounded if cfg.merge.step7_exclude == "grounded" else np.zeros(0, np.int64)
+            n7 = cfg.merge.k - len(step6) if cfg.merge.step7_exclude == "grounded" else cfg.merge.k
             with trace.step("7_vss_rest"):
                 heads = None
                 if ahead is not None:
                     qvec = ahead.question_vector() if qvec is None else qvec
                     heads = ahead.heads(types) if n7 > 0 else None
-                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.doc_variant_step7, heads=heads)
+                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.merge.doc_variant_step7, heads=heads)
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
         bonus = rrf_weight = None
-        strong = cfg.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, question)
-        if cfg.merge_rule != "block" and step6 and step7 and not strong:
-            if cfg.doc_variant_step6 != cfg.doc_variant_step7:  # both strands on step 7's scale
-                s67 = self.kb.index(cfg.doc_variant_step7).scores(qvec, np.asarray(step6))
+        strong = cfg.merge.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, question)
+        if cfg.merge.merge_rule != "block" and step6 and step7 and not strong:
+            if cfg.merge.doc_variant_step6 != cfg.merge.doc_variant_step7:  # both strands on step 7's scale
+                s67 = self.kb.index(cfg.merge.doc_variant_step7).scores(qvec, np.asarray(step6))
                 scores.update(zip(step6, np.asarray(s67).tolist(), strict=True))
-            factor = alpha / cfg.alpha if cfg.alpha > 0 else 1.0
-            bonus = cfg.grounded_bonus * factor
-            rrf_weight = factor if cfg.merge_order == "rrf" else None
-        if cfg.merge_rule != "block" and step6:
-            trace.data["merge"] = {"order": "block" if bonus is None else cfg.merge_order, "strong_evidence": strong,
+            factor = alpha / cfg.merge.alpha if cfg.merge.alpha > 0 else 1.0
+            bonus = cfg.merge.grounded_bonus * factor
+            rrf_weight = factor if cfg.merge.merge_order == "rrf" else None
+        if cfg.merge.merge_rule != "block" and step6:
+            trace.data["merge"] = {"order": "block" if bonus is None else cfg.merge.merge_order, "strong_evidence": strong,
                                    "grounded_bonus": None if bonus is None else round(bonus, 4)}
-        merged = merge(step6, step7, cfg.k, scores, bonus, rrf_weight)
+        merged = merge(step6, step7, cfg.merge.k, scores, bonus, rrf_weight)
         ids, named = merged.ids, set()
-        if cfg.named_last:
+        if cfg.merge.named_last:
             named = named_in_question(self.kb.skb, ids, question)
             ids = named_last(ids, named)
             if named:
@@ -395,7 +395,7 @@ class AutofocusRetriever(RetrievalProgram):
         answers of it (the graph agrees with step 2), so one wrong guess does not exclude the other."""
         types = self._step7_base_types(types1)  # step 1 gave nothing usable: every candidate type
         label = strand.query_graph.target_type if strand.query_graph is not None else None
-        if cfg.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
+        if cfg.merge.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
             types.append(label)
             trace.event("7_vss_rest", "types_disagree", f"step 1: {', '.join(types1) or 'none'}; query: {label}")
         trace.data["step7_types"] = types
@@ -404,23 +404,23 @@ class AutofocusRetriever(RetrievalProgram):
     def grounded_alpha(self, strand: Strand, types1: list[str], cfg: AutofocusConfig, trace: Trace) -> float:
         """The grounded strand's share of the k slots: the paper's fixed alpha, or (``alpha_rule``
         "evidence") less of it for a relaxed query, a huge grounded set or steps 1 and 2 disagreeing."""
-        if cfg.alpha_rule == "fixed" or strand.empty:
-            return cfg.alpha
+        if cfg.merge.alpha_rule == "fixed" or strand.empty:
+            return cfg.merge.alpha
         factor, why = 1.0, []
         if strand.relaxed:
-            factor *= cfg.alpha_relaxed ** len(strand.relaxed)
+            factor *= cfg.experimental.alpha_relaxed ** len(strand.relaxed)
             why.append(f"relaxed x{len(strand.relaxed)}")
         if strand.repairs:
-            factor *= cfg.alpha_repaired
+            factor *= cfg.experimental.alpha_repaired
             why.append("repaired")
-        if len(strand.answers) > cfg.alpha_large_size:
-            factor *= cfg.alpha_large
+        if len(strand.answers) > cfg.experimental.alpha_large_size:
+            factor *= cfg.experimental.alpha_large
             why.append(f"|C|={len(strand.answers)}")
         label = strand.query_graph.target_type if strand.query_graph is not None else None
         if types1 and label is not None and label not in types1:
-            factor *= cfg.alpha_disagree
+            factor *= cfg.experimental.alpha_disagree
             why.append(f"query asks for {label}")
-        alpha = cfg.alpha * factor
+        alpha = cfg.merge.alpha * factor
         trace.data["alpha"] = {"value": alpha, "why": why}
         return alpha
 
@@ -433,7 +433,7 @@ class AutofocusRetriever(RetrievalProgram):
             return {}
         support = {
             i: support_paths(skb, found.query_graph, found.grounding.final_sets, i)
-            for i in found.ids[: cfg.k]
+            for i in found.ids[: cfg.merge.k]
             if found.strand.get(i) in ("grounded", "both")
         }
         trace.data["support"] = {str(i): paths for i, paths in support.items()}
@@ -448,8 +448,8 @@ class AutofocusRetriever(RetrievalProgram):
         if self.reranker is None or not found.ids:
             return found.ids
         ranked = rerank_candidates(self.reranker, question, found.ids, self.kb.skb, y_type, found.neighbourhood(), trace,
-                                   evidence=evidence if cfg.rerank_evidence else None, config=cfg)  # fmt: skip
-        if cfg.rerank_keep_block and found.strong_evidence:
+                                   evidence=evidence if cfg.rerank.rerank_evidence else None, config=cfg)  # fmt: skip
+        if cfg.experimental.rerank_keep_block and found.strong_evidence:
             ranked = grounded_first(ranked, found.strand)
             trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
         return named_last(ranked, found.named)

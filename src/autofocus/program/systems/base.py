@@ -14,7 +14,7 @@ class adds what DSPy's conventions promise and a knowledge base needs:
 * LMs given by name may be attached on the first call instead of when the program is built
   (``autofocus.runtime.assemble(..., lms="lazy")``), so that opening a program never starts the
   offline LM server.
-* A call makes no LM call after ``config.question_deadline_s`` (``autofocus.usage.question_deadline``;
+* A call makes no LM call after ``config.runtime.question_deadline_s`` (``autofocus.usage.question_deadline``;
   the evaluation runner's deadline wins when it calls the program).
 
 Example:
@@ -66,8 +66,8 @@ class RetrievalProgram(dspy.Module):
             return await super().acall(*args, **kwargs)
 
     def _deadline_s(self) -> float | None:
-        config = getattr(self, "config", None)
-        return getattr(config, "question_deadline_s", None)
+        runtime = getattr(getattr(self, "config", None), "runtime", None)
+        return getattr(runtime, "question_deadline_s", None)
 
     async def aforward(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
         """``forward`` in a worker thread; ``asyncio.to_thread`` carries the DSPy context along."""

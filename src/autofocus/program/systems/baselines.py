@@ -113,7 +113,7 @@ class BM25Retriever(SeedSystem):
     def forward(self, question: str) -> dspy.Prediction:
         trace = Trace(system=self.system, question=question)
         with trace.step("bm25"):  # STaRK's BM25 indexes whole documents without relations
-            ids, scores = bm25_index(self.kb.skb, "text", None).search(question, self.config.k)
+            ids, scores = bm25_index(self.kb.skb, "text", None).search(question, self.config.merge.k)
         trace.data["strand"] = dict.fromkeys(map(str, ids), "bm25")
         trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
         trace.data["pre_rerank"] = ids
@@ -121,12 +121,12 @@ class BM25Retriever(SeedSystem):
 
 
 class VSSRetriever(SeedSystem):
-    """STaRK's VSS (question vs node embeddings of the candidate types) and, when ``config.reranker``
+    """STaRK's VSS (question vs node embeddings of the candidate types) and, when ``config.rerank.reranker``
     is not ``none``, VSS + LLM reranker over its top ``k`` (STaRK reranks the top 20 pointwise)."""
 
     def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "vss") -> None:
         super().__init__(kb, config, system)
-        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
 
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
@@ -135,7 +135,7 @@ class VSSRetriever(SeedSystem):
         types = skb.schema.answer_types
         with trace.step("vss"):
             qvec = self.kb.embed_query(question)
-            ids, scores = step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.k, cfg.doc_variant_step7)
+            ids, scores = step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.merge.k, cfg.merge.doc_variant_step7)
         trace.data["strand"] = dict.fromkeys(map(str, ids), "vss")
         trace.data["scores"] = dict(zip(map(str, ids), scores, strict=True))
         trace.data["pre_rerank"] = ids

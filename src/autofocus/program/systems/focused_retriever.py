@@ -45,8 +45,8 @@ class FocusedRetriever(SeedSystem):
 
     def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "focusedretriever") -> None:
         super().__init__(kb, config, system)
-        if self.config.query_format != "cypher":
-            raise ValueError(f"{system}: FocusedRetriever derives Cypher; query_format={self.config.query_format} "
+        if self.config.query.query_format != "cypher":
+            raise ValueError(f"{system}: FocusedRetriever derives Cypher; query_format={self.config.query.query_format} "
                              "is an AF-Retriever option")
         schema = kb.skb.schema
         self.context = SchemaContext.from_schema(schema)
@@ -54,7 +54,7 @@ class FocusedRetriever(SeedSystem):
         types = self.context.candidate_types
         self.cypher = dspy.Predict(DeriveCypher)
         self.target_type = dspy.Predict(target_type_signature(types)) if len(types) > 1 else None
-        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
 
     # --- lines 1-2 --------------------------------------------------------------------------------
     def derive_query_graph(self, question: str, trace: Trace) -> QueryGraph | None:
@@ -93,14 +93,14 @@ class FocusedRetriever(SeedSystem):
             grounded, final, qg = self.ground(qg, trace)
         qvec = self.kb.embed_query(question)
         with trace.step("6_vss_grounded"):
-            y_cypher, s6 = step6_rank_grounded(self.kb, qvec, grounded, grounded_slots(cfg.alpha, cfg.k),
-                                               cfg.doc_variant_step6)
+            y_cypher, s6 = step6_rank_grounded(self.kb, qvec, grounded, grounded_slots(cfg.merge.alpha, cfg.merge.k),
+                                               cfg.merge.doc_variant_step6)
         y_type = self.predict_target_type(question, trace)
         trace.data["target_type"] = y_type
         types = [y_type] if y_type in skb.node_type_names else self.context.candidate_types
         with trace.step("7_vss_rest"):
-            y_vss, s7 = step7_rank_rest(self.kb, qvec, types, grounded, cfg.k - len(y_cypher), cfg.doc_variant_step7)
-        merged = merge(y_cypher, y_vss, cfg.k, dict(zip(y_cypher + y_vss, s6 + s7, strict=True)))
+            y_vss, s7 = step7_rank_rest(self.kb, qvec, types, grounded, cfg.merge.k - len(y_cypher), cfg.merge.doc_variant_step7)
+        merged = merge(y_cypher, y_vss, cfg.merge.k, dict(zip(y_cypher + y_vss, s6 + s7, strict=True)))
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
         retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000

@@ -173,7 +173,7 @@ class FourStepFocus(SeedSystem):
         super().__init__(kb, config, system)
         self.context = SchemaContext.from_schema(kb.skb.schema)
         self.triplets = dspy.Predict(TripletGeneration)
-        self.reranker = make_reranker(self.config, self.config.lm.for_step("rerank"))
+        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
 
     # --- step 1 -----------------------------------------------------------------------------------
     def generate(self, question: str, trace: Trace) -> QueryGraph | None:
@@ -188,7 +188,7 @@ class FourStepFocus(SeedSystem):
             trace.flags["has_triplet"] = False
             return None
         trace.data["triplets"] = [t.model_dump() for t in pred.triplets]
-        qg = triplets_to_query_graph(list(pred.triplets), str(pred.target), skb, self.config.edge_mode)
+        qg = triplets_to_query_graph(list(pred.triplets), str(pred.target), skb, self.config.grounding.edge_mode)
         trace.data["query_graph"] = qg.model_dump()
         trace.data["target_type"] = qg.target_type
         for d in qg.dropped:
@@ -203,7 +203,7 @@ class FourStepFocus(SeedSystem):
         the query graph of the triplets used."""
         cfg = self.config
         skb: SKB = self.kb.skb
-        strict = cfg.type_mode == "strict"
+        strict = cfg.grounding.type_mode == "strict"
         matcher = NameMatcher.of(skb)
         sets: dict[str, np.ndarray | None] = {}
         report: dict[str, dict] = {}
@@ -212,9 +212,9 @@ class FourStepFocus(SeedSystem):
             by_type.setdefault(sym.type if strict else None, []).append(sym)
         for node_type, syms in by_type.items():
             names = [s.name_value() or "" for s in syms]
-            for sym, name, (ids, score) in zip(syms, names, matcher.match(names, node_type, cfg.name_similarity),
+            for sym, name, (ids, score) in zip(syms, names, matcher.match(names, node_type, cfg.systems.name_similarity),
                                                strict=True):
-                if len(ids) == 0 and cfg.unmatched_constant == "vss":
+                if len(ids) == 0 and cfg.systems.unmatched_constant == "vss":
                     ids = self._vss_top1(name, node_type)
                     score = float("nan")
                 report[sym.var] = {"name": name, "ids": ids[:20].tolist(), "similarity": score}
@@ -245,7 +245,7 @@ class FourStepFocus(SeedSystem):
     def _vss_top1(self, name: str, node_type: str | None) -> np.ndarray:
         """The code's fallback for an unmatched constant, over all nodes of its type (not only candidates)."""
         qvec = self.kb.embed_query(name)
-        ids, _ = self.kb.index(self.config.doc_variant_step4).search(qvec, node_type=node_type, k=1)
+        ids, _ = self.kb.index(self.config.grounding.doc_variant_step4).search(qvec, node_type=node_type, k=1)
         return np.asarray(ids, dtype=np.int64)
 
     # --- the whole program ------------------------------------------------------------------------
@@ -260,10 +260,10 @@ class FourStepFocus(SeedSystem):
                 filtered, final, qg = self.substitute(qg, trace)
         with trace.step("3_vss"):
             qvec = self.kb.embed_query(question)
-            variant = cfg.doc_variant_step7
-            first, s1 = step6_rank_grounded(self.kb, qvec, filtered, cfg.k, variant)
-            rest, s2 = step7_rank_rest(self.kb, qvec, skb.schema.answer_types, filtered, cfg.k - len(first), variant)
-        merged = merge(first, rest, cfg.k, dict(zip(first + rest, s1 + s2, strict=True)))
+            variant = cfg.merge.doc_variant_step7
+            first, s1 = step6_rank_grounded(self.kb, qvec, filtered, cfg.merge.k, variant)
+            rest, s2 = step7_rank_rest(self.kb, qvec, skb.schema.answer_types, filtered, cfg.merge.k - len(first), variant)
+        merged = merge(first, rest, cfg.merge.k, dict(zip(first + rest, s1 + s2, strict=True)))
         trace.data["strand"] = {str(i): s for i, s in merged.strand.items()}
         trace.data["pre_rerank"] = merged.ids
         retrieved = {int(i) for v, ids in final.items() if qg is not None and v != qg.target and len(ids) <= 1000

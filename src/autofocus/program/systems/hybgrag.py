@@ -183,7 +183,7 @@ class HybGRAG(SeedSystem):
         self.router = dspy.Predict(HybRoute)
         self.validator = dspy.Predict(HybValidate)
         self.commenter = dspy.Predict(HybComment)
-        self._examples_ready = self.config.critic_examples == 0
+        self._examples_ready = self.config.systems.critic_examples == 0
 
     # --- router -----------------------------------------------------------------------------------
     def route(self, question: str, feedback: str, trace: Trace) -> Action:
@@ -209,7 +209,7 @@ class HybGRAG(SeedSystem):
         cfg = self.config
         qvec = self.kb.embed_query(question)
         types = self.kb.skb.schema.answer_types
-        return step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.k, cfg.doc_variant_step7)[0]
+        return step7_rank_rest(self.kb, qvec, types, np.zeros(0, np.int64), cfg.merge.k, cfg.merge.doc_variant_step7)[0]
 
     def _hybrid(self, question: str, action: Action) -> RetrieverBankResult:
         cfg = self.config
@@ -217,8 +217,8 @@ class HybGRAG(SeedSystem):
         mapper = mapper_for(skb.schema)
         labels = [f"{e.name} ({e.type})" for e in action.entities]
         qg = QueryGraph(symbols={f"e{i}": named_node(f"e{i}", e.name, e.type, mapper) for i, e in enumerate(action.entities)})
-        sc = retrieve_symbol_candidates(self.kb, qg, 1, variant=cfg.doc_variant_step4,
-                                        strict=cfg.type_mode == "strict", exact_name_first=True)
+        sc = retrieve_symbol_candidates(self.kb, qg, 1, variant=cfg.grounding.doc_variant_step4,
+                                        strict=cfg.grounding.type_mode == "strict", exact_name_first=True)
         linked = {lab: (int(sc.constants[f"e{i}"][0]) if f"e{i}" in sc.constants else None)
                   for i, lab in enumerate(labels)}
         relations = {r: mapper.edge_type(relation_label(r), None, None).name for r in action.relations}
@@ -233,13 +233,13 @@ class HybGRAG(SeedSystem):
         for label, node in linked.items():
             if node is None:
                 continue
-            mask = ego_graph(skb, node, edge_types, cfg.ego_radius)
+            mask = ego_graph(skb, node, edge_types, cfg.systems.ego_radius)
             out.ego[label] = skb.only_candidates(np.flatnonzero(mask))
             pool = mask if pool is None else pool & mask
         out.pool = skb.only_candidates(np.flatnonzero(pool) if pool is not None else np.zeros(0, np.int64))
         if len(out.pool):
             qvec = self.kb.embed_query(question)
-            ids, _ = self.kb.index(cfg.doc_variant_step7).search(qvec, candidates=out.pool, k=cfg.k)
+            ids, _ = self.kb.index(cfg.merge.doc_variant_step7).search(qvec, candidates=out.pool, k=cfg.merge.k)
             out.ids = [int(i) for i in ids]
         return out
 
@@ -248,10 +248,10 @@ class HybGRAG(SeedSystem):
         """The top document and the reasoning paths from the topic entities to it."""
         skb: SKB = self.kb.skb
         top = retrieval.ids[0]
-        doc = render_document(skb, top, "text", self.config.doc_budget_tokens or VALIDATION_DOC_TOKENS)
+        doc = render_document(skb, top, "text", self.config.index.doc_budget_tokens or VALIDATION_DOC_TOKENS)
         edge_types = sorted({r for r in retrieval.relations.values() if r is not None}) or skb.graph.edge_types
         paths = [p for node in retrieval.linked.values() if node is not None
-                 for p in reasoning_paths(skb, node, top, edge_types, self.config.ego_radius)]
+                 for p in reasoning_paths(skb, node, top, edge_types, self.config.systems.ego_radius)]
         context = f"{skb.name(top)} ({skb.type_of(top)})\n{doc}"
         return context + ("\nReasoning paths:\n" + "\n".join(paths[:MAX_PATHS]) if paths else "")
 
@@ -289,7 +289,7 @@ class HybGRAG(SeedSystem):
         rounds: list[dict] = []
         retrieval = RetrieverBankResult(ids=[], module="text")
         accepted = False
-        for t in range(self.config.critic_rounds):
+        for t in range(self.config.systems.critic_rounds):
             action = self.route(question, history, trace)
             retrieval = self.retrieve(question, action, trace)
             verdict = self.validate(question, retrieval, trace)
@@ -297,7 +297,7 @@ class HybGRAG(SeedSystem):
             record = {"action": action.describe(), "module": retrieval.module, "top": retrieval.ids[:5],
                       "observation": retrieval.observation(self.kb.skb), "accepted": verdict}
             rounds.append(record)
-            if verdict is not False or t == self.config.critic_rounds - 1:
+            if verdict is not False or t == self.config.systems.critic_rounds - 1:
                 break
             feedback = self.comment(question, action, retrieval, trace)
             record["feedback"] = feedback
@@ -362,13 +362,13 @@ class HybGRAG(SeedSystem):
         from a failing LM would be a biased sample.
         """
         cfg = self.config
-        order = np.random.default_rng(cfg.seed).permutation(len(items))[: max(10, 5 * cfg.critic_examples)].tolist()
+        order = np.random.default_rng(cfg.runtime.seed).permutation(len(items))[: max(10, 5 * cfg.systems.critic_examples)].tolist()
         comments: list[dspy.Example] = []
         routes: list[dspy.Example] = []
         verdicts: dict[tuple[str, bool], dspy.Example] = {}
-        batch = max(1, cfg.concurrency)
+        batch = max(1, cfg.runtime.concurrency)
         for start in range(0, len(order), batch):
-            if len(comments) >= cfg.critic_examples:
+            if len(comments) >= cfg.systems.critic_examples:
                 break
             chunk = [items[pos] for pos in order[start:start + batch]]
             for comment, route, seen, outage in map_concurrently(self._experience, chunk, batch):
@@ -380,7 +380,7 @@ class HybGRAG(SeedSystem):
                     routes.append(route)
                 for key, example in seen:
                     verdicts.setdefault(key, example)
-        self.commenter.demos = comments[: cfg.critic_examples]
+        self.commenter.demos = comments[: cfg.systems.critic_examples]
         self.router.demos = routes
         self.validator.demos = [verdicts[key] for key in sorted(verdicts)]  # at most a yes and a no per type
         return len(self.commenter.demos)
@@ -394,7 +394,7 @@ class HybGRAG(SeedSystem):
         trace = Trace(system=self.system, question=question)
         history, previous = "", None
         verdicts: list[tuple[tuple[str, bool], dspy.Example]] = []
-        for t in range(self.config.critic_rounds):
+        for t in range(self.config.systems.critic_rounds):
             action = self.route(question, history, trace)
             if trace.degraded:
                 return None, None, [], f"{trace.degraded[0].step}: {trace.degraded[0].error}"

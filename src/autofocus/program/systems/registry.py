@@ -1,7 +1,8 @@
 """Named systems and presets: ``afr``, ``afr:steps=1-7``, ``afr:reranker=pairwise,alpha=0.5``, ...
 
-A spec is ``NAME[:key=value,...]``; the keys override ``AutofocusConfig`` fields, so every preset is
-an ordinary, serialisable config plus a program class.
+A spec is ``NAME[:key=value,...]``; the keys override ``AutofocusConfig`` settings by flat name
+(``alpha``) or grouped (``merge.alpha``), so every preset is an ordinary, serialisable config plus a
+program class.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import dspy
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, nest_settings
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
@@ -47,13 +48,11 @@ def resolve_config(spec: str, base: AutofocusConfig | None = None) -> tuple[str,
     name, overrides = parse_spec(spec)
     if name not in _SYSTEMS:
         raise ValueError(f"unknown system {name!r}; known: {', '.join(sorted(_SYSTEMS))}")
-    data = (base or AutofocusConfig()).model_dump()
-    data.update(_SYSTEMS[name][1])
-    for key, value in overrides.items():
-        if key not in AutofocusConfig.model_fields:
-            raise ValueError(f"unknown setting {key!r} in {spec!r}")
-        data[key] = value
-    return name, AutofocusConfig.model_validate(data)
+    try:
+        nest_settings(overrides, strict=True)
+    except ValueError as e:
+        raise ValueError(f"{e} (in {spec!r})") from None
+    return name, (base or AutofocusConfig()).updated(_SYSTEMS[name][1]).updated(overrides)
 
 
 # the LM step (``LMConfig`` field) of each LLM sub-module, by its attribute name on the program
@@ -64,7 +63,7 @@ STEP_OF: dict[str, str] = {
 
 
 def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
-    """Give each predictor the LM its step is configured with (``config.lm``), capped per LM.
+    """Give each predictor the LM its step is configured with (``config.runtime.lm``), capped per LM.
 
     A predictor under an attribute ``STEP_OF`` does not know raises ``ValueError``: left alone it
     would run on whatever LM happens to be configured globally, or none.
@@ -79,12 +78,12 @@ def apply_lms(program: dspy.Module, config: AutofocusConfig) -> None:
             f"{type(program).__name__} has LLM predictors with no LM step: {', '.join(unknown)}; "
             f"add their attribute to autofocus.program.systems.registry.STEP_OF (known: {', '.join(STEP_OF)})"
         )
-    limit_lm_concurrency(config.lm_in_flight)
+    limit_lm_concurrency(config.runtime.lm_in_flight)
     lms: dict[str, dspy.LM] = {}
     for name, predictor in predictors:
-        spec = config.lm.for_step(STEP_OF[name.split(".")[0]])
+        spec = config.runtime.lm.for_step(STEP_OF[name.split(".")[0]])
         if spec not in lms:
-            lms[spec] = get_lm(spec, **config.lm.client_options())
+            lms[spec] = get_lm(spec, **config.runtime.lm.client_options())
         predictor.lm = lms[spec]
 
 
