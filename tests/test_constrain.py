@@ -151,3 +151,20 @@ def test_step1_weights_multiply_the_cue_into_the_embedding_prior(skb) -> None:
                                                                       "function": 4.0}
     plain = AutofocusRetriever(kb, AutofocusConfig(target_type_prior_k=0, target_type_cue=1.0))
     assert set(plain._type_prior("Which functions raise KeyError?").values()) == {1.0}
+
+
+def test_step2_sees_the_triples_that_fit_its_budget_the_target_types_first() -> None:
+    """A schema of many labels has hundreds of triples: step 2 is shown those of the target type first,
+    then the most frequent others, within a budget a small LM's context holds; a small schema, all."""
+    from autofocus.program.steps.schema_context import RELATIONSHIP_BUDGET_CHARS, SchemaContext
+
+    rels = [f"(:t{i % 20})-[:rel{i}]->(:t{(i + 1) % 20})" for i in range(600)]
+    context = SchemaContext("kb", [f"t{i}" for i in range(20)], rels, [], ["t7"])
+    shown = context.relationships_for("t7")
+    assert sum(len(r) + 2 for r in shown[:-1]) <= RELATIONSHIP_BUDGET_CHARS < sum(len(r) + 2 for r in rels)
+    own = [r for r in rels if "(:t7)" in r]
+    assert shown[: len(own)] == own and shown[len(own)] == rels[0]
+    assert shown[-1] == f"... and {len(rels) - len(shown) + 1} rarer triples"
+    assert context.query_inputs("q", "t7")["relationship_labels"] == shown
+    small = SchemaContext("kb", ["a"], rels[:10], [], ["a"])
+    assert small.relationships_for("a") == rels[:10]

@@ -9,6 +9,11 @@ from autofocus.skb.model import SKB
 from autofocus.skb.schema import Schema
 from autofocus.skb.schema_graph import schema_graph
 
+# The triples step 2 is shown, in characters (~1,500 tokens): a graph of many labels has hundreds of
+# (label, relationship, label) triples (WordNet-like schemas: ~300, 12k characters), which alone would
+# fill a small LM's 4k-token context and fail every step-2 call.
+RELATIONSHIP_BUDGET_CHARS = 6_000
+
 
 @dataclass(frozen=True)
 class SchemaContext:
@@ -55,11 +60,29 @@ class SchemaContext:
             type_descriptions=[sg.describe_label(t, description=_described(skb, t)) for t in base.candidate_types],
         )
 
+    def relationships_for(self, target_type: str | None) -> list[str]:
+        """The triples step 2 is shown: all of them where they fit ``RELATIONSHIP_BUDGET_CHARS``, else
+        the target type's own first, then the rest, each most frequent first, as many as fit, and a
+        line saying how many rarer ones are left out (the step's grammar still admits them)."""
+        rels = self.relationship_labels
+        if sum(len(r) + 2 for r in rels) <= RELATIONSHIP_BUDGET_CHARS:
+            return rels
+        own = f"(:{cypher_name(target_type)})" if target_type else None
+        ordered = [r for r in rels if own and own in r] + [r for r in rels if not (own and own in r)]
+        kept: list[str] = []
+        used = 0
+        for r in ordered:
+            used += len(r) + 2
+            if used > RELATIONSHIP_BUDGET_CHARS:
+                break
+            kept.append(r)
+        return [*kept, f"... and {len(rels) - len(kept)} rarer triples"]
+
     def query_inputs(self, question: str, target_type: str | None) -> dict[str, object]:
         return {
             "kb_description": self.kb_description,
             "node_labels": self.node_labels,
-            "relationship_labels": self.relationship_labels,
+            "relationship_labels": self.relationships_for(target_type),
             "attribute_names": self.attribute_names,
             "target_type": target_type or "any",
             "question": question,
