@@ -255,3 +255,45 @@ def test_a_pool_for_another_schema_is_refused_on_load(kb: KnowledgeBase, tmp_pat
     path.write_text(json.dumps(doc))
     with pytest.raises(ProgramFileError, match="positive integer"):
         load_program_state(build_program("afr", kb, config(), with_lms=False), path)
+
+
+def test_optimize_knn_command_then_eval_loads_the_pool(kb: KnowledgeBase, tiny_skb_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a synthetic QA file (`autofocus synth --out DIR`) to a program file that `eval --program` runs
+    with per-question demos, no QA file needed once saved."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from autofocus.cli import app
+
+    qa_dir = tmp_path / "synth"
+    qa_dir.mkdir()
+    with (qa_dir / "qa_synthetic.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "query", "answer_ids", "target_type", "shape", "cypher"])
+        for ex in pool_examples():
+            writer.writerow([ex.qid, ex.question, json.dumps(ex.answer_ids), ex.target_type, "1", ex.cypher])
+    lm = copying_lm()
+    monkeypatch.setattr(KnowledgeBase, "open", classmethod(lambda cls, path, embedder=None, **kw: kb))
+    monkeypatch.setattr("autofocus.lm.get_lm", lambda spec, **kw: lm)
+    cfg_file = tmp_path / "cfg.json"
+    config().save(cfg_file)
+    prog = tmp_path / "knn.json"
+    runner = CliRunner()
+    res = runner.invoke(app, ["optimize", "--skb", str(tiny_skb_dir), "--qa-dir", str(qa_dir), "--out", str(prog),
+                              "--optimizer", "knn", "--steps", "target_type,cypher", "--train", "synthetic",
+                              "--val", "synthetic[:4]", "--max-demos", "3", "--config", str(cfg_file),
+                              "--no-progress"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert json.loads(prog.read_text())["nearest_demos"]["k"] == 3
+    (qa_dir / "qa_synthetic.csv").unlink()  # the program file holds the pool
+
+    lm.calls.clear()
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["eval", "--skb", str(tiny_skb_dir), "--split", "test", "--out", str(out),
+                              "--program", str(prog), "--concurrency", "2", "--no-progress"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(len(r["trace"]["data"]["nearest_demos"]) == 3 for r in records)
+    assert lm.calls and all(len(demo_questions(m)) == 3 for _, m in lm.calls)
