@@ -8,6 +8,8 @@ Example:
     autofocus optimize --skb data/demo --steps cypher --optimizer bootstrap --lm local \
         --out runs/optimize/afr-cypher.json --test test
     autofocus eval --skb data/demo --split test --program runs/optimize/afr-cypher.json --out runs/afr-cypher-test
+    autofocus optimize --skb data/demo --qa-dir runs/synth --optimizer knn --steps target_type,cypher \
+        --train synthetic --val synthetic --limit-val 10 --max-demos 3 --lm local --out runs/optimize/knn.json
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def optimize_command(
         str, typer.Option(help="comma-separated LLM steps to optimise: target_type, cypher, query_graph, "
                           "triplets, reranker, router, validator, commenter")
     ] = "cypher",
-    optimizer: Annotated[str, typer.Option(help="bootstrap | bootstrap-rs | mipro | gepa | gold (synthetic questions' gold Cypher as demos)")] = "bootstrap",
+    optimizer: Annotated[str, typer.Option(help="bootstrap | bootstrap-rs | mipro | gepa | gold (synthetic questions' gold Cypher as demos) "
+                                         "| knn (each question's nearest synthetic questions as its demos)")] = "bootstrap",
     system: Annotated[str, typer.Option(help="system preset, e.g. afr, focusedretriever, 4stepfocus")] = "afr",
     train: Annotated[
         str, typer.Option(help="QA split the optimiser learns from; synthetic[:80] learns without labels")
@@ -93,7 +96,7 @@ def optimize_command(
         str | None, typer.Option(help="GEPA's reflection LM (required for gepa); MIPROv2's proposer")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)", exists=True)] = None,
-    max_demos: Annotated[int, typer.Option(help="bootstrapped demos per predictor", min=0)] = 4,
+    max_demos: Annotated[int, typer.Option(help="bootstrapped demos per predictor (knn: nearest demos per question)", min=0)] = 4,
     trials: Annotated[
         int | None, typer.Option(help="bootstrap-rs: demo sets tried (default 4); mipro: trials (else auto=light)",
                                  min=1)

@@ -14,7 +14,9 @@ run scored > 0, or full marks with ``grounded_f1``), ``bootstrap-rs``
 (GEPA: instructions from a reflection LM reading ``autofocus.optimize.feedback``; ``budget`` metric
 calls, else ``auto="light"``). Labelled QA files have no gold intermediate outputs (no gold Cypher), so their demos are bootstrapped.
 Synthetic questions (``autofocus synth``) carry the gold target type and Cypher of the pattern
-behind them: ``gold`` (LabeledFewShot) shows those as the demos, one per pattern shape in turn.
+behind them: ``gold`` (LabeledFewShot) shows those as the demos, one per pattern shape in turn;
+``knn`` keeps them all as a pool and shows each question its ``max_demos`` nearest ones
+(``program.steps.nearest_demos``: per question, not one fixed set; no LM call to make them).
 
 A system that collects in-context examples on first use (HybGRAG's critic examples) collects them
 before optimising: they stay in the steps not chosen and are saved with the program.
@@ -50,6 +52,7 @@ from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, n
 from autofocus.optimize.scoring import question_scores as _question_scores
 from autofocus.optimize.yes_no_demos import yes_no_demos
 from autofocus.options import PromptOptOptions
+from autofocus.program.steps.nearest_demos import NearestDemos, PoolQuestion
 from autofocus.skb.qa import OPTIONAL_COLUMNS
 from autofocus.trace import Trace
 from autofocus.usage import UsageCallback
@@ -58,7 +61,7 @@ if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
     from autofocus.skb.model import SKB
 
-OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa", "gold")
+OPTIMIZERS: tuple[str, ...] = ("bootstrap", "bootstrap-rs", "mipro", "gepa", "gold", "knn")
 GOLD_STEPS = ("target_type", "cypher")  # steps whose gold output synthetic questions carry, under the step's name
 # step 8's gold demos come from any question's answers and the graph (``yes_no_demos``), for the yes/no judge
 GOLD_JUDGE = "reranker"
@@ -132,6 +135,32 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
             if step != used:
                 problems.append(f"{step}: query_format={config.query.query_format} uses the {used} step instead")
     return problems
+
+
+def knn_problems(program: dspy.Module, steps: Sequence[str], train: Sequence[dspy.Example]) -> list[str]:
+    """Why ``knn`` cannot show ``train`` as per-question demos of ``steps`` in ``program``."""
+    problems = [f"{s}: knn shows gold outputs, which questions carry for {', '.join(GOLD_STEPS)} only"
+                for s in steps if s not in GOLD_STEPS]
+    if not hasattr(program, "nearest_demos"):
+        problems.append(f"knn: {type(program).__name__} takes no per-question demos (afr does)")
+    lacking = sum(not (ex.get("target_type") and ex.get("cypher")) for ex in train)
+    if lacking:
+        problems.append(f"knn: {lacking} of {len(train)} training questions carry no gold target type and Cypher "
+                        "(synthetic splits from `autofocus synth` do)")
+    return problems
+
+
+def knn_demos(kb: KnowledgeBaseLike, train: Sequence[dspy.Example], k: int, steps: Sequence[str]) -> NearestDemos:
+    """The training questions as a pool of per-question demos (their gold target type and Cypher)."""
+    if k < 1:
+        raise ValueError("knn needs --max-demos of at least 1 (the demos per question)")
+    pool = [PoolQuestion(ex.question, ex.target_type, ex.cypher) for ex in train]
+    return NearestDemos.build(kb, pool, k, [s for s in GOLD_STEPS if s in steps])
+
+
+def _with_nearest(program: dspy.Module, near: NearestDemos) -> dspy.Module:
+    program.nearest_demos = near
+    return program
 
 
 def _prepared(program: dspy.Module) -> dspy.Module:
@@ -325,6 +354,8 @@ def make_optimizer(
     threshold = DEMO_THRESHOLDS.get(metric)
     if name == "gold":
         return dspy.LabeledFewShot(k=max_demos), {"sample": False}
+    if name == "knn":  # no compile step: the pool is searched per question (``knn_demos``)
+        return None, {}
     if name == "bootstrap":
         return dspy.BootstrapFewShot(metric=score, metric_threshold=threshold, max_bootstrapped_demos=max_demos,
                                      max_labeled_demos=0, max_rounds=1), {}
@@ -398,6 +429,8 @@ def optimise(
         method = getattr(getattr(template, GOLD_JUDGE, None), "method", None)
         if GOLD_JUDGE in steps and method != "pointwise":
             problems.append(f"{GOLD_JUDGE}: gold demos are yes/no judgements: use the pointwise reranker, not {method!r}")
+    if optimizer == "knn":
+        problems += knn_problems(template, steps, train)
     if problems:
         raise ValueError("cannot optimise " + "; ".join(problems))
     run_cfg = cfg
@@ -419,6 +452,7 @@ def optimise(
     opt, extra = make_optimizer(options, metric, kb.skb, candidates, threads=threads, val_size=len(val))
     if extra.pop("with_valset", False):
         extra["valset"] = list(val)
+    near = knn_demos(kb, train, max_demos, steps) if optimizer == "knn" else None
     zero_shot = StepProgram(programs, modules)
     with dspy.context(lm=task_lm, callbacks=_with_usage_callback()):
         before = scored("zero-shot on val", zero_shot)
@@ -428,7 +462,7 @@ def optimise(
         judged = optimizer == "gold" and GOLD_JUDGE in steps
         compiled_steps = {s: m for s, m in modules.items() if not (judged and s == GOLD_JUDGE)}
         compiled = (opt.compile(StepProgram(programs, compiled_steps), trainset=spread_shapes(train), **extra)
-                    if compiled_steps else None)
+                    if compiled_steps and near is None else None)
         judges = {n: p for n, p in template.named_predictors() if judged and n.startswith(f"{GOLD_JUDGE}.")}
         if judges:
             demos = yes_no_demos(kb, cfg, spread_shapes(train), max_demos)
@@ -446,6 +480,10 @@ def optimise(
             if not options.full_demos:
                 compact_demos(predictor, shared)
     chosen |= judges
+    if near is not None:  # the steps keep their prompts; the program chooses their demos per question
+        template.nearest_demos = near
+        chosen |= {n: p for n, p in template.named_predictors() if n.split(".")[0] in steps}
+        programs = _Programs(lambda: _with_nearest(_prepared(assemble(system, kb, run_cfg, lms=with_lms)), near), lms)
     optimised = StepProgram(programs, modules)
     with dspy.context(lm=task_lm, callbacks=_with_usage_callback()):
         after = scored("optimised on val", optimised)
@@ -471,6 +509,7 @@ def optimise(
         "program_lm_calls": optimise_calls,
         "reflection_lm_calls": len(getattr(reflection_lm, "history", []) or []) - reflections,
         "demos": {n: len(state[n]["demos"]) for n in chosen},
+        "nearest_demos": {"k": near.k, "pool": len(near.pool), "steps": list(near.steps)} if near else None,
         "instructions_changed": sorted(
             n for n in chosen if state[n]["signature"]["instructions"] != zero_shot_instructions[n]
         ),

@@ -10,8 +10,13 @@ knowledge base). So a program file is our own JSON document::
       "system": "afr",                       # registry spec the program is rebuilt from
       "config": {...},                       # AutofocusConfig.model_dump()
       "optimizer": {...},                    # how it was made: optimiser, steps, sizes, scores, wall time
-      "state": {"cypher": {...}, ...}        # program.dump_state(): per predictor demos + signature
+      "state": {"cypher": {...}, ...},       # program.dump_state(): per predictor demos + signature
+      "nearest_demos": {"k": 3, "steps": [...], "pool": [{"question", "target_type", "cypher"}, ...]}
     }
+
+``nearest_demos`` (only in programs made by ``--optimizer knn``) is the pool of questions whose
+nearest ones become steps 1-2's demos per question (``program.steps.nearest_demos``); the file holds
+the pool itself, so the program runs without the QA file it came from.
 
 The systems' own ``save("prog.json")`` and ``load("prog.json")`` (``program.systems.base``) write and
 read this format, so DSPy's convention holds; ``autofocus.open(skb, program="prog.json")`` rebuilds
@@ -66,6 +71,9 @@ def save_program(
         "optimizer": optimizer or {},
         "state": program_state(program),
     }
+    nearest = getattr(program, "nearest_demos", None)
+    if nearest is not None:
+        doc["nearest_demos"] = nearest.to_dict()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as f:
@@ -143,9 +151,35 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
         fields = [f for f in ("demos", "signature") if f not in state[name]]
         if fields:
             raise ProgramFileError(f"{path}: the state of {name!r} lacks {', '.join(fields)}")
+    nearest = _nearest_demos(program, doc, path)
     for name in predictors.keys() & state.keys():
         predictor = predictors[name]
         lm = predictor.lm
         predictor.load_state({**state[name], "lm": None})
         predictor.lm = lm
+    if nearest is not None:
+        program.nearest_demos = nearest
     return program
+
+
+def _nearest_demos(program: dspy.Module, doc: dict[str, Any], path: Path | str) -> Any:
+    """The file's per-question demo pool, embedded with ``program``'s knowledge base; None without one."""
+    if "nearest_demos" not in doc:
+        return None
+    from autofocus.program.steps.nearest_demos import NearestDemos, pool_from_dict
+
+    if not hasattr(program, "nearest_demos") or getattr(program, "kb", None) is None:
+        raise ProgramFileError(f"{path}: per-question demos (nearest_demos) need an afr program, not {type(program).__name__}")
+    try:
+        pool, k, steps = pool_from_dict(doc["nearest_demos"], str(path))
+    except ValueError as exc:
+        raise ProgramFileError(str(exc)) from None
+    types = set(program.context.candidate_types)
+    strange = sorted({p.target_type for p in pool} - types)
+    if strange:
+        raise ProgramFileError(f"{path}: nearest_demos' target types {', '.join(strange)} are no candidate type of "
+                               f"this SKB ({', '.join(sorted(types))}): was it made for another SKB?")
+    try:
+        return NearestDemos.build(program.kb, pool, k, steps)
+    except ValueError as exc:
+        raise ProgramFileError(f"{path}: {exc}") from None

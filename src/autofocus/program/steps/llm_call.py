@@ -161,21 +161,27 @@ def describe_cuts(cuts: list[int]) -> str:
 # --- the call ---------------------------------------------------------------------------------------
 
 
-def safe_predict(predictor: dspy.Module, trace: Trace, step: str, **inputs: Any) -> tuple[dspy.Prediction | None, str | None]:
+def safe_predict(predictor: dspy.Module, trace: Trace, step: str, *, demos: list[Any] | None = None,
+                 **inputs: Any) -> tuple[dspy.Prediction | None, str | None]:
     """Run ``predictor``; on failure record an event and return ``(None, raw LM text if any)``.
+
+    ``demos`` replaces the predictor's own demos for this call only (per-question demos,
+    ``program.steps.nearest_demos``): the predictor, shared by threads, is not changed.
 
     The raw text lets callers salvage what a malformed answer still says (a type name, some ids). An
     outage also marks the trace degraded (module docstring). A prompt over the LM's context window is
     retried with half the demonstrations each time (the paper's 30 commenter examples do not fit a
     small local model's window), and the trimming is recorded.
     """
-    demos = list(predictor.demos) if isinstance(predictor, dspy.Predict) else []
+    given = demos is not None
+    demos = list(demos) if demos is not None else list(predictor.demos) if isinstance(predictor, dspy.Predict) else []
     keep = len(demos)
     while True:
         with bounded_answers() as cuts:
             try:
                 check_deadline()
-                pred = predictor(**inputs) if keep == len(demos) else predictor(**inputs, demos=demos[:keep])
+                whole = keep == len(demos) and not given
+                pred = predictor(**inputs) if whole else predictor(**inputs, demos=demos[:keep])
                 error = None
             except Exception as exc:
                 if keep > 0 and is_context_overflow(exc):

@@ -31,6 +31,7 @@ from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, gro
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
 from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.nearest_demos import NearestDemos, step_demos
 from autofocus.program.steps.repair import related_in
 from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.schema_context import SchemaContext
@@ -73,15 +74,17 @@ def closest_type(raw: str, types: list[str]) -> str | None:
 
 
 def derive_target_type(
-    predictor: dspy.Module | None, context: SchemaContext, question: str, trace: Trace
+    predictor: dspy.Module | None, context: SchemaContext, question: str, trace: Trace,
+    demos: list[dspy.Example] | None = None,
 ) -> str | None:
-    """Step 1, shared by every system that predicts a target type; salvages malformed output."""
+    """Step 1, shared by every system that predicts a target type; salvages malformed output. ``demos``
+    replace the predictor's own for this call."""
     types = context.candidate_types
     if predictor is None:
         return types[0]
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
     with trace.step("1_target_type"):
-        pred, raw = safe_predict(predictor, trace, "1_target_type", **inputs)
+        pred, raw = safe_predict(predictor, trace, "1_target_type", demos=demos, **inputs)
     if pred is not None:
         return str(pred.target_type)
     salvaged = closest_type(raw, types) if raw else None
@@ -91,18 +94,18 @@ def derive_target_type(
 
 def score_target_types(
     predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int,
-    prior: Callable[[], dict[str, float]] | None = None,
+    prior: Callable[[], dict[str, float]] | None = None, demos: list[dspy.Example] | None = None,
 ) -> list[str] | None:
     """Step 1 from the LM's probabilities: every candidate type scored as the whole answer to step 1's
     prompt, times the weights ``prior()`` returns (e.g. ``vss_type_prior``) and renormalised; the types within ``threshold``
     of the best (most likely first, at most ``most``). None where the LM exposes no probabilities, so
-    the caller lets it write its answer instead."""
+    the caller lets it write its answer instead. ``demos`` replace the predictor's own for this call."""
     lm = predictor.lm or dspy.settings.lm
     types = context.candidate_types
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
     with trace.step("1_target_type"):
-        messages = adapter.format(predictor.signature, predictor.demos, inputs)
+        messages = adapter.format(predictor.signature, predictor.demos if demos is None else demos, inputs)
         try:
             probs = choice_probabilities(lm, messages, types, assistant_prefix="[[ ## target_type ## ]]\n", suffix="\n\n")
         except Exception as exc:  # the generated answer takes over
@@ -189,18 +192,31 @@ class AutofocusRetriever(RetrievalProgram):
         self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
         self._grammars: dict[tuple[str, ...], str] = {}  # step 2 grammars by step 1's types
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
+        self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
-    def predict_target_type(self, question: str, trace: Trace) -> str | list[str] | None:
-        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes."""
+    def predict_target_type(self, question: str, trace: Trace,
+                            demos: list[dspy.Example] | None = None) -> str | list[str] | None:
+        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes;
+        ``demos`` replace the step's own for this call."""
         cfg = self.config
         if self.target_type is not None and cfg.query.target_type_scoring == "auto":
             prior = functools.partial(self._type_prior, question)
             kept = score_target_types(self.target_type, self.context, question, trace,
-                                      cfg.query.target_type_threshold, cfg.query.target_type_max, prior)
+                                      cfg.query.target_type_threshold, cfg.query.target_type_max, prior, demos)
             if kept:
                 return kept if len(kept) > 1 else kept[0]
-        return derive_target_type(self.target_type, self.context, question, trace)
+        return derive_target_type(self.target_type, self.context, question, trace, demos)
+
+    def question_demos(self, question: str, trace: Trace) -> dict[str, list[dspy.Example]]:
+        """Steps 1 and 2's demos for this question (``nearest_demos``), by step; empty without a pool."""
+        near = self.nearest_demos
+        if near is None:
+            return {}
+        chosen = near.nearest(question, self.kb.embed_query(question))
+        trace.data["nearest_demos"] = [near.pool[i].question for i in chosen]
+        steps = {"target_type": self.target_type, "cypher": self.cypher}
+        return {s: step_demos(steps[s], near.pool, chosen) for s in near.steps if steps.get(s) is not None}
 
     def _type_prior(self, question: str) -> dict[str, float]:
         """Weights on step 1's type probabilities: how the question's nearest nodes split over the types
@@ -216,9 +232,10 @@ class AutofocusRetriever(RetrievalProgram):
         return prior
 
     def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
-                     sample: int = 0) -> str | None:
+                     sample: int = 0, demos: list[dspy.Example] | None = None) -> str | None:
         """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed.
-        ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency)."""
+        ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency); ``demos``
+        replace the Cypher step's own for this call."""
         types = _as_types(target_type)  # step 2 asks for the most likely type, as in the paper; step 7 searches all kept
         inputs = self.context.query_inputs(question, types[0] if types else None)
         config = self._step2_constraint(types)
@@ -231,7 +248,7 @@ class AutofocusRetriever(RetrievalProgram):
                     pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
-                pred, raw = safe_predict(self.cypher, trace, "2_query", config=config, **inputs)
+                pred, raw = safe_predict(self.cypher, trace, "2_query", demos=demos, config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
         if self.step2_mode() != "off":
             trace.data["constrained"] = self.step2_mode()
@@ -269,15 +286,17 @@ class AutofocusRetriever(RetrievalProgram):
         if self.recorded is not None and question in self.recorded:
             y_type, cypher = self.recorded[question]
             if y_type is None:  # a query given without step 1's answer (``ask --query``): step 1 runs
-                y_type = self.predict_target_type(question, trace)
+                y_type = self.predict_target_type(question, trace, self.question_demos(question, trace).get("target_type"))
             trace.event("2_query", "replayed", "step 2's query given (a recorded run or ask --query)")
             trace.data["target_type"], trace.data["cypher"] = y_type, cypher
             return y_type, cypher if self.config.steps != "1+7" else None
-        y_type = self.predict_target_type(question, trace)
+        demos = self.question_demos(question, trace)
+        y_type = self.predict_target_type(question, trace, demos.get("target_type"))
         trace.data["target_type"] = y_type
         if self.config.steps == "1+7":
             return y_type, None
-        queries = [self.derive_query(question, y_type, trace, sample=i) for i in range(self.config.experimental.query_samples)]
+        queries = [self.derive_query(question, y_type, trace, sample=i, demos=demos.get("cypher"))
+                   for i in range(self.config.experimental.query_samples)]
         cypher = queries[0] if len(queries) == 1 else [q or "" for q in queries]
         trace.data["cypher"] = cypher
         return y_type, cypher
