@@ -21,6 +21,7 @@ from autofocus.kb import KnowledgeBase
 from autofocus.optimize.prompts import optimise
 from autofocus.optimize.saved import ProgramFileError, load_program_state, save_program
 from autofocus.optimize.scoring import grounded_strand
+from autofocus.options import PromptOptOptions
 from autofocus.program.steps.nearest_demos import NearestDemos, PoolQuestion, pool_from_dict
 from autofocus.program.systems.registry import build_program
 from autofocus.skb.skbdir import load_skb_dir
@@ -210,8 +211,8 @@ def test_knn_program_is_saved_with_its_pool_and_reloaded_offline(kb: KnowledgeBa
     install_usage_callback()
     train = pool_examples()
     with dspy.context(lm=copying_lm()):
-        result = optimise(kb, "afr", config(), train, train, optimizer="knn", steps=["target_type", "cypher"],
-                          max_demos=2, with_lms=False)
+        result = optimise(kb, config(), train, train,
+                          PromptOptOptions(optimizer="knn", steps=("target_type", "cypher"), max_demos=2), with_lms=False)
     v = {k: s.mean() for k, s in result.val.items()}
     assert v["zero_shot"]["grounded_recall@20"] < 0.5 and v["optimised"]["grounded_recall@20"] == 1.0
     assert result.metadata["nearest_demos"] == {"k": 2, "pool": 8, "steps": ["target_type", "cypher"]}
@@ -235,13 +236,13 @@ def test_knn_refuses_questions_without_gold_outputs_and_other_steps(kb: Knowledg
     labelled = [dspy.Example(question="Which papers cite Graph Retrieval at Scale?", answer_ids=[1], qid=0)
                 .with_inputs("question")]
     with dspy.context(lm=copying_lm()), pytest.raises(ValueError, match="1 of 1 training questions carry no gold"):
-        optimise(kb, "afr", config(), labelled, labelled, optimizer="knn", steps=["cypher"], with_lms=False)
+        optimise(kb, config(), labelled, labelled, PromptOptOptions(optimizer="knn", steps=("cypher",)), with_lms=False)
     with dspy.context(lm=copying_lm()), pytest.raises(ValueError, match="reranker: knn shows gold outputs"):
-        optimise(kb, "afr", config(reranker="listwise", steps="1-8"), pool_examples(), pool_examples(),
-                 optimizer="knn", steps=["reranker"], with_lms=False)
+        optimise(kb, config(reranker="listwise", steps="1-8"), pool_examples(), pool_examples(),
+                 PromptOptOptions(optimizer="knn", steps=("reranker",)), with_lms=False)
     with dspy.context(lm=copying_lm()), pytest.raises(ValueError, match="takes no per-question demos"):
-        optimise(kb, "focusedretriever", None, pool_examples(), pool_examples(), optimizer="knn",
-                 steps=["target_type"], with_lms=False)
+        optimise(kb, None, pool_examples(), pool_examples(),
+                 PromptOptOptions(system="focusedretriever", optimizer="knn", steps=("target_type",)), with_lms=False)
 
 
 def test_a_pool_for_another_schema_is_refused_on_load(kb: KnowledgeBase, tmp_path: Path) -> None:
