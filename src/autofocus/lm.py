@@ -25,13 +25,13 @@ Example:
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import dspy
 
 from autofocus.config import LM_STEPS, LMConfig
-from autofocus.local_lm import scoring_weights
-from autofocus.local_lm.models import CATALOG, resolve_local
+from autofocus.local_lm.models import CATALOG, is_provisioned, resolve_local
 from autofocus.local_lm.scoring import scoring_weights_of, yes_probabilities, yes_probability
 from autofocus.local_lm.server import get_server
 from autofocus.redact import keep_secrets_out_of_cache, register_secret
@@ -41,6 +41,8 @@ LOCAL_TIMEOUT_S = 900.0  # requests queue behind each other on one CPU server: w
 HOSTED_TIMEOUT_S = 120.0  # litellm's default is 600 s, with retries: a silent server stalled an eval for hours
 DEFAULT_RETRIES = 2
 TIMEOUT_ENV, RETRIES_ENV = "AUTOFOCUS_LM_TIMEOUT", "AUTOFOCUS_LM_RETRIES"
+DRAFT_ENV = "AUTOFOCUS_LLM_DRAFT"
+DEFAULT_DRAFT: dict[str, str] = {}  # local spec -> draft catalog key, where speculative decoding paid (docs/results.md)
 
 
 def _env_number(name: str, kind: type[float] | type[int]) -> float | int | None:
@@ -77,6 +79,18 @@ def is_local_spec(spec: str) -> bool:
     return spec in CATALOG or spec.startswith("local:")
 
 
+def draft_model(spec: str) -> Path | None:
+    """The draft model for speculative decoding of ``spec``'s answers: ``AUTOFOCUS_LLM_DRAFT`` (``off``, a
+    catalog key such as ``local-small``, or ``local:/path.gguf``; it must share the model's tokenizer),
+    else ``DEFAULT_DRAFT`` for the catalog's ``local``, where it is set up; None for none."""
+    chosen = os.environ.get(DRAFT_ENV, "").strip() or (DEFAULT_DRAFT.get(spec) or "off")
+    if chosen == "off":
+        return None
+    if not os.environ.get(DRAFT_ENV, "").strip() and not is_provisioned(CATALOG[chosen]):
+        return None  # the default draft is an optimisation: without it the model answers the same
+    return resolve_local(chosen).path
+
+
 def get_lm(
     spec: str = "local",
     *,
@@ -95,7 +109,7 @@ def get_lm(
     kwargs["timeout"] = timeout
     if is_local_spec(spec):
         model = resolve_local(spec)
-        server = get_server(model.path, model.alias, scoring_copy=scoring_weights.copy_path(model.name, model.sha256))
+        server = get_server(model.path, model.alias, draft_model=draft_model(spec))
         return dspy.LM(
             f"openai/{model.alias}", api_base=server.api_base, api_key="local", temperature=temperature,
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,

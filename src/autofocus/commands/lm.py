@@ -20,7 +20,7 @@ def setup_cmd(
     model: Annotated[list[str] | None, typer.Option(help="local, local-small or all (repeatable)")] = None,
     skip_llama_cpp: Annotated[bool, typer.Option(help="only provision the GGUF model(s)")] = False,
 ) -> None:
-    """Install llama-cpp-python (cached wheel, else built once) and assemble + verify the GGUF model(s)."""
+    """Install llama-cpp-python and llama-server (cached builds, else built once) and assemble + verify the GGUF model(s)."""
     from autofocus.local_lm.models import CATALOG
     from autofocus.local_lm.setup import setup
 
@@ -90,6 +90,7 @@ def list_cmd() -> None:
     """Offline models (status, size, licence) and how to name other LMs."""
     from autofocus.local_lm.models import CATALOG, is_provisioned
     from autofocus.local_lm.server import SETUP_HINT, missing_server_modules
+    from autofocus.local_lm.server_build import ServerBuildError, find_server
 
     table = Table(title="offline LMs (spec -> GGUF)")
     for col in ("spec", "model", "status", "size", "licence"):
@@ -101,6 +102,13 @@ def list_cmd() -> None:
     missing = missing_server_modules()
     console.print("llama-cpp-python\\[server]: " + ("[green]installed[/green]" if not missing else
                   f"[yellow]missing ({', '.join(missing)})[/yellow]: {SETUP_HINT}"))  # fmt: skip
+    try:
+        binary = find_server()
+    except ServerBuildError as exc:
+        binary, why = None, str(exc)
+    else:
+        why = f"not built: {SETUP_HINT}; until then llama_cpp.server serves (one request at a time)"
+    console.print("llama-server: " + (f"[green]{safe(binary)}[/green]" if binary else f"[yellow]{safe(why)}[/yellow]"))
     console.print(
         "Other specs: local:/path/to/model.gguf; any DSPy model string, e.g. openai/gpt-4o-mini, "
         "hosted_vllm/<model> (endpoint from AUTOFOCUS_LM_API_BASE), ollama_chat/<model>."
@@ -112,26 +120,28 @@ def serve_cmd(
     model: Annotated[str, typer.Option(help="local, local-small or local:/file.gguf")] = "local",
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8765,
 ) -> None:
-    """Run the offline LM server in the foreground, for several runs to share (one model in memory, one
-    queue): start it, then `export AUTOFOCUS_LLM_SERVER=127.0.0.1:PORT` in the shells that run autofocus."""
-    from autofocus.local_lm import scoring_weights
+    """Run the offline LM server in the foreground, for several runs to share (one model in memory, its
+    slots serving all of them): start it, then `export AUTOFOCUS_LLM_SERVER=127.0.0.1:PORT` in the shells
+    that run autofocus."""
+    from autofocus.lm import draft_model
     from autofocus.local_lm.models import ModelError, resolve_local
     from autofocus.local_lm.server import LocalServer, LocalServerError
 
     try:
         spec = resolve_local(model)
+        server = LocalServer(spec.path, spec.alias, draft_model=draft_model(model))
     except ModelError as exc:
         console.print(f"[red]cannot serve {safe(repr(model))}:[/red] {safe(exc)}")
         raise typer.Exit(1) from exc
-    server = LocalServer(spec.path, spec.alias, scoring_copy=scoring_weights.copy_path(spec.name, spec.sha256))
     server.port = port
     try:
         server.start()
     except LocalServerError as exc:
         console.print(f"[red]{safe(exc)}[/red]")
         raise typer.Exit(1) from exc
-    console.print(f"serving {safe(spec.alias)} at {server.api_base} (yes/no scoring from "
-                  f"{server.scoring_weights()} weights); in other shells: "
+    kind = (f"llama-server, {server.n_parallel} slots" + (", speculative decoding" if server.draft_model else "")
+            if server.native() else "llama_cpp.server (fallback: one request at a time, no token probabilities)")
+    console.print(f"serving {safe(spec.alias)} at {server.api_base} ({kind}); in other shells: "
                   f"[bold]export AUTOFOCUS_LLM_SERVER=127.0.0.1:{server.port}[/bold]. Ctrl-C stops it.")
     try:
         while server.is_running():

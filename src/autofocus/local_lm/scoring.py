@@ -1,29 +1,44 @@
-"""Pointwise yes/no scoring from next-token probabilities of the local LM.
+"""Scores from the local LM's token probabilities, asked of llama-server (``autofocus.local_lm.server``).
 
 Small local models rank candidates poorly when asked to write a ranking, but the probability they give to
-"Yes" against "No" as the first answer token orders candidates well (offline_models.md, 5e). One forward
-pass per candidate, no generation; consecutive prompts that share a prefix (instructions + question)
-reuse the server's KV cache, so send a question's candidates together via ``yes_probabilities``.
+"Yes" against "No" as the first answer token orders candidates well (offline_models.md, 5e): one forward
+pass per candidate, one generated token. Step 1 likewise scores every candidate type as the whole answer.
+Both render the chat with the server's own template (``/apply-template``), append the forced start of the
+answer, and ask ``/completion`` for probabilities:
+
+* yes/no: one token with the ``n_probs`` most likely first tokens, from the full softmax before sampling;
+  a yes/no spelling outside them counts as probability 0 (they hold the answer mass of a yes/no prompt);
+* a choice: the choice's own tokens, forced one by one with a token-id grammar; each generated token
+  reports its probability under the model before the grammar, so the sum is log P(choice | prompt).
+
+Ordering for the server's prompt cache: a question's conversations share their start (instructions, demos,
+question), so the first is sent alone and the rest together once it is done; the server keeps the first's
+state, and the other slots start from it instead of evaluating the shared start again.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dspy
 
-from autofocus.local_lm.server import LocalServerError, open_direct, server_for_api_base
+from autofocus.local_lm.server import LocalServer, LocalServerError, open_direct, server_for_api_base
 from autofocus.usage import LM_LIMIT, add_usage
 
 YES = ("Yes", "yes", " Yes", " yes", "YES")
 NO = ("No", "no", " No", " no", "NO")
+TOP_PROBS = 40  # first tokens reported per yes/no prompt
 
 Messages = list[dict[str, Any]]
+_TOKENS: dict[tuple[str, str], list[int]] = {}  # (server, text) -> token ids
+_TOKENS_LOCK = threading.Lock()
 
 
 def _p_yes(logprobs: Sequence[float], token_ids: Sequence[int], n_yes: int) -> float | None:
@@ -35,6 +50,65 @@ def _p_yes(logprobs: Sequence[float], token_ids: Sequence[int], n_yes: int) -> f
     return p_yes / (p_yes + p_no) if p_yes + p_no > 0 else None
 
 
+def _scoring_server(lm: Any) -> LocalServer | None:
+    """The llama-server behind ``lm``, or None (another endpoint, or the fallback server without probabilities)."""
+    server = server_for_api_base(getattr(lm, "kwargs", {}).get("api_base"))
+    return server if server is not None and server.native() else None
+
+
+def _call(server: LocalServer, route: str, body: dict[str, Any], timeout: float) -> Any:
+    req = urllib.request.Request(
+        f"{server.base_url}/{route}", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )  # fmt: skip
+    try:
+        with open_direct(req, timeout) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise LocalServerError(f"scoring ({route}) failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
+
+
+def tokens(server: LocalServer, text: str, timeout: float = 60.0) -> list[int]:
+    """``text``'s token ids as the server's tokenizer splits it on its own (remembered per server)."""
+    key = (f"{server.base_url}/{server.alias}", text)
+    with _TOKENS_LOCK:
+        known = _TOKENS.get(key)
+    if known is None:
+        known = [int(t) for t in _call(server, "tokenize", {"content": text, "add_special": False}, timeout)["tokens"]]
+        if not known:
+            raise LocalServerError(f"{text!r} has no tokens")
+        with _TOKENS_LOCK:
+            _TOKENS[key] = known
+    return known
+
+
+def render(server: LocalServer, messages: Messages, assistant_prefix: str, timeout: float) -> str:
+    """The prompt text the server's chat template makes of ``messages``, ready for the answer to start
+    with ``assistant_prefix``."""
+    return str(_call(server, "apply-template", {"messages": messages}, timeout)["prompt"]) + assistant_prefix
+
+
+def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    """``/completion`` for each body: the first alone, so its prompt is in the server's cache when the
+    others (which share its start) arrive together, in parallel slots."""
+    common = {"temperature": 0.0, "cache_prompt": True, "response_fields":
+              ["completion_probabilities", "tokens_evaluated", "timings/cache_n", "timings/prompt_n"]}  # fmt: skip
+    if not bodies:
+        return []
+    first = _call(server, "completion", {**common, **bodies[0]}, timeout)
+    if len(bodies) == 1:
+        return [first]
+    with ThreadPoolExecutor(max_workers=min(len(bodies) - 1, server.n_parallel or 1, 8)) as pool:
+        rest = list(pool.map(lambda body: _call(server, "completion", {**common, **body}, timeout), bodies[1:]))
+    return [first, *rest]
+
+
+def _count(results: Sequence[dict[str, Any]], output_tokens: int) -> None:
+    """One LM call per scoring request; every prompt's tokens, and those the server took from its cache."""
+    add_usage(calls=1, input_tokens=sum(int(r.get("tokens_evaluated", 0)) for r in results), output_tokens=output_tokens,
+              cached_tokens=sum(int(r.get("timings/cache_n", r.get("timings", {}).get("cache_n", 0))) for r in results))
+
+
 def yes_probabilities(
     lm: dspy.LM,
     conversations: Sequence[Messages],
@@ -44,7 +118,7 @@ def yes_probabilities(
     no: Sequence[str] = NO,
     timeout: float = 600.0,
 ) -> list[float | None] | None:
-    """P(yes) for each conversation, or None when ``lm`` is not a local LM managed by autofocus.
+    """P(yes) for each conversation, or None when ``lm`` is not a local LM on llama-server.
 
     Args:
         lm: an LM from ``autofocus.lm.get_lm`` (``local``, ``local-small``, ``local:/path.gguf``).
@@ -53,27 +127,20 @@ def yes_probabilities(
         yes, no: first-token spellings counted as yes / no.
 
     A conversation the server cannot score (e.g. longer than the context window) gives None. Results
-    are cached in DSPy's cache under the LM's model string (which carries the model's sha256) and the
-    weights the server scores with (``autofocus.local_lm.scoring_weights``) when the LM has ``cache=True``.
+    are cached in DSPy's cache under the LM's model string (which carries the model's sha256) when the LM
+    has ``cache=True``.
 
     Example:
         p = yes_probabilities(lm, [[{"role": "user", "content": f"Is {c} a fruit? Answer Yes or No."}] for c in cands])
     """
-    server = server_for_api_base(lm.kwargs.get("api_base"))
+    server = _scoring_server(lm)
     if server is None:
         return None
     candidates = [*yes, *no]
-    weights = server.scoring_weights()
 
     def request(messages: Messages) -> dict[str, Any]:
-        key = {
-            "autofocus": "next_token_logprobs/v1",
-            "model": lm.model,
-            "messages": messages,
-            "assistant_prefix": assistant_prefix,
-            "candidates": candidates,
-        }
-        return key if weights == "model" else {**key, "weights": weights}  # the model's own scores keep their old keys
+        return {"autofocus": "next_token_logprobs/v1", "model": lm.model, "messages": messages,
+                "assistant_prefix": assistant_prefix, "candidates": candidates}  # fmt: skip
 
     out: list[float | None] = [None] * len(conversations)
     todo: list[int] = []
@@ -85,43 +152,18 @@ def yes_probabilities(
             todo.append(i)
     if not todo:
         return out
-    payload = _post(lm, server.api_base, "next_token_logprobs", [conversations[i] for i in todo], candidates,
-                    assistant_prefix, timeout)
-    _count(payload["results"], output_tokens=len(todo))
-    for i, result in zip(todo, payload["results"], strict=True):
-        if "logprobs" not in result:
-            continue
-        out[i] = _p_yes(result["logprobs"], payload["token_ids"], len(yes))
+    with LM_LIMIT.slot(lm):  # one scoring request in flight per question, like an LM call
+        token_ids = [tokens(server, c, timeout)[0] for c in candidates]
+        prompts = [render(server, conversations[i], assistant_prefix, timeout) for i in todo]
+        results = _complete(server, [{"prompt": p, "n_predict": 1, "n_probs": TOP_PROBS} for p in prompts], timeout)
+    _count(results, output_tokens=len(todo))
+    for i, result in zip(todo, results, strict=True):
+        first = (result.get("completion_probabilities") or [{}])[0]
+        top = {int(t["id"]): float(t["logprob"]) for t in first.get("top_logprobs", [])}
+        out[i] = _p_yes([top.get(t, -math.inf) for t in token_ids], token_ids, len(yes))
         if lm.cache and out[i] is not None:
             dspy.cache.put(request(conversations[i]), {"p_yes": out[i]})
     return out
-
-
-def _count(results: Sequence[dict[str, Any]], output_tokens: int) -> None:
-    """One LM call per request; every prompt's tokens, and those the server reused from its cache (a
-    question's candidates share their prefix, instructions and question, which is evaluated once)."""
-    scored = [r for r in results if "logprobs" in r]
-    add_usage(calls=1, input_tokens=sum(r.get("prompt_tokens", 0) for r in scored), output_tokens=output_tokens,
-              cached_tokens=sum(r.get("reused_tokens", 0) for r in scored))
-
-
-def _post(lm: dspy.LM, api_base: str, route: str, conversations: Sequence[Messages], candidates: Sequence[str],
-          assistant_prefix: str, timeout: float) -> dict[str, Any]:
-    body = {
-        "model": lm.model.split("/", 1)[-1],
-        "conversations": list(conversations),
-        "candidates": list(candidates),
-        "assistant_prefix": assistant_prefix,
-    }
-    req = urllib.request.Request(
-        f"{api_base}/autofocus/{route}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
-    )  # fmt: skip
-    try:
-        with LM_LIMIT.slot(lm), open_direct(req, timeout) as resp:  # one request in flight, like an LM call
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        raise LocalServerError(f"scoring ({route}) failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
 
 
 def choice_probabilities(
@@ -129,11 +171,11 @@ def choice_probabilities(
     timeout: float = 600.0,
 ) -> list[float] | None:
     """P(choice) for each of ``choices`` as the whole answer (``choice + suffix`` after ``assistant_prefix``),
-    normalised over the choices; None when ``lm`` is not a local LM managed by autofocus.
+    normalised over the choices; None when ``lm`` is not a local LM on llama-server.
 
     Step 1 uses it to score every candidate node type instead of taking the one the LM writes.
     """
-    server = server_for_api_base(lm.kwargs.get("api_base"))
+    server = _scoring_server(lm)
     if server is None:
         return None
     key = {"autofocus": "sequence_logprobs/v1", "model": lm.model, "messages": messages,
@@ -141,12 +183,19 @@ def choice_probabilities(
     hit = dspy.cache.get(key) if lm.cache else None
     if hit is not None:
         return hit["p"]
-    payload = _post(lm, server.api_base, "sequence_logprobs", [messages], key["candidates"], assistant_prefix, timeout)
-    result = payload["results"][0]
-    _count(payload["results"], output_tokens=result.get("candidate_tokens", 0))
-    if "logprobs" not in result:
-        raise LocalServerError(f"sequence scoring failed: {result.get('error', 'no logprobs')}")
-    lps = result["logprobs"]
+    with LM_LIMIT.slot(lm):
+        prompt = render(server, messages, assistant_prefix, timeout)
+        forced = [tokens(server, c, timeout) for c in key["candidates"]]
+        bodies = [{"prompt": prompt, "n_predict": len(ids), "n_probs": 1,
+                   "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in ids)} for ids in forced]  # fmt: skip
+        results = _complete(server, bodies, timeout)
+    _count(results, output_tokens=sum(len(ids) for ids in forced))
+    lps = []
+    for text, ids, result in zip(choices, forced, results, strict=True):
+        probs = result.get("completion_probabilities") or []
+        if [int(p["id"]) for p in probs] != ids:
+            raise LocalServerError(f"sequence scoring of {text!r}: the server generated {[p.get('id') for p in probs]}, not {ids}")
+        lps.append(sum(float(p["logprob"]) for p in probs))
     top = max(lps)
     weights = [math.exp(lp - top) for lp in lps]
     p = [w / sum(weights) for w in weights]
@@ -156,9 +205,9 @@ def choice_probabilities(
 
 
 def scoring_weights_of(lm: Any) -> str | None:
-    """The weights a local LM's yes/no scores come from (``model`` or ``bf16``), None for other LMs."""
-    server = server_for_api_base(getattr(lm, "kwargs", {}).get("api_base"))
-    return None if server is None else server.scoring_weights()
+    """The weights a local LM's yes/no scores come from (``model``: the served file), None for LMs without
+    token probabilities."""
+    return None if _scoring_server(lm) is None else "model"
 
 
 def yes_probability(lm: dspy.LM, messages: Messages, **kwargs: Any) -> float | None:

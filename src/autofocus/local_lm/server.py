@@ -2,8 +2,14 @@
 
 The server route keeps the 1.3 GiB model in one process shared by every LLM step and thread, speaks the
 OpenAI protocol that ``dspy.LM`` already supports (caching, retries, usage, history), and keeps the model's
-native code out of the caller's process. ``use_mmap=False`` because on these VMs mmapped weights got paged
-out and timings swung 3-8x (offline_models.md, "mmap caveat").
+native code out of the caller's process. The server is llama.cpp's own ``llama-server``
+(``autofocus.local_lm.server_build``): parallel slots with continuous batching, so the requests of
+concurrent questions share the cores instead of waiting in one queue; prompt caches per slot and in RAM;
+grammars; token probabilities (``autofocus.local_lm.scoring``). Where it could not be built, the Python
+``llama_cpp.server`` serves instead (``autofocus.local_lm.serve``: one request at a time, no scoring).
+Weights are read into memory, not mmapped: on these VMs mmapped weights got paged out and timings swung 3-8x
+(offline_models.md, "mmap caveat"). The server runs under ``autofocus.local_lm.watchdog``, which stops
+it when the process that started it is gone.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
-from autofocus.local_lm import scoring_weights
+from autofocus.local_lm.server_build import ServerBuildError, find_server
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+KV_BYTES_PER_TOKEN = 28 << 10  # Qwen2.5 1.5B: 28 layers x (K + V) x 256 x f16; smaller models need less
+SPARE_MEMORY_BYTES = 4 << 30  # what the rest of a run (indexes, encoder, workers) keeps beside the server
 
 
 def open_direct(request: str | urllib.request.Request, timeout: float) -> Any:
@@ -50,9 +58,13 @@ def require_llama_cpp() -> None:
     missing = missing_server_modules()
     if missing:
         raise LocalServerError(
-            f"the offline LM needs llama-cpp-python[server]==0.3.36 (missing modules: {', '.join(missing)}); "
-            f"{SETUP_HINT}, which installs it from a cached wheel or builds it once (5-10 min on 2 cores)"
+            f"the offline LM needs llama-server or llama-cpp-python[server]==0.3.36 (missing modules: "
+            f"{', '.join(missing)}); {SETUP_HINT}, which builds both once (15-35 min on 2 cores)"
         )
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def default_threads() -> int:
@@ -60,11 +72,32 @@ def default_threads() -> int:
     env = os.environ.get("AUTOFOCUS_LLM_THREADS")
     if env:
         return max(1, int(env))
-    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    return max(1, min(8, _cores()))
 
 
 def default_ctx() -> int:
+    """Context window of one request (one slot)."""
     return int(os.environ.get("AUTOFOCUS_LLM_CTX", "4096"))
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def default_parallel(n_ctx: int | None = None) -> int:
+    """Server slots (requests decoded together): ``AUTOFOCUS_LLM_PARALLEL``, else twice the cores within
+    2-8 (a batch of several sequences costs little more than one on a CPU, where decoding reads the
+    weights once per step), fewer where the free memory cannot hold their KV caches."""
+    env = os.environ.get("AUTOFOCUS_LLM_PARALLEL")
+    if env:
+        return max(1, int(env))
+    slots = max(2, min(8, 2 * _cores()))
+    per_slot = (n_ctx or default_ctx()) * KV_BYTES_PER_TOKEN
+    free = _memory_bytes() - SPARE_MEMORY_BYTES
+    return max(1, min(slots, free // per_slot)) if free > 0 else 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -78,15 +111,15 @@ def _safe(name: str) -> str:
 
 
 class LocalServer:
-    """A managed OpenAI-compatible server subprocess (llama.cpp by default).
+    """A managed OpenAI-compatible server subprocess (llama-server by default).
 
     Args:
         model_path: the GGUF file.
         alias: the model name the server answers to (and lists at ``/v1/models``).
-        command: the argv to run instead of the llama.cpp server (tests use a fake); ``{port}`` is replaced.
-        startup_timeout: seconds to wait for ``GET /v1/models`` to list ``alias`` (the first start
-            also converts the bf16 scoring copy: ``autofocus.local_lm.scoring_weights``).
-        scoring_copy: where the bf16 copy of the model for yes/no scoring is kept (None: no copy).
+        n_parallel: slots of llama-server (``default_parallel``); each holds ``n_ctx`` tokens.
+        draft_model: a smaller GGUF with the same tokenizer for speculative decoding (llama-server only).
+        command: the argv to run instead of llama.cpp (tests use a fake); ``{port}`` is replaced.
+        startup_timeout: seconds to wait for ``GET /v1/models`` to list ``alias``.
 
     Example:
         with LocalServer(path, "qwen@cc324af070c2") as srv:
@@ -100,18 +133,19 @@ class LocalServer:
         *,
         n_threads: int | None = None,
         n_ctx: int | None = None,
+        n_parallel: int | None = None,
+        draft_model: Path | None = None,
         command: Sequence[str] | None = None,
         log_path: Path | None = None,
         startup_timeout: float = 180.0,
         host: str = "127.0.0.1",
-        scoring_copy: Path | None = None,
     ) -> None:
         self.model_path = Path(model_path)
-        self.scoring_copy = scoring_copy
-        self._scoring_weights: str | None = None
         self.alias = alias
         self.n_threads = n_threads or default_threads()
         self.n_ctx = n_ctx or default_ctx()
+        self.n_parallel = n_parallel or default_parallel(self.n_ctx)
+        self.draft_model = draft_model
         self.command = list(command) if command is not None else None
         self.log_path = log_path or paths.sub("logs") / f"llm-server-{_safe(alias)}-{os.getpid()}.log"
         self.startup_timeout = startup_timeout
@@ -121,14 +155,15 @@ class LocalServer:
         self.startup_seconds: float | None = None
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
+        self._native: bool | None = None
         self.external = False  # attached to a server another process runs (``AUTOFOCUS_LLM_SERVER``)
 
     @classmethod
     def attach(cls, url: str, model_path: Path, alias: str) -> LocalServer:
         """A server started elsewhere (``autofocus lm serve``) that several runs share: one model in
-        memory and one queue, where a server per process would make them fight over the cores."""
+        memory, where a server per process would make them fight over the cores."""
         parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
-        server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1")
+        server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1", n_parallel=1)
         server.port = parsed.port or 80
         server.external = True
         return server
@@ -144,36 +179,52 @@ class LocalServer:
         return f"{self.base_url}/v1"
 
     def argv(self, port: int) -> list[str]:
+        """The server's command line, under the watchdog that stops it with this process."""
         if self.command is not None:
             return [part.replace("{port}", str(port)) for part in self.command]
+        watchdog = [sys.executable, "-m", "autofocus.local_lm.watchdog", "--parent", str(os.getpid()), "--"]
+        try:
+            binary = find_server()
+        except ServerBuildError as exc:
+            raise LocalServerError(str(exc)) from exc
+        if binary is not None:
+            return [*watchdog, *self.llama_server_args(binary, port)]
+        require_llama_cpp()
         return [
-            sys.executable, "-m", "autofocus.local_lm.serve",
+            *watchdog, sys.executable, "-m", "autofocus.local_lm.serve",
             "--model", str(self.model_path), "--model_alias", self.alias,
             "--host", self.host, "--port", str(port),
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
             "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
-            "--parent_pid", str(os.getpid()),
-            *(["--scoring_weights", self._scoring_mode(), "--scoring_copy", str(self.scoring_copy)]
-              if self.scoring_copy else []),
         ]  # fmt: skip
 
-    @staticmethod
-    def _scoring_mode() -> str:
-        try:
-            return scoring_weights.mode()
-        except scoring_weights.ScoringWeightsError as exc:
-            raise LocalServerError(str(exc)) from exc
+    def llama_server_args(self, binary: Path, port: int) -> list[str]:
+        """llama-server: ``n_parallel`` slots of ``n_ctx`` tokens each with continuous batching; prompts
+        kept per slot and in RAM (``AUTOFOCUS_LLM_CACHE_MB``) so a request starts from the longest prefix
+        any earlier one left; a draft model where one is given."""
+        args = [
+            str(binary), "--model", str(self.model_path), "--alias", self.alias,
+            "--host", self.host, "--port", str(port),
+            "--threads", str(self.n_threads), "--threads-batch", str(self.n_threads),
+            "--ctx-size", str(self.n_ctx * self.n_parallel), "--parallel", str(self.n_parallel), "--no-kv-unified",
+            "--cont-batching", "--cache-ram", os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "1024"),
+            "--load-mode", "none", "--fit", "off", "--no-webui", "--seed", "0",
+        ]  # fmt: skip
+        if self.draft_model is not None:
+            args += ["--model-draft", str(self.draft_model), "--spec-draft-n-max", os.environ.get("AUTOFOCUS_LLM_DRAFT_N", "8"),
+                     "--threads-draft", str(self.n_threads)]  # fmt: skip
+        return args
 
-    def scoring_weights(self) -> str:
-        """``bf16`` when the server scores yes/no from the bf16 copy, else ``model`` (asked once per start:
-        a shared server may have been started with other settings)."""
-        if self._scoring_weights is None:
+    def native(self) -> bool:
+        """Whether llama-server answers here (its ``/props`` lists slots), so token probabilities can be
+        asked for; asked once per start (a shared server may be either kind)."""
+        if self._native is None:
             try:
-                with open_direct(f"{self.base_url}/v1/autofocus/info", 600.0) as resp:
-                    self._scoring_weights = str(json.load(resp).get("scoring_weights", "model"))
+                with open_direct(f"{self.base_url}/props", 600.0 if self.external else 10.0) as resp:
+                    self._native = "total_slots" in json.load(resp)
             except (OSError, ValueError):
-                self._scoring_weights = "model"  # a server without the route scores with its model
-        return self._scoring_weights
+                self._native = False
+        return self._native
 
     def is_running(self) -> bool:
         if self.external:
@@ -204,9 +255,7 @@ class LocalServer:
                     "`autofocus lm serve`, or unset the variable to start a server per process"
                 )
             self._stop_locked()
-            self._scoring_weights = None
-            if self.command is None:
-                require_llama_cpp()
+            self._native = None
             t0 = time.perf_counter()
             ports = [self.port] if self.port is not None else []
             for attempt in range(3):
@@ -224,14 +273,16 @@ class LocalServer:
             raise LocalServerError(f"local LM server for {self.alias}: no free port after 3 tries (see {self.log_path})")
 
     def _spawn(self, port: int) -> None:
+        argv = self.argv(port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}\n".encode())
         self._log.flush()
         self.port = port
-        # own session: a Ctrl-C meant for the caller must not kill the server under a run that is saving work
+        # own session: a Ctrl-C meant for the caller must not kill the server under a run that is saving work;
+        # the watchdog in ``argv`` stops it when the caller is gone
         self.process = subprocess.Popen(
-            self.argv(port), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
 

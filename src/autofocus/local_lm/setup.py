@@ -1,10 +1,12 @@
-"""One-shot, idempotent setup of the offline LM: llama-cpp-python[server] and the GGUF model(s).
+"""One-shot, idempotent setup of the offline LM: llama-cpp-python[server], llama-server and the GGUF model(s).
 
 ``python -m autofocus.local_lm.setup [--model local|local-small|all]`` (also ``autofocus lm setup`` and
-``scripts/setup_local_lm.sh``). llama-cpp-python ships no CPU wheel on PyPI, so it is built from source
-once (5-10 min on 2 cores) and the wheel is kept in ``<autofocus home>/wheels``; later setups install
+``scripts/setup_local_lm.sh``). llama-cpp-python ships no CPU wheel on PyPI, so it is built from its
+sdist once (5-10 min on 2 cores) and the wheel is kept in ``<autofocus home>/wheels``; later setups install
 that wheel in seconds. The build uses ``-march=native``, so the installed wheel is smoke-tested in a
-subprocess and rebuilt if this CPU cannot run it.
+subprocess and rebuilt if this CPU cannot run it. The same sdist (kept in ``<autofocus home>/sdists``)
+gives llama.cpp's own server, built next (``autofocus.local_lm.server_build``); where that build is
+impossible setup says why and the LM is served by ``llama_cpp.server`` instead.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from pathlib import Path
 from autofocus import paths
 from autofocus.local_lm.models import CATALOG, ensure_model
 from autofocus.local_lm.server import missing_server_modules
+from autofocus.local_lm.server_build import LLAMA_CPP_VERSION, ServerBuildError, ensure_sdist, ensure_server
 
-LLAMA_CPP_VERSION = "0.3.36"
 Log = Callable[[str], None]
 
 
@@ -64,7 +66,7 @@ def build_wheel(log: Log = _stderr) -> Path:
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
     log(f"building llama-cpp-python {LLAMA_CPP_VERSION} from source (once; about 5-10 min on 2 cores) into {wheel_dir()}")
     t0 = time.perf_counter()
-    _pip("wheel", "--no-deps", "--no-cache-dir", "-w", str(wheel_dir()), f"llama-cpp-python=={LLAMA_CPP_VERSION}", env=env)
+    _pip("wheel", "--no-deps", "--no-cache-dir", "-w", str(wheel_dir()), str(ensure_sdist(log)), env=env)
     wheel = cached_wheel()
     if wheel is None:
         raise RuntimeError(f"pip wheel succeeded but no llama_cpp_python-{LLAMA_CPP_VERSION} wheel is in {wheel_dir()}")
@@ -90,9 +92,14 @@ def ensure_llama_cpp(log: Log = _stderr) -> None:
 
 
 def setup(models: list[str], *, install_llama_cpp: bool = True, log: Log = _stderr) -> list[Path]:
-    """Install llama-cpp-python (if asked) and provision ``models``; safe to run again."""
+    """Install llama-cpp-python and build llama-server (if asked), and provision ``models``; safe to run again."""
     if install_llama_cpp:
         ensure_llama_cpp(log)
+        try:
+            ensure_server(log)
+        except ServerBuildError as exc:
+            log(f"WARNING: {exc}\nThe offline LM will be served by llama_cpp.server instead: one request at a time, "
+                "and without the token probabilities of step 1's type scoring and step 8's yes/no scoring.")
     return [ensure_model(key, log=log) for key in models]
 
 
