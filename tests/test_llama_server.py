@@ -1,0 +1,177 @@
+"""llama-server: the build's bookkeeping without a compiler, then the real server with a real model.
+
+The second half needs what `make setup-lm` leaves in the user's autofocus home (the llama-server build
+and a GGUF model: no test downloads weights); it skips, saying why, where the server cannot be built
+here (no cmake or C++ compiler) or has not been built or provisioned yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dspy
+import pytest
+
+from autofocus.local_lm import server_build
+from autofocus.local_lm.server_build import ServerBuildError
+
+_USER_HOME = os.environ.get("AUTOFOCUS_HOME")  # captured before conftest points it at an empty folder
+
+
+def test_find_server_prefers_the_configured_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOFOCUS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(server_build.ENV, raising=False)
+    assert server_build.find_server() is None  # nothing built in this home
+    built = server_build.cached_binary()
+    assert built.name == f"llama-server-{server_build.LLAMA_CPP_VERSION}-{server_build.cpu_key()}"
+    built.write_text("#!/bin/sh\necho version: 1\n")
+    built.chmod(0o755)
+    assert server_build.find_server() == built and server_build.runs(built)
+    assert server_build.ensure_server(log=lambda m: None) == built  # a cached build that runs is not rebuilt
+    other = tmp_path / "my-llama-server"
+    other.write_text("#!/bin/sh\nexit 1\n")
+    other.chmod(0o755)
+    monkeypatch.setenv(server_build.ENV, str(other))
+    assert server_build.find_server() == other
+    with pytest.raises(ServerBuildError, match="does not start"):
+        server_build.ensure_server(log=lambda m: None)
+
+
+def test_a_build_without_tools_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_build.shutil, "which", lambda name, path=None: None)
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(ServerBuildError, match=r"cmake and a C\+\+ compiler .* not found.*pip install cmake"):
+        server_build.build_tools()
+
+
+def test_cpu_key_is_stable() -> None:
+    assert server_build.cpu_key() == server_build.cpu_key() and len(server_build.cpu_key()) == 12
+
+
+def _user_binary() -> tuple[Path | None, str]:
+    """The user's llama-server build, or None with the reason to skip."""
+    saved = os.environ.get("AUTOFOCUS_HOME")
+    try:
+        if _USER_HOME:
+            os.environ["AUTOFOCUS_HOME"] = _USER_HOME
+        else:
+            os.environ.pop("AUTOFOCUS_HOME", None)
+        binary = server_build.find_server()
+        if binary is not None and server_build.runs(binary):
+            return binary, ""
+        try:
+            server_build.build_tools()
+        except ServerBuildError as exc:
+            return None, f"llama-server cannot be built here: {exc}"
+        return None, "llama-server is not built yet: `make setup-lm` builds it"
+    finally:
+        if saved is None:
+            os.environ.pop("AUTOFOCUS_HOME", None)
+        else:
+            os.environ["AUTOFOCUS_HOME"] = saved
+
+
+def _user_model() -> Path | None:
+    from autofocus.local_lm.models import CATALOG
+
+    home = Path(_USER_HOME) if _USER_HOME else Path.home() / ".cache" / "autofocus"
+    for key in ("local-small", "local"):  # the smaller loads faster
+        path = home / "models" / CATALOG[key].filename
+        if path.is_file() and path.stat().st_size == CATALOG[key].size:
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def real_server() -> Iterator[tuple[dspy.LM, Path]]:
+    binary, why = _user_binary()
+    if binary is None:
+        pytest.skip(why)
+    model = _user_model()
+    if model is None:
+        pytest.skip("no offline model provisioned: `make setup-lm` (tests never download weights)")
+    from autofocus.local_lm.server import _SERVERS, LocalServer
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(server_build.ENV, str(binary))
+    srv = LocalServer(model, "real@test", n_ctx=2048, n_parallel=4)
+    srv.start()
+    _SERVERS[model.resolve()] = srv  # as get_server registers it, so scoring finds it by api_base
+    lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key="local", temperature=0.0, max_tokens=48, cache=False)
+    yield lm, model
+    srv.stop()
+    _SERVERS.pop(model.resolve(), None)
+    mp.undo()
+
+
+def test_real_server_scores_yes_no_and_choices(real_server: tuple[dspy.LM, Path]) -> None:
+    from autofocus.local_lm.scoring import choice_probabilities, yes_probabilities
+
+    lm, _ = real_server
+
+    def conv(thing: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": "You judge candidates. Answer Yes or No."},
+                {"role": "user", "content": f"Is the following a fruit? {thing}"}]  # fmt: skip
+
+    p = yes_probabilities(lm, [conv(c) for c in ("banana", "hammer", "apple", "granite")])
+    assert p is not None and all(x is not None for x in p)
+    assert min(p[0], p[2]) > max(p[1], p[3])  # type: ignore[type-var]
+    messages = [{"role": "user", "content": "Which animal barks? Answer with one word."}]
+    q = choice_probabilities(lm, messages, ["dog", "cat", "spreadsheet"])
+    assert q is not None and abs(sum(q) - 1) < 1e-6 and q[0] == max(q)
+
+
+def test_real_server_follows_a_grammar_and_answers_alike_twice(real_server: tuple[dspy.LM, Path]) -> None:
+    lm, _ = real_server
+    grammar = 'root ::= "[[ ## answer ## ]]\\n" ("red" | "green" | "blue") "\\n\\n[[ ## completed ## ]]"'
+    with dspy.context(lm=lm):
+        first = dspy.Predict("question -> answer")(question="Name a colour of the sky.", config={"extra_body": {"grammar": grammar}})
+        again = dspy.Predict("question -> answer")(question="Name a colour of the sky.", config={"extra_body": {"grammar": grammar}})
+    assert first.answer in ("red", "green", "blue") and again.answer == first.answer
+
+
+def test_real_server_loses_no_request_of_eight_at_once(real_server: tuple[dspy.LM, Path]) -> None:
+    lm, _ = real_server
+    questions = [f"What is {i} plus {i}? Answer with the number." for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda q: lm(q, max_tokens=8)[0], questions))
+    assert len(answers) == 8 and all(isinstance(a, str) and a.strip() for a in answers)
+
+
+def test_real_server_exits_with_its_parent(real_server: tuple[dspy.LM, Path], tmp_path: Path) -> None:
+    """A process that starts the server and is then killed (SIGKILL: no atexit) leaves no server behind."""
+    _, model = real_server
+    script = f"""
+import json, os, sys, time
+from autofocus.local_lm.server import LocalServer
+srv = LocalServer({str(model)!r}, "orphan@test", n_ctx=512, n_parallel=1).start()
+print(json.dumps({{"watchdog": srv.process.pid, "port": srv.port}}), flush=True)
+time.sleep(600)
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(server_build.__file__).parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, text=True)
+    info = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+    children = Path(f"/proc/{info['watchdog']}/task/{info['watchdog']}/children").read_text().split()
+    assert children, "the watchdog runs the server"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    alive = [int(pid) for pid in [info["watchdog"], *children]]
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)]
+        time.sleep(0.2)
+    assert not alive
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
