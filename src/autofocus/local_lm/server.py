@@ -81,6 +81,13 @@ def default_ctx() -> int:
 
 
 def _memory_bytes() -> int:
+    """Memory available to new work (``MemAvailable``: free plus reclaimable caches)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     except (ValueError, OSError):
@@ -98,6 +105,28 @@ def default_parallel(n_ctx: int | None = None) -> int:
     per_slot = (n_ctx or default_ctx()) * KV_BYTES_PER_TOKEN
     free = _memory_bytes() - SPARE_MEMORY_BYTES
     return max(1, min(slots, free // per_slot)) if free > 0 else 1
+
+
+def repack_weights() -> bool:
+    """Whether llama-server may repack weights into its CPU-specific layouts (``AUTOFOCUS_LLM_REPACK=1|0``).
+    Off by default where the CPU reports AMX: ``-march=native`` then compiles llama.cpp's AMX kernels,
+    and on VMs that report AMX without enabling its tile registers (as this project's machines do)
+    they stop the server with an illegal instruction; the AVX-512 kernels are used instead."""
+    env = os.environ.get("AUTOFOCUS_LLM_REPACK", "").strip()
+    if env:
+        return env not in ("0", "false", "off", "no")
+    try:
+        return " amx_tile" not in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+
+
+def server_env() -> dict[str, str]:
+    """The server's environment: OpenMP threads that sleep while waiting (``OMP_WAIT_POLICY=PASSIVE``
+    unless set). Spinning threads are faster on idle cores, but on shared ones each of the many barriers
+    per token waits for a descheduled peer: on this project's 2 loaded cores generation ran 6-8x
+    slower spinning (0.25 against 1.5-2.2 tokens/s)."""
+    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -210,6 +239,8 @@ class LocalServer:
             "--cont-batching", "--cache-ram", os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "1024"),
             "--load-mode", "none", "--fit", "off", "--no-webui", "--seed", "0",
         ]  # fmt: skip
+        if not repack_weights():
+            args.append("--no-repack")
         if self.draft_model is not None:
             args += ["--model-draft", str(self.draft_model), "--spec-draft-n-max", os.environ.get("AUTOFOCUS_LLM_DRAFT_N", "8"),
                      "--threads-draft", str(self.n_threads)]  # fmt: skip
@@ -221,7 +252,10 @@ class LocalServer:
         if self._native is None:
             try:
                 with open_direct(f"{self.base_url}/props", 600.0 if self.external else 10.0) as resp:
-                    self._native = "total_slots" in json.load(resp)
+                    props = json.load(resp)
+                self._native = "total_slots" in props
+                if self._native:
+                    self.n_parallel = int(props["total_slots"])  # a shared server's own setting
             except (OSError, ValueError):
                 self._native = False
         return self._native
@@ -283,7 +317,7 @@ class LocalServer:
         # the watchdog in ``argv`` stops it when the caller is gone
         self.process = subprocess.Popen(
             argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env=server_env(),
         )  # fmt: skip
 
     def _wait_healthy(self) -> bool:
