@@ -48,9 +48,11 @@ def source_tree(rev: str, tmp: Path) -> Path:
     return where
 
 
-def run_eval(tree: Path, args: argparse.Namespace, skb: Path, steps: str, limit: int, concurrency: int, out: Path) -> float:
+def run_eval(tree: Path, args: argparse.Namespace, skb: Path, steps: str, limit: int, concurrency: int, out: Path,
+             extra_env: dict[str, str]) -> float:
     """One ``autofocus eval`` of ``tree``'s code in a fresh process; returns its wall time."""
     env = {k: v for k, v in os.environ.items() if k != "AUTOFOCUS_LLM_SERVER"}  # its own server, cold
+    env.update(extra_env)
     env["PYTHONPATH"] = str(tree / "src")
     env["DSPY_CACHEDIR"] = str(out.parent / f"dspy-cache-{out.name}")
     cmd = [sys.executable, "-c", "from autofocus.cli import app; app()", "eval", "--skb", str(skb),
@@ -96,6 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", default="f253bdc", help="the older revision (a git rev)")
     parser.add_argument("--after", default=".", help="the newer one ('.': this working tree)")
+    parser.add_argument("--env-before", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the before arm (e.g. AUTOFOCUS_LLM_PARALLEL=1: one slot, one request at a time)")
+    parser.add_argument("--env-after", action="append", default=[], metavar="KEY=VALUE", help="environment of the after arm")
     parser.add_argument("--skb", type=Path, action="append", help="SKB directory (repeatable; default data/demo)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--steps", default="1-7:16,1-8:8", help="step ranges with their question counts")
@@ -127,9 +132,10 @@ def main() -> None:
                         load = os.getloadavg()
                         console.print(f"{skb.name} steps {steps}: {label} ({getattr(args, label)}), {limit} questions, "
                                       f"load {load[0]:.1f} ...")  # fmt: skip
-                        wall = run_eval(tree, args, skb, steps, limit, c, out)
+                        extra = dict(kv.split("=", 1) for kv in getattr(args, f"env_{label}"))
+                        wall = run_eval(tree, args, skb, steps, limit, c, out, extra)
                         rows.append({"skb": skb.name, "steps": steps, "repeat": rep, "revision": label,
-                                     "rev": getattr(args, label), "load_avg_start": load, "load_avg_end": os.getloadavg(),
+                                     "rev": getattr(args, label), "env": extra, "load_avg_start": load, "load_avg_end": os.getloadavg(),
                                      **summarise(out, c, wall)})  # fmt: skip
                         console.print(f"  {rows[-1]['questions_per_min']:.2f} questions/min")
     for row in rows:
