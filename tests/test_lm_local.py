@@ -388,3 +388,18 @@ def test_watchdog_passes_on_the_exit_code() -> None:
 
     assert watchdog.main(["--parent", str(os.getpid()), "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
 
+
+
+def test_the_fallback_server_loads_models_without_extra_buffer_types_where_told() -> None:
+    """Where the CPU reports AMX the fallback loads weights as llama-server's ``--no-repack`` does: the
+    wheel's AMX kernels stop with an illegal instruction on VMs that do not enable the tiles."""
+    low_level = pytest.importorskip("llama_cpp.llama_cpp", reason="llama-cpp-python is installed by make setup-lm")
+    from autofocus.local_lm.serve import without_extra_buffer_types
+
+    original = low_level.llama_model_default_params
+    try:
+        assert original().use_extra_bufts
+        without_extra_buffer_types()
+        assert not low_level.llama_model_default_params().use_extra_bufts
+    finally:
+        low_level.llama_model_default_params = original

@@ -15,6 +15,8 @@ import contextlib
 import json
 from typing import Any
 
+from autofocus.local_lm.server import repack_weights
+
 
 class MaxCompletionTokensMiddleware:
     """ASGI middleware: copy ``max_completion_tokens`` into ``max_tokens`` in JSON request bodies."""
@@ -54,6 +56,23 @@ class MaxCompletionTokensMiddleware:
         await self.app({**scope, "headers": headers}, replay, send)
 
 
+def without_extra_buffer_types() -> None:
+    """Load models without llama.cpp's extra buffer types (weight repacking, AMX), as llama-server's
+    ``--no-repack`` does: where the CPU reports AMX (``server.repack_weights``), a VM that does not
+    enable its tiles stops the wheel's ``-march=native`` kernels with an illegal instruction.
+    llama-cpp-python's ``Llama`` takes no such argument, so the low-level default model parameters it
+    starts from are wrapped."""
+    from llama_cpp import llama_cpp as low_level
+
+    defaults = low_level.llama_model_default_params
+
+    def params() -> Any:
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+
+    low_level.llama_model_default_params = params
+
 
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
@@ -64,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_args_from_model(parser, Settings)
     args = parser.parse_args(argv)
+    if not repack_weights():
+        without_extra_buffer_types()
     server_settings = parse_model_from_args(ServerSettings, args)
     model_settings = parse_model_from_args(ModelSettings, args)
     app = create_app(server_settings=server_settings, model_settings=[model_settings])
