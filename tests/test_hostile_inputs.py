@@ -150,7 +150,7 @@ def test_the_parser_stays_linear_on_ten_thousand_clauses() -> None:
 def test_eval_with_an_lm_writing_ten_thousand_clauses_ends_each_question_in_time_and_degraded(
     two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "kb", source=two_type_skb)
+    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)
     hostile = clauses(10_000)
@@ -214,7 +214,7 @@ def test_import_keeps_na_and_matches_ids_one_by_one(tmp_path: Path) -> None:
                                    "3,country,Chad,TD\n007,country,Bond,\n")
     (src / "edges.csv").write_text("src,type,dst\n1,borders,3\n3,borders,1\nx9,borders,1\nNA,found_in,1\n007,borders,3\n")
     result = import_skb(src, tmp_path / "skb", ImportOptions(drop_dangling=True))
-    skb = load_skb_dir(tmp_path / "skb", progress=False)
+    skb = load_skb_dir(tmp_path / "skb")
     ids = pd.read_csv(tmp_path / "skb" / "source_ids.csv", dtype=str, keep_default_na=False)["source_id"].tolist()
     assert ids == ["1", "NA", "3", "007"]  # 'NA' is a node, '007' is not 7
     assert skb.attributes(0) == {"code": "NA"} and "code" not in skb.attributes(3)  # an empty cell is missing
@@ -257,13 +257,13 @@ def test_a_second_writer_of_a_run_directory_is_refused_and_moves_nothing(
 ) -> None:
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
     out = tmp_path / "run"
-    run_eval(lambda: answer, [Item(1)], out, progress=False)
+    run_eval(lambda: answer, [Item(1)], out)
     before = sorted(p.name for p in out.iterdir())
     with paths.locked(out / runner.LOCK_FILE):  # another eval holds it
         with pytest.raises(RunBusyError, match="being written by process"):
-            run_eval(lambda: answer, [Item(1), Item(2)], out, progress=False)
+            run_eval(lambda: answer, [Item(1), Item(2)], out)
         with pytest.raises(RunBusyError):
-            run_eval(lambda: answer, [Item(1)], out, resume=False, progress=False)  # --force-new
+            run_eval(lambda: answer, [Item(1)], out, resume=False)  # --force-new
         res = cli("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "vss", "--no-progress")
     assert res.exit_code == 2 and "being written by process" in res.text
     assert sorted(p.name for p in out.iterdir()) == before  # nothing moved, nothing run twice
@@ -349,7 +349,7 @@ def test_eval_of_an_empty_split_fails(tiny_skb_data: dict[str, Any], tiny_skb: A
 
 def test_ask_exits_non_zero_when_no_lm_call_answered(two_type_skb: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "kb", source=two_type_skb)
+    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", "http://127.0.0.1:9/v1")  # nothing listens there
     res = cli("ask", QUESTION, "--skb", two_type_skb, "--lm", "openai/fake", "--lm-retries", "0")
@@ -389,7 +389,7 @@ def test_keys_of_any_length_are_redacted_without_garbling_words(tmp_path: Path) 
         trace.degrade("2_query", "401: the key k3y9z was rejected")
         return dspy.Prediction(ranked_ids=[1], trace=trace)
 
-    run_eval(lambda: leaky, [Item(1)], tmp_path / "run", progress=False)
+    run_eval(lambda: leaky, [Item(1)], tmp_path / "run")
     assert "k3y9z" not in (tmp_path / "run" / "traces.jsonl").read_text()
 
 
