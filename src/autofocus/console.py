@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from autofocus.redact import redact
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # what opening a damaged SKB, QA file or index, or naming an unknown system or split, raises
 OPEN_ERRORS = (KeyError, FileNotFoundError, ValueError)
@@ -145,3 +148,21 @@ def print_run(console: Console, summary: Mapping[str, Any], title: str, path: ob
     print_summary(summary, console, title=title)
     console.print(f"Summary and plots in {safe(path)}: summary.md, summary.json, "
                   + ", ".join(safe(getattr(p, "name", p)) for p in plots))
+
+
+def counts_table(title: str, nodes: Mapping[str, int], edges: Mapping[str, int],
+                 questions: Mapping[str, Mapping[str, int]]) -> Table:
+    """A built SKB's nodes and edges per type and questions per kind and split (`demo build`, `bench build`)."""
+    from rich.table import Table
+
+    table = Table(title=safe(title), show_header=True)
+    table.add_column("kind")
+    table.add_column("type")
+    table.add_column("count", justify="right")
+    for name, count in nodes.items():
+        table.add_row("node", name, f"{count:,}")
+    for name, count in edges.items():
+        table.add_row("edge", name, f"{count:,}")
+    for kind, per_split in questions.items():
+        table.add_row("question", kind, "  ".join(f"{s} {n}" for s, n in per_split.items()))
+    return table

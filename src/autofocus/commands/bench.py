@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from autofocus.cli_app import command_group
-from autofocus.console import make_console, print_error, safe
+from autofocus.console import counts_table, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -44,17 +43,7 @@ def build_cmd(
     except (OSError, ValueError, WordNetError) as exc:
         print_error(err_console, exc)
         raise typer.Exit(1) from None
-    table = Table(title=safe(f"{out} from {result.wordnet_dir} ({result.seconds:.1f} s)"), show_header=True)
-    table.add_column("kind")
-    table.add_column("type")
-    table.add_column("count", justify="right")
-    for label, count in result.node_counts.items():
-        table.add_row("node", label, f"{count:,}")
-    for edge, count in result.edge_counts.items():
-        table.add_row("edge", edge, f"{count:,}")
-    for kind, per_split in result.qa_counts.items():
-        table.add_row("question", kind, "  ".join(f"{s} {n}" for s, n in per_split.items()))
-    console.print(table)
+    console.print(counts_table(f"{out} from {result.wordnet_dir} ({result.seconds:.1f} s)", result.node_counts, result.edge_counts, result.qa_counts))
     if result.dropped:
         console.print(f"{len(result.dropped)} question(s) not answerable in this build, left out (all of them, "
                       f"with the reason, in {out / 'qa_summary.json'}):")

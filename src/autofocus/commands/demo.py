@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from autofocus.cli_app import command_group
-from autofocus.console import make_console, print_error, safe
+from autofocus.console import counts_table, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -38,17 +38,7 @@ def build_cmd(
 
         result = build_demo_skb(out, small=small, on_progress=report, warn=False)
 
-    table = Table(title=safe(f"{out} ({result.seconds:.1f} s)"), show_header=True)
-    table.add_column("kind")
-    table.add_column("type")
-    table.add_column("count", justify="right")
-    for name, count in result.node_counts.items():
-        table.add_row("node", name, f"{count:,}")
-    for name, count in result.edge_counts.items():
-        table.add_row("edge", name, f"{count:,}")
-    for kind, per_split in result.qa_counts.items():
-        table.add_row("question", kind, "  ".join(f"{s} {n}" for s, n in per_split.items()))
-    console.print(table)
+    console.print(counts_table(f"{out} ({result.seconds:.1f} s)", result.node_counts, result.edge_counts, result.qa_counts))
     if result.skipped_modules:
         console.print(f"modules not importable here (skipped): {', '.join(result.skipped_modules)}")
     if result.dropped:
