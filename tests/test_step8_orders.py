@@ -95,10 +95,10 @@ def test_report_fusion_prints_the_orders_and_report_still_compares_runs(
     res = cli.invoke(app, ["report", "fusion", str(path), "--weights", "0.25,1", "--depths", "2", "--fit",
                            "--bootstrap", "5", "--out", str(out)], env={"COLUMNS": "200"})  # fmt: skip
     assert res.exit_code == 0, res.output
-    for name in ("steps 1-7", "reranker", "rrf k=60", "prior w=0.25", "prior w=1", "reranker, depth 2",
-                 "2 questions with step 8", "likelihood fit"):  # fmt: skip
+    orders = {"steps 1-7", "reranker", "rrf k=60", "prior w=0.25", "prior w=1", "reranker, depth 2"}
+    assert set(json.loads(out.read_text())[str(path)]["orders"]) >= orders
+    for name in ("steps 1-7", "2 questions with step 8", "likelihood fit"):  # a table cell may wrap: the file has them all
         assert name in " ".join(res.output.split()), name
-    assert set(json.loads(out.read_text())[str(path)]["orders"]) >= {"prior w=0.25", "reranker, depth 2"}
     bad = cli.invoke(app, ["report", "fusion", str(path), "--weights", "a,b"])
     assert bad.exit_code == 2 and "expected numbers" in bad.output
     no_step8 = write_run(tmp_path / "vss", [{**record(pred), "trace": {"data": {}}}])
