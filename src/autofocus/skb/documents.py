@@ -263,9 +263,12 @@ def _attribute_lines(skb: SKB, node_id: int) -> list[str]:
     return [f"- {k}: {v}" for k, v in skb.attributes(node_id).items()]
 
 
+CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # where a camel-case label starts a new word
+
+
 def readable_label(label: str) -> str:
     """A label as words (``body_part``, ``BodyPart`` -> ``body part``), as a question would write it."""
-    return re.sub(r"[_\s]+", " ", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", label)).strip().lower()
+    return re.sub(r"[_\s]+", " ", CASE_CHANGE.sub(" ", label)).strip().lower()
 
 
 def text_document(skb: SKB, node_id: int) -> str:

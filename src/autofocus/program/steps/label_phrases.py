@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import inflect
 
+from autofocus.skb.documents import CASE_CHANGE
+
 _ENGINE = inflect.engine()
 WORD = re.compile(r"[^\s,;!?()\[\]{}\"`]+")
-_CASE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _ALTERNATIVES = re.compile(r"[/|]")
 _SEPARATORS = re.compile(r"[\W_]+")
 
@@ -44,7 +45,7 @@ def label_phrase_words(label: str) -> list[tuple[str, ...]]:
     ``gene/protein`` -> [("gene",), ("protein",)], ``SportsTeam`` -> [("sports", "team")]."""
     out: list[tuple[str, ...]] = []
     for alternative in _ALTERNATIVES.split(label):
-        words = tuple(w.lower() for w in _SEPARATORS.split(_CASE.sub(" ", alternative)) if w)
+        words = tuple(w.lower() for w in _SEPARATORS.split(CASE_CHANGE.sub(" ", alternative)) if w)
         if words and words not in out:
             out.append(words)
     return out
