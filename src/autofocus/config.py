@@ -117,6 +117,10 @@ class QueryConfig(_Group):
     repair_asked: bool = Field(
         True, description="step 3b: answer with the label the question asks for, one schema hop from the query's answers"
     )
+    repair_class: bool = Field(
+        True, description="step 3b: where the question asks for a node that the graph uses as a class (\"Which "
+        "composers ...\" for a node 'composer' that persons are instances of) and names no label, link the target to it"
+    )
 
 
 class GroundingConfig(_Group):

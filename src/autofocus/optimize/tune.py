@@ -95,6 +95,7 @@ SPACE: dict[str, Param] = {
     "rerank_prior_weight": Param("float", low=0.0, high=3.0, rerank_only=True),
     "repair_asked": Param("cat", (True, False)),
     "repair_mentions": Param("cat", (True, False)),
+    "repair_class": Param("cat", (True, False)),
 }
 DEFAULT_PARAMS: tuple[str, ...] = (
     "alpha", "l_max", "expansion", "type_mode", "edge_mode",

@@ -28,16 +28,22 @@ _SEPARATORS = re.compile(r"[\W_]+")
 
 # English function words: how a question introduces what it asks for (not any schema's vocabulary)
 _ASK = frozenset(["which", "what", "list", "find", "name", "show", "give"])
-_DETERMINERS = frozenset(["the", "a", "an", "all", "some", "its", "their"])
-_COPULA = frozenset(["is", "are", "was", "were"])
+DETERMINERS = frozenset(["the", "a", "an", "all", "some", "its", "their"])
+COPULA = frozenset(["is", "are", "was", "were"])
+AUXILIARIES = frozenset(["be", "been", "can", "could", "did", "do", "does", "had", "has", "have", "may", "might", "must", "should", "would", "will"])
 STOP_WORDS = frozenset(["a", "an", "and", "any", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "that", "the", "their", "them", "these", "they", "this", "those", "to", "was", "what", "when", "where", "which", "who", "whose", "why", "will", "with"])
 MAX_MODIFIERS = 3  # words between the question word and the asked label: "Which standard library modules"
 
 
+def singular(word: str) -> str:
+    """``word`` in the singular where it reads as a plural ("genera" -> "genus"), else as written."""
+    one = _ENGINE.singular_noun(word)
+    return one if isinstance(one, str) and one else word
+
+
 def _inflections(word: str) -> set[str]:
     """A label's last word as written, in the plural, and in the singular where it reads as a plural."""
-    one = _ENGINE.singular_noun(word)
-    return {word, _ENGINE.plural_noun(word), *([one] if isinstance(one, str) and one else [])} - {""}
+    return {word, _ENGINE.plural_noun(word), singular(word)} - {""}
 
 
 def label_phrase_words(label: str) -> list[tuple[str, ...]]:
@@ -101,6 +107,14 @@ def _phrases(labels: frozenset[str]) -> LabelPhrases:
     return LabelPhrases(phrases, max((len(w) for w in phrases), default=0))
 
 
+def after_question_word(question: str) -> list[str] | None:
+    """The question's words after its first question word ("which", "what", "list", ...); None where
+    it has none."""
+    words = question_words(question)
+    start = next((i for i, w in enumerate(words) if w in _ASK), None)
+    return None if start is None else words[start + 1 :]
+
+
 def asked_label(question: str, phrases: LabelPhrases, related: Callable[[str, str], bool] | None = None) -> str | None:
     """The label the question asks for: the head of the phrase after its first question word, past a
     few modifiers ("What shutil functions", "Which standard library modules", "which of its
@@ -108,12 +122,10 @@ def asked_label(question: str, phrases: LabelPhrases, related: Callable[[str, st
     errors can the functions ..." asks for no label it names). Of two labels in a row, the second
     is the head where the schema relates the two ("class methods" are methods of a class), else the
     first names the kind ("exception classes" are exceptions)."""
-    words = question_words(question)
-    start = next((i for i, w in enumerate(words) if w in _ASK), None)
-    if start is None:
+    rest = after_question_word(question)
+    if rest is None:
         return None
-    rest = words[start + 1 :]
-    if rest[:1] == ["of"] or (rest[:1] and rest[0] in _COPULA and rest[1:2] and rest[1] in _DETERMINERS):
+    if rest[:1] == ["of"] or (rest[:1] and rest[0] in COPULA and rest[1:2] and rest[1] in DETERMINERS):
         rest = rest[1:]  # "which of its functions", "What is the function that ..."
     found: str | None = None
     skipped, i = 0, 0
@@ -126,9 +138,9 @@ def asked_label(question: str, phrases: LabelPhrases, related: Callable[[str, st
             i += n
             continue
         w = rest[i]
-        if found is not None or (w in STOP_WORDS and w not in _DETERMINERS):
+        if found is not None or (w in STOP_WORDS and w not in DETERMINERS):
             break
-        if w not in _DETERMINERS:
+        if w not in DETERMINERS:
             skipped += 1
             if skipped > MAX_MODIFIERS:
                 break

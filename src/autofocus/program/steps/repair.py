@@ -41,6 +41,7 @@ import numpy as np
 from rapidfuzz import fuzz
 
 from autofocus.cypher.mapping import SchemaMapper
+from autofocus.program.steps.asked_class import link_asked_class
 from autofocus.program.steps.direction import points_from, points_to, relation_phrase
 from autofocus.program.steps.label_phrases import STOP_WORDS, WORD, LabelPhrases, asked_label
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
@@ -69,7 +70,7 @@ MAX_ALTERNATIVES = 2  # second readings tried before relaxing (each costs a grou
 
 @dataclass(frozen=True, slots=True)
 class Repair:
-    kind: str  # text_name | unsupported | bind | label | relabel | relation | path | asked | star | direction | mention
+    kind: str  # text_name | unsupported | bind | label | relabel | relation | path | asked | star | direction | mention | class
     detail: str
 
 
@@ -551,18 +552,21 @@ class Repaired:
 
 def repair_query(
     qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
-    question: str = "", mentions: bool = True, carry_asked: bool = True,
+    question: str = "", mentions: bool = True, carry_asked: bool = True, classes: bool = True,
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
     its answers carried over to the label the question asks for (``carry_asked``), with the entities the
-    question names and the query left out linked to the target (``mentions``)."""
+    question names and the query left out linked to the target (``mentions``) and the target linked to
+    the class node the question asks about (``classes``, ``program.steps.asked_class``)."""
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
-        if not mentions:
-            return Repaired(qg, [], [])
-        named = named_mentions(skb, question)
-        qg, as_text = names_as_text(qg, named)
-        query, linked = constrain_mentions(qg, skb, sg, named)
-        return Repaired(query, as_text + linked, [])
+        repairs: list[Repair] = []
+        if mentions:
+            named = named_mentions(skb, question)
+            qg, as_text = names_as_text(qg, named)
+            qg, linked = constrain_mentions(qg, skb, sg, named)
+            repairs = as_text + linked
+        qg, of_class = _to_class(qg, skb, question, classes)
+        return Repaired(qg, repairs + of_class, [])
     named = named_mentions(skb, question)
     qg, as_text = names_as_text(qg, named) if mentions else (qg, [])
     qg, dropped = drop_unsupported(qg, question)
@@ -630,7 +634,19 @@ def repair_query(
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
-    return Repaired(query, repairs, alternatives[:MAX_ALTERNATIVES], cut)
+    query, of_class = _to_class(query, skb, question, classes)
+    second: list[tuple[QueryGraph, list[Repair]]] = []
+    for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
+        alt, more = _to_class(alt, skb, question, classes)
+        second.append((alt, alt_repairs + more))
+    return Repaired(query, repairs + of_class, second, cut)
+
+
+def _to_class(qg: QueryGraph, skb: SKB, question: str, on: bool) -> tuple[QueryGraph, list[Repair]]:
+    if not on:
+        return qg, []
+    query, detail = link_asked_class(qg, skb, question)
+    return query, [] if detail is None else [Repair("class", detail)]
 
 
 def _to_asked(qg: QueryGraph, repairs: list[Repair], sg: SchemaGraph, asks: str | None) -> tuple[QueryGraph, list[Repair]]:

@@ -1,0 +1,123 @@
+"""Step 3b: the class node a question asks about, where it asks for no label by name.
+
+In a taxonomy-shaped graph the asked kind of thing is often a node, not a label: "Which composers came
+from Brazil?" asks for ``person`` nodes that are instances of the node "composer"; "Which rodents dig
+burrows?" for the ``animal`` nodes that are kinds of "rodent". A small LM rarely writes that hop (it
+writes the condition it can read, "from Brazil"), so the grounded set misses the class and the answers
+drown among every person. Where the question's asked phrase (the words after its question word, as
+``label_phrases.asked_label`` reads them) names no label but names a node that the graph uses as a class
+of the query's target type (at least ``MIN_MEMBERS`` target-type nodes point at it through one
+relationship type, or it at them), the target is linked to that node. Everything here is read from the
+question's words and the graph: no schema's vocabulary. The link is an added condition; where the
+query's own conditions and the class exclude each other, relaxation drops the query's conditions first
+(they sit before the link, at the same distance from the target).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from autofocus.program.steps.label_phrases import (
+    AUXILIARIES,
+    COPULA,
+    DETERMINERS,
+    STOP_WORDS,
+    LabelPhrases,
+    after_question_word,
+    asked_label,
+    singular,
+)
+from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
+from autofocus.skb.model import SKB
+from autofocus.skb.names import exact_name_ids
+
+MIN_MEMBERS = 2  # target-type nodes that must point at a node through one relationship for it to be a class
+MAX_PHRASE_WORDS = 5  # words of the asked phrase read after the question word
+_JOIN = "of"  # "Which kinds of lizard": the phrase goes on past "of"
+
+
+@dataclass(frozen=True)
+class AskedClass:
+    """A class node the question asks about and how the target's nodes reach it."""
+
+    name: str  # the node's name as the graph writes it
+    label: str  # the class node's own label
+    rels: tuple[str, ...]  # relationship types between members and the class
+    members_point_at_class: bool  # member -[rel]-> class (else class -[rel]-> member)
+    members: int  # target-type nodes linked to it that way
+
+
+def asked_phrases(question: str) -> list[str]:
+    """Candidate names in the asked phrase, the rightmost-ending first, then the longest: "Which
+    tennis players came from Australia?" gives "tennis players came", "players came", "came", "tennis
+    players", "tennis player", ...; the head word also in the singular."""
+    rest = list(itertools.dropwhile(lambda w: w in DETERMINERS or w == _JOIN, after_question_word(question) or []))
+    span: list[str] = []
+    for w in rest[:MAX_PHRASE_WORDS]:
+        if (w in STOP_WORDS and w != _JOIN) or w in COPULA or w in AUXILIARIES:
+            break  # the asked phrase ends where the question's verb or preposition begins
+        span.append(w)
+    out: list[str] = []
+    for end in range(len(span), 0, -1):
+        for begin in range(end):
+            gram = span[begin:end]
+            if gram[0] == _JOIN or gram[-1] == _JOIN:
+                continue
+            # the head in the singular: the last word, or the first before "of" ("bodies of water")
+            forms = (gram, [*gram[:-1], singular(gram[-1])], [singular(gram[0]), *gram[1:]] if _JOIN in gram else gram)
+            for form in (" ".join(f) for f in forms):
+                if form not in out:
+                    out.append(form)
+    return out
+
+
+def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
+    """How ``member_type`` nodes link to ``node`` as to a class, if at least ``MIN_MEMBERS`` do."""
+    code = skb.type_code(member_type)
+    counts: dict[tuple[str, bool], int] = {}
+    rows = np.asarray([node], dtype=np.int64)
+    for rel in skb.graph.edge_types:
+        for members_point, direction in ((True, "in"), (False, "out")):
+            nb = skb.graph.adjacency(rel, direction).gather(rows)[1]
+            n = int((skb.node_type[nb] == code).sum())
+            if n >= MIN_MEMBERS:
+                counts[(rel, members_point)] = n
+    if not counts:
+        return None
+    way = max((True, False), key=lambda d: sum(n for (_, p), n in counts.items() if p == d))
+    rels = tuple(sorted((r for (r, p) in counts if p == way), key=lambda r: -counts[(r, way)]))
+    return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts[(r, way)] for r in rels))
+
+
+def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | None:
+    """The class node the asked phrase names for ``member_type`` answers (None where the question
+    asks for a label by name, or its phrase names no class)."""
+    if member_type not in skb.node_type_names or asked_label(question, LabelPhrases.of(skb.node_type_names)) is not None:
+        return None
+    for phrase in asked_phrases(question):
+        found = [c for node in exact_name_ids(skb, phrase).tolist() if (c := class_of(skb, int(node), member_type))]
+        if found:
+            return max(found, key=lambda c: c.members)
+    return None
+
+
+def link_asked_class(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, str | None]:
+    """``qg`` with its target linked to the asked class node, and the change as text (None: unchanged)."""
+    target = qg.symbols.get(qg.target) if qg.target else None
+    if target is None or target.type is None:
+        return qg, None
+    found = find_asked_class(skb, question, target.type)
+    if found is None or any((s.name_value() or "").lower() == found.name.lower() for s in qg.symbols.values()):
+        return qg, None
+    var = next(f"_class{i}" for i in itertools.count(1) if f"_class{i}" not in qg.symbols)
+    symbols = {**qg.symbols, var: Symbol(var=var, type=found.label, label=found.label,
+                                         constraints=[Constraint(key="name", value=found.name)])}
+    head, tail = (qg.target, var) if found.members_point_at_class else (var, qg.target)
+    link = Triplet(head=head, rel=found.rels[0], rel_alternatives=list(found.rels[1:]), rel_label="|".join(found.rels),
+                   tail=tail, directed=True)
+    shown = f"({head})-[:{'|'.join(found.rels)}]->({tail} {{name: {found.name!r}}})"
+    detail = f"the question asks for {target.type} nodes of the class {found.name!r} ({found.members} linked): {shown}"
+    return qg.model_copy(update={"symbols": symbols, "triplets": [*qg.triplets, link]}), detail
