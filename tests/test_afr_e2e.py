@@ -336,9 +336,14 @@ def test_eval_replays_a_runs_step_1_2_outputs_without_asking_the_lm(
     first = tmp_path / "first"
     assert evaluate(first, "--system", "afr:steps=1-7").exit_code == 0
     asked = len(server.requests)
+    from autofocus.program.systems import registry
+
+    attached: list[str] = []
+    monkeypatch.setattr(registry, "apply_lms", lambda program, cfg: attached.append(cfg.steps))
     res = evaluate(tmp_path / "replayed", "--system", "afr:steps=1-7,k=2", "--replay", str(first))
     assert res.exit_code == 0, res.output
     assert len(server.requests) == asked  # steps 1-2 came from the first run
+    assert attached == []  # and no LM was attached: a replay without step 8 starts no offline LM server
     for line in (tmp_path / "replayed" / "traces.jsonl").read_text().splitlines():
         record = json.loads(line)
         assert record["status"] == "ok" and len(record["ranked"]) == 2 and record["ranked"][0] in record["gold"]

@@ -194,6 +194,10 @@ class AutofocusRetriever(RetrievalProgram):
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
         self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
 
+    def needs_lm(self, question: object) -> bool:
+        replayed = isinstance(question, str) and question in (self.recorded or {}) and self.recorded[question][0] is not None
+        return not (replayed and self.config.steps != "1-8")
+
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace,
                             demos: list[dspy.Example] | None = None) -> str | list[str] | None:

@@ -56,14 +56,21 @@ class RetrievalProgram(dspy.Module):
 
     # --- calling ------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
-        self._attach_pending_lms()
+        if self.needs_lm(kwargs.get("question", args[0] if args else None)):
+            self._attach_pending_lms()
         with question_deadline(self._deadline_s(), outermost=True):
             return super().__call__(*args, **kwargs)
 
     async def acall(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
-        self._attach_pending_lms()
+        if self.needs_lm(kwargs.get("question", args[0] if args else None)):
+            self._attach_pending_lms()
         with question_deadline(self._deadline_s(), outermost=True):
             return await super().acall(*args, **kwargs)
+
+    def needs_lm(self, question: object) -> bool:
+        """Whether answering ``question`` may call an LM; where not (a replayed question and no step 8),
+        the lazily attached LMs stay unattached, so a replay starts no offline LM server."""
+        return True
 
     def _deadline_s(self) -> float | None:
         runtime = getattr(getattr(self, "config", None), "runtime", None)
