@@ -153,17 +153,25 @@ def test_step1_weights_multiply_the_cue_into_the_embedding_prior(skb) -> None:
     assert set(plain._type_prior("Which functions raise KeyError?").values()) == {1.0}
 
 
-def test_step2_sees_the_triples_that_fit_its_budget_the_target_types_first() -> None:
-    """A schema of many labels has hundreds of triples: step 2 is shown those of the target type first,
-    then the most frequent others, within a budget a small LM's context holds; a small schema, all."""
-    from autofocus.program.steps.schema_context import RELATIONSHIP_BUDGET_CHARS, SchemaContext
+def test_step2_sees_the_same_frequent_triples_for_every_question_then_the_target_types_own() -> None:
+    """A schema of many labels has hundreds of triples: step 2 is shown the most frequent ones within a
+    budget that is the same for every question (a prompt prefix the LM server evaluates once), then the
+    target type's own that are left, within a budget a small LM's context holds; a small schema, all."""
+    from autofocus.program.steps.schema_context import (
+        RELATIONSHIP_BUDGET_CHARS,
+        SHARED_BUDGET_CHARS,
+        SchemaContext,
+    )
 
     rels = [f"(:t{i % 20})-[:rel{i}]->(:t{(i + 1) % 20})" for i in range(600)]
-    context = SchemaContext("kb", [f"t{i}" for i in range(20)], rels, [], ["t7"])
-    shown = context.relationships_for("t7")
+    context = SchemaContext("kb", [f"t{i}" for i in range(20)], rels, [], ["t7", "t3"])
+    shown, other = context.relationships_for("t7"), context.relationships_for("t3")
     assert sum(len(r) + 2 for r in shown[:-1]) <= RELATIONSHIP_BUDGET_CHARS < sum(len(r) + 2 for r in rels)
-    own = [r for r in rels if "(:t7)" in r]
-    assert shown[: len(own)] == own and shown[len(own)] == rels[0]
+    shared = [r for r in shown if r in other]
+    assert shown[: len(shared)] == other[: len(shared)] == rels[: len(shared)]  # one prefix for both questions
+    assert sum(len(r) + 2 for r in shared) <= SHARED_BUDGET_CHARS
+    own = shown[len(shared) : -1]
+    assert own and all("(:t7)" in r for r in own) and own == [r for r in rels if "(:t7)" in r and r not in shared][: len(own)]
     assert shown[-1] == f"... and {len(rels) - len(shown) + 1} rarer triples"
     assert context.query_inputs("q", "t7")["relationship_labels"] == shown
     small = SchemaContext("kb", ["a"], rels[:10], [], ["a"])

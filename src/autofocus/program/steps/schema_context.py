@@ -11,8 +11,12 @@ from autofocus.skb.schema_graph import schema_graph
 
 # The triples step 2 is shown, in characters (~1,500 tokens): a graph of many labels has hundreds of
 # (label, relationship, label) triples (WordNet-like schemas: ~300, 12k characters), which alone would
-# fill a small LM's 4k-token context and fail every step-2 call.
+# fill a small LM's 4k-token context and fail every step-2 call. Most of the budget goes to the same
+# triples for every question, so that the LM server reuses the evaluated prompt prefix across questions
+# (re-evaluating ~2,500 prompt tokens per question took a minute on 2 cores); the rest to the target
+# type's own triples, after them.
 RELATIONSHIP_BUDGET_CHARS = 6_000
+SHARED_BUDGET_CHARS = 4_500
 
 
 @dataclass(frozen=True)
@@ -61,21 +65,18 @@ class SchemaContext:
         )
 
     def relationships_for(self, target_type: str | None) -> list[str]:
-        """The triples step 2 is shown: all of them where they fit ``RELATIONSHIP_BUDGET_CHARS``, else
-        the target type's own first, then the rest, each most frequent first, as many as fit, and a
-        line saying how many rarer ones are left out (the step's grammar still admits them)."""
+        """The triples step 2 is shown: all of them where they fit ``RELATIONSHIP_BUDGET_CHARS``; else the
+        most frequent ones within ``SHARED_BUDGET_CHARS`` (the same for every question: a prefix the LM
+        server evaluates once), then the target type's own that are left, most frequent first, as many as
+        fit the rest, and a line saying how many rarer ones are left out (the step's grammar still admits
+        them)."""
         rels = self.relationship_labels
         if sum(len(r) + 2 for r in rels) <= RELATIONSHIP_BUDGET_CHARS:
             return rels
+        shared = _within(rels, SHARED_BUDGET_CHARS)
         own = f"(:{cypher_name(target_type)})" if target_type else None
-        ordered = [r for r in rels if own and own in r] + [r for r in rels if not (own and own in r)]
-        kept: list[str] = []
-        used = 0
-        for r in ordered:
-            used += len(r) + 2
-            if used > RELATIONSHIP_BUDGET_CHARS:
-                break
-            kept.append(r)
+        rest = [r for r in rels[len(shared):] if own and own in r]
+        kept = [*shared, *_within(rest, RELATIONSHIP_BUDGET_CHARS - sum(len(r) + 2 for r in shared))]
         return [*kept, f"... and {len(rels) - len(kept)} rarer triples"]
 
     def query_inputs(self, question: str, target_type: str | None) -> dict[str, object]:
@@ -95,6 +96,17 @@ class SchemaContext:
             "type_descriptions": self.type_descriptions,
             "question": question,
         }
+
+
+def _within(lines: list[str], budget: int) -> list[str]:
+    """The first ``lines`` whose lengths (plus a separator each) fit ``budget`` characters."""
+    kept, used = [], 0
+    for line in lines:
+        used += len(line) + 2
+        if used > budget:
+            break
+        kept.append(line)
+    return kept
 
 
 def _described(skb: SKB, label: str) -> str:
