@@ -35,6 +35,7 @@ from autofocus.skb.model import SKB
 from autofocus.skb.names import exact_name_ids
 
 MIN_MEMBERS = 2  # target-type nodes that must point at a node through one relationship for it to be a class
+MIN_SHARE = 0.2  # a relationship links the class's members if it carries at least this share of the commonest's links
 MAX_PHRASE_WORDS = 5  # words of the asked phrase read after the question word
 _JOIN = "of"  # "Which kinds of lizard": the phrase goes on past "of"
 
@@ -88,7 +89,10 @@ def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
     if not counts:
         return None
     way = max((True, False), key=lambda d: sum(n for (_, p), n in counts.items() if p == d))
-    rels = tuple(sorted((r for (r, p) in counts if p == way), key=lambda r: -counts[(r, way)]))
+    top = max(n for (_, p), n in counts.items() if p == way)
+    # the membership relationships: a country's 48 instances and 11 kinds, not the 2 members of a union
+    rels = tuple(sorted((r for (r, p), n in counts.items() if p == way and n >= MIN_SHARE * top),
+                        key=lambda r: -counts[(r, way)]))
     return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts[(r, way)] for r in rels))
 
 
