@@ -1,4 +1,4 @@
-"""Step 3 parser: golden cases (reference_impl.md 3.9, paper Tables 23-25) and syntax coverage."""
+"""Step 3 parser: golden cases (the paper's Tables 23-25) and syntax coverage."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def test_expansion_stops_at_k_and_schedule():
     ranked = {"c": np.array([0, 1, 2, 3])}
     masks = {"x": skb.node_type == 0, "c": skb.node_type == 1}
     res = ground_with_expansion(skb, qg, ranked, {"x": None}, masks, k=3, l_max=100, schedule="code")
-    # l = 1 -> {10, 11}; l = 2 -> + {12}: 3 >= k, stop (the reference toy run in reference_impl 5.7)
+    # l = 1 -> {10, 11}; l = 2 -> + {12}: 3 >= k, stop (the authors' toy run)
     assert [r["cut"] for r in res.rounds] == [1, 2]
     assert res.answers.tolist() == [10, 11, 12]
     assert res.round_of == {10: 0, 11: 0, 12: 1}

@@ -32,7 +32,7 @@ def test_no_gold_retrieved_scores_zero() -> None:
 
 
 def test_stark_drops_gold_answers_that_are_not_candidates() -> None:
-    # reference_impl.md 8.2: candidates {0,2,4,6,8}, gold {1,2}, 2 retrieved -> recall = 1.0
+    # as the authors' evaluation computes it: candidates {0,2,4,6,8}, gold {1,2}, 2 retrieved -> recall = 1.0
     m = compute_metrics([2, 4], [1, 2], candidates=[0, 2, 4, 6, 8], ks=(1, 2))
     assert m["recall@1"] == 1.0 and m["recall@2"] == 1.0 and m["hit@1"] == 1.0 and m["mrr"] == 1.0
     # without the candidate set, gold 1 counts and is never found

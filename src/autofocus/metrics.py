@@ -4,7 +4,7 @@ STaRK's evaluator (``stark_qa/evaluator.py``) scores a question over its candida
 answers that are not candidates are dropped from the denominator, predicted non-candidates are
 ignored, and a question with no candidate gold answer scores 0 everywhere. We keep those
 semantics but not its dependence on torchmetrics' changing treatment of unscored candidates
-(research note reference_impl.md section 8.2): a gold answer that is not in the returned list
+(as the authors' evaluation code computes it): a gold answer that is not in the returned list
 counts as not retrieved, so MRR is 1/rank of the first gold in the list, else 0.
 
 Definitions, with ``G`` the gold answers that are candidates and ``R`` the ranked candidates:

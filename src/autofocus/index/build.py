@@ -1,6 +1,6 @@
 """Fill embedding stores: embed node documents in resumable chunks, or import published vectors.
 
-Embedding 1 M documents with the local model takes about 2 h on 2 cores (offline_models.md §6), so a
+Embedding 1 M documents with the local model takes about 2 h on 2 cores, so a
 crash or Ctrl-C must not lose finished work: each chunk is flushed to the memmap and recorded in the
 done mask and manifest before the next one starts, and a rerun embeds only the rows not yet done.
 """

