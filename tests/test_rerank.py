@@ -409,7 +409,8 @@ def test_an_lm_overflow_error_steps_down_a_level() -> None:
 
 
 def test_make_reranker_auto_and_named_predictors() -> None:
-    local = make_reranker(AutofocusConfig(reranker="auto"), "local")
+    assert make_reranker(AutofocusConfig(reranker="auto"), "local") is None  # steps 1-7's order for the offline LMs
+    local = make_reranker(AutofocusConfig(reranker="pointwise"), "local")
     assert isinstance(local, PointwiseReranker) and local.scoring == "yes_no"
     hosted = make_reranker(AutofocusConfig(reranker="auto"), "openai/gpt-4o-mini")
     assert isinstance(hosted, ListwiseReranker)

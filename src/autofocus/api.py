@@ -65,7 +65,7 @@ def open(
         lm: every LLM step's LM: a DSPy/LiteLLM model string (``openai/gpt-4o-mini``,
             ``hosted_vllm/...``), ``local``/``local-small`` (the offline GGUF model), or a
             ``dspy.BaseLM`` (named in the config by its ``model``; give the offline models by name, so
-            that ``reranker="auto"`` picks their yes/no scoring). Default: the config's (``local``).
+            that ``reranker="auto"`` knows them: no step 8 for them). Default: the config's (``local``).
             LMs given by name attach on the first call, so opening never starts the offline LM
             server, and ``vss``/``bm25`` never need one.
         config: an ``AutofocusConfig``, a dict of its fields, or a JSON file (``autofocus tune``'s

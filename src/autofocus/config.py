@@ -220,8 +220,9 @@ class RerankConfig(_Group):
     """Step 8: the LM reranker and what it sees."""
 
     reranker: Reranker = Field(
-        "auto", description="step 8's method: auto picks yes/no scoring (pointwise) for local LMs and listwise "
-        "for hosted ones; none returns steps 1-7's order (no LM call)"
+        "auto", description="step 8's method: auto is none for the offline LMs (their yes/no judge did not beat "
+        "steps 1-7's order on the demo or WordNet) and listwise for hosted ones; none returns steps 1-7's order "
+        "(no LM call); pointwise scores yes/no, also on a local LM"
     )
     rerank_depth: int | None = Field(
         10, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "

@@ -638,17 +638,18 @@ RERANKERS: dict[str, type[Reranker]] = {
 def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reranker | None:
     """The step-8 module for ``config.rerank.reranker``; None for ``"none"``.
 
-    ``"auto"`` picks by the rerank LM: for the small offline models (``local*`` specs) pointwise
-    yes/no scoring, because they cannot write a usable ranking; for
-    hosted LMs the listwise reranker, the paper's default (one prompt; Table 7). An explicit
-    ``"pointwise"`` also scores yes/no on a local LM. Extra kwargs go to the reranker.
+    ``"auto"`` picks by the rerank LM: for the small offline models (``local*`` specs) none, because
+    their yes/no judge did not beat steps 1-7's order on either labelled benchmark (demo, WordNet:
+    docs/results.md); for hosted LMs the listwise reranker, the paper's default (one prompt; Table 7).
+    An explicit ``"pointwise"`` scores yes/no on a local LM (small models cannot write a usable
+    ranking). Extra kwargs go to the reranker.
     """
     local = is_local_spec(lm_spec)
     choice = config.rerank.reranker
+    if choice == "auto":
+        choice = "none" if local else "listwise"
     if choice == "none":
         return None
-    if choice == "auto":
-        choice = "pointwise" if local else "listwise"
     if choice == "pointwise":
         kwargs.setdefault("scoring", "yes_no" if local else "signature")
     return RERANKERS[choice](config, **kwargs)
