@@ -181,11 +181,6 @@ class MergeConfig(_Group):
         "grounded candidates raised by grounded_bonus; rrf: reciprocal rank fusion of the VSS order of all k "
         "candidates with step 6's grounded order, the grounded strand weighted by the evidence rule's factor"
     )
-    merge_order: Literal["score", "rrf"] = Field(
-        "score", description="the fused order where merge_rule does not keep the block: score: one similarity scale, "
-        "grounded candidates raised by grounded_bonus; rrf: reciprocal rank fusion of the VSS order of all k "
-        "candidates with step 6's grounded order, the grounded strand weighted by the evidence rule's factor"
-    )
     grounded_bonus: float = Field(
         0.1, ge=0.0, le=2.0, description="score merge: cosine similarity added to a grounded candidate, times the "
         "evidence rule's factor"
