@@ -15,7 +15,9 @@ query's own conditions and the class exclude each other, relaxation drops the qu
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,12 +110,20 @@ def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | 
     return None
 
 
-def link_asked_class(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, str | None]:
-    """``qg`` with its target linked to the asked class node, and the change as text (None: unchanged)."""
+def asked_class_finder(skb: SKB, question: str) -> Callable[[str], AskedClass | None]:
+    """``find_asked_class`` for one question, each member type looked up once."""
+    return functools.cache(functools.partial(find_asked_class, skb, question))
+
+
+def link_asked_class(qg: QueryGraph, skb: SKB, question: str,
+                     find: Callable[[str], AskedClass | None] | None = None) -> tuple[QueryGraph, str | None]:
+    """``qg`` with its target linked to the asked class node, and the change as text (None: unchanged).
+    ``find`` is ``find_asked_class`` for this question by member type; a caller linking several readings
+    of one question passes one that remembers its answers (``asked_class_finder``)."""
     target = qg.symbols.get(qg.target) if qg.target else None
     if target is None or target.type is None:
         return qg, None
-    found = find_asked_class(skb, question, target.type)
+    found = (find or asked_class_finder(skb, question))(target.type)
     if found is None or any((s.name_value() or "").lower() == found.name.lower() for s in qg.symbols.values()):
         return qg, None
     var = next(f"_class{i}" for i in itertools.count(1) if f"_class{i}" not in qg.symbols)

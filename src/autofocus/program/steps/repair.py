@@ -41,7 +41,7 @@ import numpy as np
 from rapidfuzz import fuzz
 
 from autofocus.cypher.mapping import SchemaMapper
-from autofocus.program.steps.asked_class import link_asked_class
+from autofocus.program.steps.asked_class import AskedClass, asked_class_finder, link_asked_class
 from autofocus.program.steps.direction import points_from, points_to, relation_phrase
 from autofocus.program.steps.label_phrases import STOP_WORDS, WORD, LabelPhrases, asked_label
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
@@ -565,7 +565,7 @@ def repair_query(
             qg, as_text = names_as_text(qg, named)
             qg, linked = constrain_mentions(qg, skb, sg, named)
             repairs = as_text + linked
-        qg, of_class = _to_class(qg, skb, question, classes)
+        qg, of_class = _to_class(qg, skb, question, asked_class_finder(skb, question) if classes else None)
         return Repaired(qg, repairs + of_class, [])
     named = named_mentions(skb, question)
     qg, as_text = names_as_text(qg, named) if mentions else (qg, [])
@@ -634,18 +634,21 @@ def repair_query(
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
-    query, of_class = _to_class(query, skb, question, classes)
+    find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
+    query, of_class = _to_class(query, skb, question, find)
     second: list[tuple[QueryGraph, list[Repair]]] = []
     for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
-        alt, more = _to_class(alt, skb, question, classes)
+        alt, more = _to_class(alt, skb, question, find)
         second.append((alt, alt_repairs + more))
     return Repaired(query, repairs + of_class, second, cut)
 
 
-def _to_class(qg: QueryGraph, skb: SKB, question: str, on: bool) -> tuple[QueryGraph, list[Repair]]:
-    if not on:
+def _to_class(qg: QueryGraph, skb: SKB, question: str,
+              find: Callable[[str], AskedClass | None] | None) -> tuple[QueryGraph, list[Repair]]:
+    """``link_asked_class`` as a repair; ``find`` None: off (``repair_class``)."""
+    if find is None:
         return qg, []
-    query, detail = link_asked_class(qg, skb, question)
+    query, detail = link_asked_class(qg, skb, question, find)
     return query, [] if detail is None else [Repair("class", detail)]
 
 
