@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from autofocus.cypher.render import name as cypher_name
@@ -70,14 +71,20 @@ class SchemaContext:
         server evaluates once), then the target type's own that are left, most frequent first, as many as
         fit the rest, and a line saying how many rarer ones are left out (the step's grammar still admits
         them)."""
-        rels = self.relationship_labels
-        if sum(len(r) + 2 for r in rels) <= RELATIONSHIP_BUDGET_CHARS:
+        rels, shared = self.relationship_labels, self._shared_relationships
+        if shared is None:
             return rels
-        shared = _within(rels, SHARED_BUDGET_CHARS)
         own = f"(:{cypher_name(target_type)})" if target_type else None
         rest = [r for r in rels[len(shared):] if own and own in r]
-        kept = [*shared, *_within(rest, RELATIONSHIP_BUDGET_CHARS - sum(len(r) + 2 for r in shared))]
+        kept = [*shared, *_within(rest, RELATIONSHIP_BUDGET_CHARS - _length(shared))]
         return [*kept, f"... and {len(rels) - len(kept)} rarer triples"]
+
+    @functools.cached_property
+    def _shared_relationships(self) -> list[str] | None:
+        """The triples every question's step 2 starts with, or None where all of them fit the budget
+        (the same for every call: computed once)."""
+        rels = self.relationship_labels
+        return None if _length(rels) <= RELATIONSHIP_BUDGET_CHARS else _within(rels, SHARED_BUDGET_CHARS)
 
     def query_inputs(self, question: str, target_type: str | None) -> dict[str, object]:
         return {
@@ -96,6 +103,11 @@ class SchemaContext:
             "type_descriptions": self.type_descriptions,
             "question": question,
         }
+
+
+def _length(lines: list[str]) -> int:
+    """Characters ``lines`` take in a prompt, a separator each."""
+    return sum(len(line) + 2 for line in lines)
 
 
 def _within(lines: list[str], budget: int) -> list[str]:
