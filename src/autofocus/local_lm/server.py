@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
-from autofocus.local_lm.server_build import ServerBuildError, find_server
+from autofocus.local_lm.server_build import ServerBuildError, find_server, usable_cores
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
@@ -63,16 +63,12 @@ def require_llama_cpp() -> None:
         )
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def default_threads() -> int:
     """Threads for llama.cpp: AUTOFOCUS_LLM_THREADS, else the usable cores (at most 8)."""
     env = os.environ.get("AUTOFOCUS_LLM_THREADS")
     if env:
         return max(1, int(env))
-    return max(1, min(8, _cores()))
+    return max(1, min(8, usable_cores(os.cpu_count() or 1)))
 
 
 def default_ctx() -> int:
@@ -101,7 +97,7 @@ def default_parallel(n_ctx: int | None = None) -> int:
     env = os.environ.get("AUTOFOCUS_LLM_PARALLEL")
     if env:
         return max(1, int(env))
-    slots = max(2, min(8, 2 * _cores()))
+    slots = max(2, min(8, 2 * usable_cores(os.cpu_count() or 1)))
     per_slot = (n_ctx or default_ctx()) * KV_BYTES_PER_TOKEN
     free = _memory_bytes() - SPARE_MEMORY_BYTES
     return max(1, min(slots, free // per_slot)) if free > 0 else 1

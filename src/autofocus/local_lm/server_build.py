@@ -44,6 +44,11 @@ class ServerBuildError(RuntimeError):
     """llama-server cannot be built here (missing tool, failed compile); the message says what to do."""
 
 
+def usable_cores(fallback: int) -> int:
+    """The cores this process may run on (its CPU affinity), ``fallback`` where the OS does not say."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else fallback
+
+
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -133,7 +138,7 @@ def build_server(log: Log = _stderr, jobs: int | None = None) -> Path:
             return out
         cmake, cxx = build_tools()
         sdist = ensure_sdist(log)
-        jobs = jobs or max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
+        jobs = jobs or max(1, min(2, usable_cores(2)))
         log(f"building llama-server {LLAMA_CPP_VERSION} from {sdist.name} (once; 10-25 min on 2 cores) into {out}")
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=paths.sub("build")) as tmp:

@@ -23,7 +23,13 @@ from pathlib import Path
 from autofocus import paths
 from autofocus.local_lm.models import CATALOG, ensure_model
 from autofocus.local_lm.server import missing_server_modules
-from autofocus.local_lm.server_build import LLAMA_CPP_VERSION, ServerBuildError, ensure_sdist, ensure_server
+from autofocus.local_lm.server_build import (
+    LLAMA_CPP_VERSION,
+    ServerBuildError,
+    ensure_sdist,
+    ensure_server,
+    usable_cores,
+)
 
 Log = Callable[[str], None]
 
@@ -63,7 +69,7 @@ def _pip(*args: str, env: dict[str, str] | None = None) -> None:
 
 def build_wheel(log: Log = _stderr) -> Path:
     env = dict(os.environ)
-    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(usable_cores(2)))
     log(f"building llama-cpp-python {LLAMA_CPP_VERSION} from source (once; about 5-10 min on 2 cores) into {wheel_dir()}")
     t0 = time.perf_counter()
     _pip("wheel", "--no-deps", "--no-cache-dir", "-w", str(wheel_dir()), str(ensure_sdist(log)), env=env)
