@@ -100,7 +100,7 @@ def test_grounding_keeps_the_class_and_drops_the_llms_condition_where_both_exclu
     qg = parse_cypher('MATCH (y:person)-[:instance_of]->(w:person {name: "writer"}) RETURN y', skb.schema)
     strand = ground_strand(_KB(skb), qg, cfg, trace, "person")
     assert strand.answers.tolist() == [1, 2, 3, *range(15, 23)]
-    assert strand.relaxed[0].startswith("triplets: dropped (y)-[:instance_of]-(w)")
+    assert strand.relaxed[-1].startswith("triplets: dropped (y)-[:instance_of]-(w)")
     # without the class link the LM's reading stands
     off = ground_strand(_KB(skb), qg, cfg.updated({"repair_class": False}), Trace(question="Which composers were also writers?"),
                         "person")

@@ -121,6 +121,10 @@ class QueryConfig(_Group):
         True, description="step 3b: where the question asks for a node that the graph uses as a class (\"Which "
         "composers ...\" for a node 'composer' that persons are instances of) and names no label, link the target to it"
     )
+    turn_round: bool = Field(
+        True, description="step 5: where the query grounds nothing, read its relationships between nodes of one type "
+        "the other way round first (where the question's wording reads them neither way)"
+    )
 
 
 class GroundingConfig(_Group):

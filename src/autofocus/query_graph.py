@@ -29,6 +29,9 @@ class Symbol(BaseModel):
     type: str | None = None  # a node type of the SKB after mapping (None: unknown / untyped)
     label: str | None = None  # the label as written in the query, before mapping
     constraints: list[Constraint] = Field(default_factory=list)
+    # the nodes the symbol stands for where the program fixed them (a class and its subclasses,
+    # ``program.steps.asked_class``) instead of searching its name; left out of dumps (it can be large)
+    extent: list[int] = Field(default_factory=list, exclude=True, repr=False)
 
     def name_value(self, name_keys: tuple[str, ...] = ("name", "title")) -> str | None:
         for c in self.constraints:

@@ -7,8 +7,12 @@ writes the condition it can read, "from Brazil"), so the grounded set misses the
 drown among every person. Where the question's asked phrase (the words after its question word, as
 ``label_phrases.asked_label`` reads them) names no label but names a node that the graph uses as a class
 of the query's target type (at least ``MIN_MEMBERS`` target-type nodes point at it through one
-relationship type, or it at them), the target is linked to that node. Everything here is read from the
-question's words and the graph: no schema's vocabulary. The link is an added condition; where the
+relationship type, or it at them), the target is linked to that node, or to one of its subclasses: the nodes that reach it through
+the membership relationship that chains there (the one with the most two-hop paths into the class:
+"Centrarchidae" is_a "fish family" is_a "family"; a river's instance_of does not chain), through the
+relationships that link target-type nodes to the class and its subclasses ("Kattegatt" instance_of
+"strait" is_a "body of water"). Everything here
+is read from the question's words and the graph: no schema's vocabulary. The link is an added condition; where the
 query's own conditions and the class exclude each other, relaxation drops the query's conditions first
 (they sit before the link, at the same distance from the target).
 """
@@ -38,6 +42,7 @@ from autofocus.skb.names import exact_name_ids
 
 MIN_MEMBERS = 2  # target-type nodes that must point at a node through one relationship for it to be a class
 MIN_SHARE = 0.2  # a relationship links the class's members if it carries at least this share of the commonest's links
+MAX_DEPTH = 16  # subclass levels followed below the class (a taxonomy's depth; cycles stop earlier)
 MAX_PHRASE_WORDS = 5  # words of the asked phrase read after the question word
 _JOIN = "of"  # "Which kinds of lizard": the phrase goes on past "of"
 
@@ -51,6 +56,7 @@ class AskedClass:
     rels: tuple[str, ...]  # relationship types between members and the class
     members_point_at_class: bool  # member -[rel]-> class (else class -[rel]-> member)
     members: int  # target-type nodes linked to it that way
+    extent: tuple[int, ...] = ()  # the class node and its subclasses (sorted ids): what a member links to
 
 
 def asked_phrases(question: str) -> list[str]:
@@ -95,7 +101,37 @@ def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
     # the membership relationships: a country's 48 instances and 11 kinds, not the 2 members of a union
     rels = tuple(sorted((r for (r, p), n in counts.items() if p == way and n >= MIN_SHARE * top),
                         key=lambda r: -counts[(r, way)]))
-    return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts[(r, way)] for r in rels))
+    direction = "in" if way else "out"
+    extent = subclasses(skb, node, rels, direction)
+    if len(extent) > 1:  # members of the subclasses may link another way ("Kattegatt" instance_of "strait")
+        ids = np.asarray(extent, dtype=np.int64)
+        linked = {r: int((skb.node_type[skb.graph.adjacency(r, direction).gather(ids)[1]] == code).sum())
+                  for r in skb.graph.edge_types}
+        most = max(linked.values())
+        rels = tuple(sorted((r for r, n in linked.items() if n and n >= MIN_SHARE * most), key=lambda r: -linked[r]))
+    return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts.get((r, way), 0) for r in rels), extent)
+
+
+def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str) -> tuple[int, ...]:
+    """``node`` and the nodes below it through the one of ``rels`` that chains at it (most two-hop
+    paths into it, where any): a class's kinds and their kinds, whose members are its members too."""
+    row = np.asarray([node], dtype=np.int64)
+
+    def below(r: str, ids: np.ndarray) -> np.ndarray:
+        return np.unique(skb.graph.adjacency(r, direction).gather(ids)[1])
+
+    chains = {r: len(below(r, below(r, row))) for r in rels}
+    sub = max(rels, key=lambda r: chains[r]) if rels else None
+    seen = np.zeros(skb.num_nodes, dtype=bool)
+    seen[node] = True
+    frontier = row
+    for _ in range(MAX_DEPTH if sub is not None and chains[sub] else 0):
+        nxt = below(sub, frontier)  # type: ignore[arg-type]
+        frontier = nxt[~seen[nxt]]
+        if len(frontier) == 0:
+            break
+        seen[frontier] = True
+    return tuple(np.flatnonzero(seen).tolist())
 
 
 def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | None:
@@ -127,11 +163,13 @@ def link_asked_class(qg: QueryGraph, skb: SKB, question: str,
     if found is None or any((s.name_value() or "").lower() == found.name.lower() for s in qg.symbols.values()):
         return qg, None
     var = next(f"_class{i}" for i in itertools.count(1) if f"_class{i}" not in qg.symbols)
-    symbols = {**qg.symbols, var: Symbol(var=var, type=found.label, label=found.label,
+    symbols = {**qg.symbols, var: Symbol(var=var, type=found.label, label=found.label, extent=list(found.extent),
                                          constraints=[Constraint(key="name", value=found.name)])}
     head, tail = (qg.target, var) if found.members_point_at_class else (var, qg.target)
     link = Triplet(head=head, rel=found.rels[0], rel_alternatives=list(found.rels[1:]), rel_label="|".join(found.rels),
                    tail=tail, directed=True)
     shown = f"({head})-[:{'|'.join(found.rels)}]->({tail} {{name: {found.name!r}}})"
-    detail = f"the question asks for {target.type} nodes of the class {found.name!r} ({found.members} linked): {shown}"
+    subs = f" and its {len(found.extent) - 1} subclasses" if len(found.extent) > 1 else ""
+    detail = (f"the question asks for {target.type} nodes of the class {found.name!r}{subs} "
+              f"({found.members} linked): {shown}")
     return qg.model_copy(update={"symbols": symbols, "triplets": [*qg.triplets, link]}), detail

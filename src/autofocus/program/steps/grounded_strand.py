@@ -89,12 +89,12 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
 
 
 def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace, mentions: bool = True,
-                carry_asked: bool = True, classes: bool = True) -> Repaired:
+                carry_asked: bool = True, classes: bool = True, turn_round: bool = True) -> Repaired:
     """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``)."""
     skb = kb.skb
     with trace.step("3_repair"):
         result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question,
-                              mentions=mentions, carry_asked=carry_asked, classes=classes)
+                              mentions=mentions, carry_asked=carry_asked, classes=classes, turn_round=turn_round)
     repaired, repairs = result.query, result.repairs
     for r in repairs:
         trace.event("3_repair", r.kind, r.detail)
@@ -116,7 +116,7 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     alternatives: list[tuple[QueryGraph, list[Repair]]] = []
     if cfg.query.repair:
         repaired = repair_step(kb, qg, target_type, trace, cfg.query.repair_mentions, cfg.query.repair_asked,
-                               cfg.query.repair_class)
+                               cfg.query.repair_class, cfg.query.turn_round)
         qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False
@@ -128,11 +128,11 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     for alt, alt_repairs in alternatives if strand.empty else []:
         if late := _out_of_time(trace, strand):
             break
-        strand.relaxed.append("reading: " + "; ".join(r.detail for r in alt_repairs if r.kind == "path"))
-        trace.event("5_relax", "reading", strand.relaxed[-1])
+        reading = "reading: " + "; ".join(r.detail for r in alt_repairs if r.kind == "path")
+        trace.event("5_relax", "reading", reading)
         result = _ground_once(kb, alt, cfg, trace, record=False)
-        if len(result.answers):
-            strand = Strand(result.answers, alt, result, alt_repairs, strand.relaxed)
+        if len(result.answers):  # a reading that grounds nothing is no step away from the query: not counted
+            strand = Strand(result.answers, alt, result, alt_repairs, [reading])
             qg = alt
             break
     if strand.empty and cfg.grounding.relax and not late:

@@ -402,6 +402,30 @@ def orient_by_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     return (qg.model_copy(update={"triplets": triplets}), repairs) if repairs else (qg, [])
 
 
+def reversed_reading(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]] | None:
+    """``qg`` with its relationships between the target and a named node of the same type turned round,
+    where the question's wording reads them neither way: a second reading, tried when the query as written grounds nothing
+    (a small LM writes "the parts of the ulnar vein" for "where is the ulnar vein"). None: nothing to turn."""
+    triplets, turned = list(qg.triplets), []
+    for i, t in enumerate(qg.triplets):
+        head, tail = qg.symbols.get(t.head), qg.symbols.get(t.tail)
+        if (not t.directed or t.rel is None or head is None or tail is None or head.type != tail.type
+                or qg.target not in (t.head, t.tail) or not (head.is_constant or tail.is_constant)
+                or t.head == t.tail or head.extent or tail.extent):  # a class link is the graph's, not the LM's
+            continue
+        info = skb.schema.edge_types.get(t.rel)
+        # the relationship's first word near a name is wording enough ("subclass KeyError", "parts of the heart")
+        phrase = (relation_phrase(t.rel, info.src_type, info.dst_type) if info else t.rel).split()[0]
+        names = [str(n) for n in (head.name_value(), tail.name_value()) if n]
+        if any(points_to(question, phrase, n) or points_from(question, phrase, n) for n in names):
+            continue
+        triplets[i] = t.model_copy(update={"head": t.tail, "tail": t.head})
+        turned.append(f"({t.tail})-[:{t.rel}]->({t.head})")
+    if not turned:
+        return None
+    return qg.model_copy(update={"triplets": triplets}), [Repair("path", "turned round: " + ", ".join(turned))]
+
+
 def _only_link(sg: SchemaGraph, src: str, dst: str) -> list[Hop] | None:
     """The one way the schema connects two labels: one relationship (either direction), else one
     two-hop path; None where it offers several or none."""
@@ -553,11 +577,13 @@ class Repaired:
 def repair_query(
     qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
     question: str = "", mentions: bool = True, carry_asked: bool = True, classes: bool = True,
+    turn_round: bool = True,
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
     its answers carried over to the label the question asks for (``carry_asked``), with the entities the
     question names and the query left out linked to the target (``mentions``) and the target linked to
-    the class node the question asks about (``classes``, ``program.steps.asked_class``)."""
+    the class node the question asks about (``classes``, ``program.steps.asked_class``); its relationships
+    between nodes of one type turned round are the first second reading (``turn_round``)."""
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         repairs: list[Repair] = []
         if mentions:
@@ -637,6 +663,8 @@ def repair_query(
     find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
     query, of_class = _to_class(query, skb, question, find)
     second: list[tuple[QueryGraph, list[Repair]]] = []
+    if turn_round and (turned_round := reversed_reading(query, skb, question)) is not None:
+        second.append((turned_round[0], repairs + of_class + turned_round[1]))
     for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
         alt, more = _to_class(alt, skb, question, find)
         second.append((alt, alt_repairs + more))

@@ -214,6 +214,10 @@ def retrieve_symbol_candidates(
     out = SymbolCandidates()
     searches: list[_ConstantSearch] = []
     for var, sym in qg.symbols.items():
+        if sym.extent:  # fixed by the program: these nodes, whatever their type
+            out.type_masks[var] = None
+            out.variables[var] = np.unique(np.asarray(sym.extent, dtype=np.int64))
+            continue
         tmask = _type_mask(skb, sym, strict)
         out.type_masks[var] = tmask
         mask = None if tmask is None else tmask.copy()
