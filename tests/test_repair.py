@@ -139,7 +139,10 @@ def test_an_unnamed_symbol_is_bound_to_the_entity_the_question_names_next_to_its
     result = repaired(skb, cypher, "function", question="Which functions of json, not of os, are in the os module?")
     assert result.query.symbols["m"].name_value() == "os"  # "the os module" beats the earlier "json"
     plain = repaired(skb, cypher, "function", question="Which functions does json define?")
-    assert plain.query.symbols["m"].name_value() is None  # a plain word away from "module" is no name
+    # a plain word away from "module" binds no written name; the module the query left nameless is still
+    # the one the question names (``name_from_question``)
+    assert plain.query.symbols["m"].name_value() == "json"
+    assert [r.kind for r in plain.repairs if "json" in r.detail] == ["mention"]
     named = repaired(skb, 'MATCH (y:function)-[:function_defined_in_module]->(m:module {name: "json"}) RETURN y',
                      "function", question="Which functions does json.JSONDecoder use?")
     assert named.query.symbols["m"].name_value() == "json"  # json.JSONDecoder is a class, not a longer module name

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from autofocus.program.steps.label_phrases import (
     LabelPhrases,
     after_question_word,
     asked_label,
+    question_words,
     singular,
 )
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
@@ -63,7 +65,13 @@ def asked_phrases(question: str) -> list[str]:
     """Candidate names in the asked phrase, the rightmost-ending first, then the longest: "Which
     tennis players came from Australia?" gives "tennis players came", "players came", "came", "tennis
     players", "tennis player", ...; the head word also in the singular."""
-    rest = list(itertools.dropwhile(lambda w: w in DETERMINERS or w == _JOIN, after_question_word(question) or []))
+    words = question_words(question)
+    rest = words[1:] if words[:1] == ["who"] else after_question_word(question) or []
+    if rest[:1] and rest[0] in COPULA and rest[1:2] and rest[1] in DETERMINERS:
+        rest = rest[1:]  # "What are the parts of ...", "Who are the astronauts?"
+    elif words[:1] == ["who"]:
+        return []  # "Who wrote Hamlet?": a verb, no asked phrase
+    rest = list(itertools.dropwhile(lambda w: w in DETERMINERS or w == _JOIN, rest))
     span: list[str] = []
     for w in rest[:MAX_PHRASE_WORDS]:
         if (w in STOP_WORDS and w != _JOIN) or w in COPULA or w in AUXILIARIES:
@@ -102,9 +110,9 @@ def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
     rels = tuple(sorted((r for (r, p), n in counts.items() if p == way and n >= MIN_SHARE * top),
                         key=lambda r: -counts[(r, way)]))
     direction = "in" if way else "out"
-    extent = subclasses(skb, node, rels, direction)
-    if len(extent) > 1:  # members of the subclasses may link another way ("Kattegatt" instance_of "strait")
-        ids = np.asarray(extent, dtype=np.int64)
+    extent, kinds = subclasses(skb, node, rels, direction)
+    if len(kinds):  # members of the class's kinds may link another way ("Kattegatt" instance_of "strait")
+        ids = np.concatenate([[node], kinds])
         linked = {r: int((skb.node_type[skb.graph.adjacency(r, direction).gather(ids)[1]] == code).sum())
                   for r in skb.graph.edge_types}
         most = max(linked.values())
@@ -112,9 +120,11 @@ def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
     return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts.get((r, way), 0) for r in rels), extent)
 
 
-def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str) -> tuple[int, ...]:
+def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str) -> tuple[tuple[int, ...], np.ndarray]:
     """``node`` and the nodes below it through the one of ``rels`` that chains at it (most two-hop
-    paths into it, where any): a class's kinds and their kinds, whose members are its members too."""
+    paths into it, where any): a class's kinds and their kinds, whose members are its members too; and
+    its kinds alone (one level below), whose own members say how members link (deeper levels of a
+    taxonomy are groups with members of their own: a family's species are no family)."""
     row = np.asarray([node], dtype=np.int64)
 
     def below(r: str, ids: np.ndarray) -> np.ndarray:
@@ -124,14 +134,16 @@ def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str) -> tu
     sub = max(rels, key=lambda r: chains[r]) if rels else None
     seen = np.zeros(skb.num_nodes, dtype=bool)
     seen[node] = True
-    frontier = row
-    for _ in range(MAX_DEPTH if sub is not None and chains[sub] else 0):
+    frontier, kinds = row, np.zeros(0, np.int64)
+    for level in range(MAX_DEPTH if sub is not None and chains[sub] else 0):
         nxt = below(sub, frontier)  # type: ignore[arg-type]
         frontier = nxt[~seen[nxt]]
+        if level == 0:
+            kinds = frontier
         if len(frontier) == 0:
             break
         seen[frontier] = True
-    return tuple(np.flatnonzero(seen).tolist())
+    return tuple(np.flatnonzero(seen).tolist()), kinds
 
 
 def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | None:
@@ -140,10 +152,17 @@ def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | 
     if member_type not in skb.node_type_names or asked_label(question, LabelPhrases.of(skb.node_type_names)) is not None:
         return None
     for phrase in asked_phrases(question):
+        if {singular(w) for w in phrase.split()} <= relation_words(skb):
+            continue  # "the parts of a nerve cell", "members of Canidae": a relationship, not a class
         found = [c for node in exact_name_ids(skb, phrase).tolist() if (c := class_of(skb, int(node), member_type))]
         if found:
             return max(found, key=lambda c: c.members)
     return None
+
+
+def relation_words(skb: SKB) -> frozenset[str]:
+    """The words of the schema's relationship names ("part" of ``part_of``), stop words aside."""
+    return frozenset(w for r in skb.graph.edge_types for w in re.split(r"[\W_]+", r.lower()) if w and w not in STOP_WORDS)
 
 
 def asked_class_finder(skb: SKB, question: str) -> Callable[[str], AskedClass | None]:

@@ -41,12 +41,17 @@ import numpy as np
 from rapidfuzz import fuzz
 
 from autofocus.cypher.mapping import SchemaMapper
-from autofocus.program.steps.asked_class import AskedClass, asked_class_finder, link_asked_class
+from autofocus.program.steps.asked_class import (
+    AskedClass,
+    asked_class_finder,
+    asked_phrases,
+    link_asked_class,
+)
 from autofocus.program.steps.direction import points_from, points_to, relation_phrase
 from autofocus.program.steps.label_phrases import STOP_WORDS, WORD, LabelPhrases, asked_label
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
-from autofocus.skb.names import labels_named, named_ids
+from autofocus.skb.names import exact_name_ids, labels_named, named_ids
 from autofocus.skb.schema_graph import Hop, SchemaGraph
 from autofocus.usage import deadline_passed
 
@@ -59,6 +64,7 @@ W_STEP1 = 0.75
 W_UNNAMED = 2.0  # a constant kept under a label that has no node of its name (when another label has one)
 W_REL = 2.0  # per triplet, times the relationship-name similarity
 FLIP_PENALTY = 0.3  # a reversed direction costs this much of a triplet's score
+MAX_NAME_WORDS = 5  # words of a name the question gives for a node the query leaves nameless
 PATH_PENALTY = 0.5  # a two-hop path in place of one relationship
 UNGROUNDABLE = -2.0  # a triplet between two labels that nothing connects
 MIN_LABEL_SIMILARITY = 0.4  # an unknown label below this similarity to every label is ignored
@@ -402,6 +408,46 @@ def orient_by_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     return (qg.model_copy(update={"triplets": triplets}), repairs) if repairs else (qg, [])
 
 
+def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]]:
+    """A node next to the target that the query leaves nameless (``(b:body_part)`` for "What are the
+    parts of a nerve cell?"), named by the longest run of the question's words that names nodes of its
+    label, next to the relationship's word ("parts of a nerve cell"), outside the asked phrase and the
+    names the query already gives, and not beside another label's word: a small LM writes the
+    relationship and forgets the name."""
+    target = qg.target
+    given = " ".join((s.name_value() or "").lower() for s in qg.symbols.values())
+    asked = set(asked_phrases(question))
+    tokens = [t.strip(".:'\"?!,").removesuffix("'s") for t in WORD.findall(question)]
+    grams = [" ".join(tokens[i:j]) for n in range(MAX_NAME_WORDS, 0, -1) for i in range(len(tokens) - n + 1)
+             for j in [i + n] if tokens[i].lower() not in STOP_WORDS and tokens[j - 1].lower() not in STOP_WORDS]
+    grams = [g for g in grams if g and g.lower() not in asked and g.lower() not in given]
+    words = label_words(set(skb.node_type_names))
+    beside = {text.lower(): {words[w] for w in near} for text, near in question_mentions(question, set(words))}
+    symbols, repairs = dict(qg.symbols), []
+    for t in qg.triplets:
+        other = t.tail if t.head == target else t.head if t.tail == target else None
+        sym = symbols.get(other) if other is not None else None
+        if sym is None or sym.constraints or sym.extent or sym.type not in skb.node_type_names:
+            continue
+        code = skb.type_code(sym.type)
+        word = _relation_word(skb, t.rel) if t.rel else None
+        name = next((g for g in grams if word and (points_to(question, word, g) or points_from(question, word, g))
+                     and (skb.node_type[exact_name_ids(skb, g)] == code).any()
+                     and not beside.get(g.lower(), set()) - {sym.type}), None)  # "the json class" is no module
+        if name is not None:
+            symbols[other] = sym.model_copy(update={"constraints": [Constraint(key="name", value=name)]})
+            repairs.append(Repair("mention", f"{other}: the question names the {sym.type} {name!r}"))
+            grams = [g for g in grams if g.lower() not in name.lower() and name.lower() not in g.lower()]
+    return (qg.model_copy(update={"symbols": symbols}), repairs) if repairs else (qg, [])
+
+
+def _relation_word(skb: SKB, rel: str) -> str:
+    """A relationship's first word without its endpoint labels: near a name, it is wording enough
+    ("subclass KeyError", "the parts of the heart", "the pubis is part of")."""
+    info = skb.schema.edge_types.get(rel)
+    return (relation_phrase(rel, info.src_type, info.dst_type) if info else rel).split()[0]
+
+
 def reversed_reading(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]] | None:
     """``qg`` with its relationships between the target and a named node of the same type turned round,
     where the question's wording reads them neither way: a second reading, tried when the query as written grounds nothing
@@ -413,9 +459,7 @@ def reversed_reading(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGrap
                 or qg.target not in (t.head, t.tail) or not (head.is_constant or tail.is_constant)
                 or t.head == t.tail or head.extent or tail.extent):  # a class link is the graph's, not the LM's
             continue
-        info = skb.schema.edge_types.get(t.rel)
-        # the relationship's first word near a name is wording enough ("subclass KeyError", "parts of the heart")
-        phrase = (relation_phrase(t.rel, info.src_type, info.dst_type) if info else t.rel).split()[0]
+        phrase = _relation_word(skb, t.rel)
         names = [str(n) for n in (head.name_value(), tail.name_value()) if n]
         if any(points_to(question, phrase, n) or points_from(question, phrase, n) for n in names):
             continue
@@ -655,8 +699,9 @@ def repair_query(
     ]
     query, repairs = _to_asked(*_apply(qg, assign, first, notes), sg, asks)
     query, starred = star_constants(query, sg)
+    query, named_here = name_from_question(query, skb, question) if mentions else (query, [])
     query, turned = orient_by_question(query, skb, question)
-    repairs = repairs + starred + turned
+    repairs = repairs + starred + named_here + turned
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked

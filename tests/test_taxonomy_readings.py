@@ -1,0 +1,108 @@
+"""Readings of a small LM's query on a taxonomy-shaped schema (multi-word labels and names, one type on
+both ends of most relationships): the asked class with its subclasses, a same-type link turned round
+when it grounds nothing, and a name the query forgot taken from the question."""
+
+from __future__ import annotations
+
+import pytest
+
+from autofocus.config import AutofocusConfig
+from autofocus.cypher import parse_cypher
+from autofocus.cypher.mapping import mapper_for
+from autofocus.program.steps.asked_class import asked_phrases, find_asked_class
+from autofocus.program.steps.grounded_strand import ground_strand
+from autofocus.program.steps.repair import name_from_question, repair_query
+from autofocus.skb.schema_graph import schema_graph
+from autofocus.trace import Trace
+from tests.skb_factory import make_skb
+
+TYPES = ["animal", "body_part", "natural_object"]
+NAMES = [
+    "family", "fish family", "cat family", "Centrarchidae", "Felidae", "sunfish", "bass", "lion",  # 0-7
+    "forearm", "ulnar vein", "radial vein", "hand", "nerve cell", "axon", "dendrite", "part",  # 8-15
+    "body of water", "strait", "inlet", "Kattegatt", "Skagerrak", "Zuider Zee", "North Sea", "sea",  # 16-23
+    "bay",  # 24
+]
+NODE_TYPE = [0] * 8 + [1] * 7 + [2] + [2] * 9
+EDGES = [
+    (1, "is_a", 0), (2, "is_a", 0), (3, "is_a", 1), (4, "is_a", 2),  # families: kinds of "family"
+    (5, "member_of", 3), (6, "member_of", 3), (7, "member_of", 4),  # species of families
+    (9, "part_of", 8), (10, "part_of", 8), (8, "part_of", 11),  # veins of the forearm
+    (13, "part_of", 12), (14, "part_of", 12), (13, "is_a", 15), (14, "is_a", 15),  # a cell's parts; "part"
+    (17, "is_a", 16), (18, "is_a", 16), (23, "is_a", 16), (24, "is_a", 18),  # kinds of body of water
+    (19, "instance_of", 17), (20, "instance_of", 17), (21, "instance_of", 18), (22, "instance_of", 23),
+    (19, "part_of", 22), (20, "part_of", 22), (21, "part_of", 22),
+]
+EDGE_TYPES = {"is_a": (None, None), "member_of": ("animal", "animal"), "part_of": (None, None),
+              "instance_of": ("natural_object", "natural_object")}
+
+
+@pytest.fixture(scope="module")
+def skb():
+    return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+
+
+class _KB:
+    def __init__(self, skb) -> None:
+        self.skb = skb
+
+
+def _strand(skb, question: str, cypher: str, target_type: str, **cfg):
+    qg = parse_cypher(cypher, skb.schema)
+    return ground_strand(_KB(skb), qg, AutofocusConfig(exact_name_only=True, **cfg), Trace(question=question), target_type)
+
+
+def test_the_asked_class_reaches_its_subclasses_through_the_relationship_that_chains_there(skb) -> None:
+    found = find_asked_class(skb, "What family is the sunfish in?", "animal")
+    assert found is not None and found.rels == ("is_a",)
+    assert set(found.extent) == {0, 1, 2, 3, 4}  # "family", its kinds and their kinds
+    # the sunfish's family is a kind of a kind of "family": the LM's member_of link and the class agree
+    strand = _strand(skb, "What family is the sunfish in?",
+                     'MATCH (s:animal {name: "sunfish"})-[:member_of]->(y:animal) RETURN y', "animal")
+    assert strand.answers.tolist() == [3] and strand.relaxed == []
+
+
+def test_members_of_subclasses_may_link_another_way_than_the_subclasses(skb) -> None:
+    found = find_asked_class(skb, "Which bodies of water are part of the North Sea?", "natural_object")
+    assert found is not None and set(found.rels) == {"is_a", "instance_of"}  # "Kattegatt" instance_of "strait"
+    strand = _strand(skb, "Which bodies of water are part of the North Sea?",
+                     'MATCH (y:natural_object)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y',
+                     "natural_object")
+    assert strand.answers.tolist() == [19, 20, 21] and strand.relaxed == []
+
+
+def test_a_same_type_link_that_grounds_nothing_is_read_the_other_way_round(skb) -> None:
+    cypher = 'MATCH (y:body_part)-[:part_of]->(b:body_part {name: "ulnar vein"}) RETURN y'
+    strand = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part")
+    assert strand.answers.tolist() == [8]
+    assert strand.relaxed == ["reading: turned round: (b)-[:part_of]->(y)"]
+    # switched off, relaxation loosens the query instead and does not find the forearm
+    off = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part", turn_round=False,
+                  relax=["triplets", "edges"])
+    assert 8 not in off.answers.tolist() and not any(r.startswith("reading") for r in off.relaxed)
+
+
+def test_no_turn_where_the_question_words_the_relationship(skb) -> None:
+    qg = parse_cypher('MATCH (y:body_part)-[:part_of]->(b:body_part {name: "hand"}) RETURN y', skb.schema)
+    repaired = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "body_part",
+                            question="Which veins are part of the hand?")
+    assert not any("turned round" in r.detail for _, reps in repaired.alternatives for r in reps)
+
+
+def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:
+    question = "What are the parts of a nerve cell?"
+    qg = parse_cypher("MATCH (y:body_part)-[:part_of]->(b:body_part) RETURN y", skb.schema)
+    named, repairs = name_from_question(qg, skb, question)
+    assert named.symbols["b"].name_value() == "nerve cell" and [r.kind for r in repairs] == ["mention"]
+    # "parts" is a relationship's word ("part_of"), not the class "part" that axon and dendrite are kinds of
+    assert find_asked_class(skb, question, "body_part") is None
+    strand = _strand(skb, question, "MATCH (y:body_part)-[:part_of]->(b:body_part) RETURN y", "body_part")
+    assert strand.answers.tolist() == [13, 14]
+    # nothing to name: every symbol but the target has a name, or the question names no node of its label
+    assert name_from_question(named, skb, question) == (named, [])
+    assert name_from_question(qg, skb, "What are the parts of a sunfish?") == (qg, [])
+
+
+def test_the_asked_phrase_passes_a_copula_and_its_determiner() -> None:
+    assert "astronaut" in asked_phrases("Who are the astronauts?")
+    assert asked_phrases("Who is Elgar?") == []  # no determiner: the copula is the question's verb
