@@ -62,12 +62,27 @@ def asked_question(messages: Messages) -> str:
     return field_value(messages[-1]["content"], "question").split("\n\n")[0]
 
 
+def _demos(messages: Messages) -> list[dict[str, str]]:
+    """The demos of a call: the ``examples`` field of its last user turn (after the schema), one block
+    of ``field: value`` lines per demo; none where the prompt has no such field."""
+    content = messages[-1]["content"]
+    if "[[ ## examples ## ]]" not in content:
+        return []
+    blocks = field_value(content, "examples").split("\n\n")
+    return [dict(line.split(": ", 1) for line in block.splitlines()) for block in blocks if block.strip()]
+
+
 def demo_questions(messages: Messages) -> list[str]:
-    """The questions of the demos in a chat prompt (user turns between the system and the last one)."""
-    return [field_value(m["content"], "question") for m in messages[1:-1] if m["role"] == "user"]
+    """Per-question demos (the ``examples`` field), else the predictor's own (user turns between the
+    system turn and the last)."""
+    return [d["question"] for d in _demos(messages)] or [
+        field_value(m["content"], "question") for m in messages[1:-1] if m["role"] == "user"]
 
 
 def last_demo_answer(messages: Messages, field: str, fallback: str) -> str:
+    demos = _demos(messages)
+    if demos:
+        return demos[-1][field]
     turns = [m["content"] for m in messages[1:-1] if m["role"] == "assistant"]
     return field_value(turns[-1] + "[[ ## ", field) if turns else fallback
 
@@ -153,6 +168,12 @@ def test_each_question_gets_its_own_nearest_demos_in_steps_1_and_2_across_thread
         topic, _ = ASKED[asked]
         shown = demo_questions(messages)
         assert {POOL.index(next(p for p in POOL if p.question == q)) for q in shown} == topic, (field, asked, shown)
+    # the demos come after the schema: every call of a step shares its prompt up to the examples
+    for field in ("cypher", "target_type"):
+        prompts = [m[0]["content"] + m[-1]["content"] for f, m in lm.calls if f == field]
+        assert len(prompts) == len(questions) and all(len(m) == 2 for f, m in lm.calls)  # no demo turns
+        starts = {p[: p.index("[[ ## examples ## ]]")] for p in prompts}
+        assert len(starts) == 1 and "[[ ## question ## ]]" not in starts.pop()
     for question, pred in zip(questions, preds, strict=True):
         topic, answers = ASKED[question]
         gold = POOL[min(topic)]

@@ -22,6 +22,7 @@ pool can be scored on itself (leave one out) without showing the answer.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,6 +109,28 @@ def step_demos(predictor: dspy.Predict, pool: Sequence[PoolQuestion], chosen: Se
     repeats (the schema) left out, as ``autofocus optimize``'s gold demos are."""
     fields = set(predictor.signature.fields)
     return [dspy.Example(**{k: v for k, v in pool[i].as_dict().items() if k in fields}) for i in chosen]
+
+
+EXAMPLES = "examples"  # the input field that carries a call's nearest demos
+
+
+@functools.cache
+def _with_examples(signature: type[dspy.Signature], before: str) -> type[dspy.Signature]:
+    index = list(signature.input_fields).index(before)
+    return signature.insert(index, EXAMPLES, dspy.InputField(
+        desc="solved questions like this one, the most similar last: each with its answer"), type_=str)
+
+
+def as_examples(predictor: dspy.Predict, demos: Sequence[dspy.Example], before: str = "question",
+                ) -> tuple[dspy.Predict, dict[str, str]]:
+    """A call's demos as text in an input field just before ``before`` (after the schema every question
+    repeats), and the predictor that takes it: as demo turns they would sit before the schema, so no
+    two questions' prompts would share more than the instructions, and an LM server with a prompt cache
+    would evaluate the whole schema for every question."""
+    text = "\n\n".join("\n".join(f"{k}: {' '.join(str(v).split())}" for k, v in demo.items()) for demo in demos)
+    variant = dspy.Predict(_with_examples(predictor.signature, before))
+    variant.lm = predictor.lm
+    return variant, {EXAMPLES: text}
 
 
 def pool_from_dict(doc: Any, where: str) -> tuple[list[PoolQuestion], int, list[str]]:

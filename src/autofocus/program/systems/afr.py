@@ -31,7 +31,7 @@ from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, gro
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.nearest_demos import NearestDemos, step_demos
+from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, step_demos
 from autofocus.program.steps.repair import related_in
 from autofocus.program.steps.rerank import make_reranker, rerank_candidates
 from autofocus.program.steps.schema_context import SchemaContext
@@ -83,6 +83,9 @@ def derive_target_type(
     if predictor is None:
         return types[0]
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
+    if demos:
+        predictor, examples = as_examples(predictor, demos)
+        inputs, demos = {**inputs, **examples}, []
     with trace.step("1_target_type"):
         pred, raw = safe_predict(predictor, trace, "1_target_type", demos=demos, **inputs)
     if pred is not None:
@@ -104,8 +107,12 @@ def score_target_types(
     types = context.candidate_types
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
+    asked = predictor
+    if demos:
+        asked, examples = as_examples(predictor, demos)
+        inputs, demos = {**inputs, **examples}, []
     with trace.step("1_target_type"):
-        messages = adapter.format(predictor.signature, predictor.demos if demos is None else demos, inputs)
+        messages = adapter.format(asked.signature, predictor.demos if demos is None else demos, inputs)
         try:
             probs = choice_probabilities(lm, messages, types, assistant_prefix="[[ ## target_type ## ]]\n", suffix="\n\n")
         except Exception as exc:  # the generated answer takes over
@@ -252,7 +259,11 @@ class AutofocusRetriever(RetrievalProgram):
                     pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
-                pred, raw = safe_predict(self.cypher, trace, "2_query", demos=demos, config=config, **inputs)
+                predictor = self.cypher
+                if demos:
+                    predictor, examples = as_examples(self.cypher, demos, before="target_type")
+                    inputs, demos = {**inputs, **examples}, []
+                pred, raw = safe_predict(predictor, trace, "2_query", demos=demos, config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
         if self.step2_mode() != "off":
             trace.data["constrained"] = self.step2_mode()
