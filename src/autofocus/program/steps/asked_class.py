@@ -7,14 +7,14 @@ writes the condition it can read, "from Brazil"), so the grounded set misses the
 drown among every person. Where the question's asked phrase (the words after its question word, as
 ``label_phrases.asked_label`` reads them) names no label but names a node that the graph uses as a class
 of the query's target type (at least ``MIN_MEMBERS`` target-type nodes point at it through one
-relationship type, or it at them), the target is linked to that node, or to one of its subclasses: the nodes that reach it through
-the membership relationship that chains there (the one with the most two-hop paths into the class:
-"Centrarchidae" is_a "fish family" is_a "family"; a river's instance_of does not chain), through the
-relationships that link target-type nodes to the class and its subclasses ("Kattegatt" instance_of
-"strait" is_a "body of water"). Everything here
-is read from the question's words and the graph: no schema's vocabulary. The link is an added condition; where the
-query's own conditions and the class exclude each other, relaxation drops the query's conditions first
-(they sit before the link, at the same distance from the target).
+relationship type, or it at them), the target is linked to that node or to one of its kinds: the nodes
+below it through the membership relationship that chains there (the one with the most two-hop paths
+into the class: "Centrarchidae" is_a "fish family" is_a "family"; a river's instance_of does not chain),
+through the relationships that link target-type nodes to the class and its kinds ("Kattegatt"
+instance_of "strait" is_a "body of water"). Everything here is read from the question's words and the
+graph: no schema's vocabulary. The link is an added condition; where the query's own conditions and the
+class exclude each other, relaxation drops the query's conditions first (they sit before the link, at
+the same distance from the target).
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | 
     asks for a label by name, or its phrase names no class)."""
     if member_type not in skb.node_type_names or asked_label(question, LabelPhrases.of(skb.node_type_names)) is not None:
         return None
+    relationship = relation_words(skb)
     for phrase in asked_phrases(question):
-        if {singular(w) for w in phrase.split()} <= relation_words(skb):
+        if {singular(w) for w in phrase.split()} <= relationship:
             continue  # "the parts of a nerve cell", "members of Canidae": a relationship, not a class
         found = [c for node in exact_name_ids(skb, phrase).tolist() if (c := class_of(skb, int(node), member_type))]
         if found:

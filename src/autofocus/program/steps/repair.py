@@ -415,6 +415,11 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     names the query already gives, and not beside another label's word: a small LM writes the
     relationship and forgets the name."""
     target = qg.target
+    nameless = [t for t in qg.triplets if target in (t.head, t.tail) and t.rel is not None
+                and (sym := qg.symbols.get(t.tail if t.head == target else t.head)) is not None
+                and not sym.constraints and not sym.extent]
+    if not nameless:
+        return qg, []
     given = " ".join((s.name_value() or "").lower() for s in qg.symbols.values())
     asked = set(asked_phrases(question))
     tokens = [t.strip(".:'\"?!,").removesuffix("'s") for t in WORD.findall(question)]
@@ -424,14 +429,14 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     words = label_words(set(skb.node_type_names))
     beside = {text.lower(): {words[w] for w in near} for text, near in question_mentions(question, set(words))}
     symbols, repairs = dict(qg.symbols), []
-    for t in qg.triplets:
-        other = t.tail if t.head == target else t.head if t.tail == target else None
-        sym = symbols.get(other) if other is not None else None
-        if sym is None or sym.constraints or sym.extent or sym.type not in skb.node_type_names:
+    for t in nameless:
+        other = t.tail if t.head == target else t.head
+        sym = symbols[other]
+        if sym.constraints or sym.type not in skb.node_type_names:  # named above, or of no known label
             continue
         code = skb.type_code(sym.type)
-        word = _relation_word(skb, t.rel) if t.rel else None
-        name = next((g for g in grams if word and (points_to(question, word, g) or points_from(question, word, g))
+        word = _relation_word(skb, str(t.rel))
+        name = next((g for g in grams if (points_to(question, word, g) or points_from(question, word, g))
                      and (skb.node_type[exact_name_ids(skb, g)] == code).any()
                      and not beside.get(g.lower(), set()) - {sym.type}), None)  # "the json class" is no module
         if name is not None:
@@ -445,13 +450,14 @@ def _relation_word(skb: SKB, rel: str) -> str:
     """A relationship's first word without its endpoint labels: near a name, it is wording enough
     ("subclass KeyError", "the parts of the heart", "the pubis is part of")."""
     info = skb.schema.edge_types.get(rel)
-    return (relation_phrase(rel, info.src_type, info.dst_type) if info else rel).split()[0]
+    return relation_phrase(rel, info.src_type if info else None, info.dst_type if info else None).split()[0]
 
 
 def reversed_reading(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]] | None:
     """``qg`` with its relationships between the target and a named node of the same type turned round,
-    where the question's wording reads them neither way: a second reading, tried when the query as written grounds nothing
-    (a small LM writes "the parts of the ulnar vein" for "where is the ulnar vein"). None: nothing to turn."""
+    where the question's wording reads them neither way: a second reading, tried when the query as
+    written grounds nothing (a small LM writes "the parts of the ulnar vein" for "where is the ulnar
+    vein"). None: nothing to turn."""
     triplets, turned = list(qg.triplets), []
     for i, t in enumerate(qg.triplets):
         head, tail = qg.symbols.get(t.head), qg.symbols.get(t.tail)
