@@ -44,3 +44,11 @@ def make_skb(
     )
     return SKB(schema, list(types), node_type, TextArray.from_strings(names), TextArray.from_strings(docs),
                columns, graph)
+
+
+class GraphOnlyKB:
+    """A knowledge base of only an SKB (no index, no embedder): enough for steps 3b-5 where every
+    constant's name identifies its nodes (``exact_name_only``)."""
+
+    def __init__(self, skb: SKB) -> None:
+        self.skb = skb

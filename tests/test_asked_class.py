@@ -13,7 +13,7 @@ from autofocus.program.steps.grounded_strand import ground_strand
 from autofocus.program.steps.repair import repair_query
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
-from tests.skb_factory import make_skb
+from tests.skb_factory import GraphOnlyKB, make_skb
 
 TYPES = ["person", "location", "body_part"]
 NAMES = ["composer", "Villa-Lobos", "Elgar", "Jobim", "Brazil", "England", "writer", "Machado", "Dickens",
@@ -38,10 +38,6 @@ EDGE_TYPES = {"instance_of": ("person", "person"), "born_in": ("person", "locati
 def skb():
     return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
 
-
-class _KB:
-    def __init__(self, skb) -> None:
-        self.skb = skb
 
 
 def test_the_asked_phrase_gives_its_names_rightmost_and_longest_first_the_head_in_the_singular() -> None:
@@ -93,15 +89,15 @@ def test_grounding_keeps_the_class_and_drops_the_llms_condition_where_both_exclu
     # the question's class and the LM's condition agree: composers born in Brazil
     trace = Trace(question="Which composers came from Brazil?")
     qg = parse_cypher('MATCH (y:person)-[:born_in]->(b:location {name: "Brazil"}) RETURN y', skb.schema)
-    strand = ground_strand(_KB(skb), qg, cfg, trace, "person")
+    strand = ground_strand(GraphOnlyKB(skb), qg, cfg, trace, "person")
     assert strand.answers.tolist() == [1, 3] and strand.relaxed == []
     # the LM wrote a condition no member of the class satisfies: the LM's condition goes first, the class stays
     trace = Trace(question="Which composers were also writers?")
     qg = parse_cypher('MATCH (y:person)-[:instance_of]->(w:person {name: "writer"}) RETURN y', skb.schema)
-    strand = ground_strand(_KB(skb), qg, cfg, trace, "person")
+    strand = ground_strand(GraphOnlyKB(skb), qg, cfg, trace, "person")
     assert strand.answers.tolist() == [1, 2, 3, *range(15, 23)]
     assert strand.relaxed[-1].startswith("triplets: dropped (y)-[:instance_of]-(w)")
     # without the class link the LM's reading stands
-    off = ground_strand(_KB(skb), qg, cfg.updated({"repair_class": False}), Trace(question="Which composers were also writers?"),
+    off = ground_strand(GraphOnlyKB(skb), qg, cfg.updated({"repair_class": False}), Trace(question="Which composers were also writers?"),
                         "person")
     assert off.answers.tolist() == [7, 8]

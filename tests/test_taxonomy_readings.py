@@ -14,7 +14,7 @@ from autofocus.program.steps.grounded_strand import ground_strand
 from autofocus.program.steps.repair import name_from_question, repair_query
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
-from tests.skb_factory import make_skb
+from tests.skb_factory import GraphOnlyKB, make_skb
 
 TYPES = ["animal", "body_part", "natural_object"]
 NAMES = [
@@ -42,14 +42,10 @@ def skb():
     return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
 
 
-class _KB:
-    def __init__(self, skb) -> None:
-        self.skb = skb
-
 
 def _strand(skb, question: str, cypher: str, target_type: str, **cfg):
     qg = parse_cypher(cypher, skb.schema)
-    return ground_strand(_KB(skb), qg, AutofocusConfig(exact_name_only=True, **cfg), Trace(question=question), target_type)
+    return ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True, **cfg), Trace(question=question), target_type)
 
 
 def test_the_asked_class_reaches_its_subclasses_through_the_relationship_that_chains_there(skb) -> None:
