@@ -65,6 +65,7 @@ W_UNNAMED = 2.0  # a constant kept under a label that has no node of its name (w
 W_REL = 2.0  # per triplet, times the relationship-name similarity
 FLIP_PENALTY = 0.3  # a reversed direction costs this much of a triplet's score
 MAX_NAME_WORDS = 5  # words of a name the question gives for a node the query leaves nameless
+MAX_QUESTION_WORDS = 64  # words of the question searched for such a name (a question, not a document)
 PATH_PENALTY = 0.5  # a two-hop path in place of one relationship
 UNGROUNDABLE = -2.0  # a triplet between two labels that nothing connects
 MIN_LABEL_SIMILARITY = 0.4  # an unknown label below this similarity to every label is ignored
@@ -422,7 +423,7 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
         return qg, []
     given = " ".join((s.name_value() or "").lower() for s in qg.symbols.values())
     asked = set(asked_phrases(question))
-    tokens = [t.strip(".:'\"?!,").removesuffix("'s") for t in WORD.findall(question)]
+    tokens = [t.strip(".:'\"?!,").removesuffix("'s") for t in WORD.findall(question)][:MAX_QUESTION_WORDS]
     grams = [" ".join(tokens[i:j]) for n in range(MAX_NAME_WORDS, 0, -1) for i in range(len(tokens) - n + 1)
              for j in [i + n] if tokens[i].lower() not in STOP_WORDS and tokens[j - 1].lower() not in STOP_WORDS]
     grams = [g for g in grams if g and g.lower() not in asked and g.lower() not in given]
@@ -436,9 +437,9 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
             continue
         code = skb.type_code(sym.type)
         word = _relation_word(skb, str(t.rel))
-        name = next((g for g in grams if (points_to(question, word, g) or points_from(question, word, g))
-                     and (skb.node_type[exact_name_ids(skb, g)] == code).any()
-                     and not beside.get(g.lower(), set()) - {sym.type}), None)  # "the json class" is no module
+        name = next((g for g in grams if (skb.node_type[exact_name_ids(skb, g)] == code).any()
+                     and not beside.get(g.lower(), set()) - {sym.type}  # "the json class" is no module
+                     and (points_to(question, word, g) or points_from(question, word, g))), None)
         if name is not None:
             symbols[other] = sym.model_copy(update={"constraints": [Constraint(key="name", value=name)]})
             repairs.append(Repair("mention", f"{other}: the question names the {sym.type} {name!r}"))
