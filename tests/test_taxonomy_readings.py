@@ -102,3 +102,12 @@ def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:
 def test_the_asked_phrase_passes_a_copula_and_its_determiner() -> None:
     assert "astronaut" in asked_phrases("Who are the astronauts?")
     assert asked_phrases("Who is Elgar?") == []  # no determiner: the copula is the question's verb
+
+
+def test_the_new_readings_take_any_question_text(skb) -> None:
+    qg = parse_cypher("MATCH (y:body_part)-[:part_of]->(b:body_part) RETURN y", skb.schema)
+    for question in ["", "?", "'" * 500, "Ünïcödé 💥 parts of a nerve cell", "parts " * 5000 + "of a nerve cell"]:
+        named, _ = name_from_question(qg, skb, question)
+        assert named.symbols["b"].name_value() in (None, "nerve cell")
+        find_asked_class(skb, question, "body_part")
+        asked_phrases(question)
