@@ -177,6 +177,38 @@ def test_the_exported_query_runs_in_the_database(falkordb: LocalFalkorDB, tiny_s
     assert "p.title = 'Dense Passage Ranking'" in console_cypher(qg, tiny_skb.schema)  # the type's name field
 
 
+def test_a_class_with_its_kinds_runs_in_the_database(falkordb: LocalFalkorDB, tmp_path: Path) -> None:
+    """The asked class stands for its kinds (step 3b); the printed query says so with a variable-length
+    path, and the database answers what autofocus grounded."""
+    from falkordb import FalkorDB
+
+    from autofocus.config import AutofocusConfig
+    from autofocus.program.steps.grounded_strand import ground_strand
+    from autofocus.skb.writer import write_skb_dir
+    from autofocus.trace import Trace
+    from tests.skb_factory import GraphOnlyKB
+
+    names = ["family", "fish family", "cat family", "Centrarchidae", "Felidae", "sunfish", "bass", "lion"]
+    schema = {"name": "taxa", "description": "animals and their classification",
+              "node_types": {"animal": {"name_field": "name"}},
+              "edge_types": {"is_a": {"src_type": "animal", "dst_type": "animal"},
+                             "member_of": {"src_type": "animal", "dst_type": "animal"}}}
+    nodes = [{"id": i, "type": "animal", "name": n, "text": n} for i, n in enumerate(names)]
+    edges = [(1, "is_a", 0), (2, "is_a", 0), (3, "is_a", 1), (4, "is_a", 2),
+             (5, "member_of", 3), (6, "member_of", 3), (7, "member_of", 4)]  # fmt: skip
+    write_skb_dir(tmp_path / "taxa", schema, nodes, edges)
+    skb = load_skb_dir(tmp_path / "taxa", progress=False)
+    qg = parse_cypher('MATCH (s:animal {name: "sunfish"})-[:member_of]->(y:animal) RETURN y', skb.schema)
+    strand = ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True),
+                           Trace(question="What family is the sunfish in?"), "animal")
+    assert strand.answers.tolist() == [3]
+    pasted = console_cypher(strand.query_graph, skb.schema)
+    assert "(y)-[:is_a]->()-[:is_a*0..16]->(_class1:animal)" in pasted
+    export_skb(tmp_path / "taxa", f"{falkordb.url}/taxa", replace=True)
+    rows = FalkorDB(host="127.0.0.1", port=falkordb.port).select_graph("taxa").ro_query(pasted).result_set
+    assert [r[0] for r in rows] == [3]
+
+
 @pytest.mark.slow
 def test_demo_round_trip_through_falkordb(falkordb: LocalFalkorDB, tmp_path: Path) -> None:
     from autofocus.demo.build import build_demo_skb

@@ -9,6 +9,7 @@ import pytest
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
+from autofocus.cypher.render import to_cypher
 from autofocus.program.steps.asked_class import asked_phrases, find_asked_class
 from autofocus.program.steps.grounded_strand import ground_strand
 from autofocus.program.steps.repair import name_from_question, repair_query
@@ -56,6 +57,8 @@ def test_the_asked_class_reaches_its_subclasses_through_the_relationship_that_ch
     strand = _strand(skb, "What family is the sunfish in?",
                      'MATCH (s:animal {name: "sunfish"})-[:member_of]->(y:animal) RETURN y', "animal")
     assert strand.answers.tolist() == [3] and strand.relaxed == []
+    # the query as Cypher says the class stands for its kinds (``autofocus skb export``'s database runs it)
+    assert "(y)-[:is_a]->()-[:is_a*0..16]->(_class1:animal)" in to_cypher(strand.query_graph)
 
 
 def test_members_of_subclasses_may_link_another_way_than_the_subclasses(skb) -> None:

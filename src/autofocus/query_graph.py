@@ -32,6 +32,8 @@ class Symbol(BaseModel):
     # the nodes the symbol stands for where the program fixed them (a class and its subclasses,
     # ``program.steps.asked_class``) instead of searching its name; left out of dumps (it can be large)
     extent: list[int] = Field(default_factory=list, exclude=True, repr=False)
+    # how the class's kinds reach it (``extent``'s relationship, any depth), for the query as Cypher
+    kinds_via: str | None = None
 
     def name_value(self, name_keys: tuple[str, ...] = ("name", "title")) -> str | None:
         for c in self.constraints:

@@ -14,6 +14,7 @@ from autofocus.cypher.parser import KEYWORDS
 from autofocus.query_graph import Constraint, QueryGraph, Triplet
 
 _PLAIN = re.compile(r"[^\W\d]\w*")
+KIND_DEPTH = 16  # levels of a class's kinds written into the Cypher (``program.steps.asked_class.MAX_DEPTH``)
 _STRING_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
@@ -35,7 +36,8 @@ def to_cypher(qg: QueryGraph) -> str:
         seen.add(var)
         return f"({name(var)}:{name(label)})"
 
-    lines = [f"MATCH {node(t.head)}{_rel(t)}{node(t.tail)}" for t in qg.triplets]
+    lines = [f"MATCH {node(t.head)}{_kinds(qg, t.head, True)}{_rel(t)}{_kinds(qg, t.tail, False)}{node(t.tail)}"
+             for t in qg.triplets]
     lines += [f"MATCH {node(var)}" for var in qg.symbols if var not in seen]
     conditions = [_condition(var, c) for var, s in qg.symbols.items() for c in s.constraints]
     if conditions:
@@ -66,6 +68,17 @@ def _rel(t: Triplet) -> str:
     types = t.edge_types or (t.rel_label.split("|") if t.rel_label else [])
     inner = f"[:{'|'.join(name(x) for x in types)}]" if types else ""
     return f"-{inner}->" if t.directed else f"-{inner}-"
+
+
+def _kinds(qg: QueryGraph, var: str, head: bool) -> str:
+    """Where ``var`` is a class that stands for its kinds too (``Symbol.kinds_via``), the hops from any
+    kind to it, the class itself included: ``(y)-[:is_a]->()-[:is_a*0..16]->(class)`` where members
+    point at the class, ``(class)-[:has*0..16]->()-[:has]->(y)`` where it points at them."""
+    s = qg.symbols.get(var)
+    if s is None or not s.kinds_via:
+        return ""
+    hops = f"[:{name(s.kinds_via)}*0..{KIND_DEPTH}]"
+    return f"-{hops}->()" if head else f"()-{hops}->"
 
 
 def _condition(var: str, c: Constraint) -> str:

@@ -59,6 +59,7 @@ class AskedClass:
     members_point_at_class: bool  # member -[rel]-> class (else class -[rel]-> member)
     members: int  # target-type nodes linked to it that way
     extent: tuple[int, ...] = ()  # the class node and its subclasses (sorted ids): what a member links to
+    kinds_via: str | None = None  # the relationship its kinds reach it through (None: no kinds)
 
 
 def asked_phrases(question: str) -> list[str]:
@@ -110,21 +111,24 @@ def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
     rels = tuple(sorted((r for (r, p), n in counts.items() if p == way and n >= MIN_SHARE * top),
                         key=lambda r: -counts[(r, way)]))
     direction = "in" if way else "out"
-    extent, kinds = subclasses(skb, node, rels, direction)
+    extent, kinds, via = subclasses(skb, node, rels, direction)
     if len(kinds):  # members of the class's kinds may link another way ("Kattegatt" instance_of "strait")
         ids = np.concatenate([[node], kinds])
         linked = {r: int((skb.node_type[skb.graph.adjacency(r, direction).gather(ids)[1]] == code).sum())
                   for r in skb.graph.edge_types}
         most = max(linked.values())
         rels = tuple(sorted((r for r, n in linked.items() if n and n >= MIN_SHARE * most), key=lambda r: -linked[r]))
-    return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts.get((r, way), 0) for r in rels), extent)
+    return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts.get((r, way), 0) for r in rels), extent,
+                      via if len(kinds) else None)
 
 
-def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str) -> tuple[tuple[int, ...], np.ndarray]:
+def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str,
+               ) -> tuple[tuple[int, ...], np.ndarray, str | None]:
     """``node`` and the nodes below it through the one of ``rels`` that chains at it (most two-hop
     paths into it, where any): a class's kinds and their kinds, whose members are its members too; and
     its kinds alone (one level below), whose own members say how members link (deeper levels of a
-    taxonomy are groups with members of their own: a family's species are no family)."""
+    taxonomy are groups with members of their own: a family's species are no family); and the
+    relationship followed."""
     row = np.asarray([node], dtype=np.int64)
 
     def below(r: str, ids: np.ndarray) -> np.ndarray:
@@ -143,7 +147,7 @@ def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str) -> tu
         if len(frontier) == 0:
             break
         seen[frontier] = True
-    return tuple(np.flatnonzero(seen).tolist()), kinds
+    return tuple(np.flatnonzero(seen).tolist()), kinds, sub
 
 
 def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | None:
@@ -184,6 +188,7 @@ def link_asked_class(qg: QueryGraph, skb: SKB, question: str,
         return qg, None
     var = next(f"_class{i}" for i in itertools.count(1) if f"_class{i}" not in qg.symbols)
     symbols = {**qg.symbols, var: Symbol(var=var, type=found.label, label=found.label, extent=list(found.extent),
+                                         kinds_via=found.kinds_via if len(found.extent) > 1 else None,
                                          constraints=[Constraint(key="name", value=found.name)])}
     head, tail = (qg.target, var) if found.members_point_at_class else (var, qg.target)
     link = Triplet(head=head, rel=found.rels[0], rel_alternatives=list(found.rels[1:]), rel_label="|".join(found.rels),
