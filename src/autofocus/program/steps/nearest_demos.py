@@ -121,16 +121,19 @@ def _with_examples(signature: type[dspy.Signature], before: str) -> type[dspy.Si
         desc="solved questions like this one, the most similar last: each with its answer"), type_=str)
 
 
-def as_examples(predictor: dspy.Predict, demos: Sequence[dspy.Example], before: str = "question",
-                ) -> tuple[dspy.Predict, dict[str, str]]:
-    """A call's demos as text in an input field just before ``before`` (after the schema every question
-    repeats), and the predictor that takes it: as demo turns they would sit before the schema, so no
-    two questions' prompts would share more than the instructions, and an LM server with a prompt cache
-    would evaluate the whole schema for every question."""
+def as_examples(predictor: dspy.Predict, demos: Sequence[dspy.Example] | None, inputs: dict[str, Any],
+                before: str = "question") -> tuple[dspy.Predict, dict[str, Any], list[dspy.Example] | None]:
+    """A call's ``(predictor, inputs, demos)`` with its demos as text in an input field just before
+    ``before`` (after the schema every question repeats) and none as turns; unchanged without demos.
+    As demo turns they would sit before the schema, so no two questions' prompts would share more than
+    the instructions, and an LM server with a prompt cache would evaluate the whole schema for every
+    question."""
+    if not demos:
+        return predictor, inputs, demos
     text = "\n\n".join("\n".join(f"{k}: {' '.join(str(v).split())}" for k, v in demo.items()) for demo in demos)
     variant = dspy.Predict(_with_examples(predictor.signature, before))
     variant.lm = predictor.lm
-    return variant, {EXAMPLES: text}
+    return variant, {**inputs, EXAMPLES: text}, []
 
 
 def pool_from_dict(doc: Any, where: str) -> tuple[list[PoolQuestion], int, list[str]]:

@@ -83,9 +83,7 @@ def derive_target_type(
     if predictor is None:
         return types[0]
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
-    if demos:
-        predictor, examples = as_examples(predictor, demos)
-        inputs, demos = {**inputs, **examples}, []
+    predictor, inputs, demos = as_examples(predictor, demos, inputs)
     with trace.step("1_target_type"):
         pred, raw = safe_predict(predictor, trace, "1_target_type", demos=demos, **inputs)
     if pred is not None:
@@ -107,10 +105,7 @@ def score_target_types(
     types = context.candidate_types
     inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
-    asked = predictor
-    if demos:
-        asked, examples = as_examples(predictor, demos)
-        inputs, demos = {**inputs, **examples}, []
+    asked, inputs, demos = as_examples(predictor, demos, inputs)
     with trace.step("1_target_type"):
         messages = adapter.format(asked.signature, predictor.demos if demos is None else demos, inputs)
         try:
@@ -259,10 +254,7 @@ class AutofocusRetriever(RetrievalProgram):
                     pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
-                predictor = self.cypher
-                if demos:
-                    predictor, examples = as_examples(self.cypher, demos, before="target_type")
-                    inputs, demos = {**inputs, **examples}, []
+                predictor, inputs, demos = as_examples(self.cypher, demos, inputs, before="target_type")
                 pred, raw = safe_predict(predictor, trace, "2_query", demos=demos, config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
         if self.step2_mode() != "off":
