@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+KIND_DEPTH = 16  # levels of a class's kinds: followed below it (step 3b) and written into its Cypher
 Op = Literal["=", "<>", "<", "<=", ">", ">=", "CONTAINS", "STARTS WITH", "ENDS WITH", "IN"]
 Value = str | int | float | bool | list[str | int | float | bool]
 
@@ -32,7 +33,8 @@ class Symbol(BaseModel):
     # the nodes the symbol stands for where the program fixed them (a class and its subclasses,
     # ``program.steps.asked_class``) instead of searching its name; left out of dumps (it can be large)
     extent: list[int] = Field(default_factory=list, exclude=True, repr=False)
-    # how the class's kinds reach it (``extent``'s relationship, any depth), for the query as Cypher
+    # how the class's kinds reach it (``extent``'s relationship, at most ``KIND_DEPTH`` hops), for the
+    # query as Cypher
     kinds_via: str | None = None
 
     def name_value(self, name_keys: tuple[str, ...] = ("name", "title")) -> str | None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 
 from autofocus.cypher.parser import KEYWORDS
-from autofocus.query_graph import Constraint, QueryGraph, Triplet
+from autofocus.query_graph import KIND_DEPTH, Constraint, QueryGraph, Triplet
 
 _PLAIN = re.compile(r"[^\W\d]\w*")
-KIND_DEPTH = 16  # levels of a class's kinds written into the Cypher (``program.steps.asked_class.MAX_DEPTH``)
 _STRING_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 

@@ -38,13 +38,12 @@ from autofocus.program.steps.label_phrases import (
     question_words,
     singular,
 )
-from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
+from autofocus.query_graph import KIND_DEPTH, Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.model import SKB
 from autofocus.skb.names import exact_name_ids
 
 MIN_MEMBERS = 2  # target-type nodes that must point at a node through one relationship for it to be a class
 MIN_SHARE = 0.2  # a relationship links the class's members if it carries at least this share of the commonest's links
-MAX_DEPTH = 16  # subclass levels followed below the class (a taxonomy's depth; cycles stop earlier)
 MAX_PHRASE_WORDS = 5  # words of the asked phrase read after the question word
 _JOIN = "of"  # "Which kinds of lizard": the phrase goes on past "of"
 
@@ -139,7 +138,7 @@ def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str,
     seen = np.zeros(skb.num_nodes, dtype=bool)
     seen[node] = True
     frontier, kinds = row, np.zeros(0, np.int64)
-    for level in range(MAX_DEPTH if sub is not None and chains[sub] else 0):
+    for level in range(KIND_DEPTH if sub is not None and chains[sub] else 0):
         nxt = below(sub, frontier)  # type: ignore[arg-type]
         frontier = nxt[~seen[nxt]]
         if level == 0:
@@ -188,7 +187,7 @@ def link_asked_class(qg: QueryGraph, skb: SKB, question: str,
         return qg, None
     var = next(f"_class{i}" for i in itertools.count(1) if f"_class{i}" not in qg.symbols)
     symbols = {**qg.symbols, var: Symbol(var=var, type=found.label, label=found.label, extent=list(found.extent),
-                                         kinds_via=found.kinds_via if len(found.extent) > 1 else None,
+                                         kinds_via=found.kinds_via,
                                          constraints=[Constraint(key="name", value=found.name)])}
     head, tail = (qg.target, var) if found.members_point_at_class else (var, qg.target)
     link = Triplet(head=head, rel=found.rels[0], rel_alternatives=list(found.rels[1:]), rel_label="|".join(found.rels),
