@@ -409,12 +409,14 @@ def orient_by_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     return (qg.model_copy(update={"triplets": triplets}), repairs) if repairs else (qg, [])
 
 
-def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]]:
+def name_from_question(qg: QueryGraph, skb: SKB, question: str,
+                       mentions: list[Mention] | None = None) -> tuple[QueryGraph, list[Repair]]:
     """A node next to the target that the query leaves nameless (``(b:body_part)`` for "What are the
     parts of a nerve cell?"), named by the longest run of the question's words that names nodes of its
     label, next to the relationship's word ("parts of a nerve cell"), outside the asked phrase and the
     names the query already gives, and not beside another label's word: a small LM writes the
-    relationship and forgets the name."""
+    relationship and forgets the name. ``mentions``: the question's ``named_mentions``, where the
+    caller has them."""
     target = qg.target
     nameless = [t for t in qg.triplets if target in (t.head, t.tail) and t.rel is not None
                 and (sym := qg.symbols.get(t.tail if t.head == target else t.head)) is not None
@@ -427,8 +429,7 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     grams = [" ".join(tokens[i:j]) for n in range(MAX_NAME_WORDS, 0, -1) for i in range(len(tokens) - n + 1)
              for j in [i + n] if tokens[i].lower() not in STOP_WORDS and tokens[j - 1].lower() not in STOP_WORDS]
     grams = [g for g in grams if g and g.lower() not in asked and g.lower() not in given]
-    words = label_words(set(skb.node_type_names))
-    beside = {text.lower(): {words[w] for w in near} for text, near in question_mentions(question, set(words))}
+    beside = {m.text.lower(): m.beside for m in (named_mentions(skb, question) if mentions is None else mentions)}
     symbols, repairs = dict(qg.symbols), []
     for t in nameless:
         other = t.tail if t.head == target else t.head
@@ -706,7 +707,7 @@ def repair_query(
     ]
     query, repairs = _to_asked(*_apply(qg, assign, first, notes), sg, asks)
     query, starred = star_constants(query, sg)
-    query, named_here = name_from_question(query, skb, question) if mentions else (query, [])
+    query, named_here = name_from_question(query, skb, question, named) if mentions else (query, [])
     query, turned = orient_by_question(query, skb, question)
     repairs = repairs + starred + named_here + turned
     if mentions:
