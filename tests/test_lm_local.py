@@ -342,13 +342,10 @@ def test_llama_server_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         srv.argv(1234)
 
 
-def test_default_parallel_follows_cores_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_parallel_follows_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AUTOFOCUS_LLM_PARALLEL", raising=False)
-    monkeypatch.setattr(server, "usable_cores", lambda fallback: 2)
     monkeypatch.setattr(server, "_memory_bytes", lambda: 64 << 30)
-    assert server.default_parallel(4096) == 4
-    monkeypatch.setattr(server, "usable_cores", lambda fallback: 16)
-    assert server.default_parallel(4096) == 8
+    assert server.default_parallel(4096) == server.DEFAULT_SLOTS == 8
     monkeypatch.setattr(server, "_memory_bytes", lambda: server.SPARE_MEMORY_BYTES + 2 * 4096 * server.KV_BYTES_PER_TOKEN)
     assert server.default_parallel(4096) == 2  # the KV caches of two slots fit
     monkeypatch.setenv("AUTOFOCUS_LLM_PARALLEL", "5")

@@ -12,19 +12,20 @@ from autofocus.cypher.mapping import mapper_for
 from autofocus.cypher.render import to_cypher
 from autofocus.program.steps.asked_class import asked_phrases, find_asked_class
 from autofocus.program.steps.grounded_strand import ground_strand
-from autofocus.program.steps.repair import name_from_question, repair_query
+from autofocus.program.steps.repair import name_from_question, repair_query, reversed_reading
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from tests.skb_factory import GraphOnlyKB, make_skb
 
-TYPES = ["animal", "body_part", "natural_object"]
+TYPES = ["animal", "body_part", "natural_object", "location", "food", "plant"]
 NAMES = [
     "family", "fish family", "cat family", "Centrarchidae", "Felidae", "sunfish", "bass", "lion",  # 0-7
     "forearm", "ulnar vein", "radial vein", "hand", "nerve cell", "axon", "dendrite", "part",  # 8-15
     "body of water", "strait", "inlet", "Kattegatt", "Skagerrak", "Zuider Zee", "North Sea", "sea",  # 16-23
     "bay",  # 24
+    "Mexico", "Tepic", "country", "absinth", "wormwood", "anise", "pastis",  # 25-31
 ]
-NODE_TYPE = [0] * 8 + [1] * 7 + [2] + [2] * 9
+NODE_TYPE = [0] * 8 + [1] * 7 + [2] + [2] * 9 + [3, 3, 3, 4, 5, 5, 4]
 EDGES = [
     (1, "is_a", 0), (2, "is_a", 0), (3, "is_a", 1), (4, "is_a", 2),  # families: kinds of "family"
     (5, "member_of", 3), (6, "member_of", 3), (7, "member_of", 4),  # species of families
@@ -33,9 +34,12 @@ EDGES = [
     (17, "is_a", 16), (18, "is_a", 16), (23, "is_a", 16), (24, "is_a", 18),  # kinds of body of water
     (19, "instance_of", 17), (20, "instance_of", 17), (21, "instance_of", 18), (22, "instance_of", 23),
     (19, "part_of", 22), (20, "part_of", 22), (21, "part_of", 22),
+    (26, "part_of", 25), (25, "is_a", 27),  # Tepic is in Mexico; it is a kind of nothing
+    (28, "made_of", 29), (31, "made_of", 30), (30, "made_of", 31),  # made_of links foods and plants both ways
+    (29, "part_of", 25),  # part_of links plants to locations one way
 ]
 EDGE_TYPES = {"is_a": (None, None), "member_of": ("animal", "animal"), "part_of": (None, None),
-              "instance_of": ("natural_object", "natural_object")}
+              "instance_of": ("natural_object", "natural_object"), "made_of": (None, None)}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +90,34 @@ def test_no_turn_where_the_question_words_the_relationship(skb) -> None:
     repaired = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "body_part",
                             question="Which veins are part of the hand?")
     assert not any("turned round" in r.detail for _, reps in repaired.alternatives for r in reps)
+
+
+def test_a_link_between_two_labels_that_the_graph_links_both_ways_is_turned_round(skb) -> None:
+    cypher = 'MATCH (y:plant)-[:made_of]->(b:food {name: "absinth"}) RETURN y'
+    strand = _strand(skb, "Which plant is absinth made from?", cypher, "plant")
+    assert strand.answers.tolist() == [29] and strand.relaxed == ["reading: turned round: (b)-[:made_of]->(y)"]
+    # the graph never links the labels the other way: nothing to turn
+    qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
+    assert reversed_reading(qg, skb, schema_graph(skb), "Which plants grow in Mexico?") is None
+    # the question words the direction written: kept
+    qg = parse_cypher('MATCH (y:plant)-[:made_of]->(b:food {name: "pastis"}) RETURN y', skb.schema)
+    repaired = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "plant",
+                            question="Which plants are made of pastis?")
+    assert not any("turned round" in r.detail for _, reps in repaired.alternatives for r in reps)
+
+
+def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) -> None:
+    # "is" is the question's verb, not the wording of is_a: the link is read both ways, then as any link
+    cypher = 'MATCH (y:location)-[:is_a]->(b:location {name: "Tepic"}) RETURN y'
+    strand = _strand(skb, "Where is Tepic?", cypher, "location")
+    assert strand.answers.tolist() == [25]
+    assert strand.relaxed == ["reading: any relationship: 'Tepic' has no is_a link: (y)-[]-(b)"]
+    off = _strand(skb, "Where is Tepic?", cypher, "location", own_links=False, relax=[])
+    assert off.empty
+    # a named node that has the relationship keeps it: the reading is the graph's, not a guess
+    qg = parse_cypher('MATCH (y:location)-[:is_a]->(b:location {name: "country"}) RETURN y', skb.schema)
+    repaired = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "location", question="Where is country?")
+    assert not any("any relationship" in r.detail for _, reps in repaired.alternatives for r in reps)
 
 
 def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:

@@ -122,8 +122,13 @@ class QueryConfig(_Group):
         "composers ...\" for a node 'composer' that persons are instances of) and names no label, link the target to it"
     )
     turn_round: bool = Field(
-        True, description="step 5: where the query grounds nothing, read its relationships between nodes of one type "
-        "the other way round first (where the question's wording reads them neither way)"
+        True, description="step 5: where the query grounds nothing, read its links between the target and a named node "
+        "the other way round first, where the graph links their labels both ways and the question's wording reads "
+        "them neither way"
+    )
+    own_links: bool = Field(
+        True, description="step 5: where the query and its other readings ground nothing, read a link to a named node "
+        "that has no link of the relationship written as any relationship, either way"
     )
 
 

@@ -97,6 +97,7 @@ SPACE: dict[str, Param] = {
     "repair_mentions": Param("cat", (True, False)),
     "repair_class": Param("cat", (True, False)),
     "turn_round": Param("cat", (True, False)),
+    "own_links": Param("cat", (True, False)),
 }
 DEFAULT_PARAMS: tuple[str, ...] = (
     "alpha", "l_max", "expansion", "type_mode", "edge_mode",

@@ -89,12 +89,14 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
 
 
 def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace, mentions: bool = True,
-                carry_asked: bool = True, classes: bool = True, turn_round: bool = True) -> Repaired:
+                carry_asked: bool = True, classes: bool = True, turn_round: bool = True,
+                own_links: bool = True) -> Repaired:
     """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``)."""
     skb = kb.skb
     with trace.step("3_repair"):
         result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question,
-                              mentions=mentions, carry_asked=carry_asked, classes=classes, turn_round=turn_round)
+                              mentions=mentions, carry_asked=carry_asked, classes=classes, turn_round=turn_round,
+                              own_links=own_links)
     repaired, repairs = result.query, result.repairs
     for r in repairs:
         trace.event("3_repair", r.kind, r.detail)
@@ -116,7 +118,7 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     alternatives: list[tuple[QueryGraph, list[Repair]]] = []
     if cfg.query.repair:
         repaired = repair_step(kb, qg, target_type, trace, cfg.query.repair_mentions, cfg.query.repair_asked,
-                               cfg.query.repair_class, cfg.query.turn_round)
+                               cfg.query.repair_class, cfg.query.turn_round, cfg.query.own_links)
         qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False

@@ -449,33 +449,61 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str,
 
 
 def _relation_word(skb: SKB, rel: str) -> str:
-    """A relationship's first word without its endpoint labels: near a name, it is wording enough
-    ("subclass KeyError", "the parts of the heart", "the pubis is part of")."""
+    """A relationship's first word that is not a stop word, without its endpoint labels: near a name, it
+    is wording enough ("subclass KeyError", "the parts of the heart", "the pubis is part of"). A phrase
+    of stop words only is kept whole: the "is" of "where is Tepic" is no ``is_a``, "is a" would be."""
     info = skb.schema.edge_types.get(rel)
-    return relation_phrase(rel, info.src_type if info else None, info.dst_type if info else None).split()[0]
+    phrase = relation_phrase(rel, info.src_type if info else None, info.dst_type if info else None)
+    return next((w for w in phrase.split() if w.lower() not in STOP_WORDS), phrase)
 
 
-def reversed_reading(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGraph, list[Repair]] | None:
-    """``qg`` with its relationships between the target and a named node of the same type turned round,
-    where the question's wording reads them neither way: a second reading, tried when the query as
-    written grounds nothing (a small LM writes "the parts of the ulnar vein" for "where is the ulnar
-    vein"). None: nothing to turn."""
+def reversed_reading(qg: QueryGraph, skb: SKB, sg: SchemaGraph, question: str) -> tuple[QueryGraph, list[Repair]] | None:
+    """``qg`` with its relationships between the target and a named node turned round, where the graph
+    links their labels both ways by that relationship and the question's wording does not read it the
+    way it is written: a second reading, tried when the query as written grounds nothing (a small LM
+    writes "the parts of the ulnar vein" for "where is the ulnar vein", "plants made of absinth" for
+    "the plant absinth is made from"). None: nothing to turn."""
     triplets, turned = list(qg.triplets), []
     for i, t in enumerate(qg.triplets):
         head, tail = qg.symbols.get(t.head), qg.symbols.get(t.tail)
-        if (not t.directed or t.rel is None or head is None or tail is None or head.type != tail.type
-                or qg.target not in (t.head, t.tail) or not (head.is_constant or tail.is_constant)
-                or t.head == t.tail or head.extent or tail.extent):  # a class link is the graph's, not the LM's
+        if (not t.directed or t.rel is None or head is None or tail is None
+                or qg.target not in (t.head, t.tail) or t.head == t.tail
+                or head.extent or tail.extent  # a class link is the graph's, not the LM's
+                or not sg.fits(tail.type, t.rel, head.type)):
             continue
-        phrase = _relation_word(skb, t.rel)
-        names = [str(n) for n in (head.name_value(), tail.name_value()) if n]
-        if any(points_to(question, phrase, n) or points_from(question, phrase, n) for n in names):
+        word = _relation_word(skb, t.rel)
+        named = tail if t.head == qg.target else head
+        reads = points_to if t.head == qg.target else points_from  # the wording of the direction written
+        if named.name_value() is None or reads(question, word, str(named.name_value())):
             continue
         triplets[i] = t.model_copy(update={"head": t.tail, "tail": t.head})
         turned.append(f"({t.tail})-[:{t.rel}]->({t.head})")
     if not turned:
         return None
     return qg.model_copy(update={"triplets": triplets}), [Repair("path", "turned round: " + ", ".join(turned))]
+
+
+def unlinked_reading(qg: QueryGraph, skb: SKB) -> tuple[QueryGraph, list[Repair]] | None:
+    """``qg`` with each link between the target and a named node that has no link of the written
+    relationship at all (either way) read as any relationship, either way: the graph says the
+    relationship written cannot hold for that node ("Where is Tepic?" written as the kinds of Tepic,
+    which has none). The last second reading, tried when the others ground nothing. None: no such link."""
+    triplets, loosened = list(qg.triplets), []
+    for i, t in enumerate(qg.triplets):
+        other = t.tail if t.head == qg.target else t.head if t.tail == qg.target else None
+        sym = qg.symbols.get(other) if other is not None else None
+        if (t.rel is None or t.rel not in skb.graph.forward or sym is None or sym.extent or other == qg.target
+                or sym.type not in skb.node_type_names or (name := sym.name_value()) is None):
+            continue
+        ids = exact_name_ids(skb, str(name))
+        ids = ids[skb.node_type[ids] == skb.type_code(sym.type)]
+        if not len(ids) or len(skb.graph.neighbours(ids, [t.rel], "both")):
+            continue
+        triplets[i] = t.model_copy(update={"rel": None, "rel_alternatives": [], "directed": False})
+        loosened.append(f"{name!r} has no {t.rel} link: ({t.head})-[]-({t.tail})")
+    if not loosened:
+        return None
+    return qg.model_copy(update={"triplets": triplets}), [Repair("path", "any relationship: " + "; ".join(loosened))]
 
 
 def _only_link(sg: SchemaGraph, src: str, dst: str) -> list[Hop] | None:
@@ -629,13 +657,14 @@ class Repaired:
 def repair_query(
     qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
     question: str = "", mentions: bool = True, carry_asked: bool = True, classes: bool = True,
-    turn_round: bool = True,
+    turn_round: bool = True, own_links: bool = True,
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
     its answers carried over to the label the question asks for (``carry_asked``), with the entities the
     question names and the query left out linked to the target (``mentions``) and the target linked to
     the class node the question asks about (``classes``, ``program.steps.asked_class``); its relationships
-    between nodes of one type turned round are the first second reading (``turn_round``)."""
+    turned round where the graph links their labels both ways are the first second reading (``turn_round``);
+    links to a named node that has none of the relationship written, read as any, are the last (``own_links``)."""
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         repairs: list[Repair] = []
         if mentions:
@@ -716,11 +745,13 @@ def repair_query(
     find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
     query, of_class = _to_class(query, skb, question, find)
     second: list[tuple[QueryGraph, list[Repair]]] = []
-    if turn_round and (turned_round := reversed_reading(query, skb, question)) is not None:
+    if turn_round and (turned_round := reversed_reading(query, skb, sg, question)) is not None:
         second.append((turned_round[0], repairs + of_class + turned_round[1]))
     for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
         alt, more = _to_class(alt, skb, question, find)
         second.append((alt, alt_repairs + more))
+    if own_links and (loosened := unlinked_reading(query, skb)) is not None:
+        second.append((loosened[0], repairs + of_class + loosened[1]))
     return Repaired(query, repairs + of_class, second, cut)
 
 
