@@ -17,17 +17,14 @@ question), so the first is sent alone and the rest go to the slot that answered 
 
 from __future__ import annotations
 
-import json
 import math
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 import dspy
 
-from autofocus.local_lm.server import LocalServer, LocalServerError, open_direct, server_for_api_base
+from autofocus.local_lm.server import LocalServer, LocalServerError, server_for_api_base
 from autofocus.usage import LM_LIMIT, add_usage
 
 YES = ("Yes", "yes", " Yes", " yes", "YES")
@@ -48,22 +45,10 @@ def _p_yes(logprobs: Sequence[float], token_ids: Sequence[int], n_yes: int) -> f
     return p_yes / (p_yes + p_no) if p_yes + p_no > 0 else None
 
 
-def _scoring_server(lm: Any) -> LocalServer | None:
+def scoring_server(lm: Any) -> LocalServer | None:
     """The llama-server behind ``lm``, or None (another endpoint, or the fallback server without probabilities)."""
     server = server_for_api_base(getattr(lm, "kwargs", {}).get("api_base"))
     return server if server is not None and server.native() else None
-
-
-def _call(server: LocalServer, route: str, body: dict[str, Any], timeout: float) -> Any:
-    req = urllib.request.Request(
-        f"{server.base_url}/{route}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
-    )  # fmt: skip
-    try:
-        with open_direct(req, timeout) as resp:
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        raise LocalServerError(f"scoring ({route}) failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
 
 
 def tokens(server: LocalServer, text: str, timeout: float = 60.0) -> list[int]:
@@ -72,7 +57,7 @@ def tokens(server: LocalServer, text: str, timeout: float = 60.0) -> list[int]:
     with _TOKENS_LOCK:
         known = _TOKENS.get(key)
     if known is None:
-        known = [int(t) for t in _call(server, "tokenize", {"content": text, "add_special": False}, timeout)["tokens"]]
+        known = [int(t) for t in server.post("tokenize", {"content": text, "add_special": False}, timeout)["tokens"]]
         if not known:
             raise LocalServerError(f"{text!r} has no tokens")
         with _TOKENS_LOCK:
@@ -83,7 +68,7 @@ def tokens(server: LocalServer, text: str, timeout: float = 60.0) -> list[int]:
 def render(server: LocalServer, messages: Messages, assistant_prefix: str, timeout: float) -> str:
     """The prompt text the server's chat template makes of ``messages``, ready for the answer to start
     with ``assistant_prefix``."""
-    return str(_call(server, "apply-template", {"messages": messages}, timeout)["prompt"]) + assistant_prefix
+    return str(server.post("apply-template", {"messages": messages}, timeout)["prompt"]) + assistant_prefix
 
 
 def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
@@ -96,9 +81,9 @@ def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], timeout: fl
               ["completion_probabilities", "tokens_evaluated", "timings/cache_n", "id_slot"]}  # fmt: skip
     if not bodies:
         return []
-    first = _call(server, "completion", {**common, **bodies[0]}, timeout)
+    first = server.post("completion", {**common, **bodies[0]}, timeout)
     slot = {"id_slot": int(first["id_slot"])} if "id_slot" in first else {}
-    return [first, *(_call(server, "completion", {**common, **body, **slot}, timeout) for body in bodies[1:])]
+    return [first, *(server.post("completion", {**common, **body, **slot}, timeout) for body in bodies[1:])]
 
 
 def _count(results: Sequence[dict[str, Any]], output_tokens: int) -> None:
@@ -131,7 +116,7 @@ def yes_probabilities(
     Example:
         p = yes_probabilities(lm, [[{"role": "user", "content": f"Is {c} a fruit? Answer Yes or No."}] for c in cands])
     """
-    server = _scoring_server(lm)
+    server = scoring_server(lm)
     if server is None:
         return None
     candidates = [*yes, *no]
@@ -173,7 +158,7 @@ def choice_probabilities(
 
     Step 1 uses it to score every candidate node type instead of taking the one the LM writes.
     """
-    server = _scoring_server(lm)
+    server = scoring_server(lm)
     if server is None:
         return None
     key = {"autofocus": "sequence_logprobs/v1", "model": lm.model, "messages": messages,
@@ -205,7 +190,7 @@ def choice_probabilities(
 def scoring_weights_of(lm: Any) -> str | None:
     """The weights a local LM's yes/no scores come from (``model``: the served file), None for LMs without
     token probabilities."""
-    return None if _scoring_server(lm) is None else "model"
+    return None if scoring_server(lm) is None else "model"
 
 
 def yes_probability(lm: dspy.LM, messages: Messages, **kwargs: Any) -> float | None:

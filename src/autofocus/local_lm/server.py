@@ -20,11 +20,14 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
@@ -184,6 +187,7 @@ class LocalServer:
         self._lock = threading.Lock()
         self._native: bool | None = None
         self.external = False  # attached to a server another process runs (``AUTOFOCUS_LLM_SERVER``)
+        self.slot_dir: Path | None = None  # where llama-server saves and restores slots (``local_lm.slots``)
 
     @classmethod
     def attach(cls, url: str, model_path: Path, alias: str) -> LocalServer:
@@ -228,14 +232,17 @@ class LocalServer:
     def llama_server_args(self, binary: Path, port: int) -> list[str]:
         """llama-server: ``n_parallel`` slots of ``n_ctx`` tokens each with continuous batching; prompts
         kept per slot and in RAM (``AUTOFOCUS_LLM_CACHE_MB``) so a request starts from the longest prefix
-        any earlier one left; a draft model where one is given."""
+        any earlier one left; slots saved to and restored from a folder of this server's own
+        (``local_lm.slots``); a draft model where one is given."""
+        if self.slot_dir is None:
+            self.slot_dir = Path(tempfile.mkdtemp(prefix="autofocus-slots-"))
         args = [
             str(binary), "--model", str(self.model_path), "--alias", self.alias,
             "--host", self.host, "--port", str(port),
             "--threads", str(self.n_threads), "--threads-batch", str(self.n_threads),
             "--ctx-size", str(self.n_ctx * self.n_parallel), "--parallel", str(self.n_parallel), "--no-kv-unified",
             "--cont-batching", "--cache-ram", os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "1024"),
-            "--load-mode", "none", "--fit", "off", "--no-webui", "--seed", "0",
+            "--load-mode", "none", "--fit", "off", "--no-webui", "--seed", "0", "--slot-save-path", str(self.slot_dir),
         ]  # fmt: skip
         if not repack_weights():
             args.append("--no-repack")
@@ -257,6 +264,18 @@ class LocalServer:
             except (OSError, ValueError):
                 self._native = False
         return self._native
+
+    def post(self, route: str, body: dict[str, Any], timeout: float) -> Any:
+        """POST ``body`` to one of llama-server's own routes (``completion``, ``tokenize``, ``slots/0?action=save``)."""
+        req = urllib.request.Request(
+            f"{self.base_url}/{route}", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )  # fmt: skip
+        try:
+            with open_direct(req, timeout) as resp:
+                return json.load(resp)
+        except urllib.error.HTTPError as exc:
+            raise LocalServerError(f"{route} failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
 
     def is_running(self) -> bool:
         if self.external:
@@ -352,6 +371,9 @@ class LocalServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self.slot_dir is not None:
+            shutil.rmtree(self.slot_dir, ignore_errors=True)
+            self.slot_dir = None
 
     def __enter__(self) -> LocalServer:
         return self.start()

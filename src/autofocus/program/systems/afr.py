@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ import numpy as np
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec
 from autofocus.local_lm.scoring import choice_probabilities
+from autofocus.local_lm.slots import share_prompt_starts
 from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
@@ -56,6 +58,9 @@ from autofocus.trace import Trace
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
+
+
+_STARTS_LOCK = threading.Lock()  # the first questions in flight wait while one of them shares the starts
 
 
 def closest_type(raw: str, types: list[str]) -> str | None:
@@ -195,6 +200,7 @@ class AutofocusRetriever(RetrievalProgram):
         self._grammars: dict[tuple[str, ...], str] = {}  # step 2 grammars by step 1's types
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
         self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
+        self.starts_shared = False  # the prompt starts shared by all questions are in the LM server's slots
 
     def needs_lm(self, question: object) -> bool:
         replayed = isinstance(question, str) and question in (self.recorded or {}) and self.recorded[question][0] is not None
@@ -261,6 +267,30 @@ class AutofocusRetriever(RetrievalProgram):
             trace.data["constrained"] = self.step2_mode()
         return cypher
 
+    def share_prompt_starts(self) -> None:
+        """Before the first LM call: the start that every question's step-1 prompt shares, and every
+        step-2 prompt's, evaluated once into the local LM server's slots (``local_lm.slots``), not once
+        per slot by the first questions in flight. Nothing for other LMs."""
+        with _STARTS_LOCK:
+            if self.starts_shared:
+                return
+            adapter = dspy.settings.adapter or dspy.ChatAdapter()
+            types = self.context.candidate_types
+            families: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}
+            steps = [(self.target_type, lambda q, t: self.context.target_type_inputs(q))] if self.target_type else []
+            if self.config.query.query_format == "cypher":
+                steps.append((self.cypher, self.context.query_inputs))
+            for predictor, inputs in steps:
+                lm = predictor.lm or dspy.settings.lm
+                fields = predictor.signature.input_fields
+                pair = tuple(adapter.format(predictor.signature, predictor.demos,
+                                            {k: v for k, v in inputs(q, t).items() if k in fields})
+                             for q, t in (("Which one?", types[0]), ("What else is there?", types[-1])))
+                families.setdefault(id(lm), (lm, []))[1].append(pair)
+            for lm, pairs in families.values():
+                share_prompt_starts(lm, pairs)
+            self.starts_shared = True
+
     def step2_mode(self) -> str:
         """How step 2 is constrained: a GBNF grammar (llama.cpp servers), JSON-schema structured outputs
         with enums (the typed format on LMs that support them), or not at all (repair alone)."""
@@ -297,6 +327,8 @@ class AutofocusRetriever(RetrievalProgram):
             trace.event("2_query", "replayed", "step 2's query given (a recorded run or ask --query)")
             trace.data["target_type"], trace.data["cypher"] = y_type, cypher
             return y_type, cypher if self.config.steps != "1+7" else None
+        if not self.starts_shared:
+            self.share_prompt_starts()
         demos = self.question_demos(question, trace)
         y_type = self.predict_target_type(question, trace, demos.get("target_type"))
         trace.data["target_type"] = y_type
