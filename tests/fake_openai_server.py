@@ -152,7 +152,6 @@ class FakeOpenAIServer:
         """One llama-server ``/completion`` answer: probabilities of the first token (``n_probs``) or of
         the tokens a ``<[id]>`` grammar forces; prompt-cache counts from the longest earlier shared prefix."""
         prompt = body["prompt"]
-        messages = self.rendered[prompt[: prompt.index(PROMPT_END) + len(PROMPT_END)]]
         ids = self.tokenize(prompt)
         with self._lock:
             cached = max((next((i for i, (a, b) in enumerate(zip(p, ids, strict=False)) if a != b), min(len(p), len(ids)))
@@ -160,6 +159,9 @@ class FakeOpenAIServer:
             cached = min(cached, len(ids) - 1)  # the last token is evaluated: its logits are the answer
             self.prompts.append(ids)
             pieces = {i: piece for piece, i in self.vocab.items()}
+        if body.get("n_predict") == 0:  # the prompt into the cache, nothing generated
+            return {"content": "", "tokens_evaluated": len(ids), "timings": {"cache_n": cached}}
+        messages = self.rendered[prompt[: prompt.index(PROMPT_END) + len(PROMPT_END)]]
         forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", body.get("grammar", ""))]
         if forced:
             assert self.choice_logprobs is not None
@@ -226,6 +228,10 @@ class FakeOpenAIServer:
             def _answer(self, body: dict[str, Any], limited: bool) -> None:
                 if server.latency:
                     time.sleep(server.latency)
+                if self.path.startswith("/slots/"):  # llama-server's slot actions: save and restore
+                    slot = int(self.path.split("/")[2].split("?")[0])
+                    self._send(200 if server.scores else 404, {"id_slot": slot, "filename": body.get("filename")})
+                    return
                 if self.path in ("/tokenize", "/apply-template", "/completion"):
                     if not server.scores:
                         self._send(404, {"error": {"message": f"no route {self.path}"}})

@@ -128,6 +128,27 @@ def test_real_server_scores_yes_no_and_choices(real_server: tuple[dspy.LM, Path]
     assert q is not None and abs(sum(q) - 1) < 1e-6 and q[0] == max(q)
 
 
+def test_real_server_takes_a_shared_prompt_start_into_every_slot_once(real_server: tuple[dspy.LM, Path]) -> None:
+    from autofocus.local_lm.scoring import render, scoring_server
+    from autofocus.local_lm.slots import share_prompt_starts
+
+    lm, _ = real_server
+    server = scoring_server(lm)
+    assert server is not None and server.slot_dir is not None
+    rules = "You sort things into kinds. " + " ".join(f"Rule {i}: a kind has a name of one word." for i in range(12))
+
+    def conv(thing: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": rules}, {"role": "user", "content": f"Which kind is {thing}?"}]
+
+    evaluated = share_prompt_starts(lm, [(conv("a banana"), conv("a hammer"))])
+    assert len(evaluated) == 1 and evaluated[0] > 100  # the start, evaluated once
+    assert sorted(p.name for p in server.slot_dir.iterdir()) == ["start-0.bin"]
+    for slot in range(1, server.n_parallel):  # restored: a question's prompt evaluates only its own part
+        done = server.post("completion", {"prompt": render(server, conv(f"thing {slot}"), "", 60), "n_predict": 1,
+                                          "id_slot": slot, "cache_prompt": True}, 120)  # fmt: skip
+        assert done["timings"]["cache_n"] >= evaluated[0] - 2 and done["tokens_evaluated"] - done["timings"]["cache_n"] < 30
+
+
 def test_real_server_follows_a_grammar_and_answers_alike_twice(real_server: tuple[dspy.LM, Path]) -> None:
     lm, _ = real_server
     grammar = 'root ::= "[[ ## answer ## ]]\\n" ("red" | "green" | "blue") "\\n\\n[[ ## completed ## ]]"'

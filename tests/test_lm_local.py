@@ -27,6 +27,7 @@ from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
 from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
 from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
+from autofocus.local_lm.slots import share_prompt_starts, shared_start
 from autofocus.usage import usage_scope
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_openai_server.py"))
@@ -243,6 +244,30 @@ def test_yes_no_prompts_are_the_chat_template_plus_the_answer_start(fake_local_m
     assert yes_probabilities(get_lm(spec, cache=False), convs, assistant_prefix="Answer:") == pytest.approx([0.8] * 3)
     paths = _get(f"{srv.base_url}/fake/stats")["paths"]
     assert paths[-3:] == ["/completion"] * 3 and paths.count("/apply-template") >= 3
+
+
+def test_the_shared_prompt_start_is_evaluated_once_and_restored_into_the_other_slots(
+    fake_local_model: tuple[str, LocalServer],
+) -> None:
+    spec, srv = fake_local_model
+    rules = "Sort things into kinds.\n" + "A kind has a one-word name.\n" * 10
+
+    def conv(thing: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": rules}, {"role": "user", "content": f"Which kind is {thing}?"}]
+
+    before = len(_get(f"{srv.base_url}/fake/stats")["paths"])
+    lm = get_lm(spec, cache=False)
+    with usage_scope() as usage:
+        evaluated = share_prompt_starts(lm, [(conv("a banana"), conv("a hammer")), (conv("x"), conv("y"))])
+    paths = _get(f"{srv.base_url}/fake/stats")["paths"][before:]
+    n = srv.n_parallel
+    assert len(evaluated) == 2 and usage.calls == 2  # one evaluation per family
+    assert [p for p in paths if p.startswith("/slots/")] == [
+        "/slots/0?action=save", *(f"/slots/{s}?action=restore" for s in range(2, n, 2)),
+        "/slots/1?action=save", *(f"/slots/{s}?action=restore" for s in range(3, n, 2)),
+    ]
+    assert shared_start("rules\nmore rules\nQ: one", "rules\nmore rules\nQ: two") == "rules\nmore rules\n"
+    assert share_prompt_starts(dspy.LM("openai/gpt-4o-mini", api_key="k"), [(conv("a"), conv("b"))]) == []
 
 
 def test_choice_probabilities_normalise_over_the_choices_and_cache(fake_local_model: tuple[str, LocalServer]) -> None:
