@@ -142,7 +142,7 @@ def test_real_server_takes_a_shared_prompt_start_into_every_slot_once(real_serve
 
     evaluated = share_prompt_starts(lm, [(conv("a banana"), conv("a hammer"))])
     assert len(evaluated) == 1 and evaluated[0] > 100  # the start, evaluated once
-    assert sorted(p.name for p in server.slot_dir.iterdir()) == ["start-0.bin"]
+    assert [p.name[:6] for p in server.slot_dir.iterdir()] == ["start-"]
     for slot in range(1, server.n_parallel):  # restored: a question's prompt evaluates only its own part
         done = server.post("completion", {"prompt": render(server, conv(f"thing {slot}"), "", 60), "n_predict": 1,
                                           "id_slot": slot, "cache_prompt": True}, 120)  # fmt: skip

@@ -13,6 +13,7 @@ shares most with theirs (llama-server's own choice).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
             done = server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": i, "cache_prompt": True,
                                               "temperature": 0.0}, timeout)  # fmt: skip
             add_usage(calls=1, input_tokens=int(done.get("tokens_evaluated", 0)), output_tokens=0)
-            name = f"start-{i}.bin"
+            name = f"start-{hashlib.sha1(start.encode()).hexdigest()[:16]}.bin"  # runs sharing a server differ
             server.post(f"slots/{i}?action=save", {"filename": name}, timeout)
             for slot in range(i + len(starts), server.n_parallel, len(starts)):
                 server.post(f"slots/{slot}?action=restore", {"filename": name}, timeout)
