@@ -31,7 +31,11 @@ def _rule(text: str) -> str:
 
 
 def _field(name: str, body: str) -> list[str]:
-    return [f'root ::= {_lit(f"[[ ## {name} ## ]]")} "\\n" {body} "\\n\\n" {_lit("[[ ## completed ## ]]")}']
+    """The answer as ChatAdapter's field: its header, then the body, and nothing after it. ChatAdapter reads
+    the field without the closing ``[[ ## completed ## ]]``, and the body's last token decides that the
+    answer ends, so leaving the marker out changes no answer and saves its ~7 generated tokens (a decoding
+    step each, a fifth of step 2's)."""
+    return [f'root ::= {_lit(f"[[ ## {name} ## ]]")} "\\n" {body}']
 
 
 def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher",
