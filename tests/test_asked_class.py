@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, QueryConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.asked_class import asked_phrases, find_asked_class, link_asked_class
@@ -80,7 +80,8 @@ def test_repair_links_the_target_to_the_class_the_query_left_out(skb) -> None:
     named = parse_cypher('MATCH (y:person)-[:instance_of]->(c:person {name: "composer"}) RETURN y', skb.schema)
     assert link_asked_class(named, skb, question) == (named, None)
     # switched off
-    off = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "person", question=question, classes=False)
+    off = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "person", question=question,
+                       options=QueryConfig(repair_class=False))
     assert off.query == qg and off.repairs == []
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, QueryConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounding import GroundingResult, component_of, ground_with_expansion
@@ -88,15 +88,13 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
     return qg
 
 
-def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace, mentions: bool = True,
-                carry_asked: bool = True, classes: bool = True, turn_round: bool = True,
-                own_links: bool = True) -> Repaired:
+def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace,
+                options: QueryConfig | None = None) -> Repaired:
     """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``)."""
     skb = kb.skb
     with trace.step("3_repair"):
         result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question,
-                              mentions=mentions, carry_asked=carry_asked, classes=classes, turn_round=turn_round,
-                              own_links=own_links)
+                              options=options)
     repaired, repairs = result.query, result.repairs
     for r in repairs:
         trace.event("3_repair", r.kind, r.detail)
@@ -117,8 +115,7 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
     repairs: list[Repair] = []
     alternatives: list[tuple[QueryGraph, list[Repair]]] = []
     if cfg.query.repair:
-        repaired = repair_step(kb, qg, target_type, trace, cfg.query.repair_mentions, cfg.query.repair_asked,
-                               cfg.query.repair_class, cfg.query.turn_round, cfg.query.own_links)
+        repaired = repair_step(kb, qg, target_type, trace, cfg.query)
         qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False

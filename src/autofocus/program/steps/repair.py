@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from rapidfuzz import fuzz
 
+from autofocus.config import QueryConfig
 from autofocus.cypher.mapping import SchemaMapper
 from autofocus.program.steps.asked_class import (
     AskedClass,
@@ -656,15 +657,17 @@ class Repaired:
 
 def repair_query(
     qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
-    question: str = "", mentions: bool = True, carry_asked: bool = True, classes: bool = True,
-    turn_round: bool = True, own_links: bool = True,
+    question: str = "", options: QueryConfig | None = None,
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
-    its answers carried over to the label the question asks for (``carry_asked``), with the entities the
-    question names and the query left out linked to the target (``mentions``) and the target linked to
-    the class node the question asks about (``classes``, ``program.steps.asked_class``); its relationships
-    turned round where the graph links their labels both ways are the first second reading (``turn_round``);
-    links to a named node that has none of the relationship written, read as any, are the last (``own_links``)."""
+    its answers carried over to the label the question asks for (``repair_asked``), with the entities the
+    question names and the query left out linked to the target (``repair_mentions``) and the target linked
+    to the class node the question asks about (``repair_class``, ``program.steps.asked_class``); its
+    relationships turned round where the graph links their labels both ways are the first second reading
+    (``turn_round``); links to a named node that has none of the relationship written, read as any, are
+    the last (``own_links``). ``options``: those switches (default: all on)."""
+    opts = options or QueryConfig()
+    mentions, carry_asked, classes = opts.repair_mentions, opts.repair_asked, opts.repair_class
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         repairs: list[Repair] = []
         if mentions:
@@ -745,12 +748,12 @@ def repair_query(
     find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
     query, of_class = _to_class(query, skb, question, find)
     second: list[tuple[QueryGraph, list[Repair]]] = []
-    if turn_round and (turned_round := reversed_reading(query, skb, sg, question)) is not None:
+    if opts.turn_round and (turned_round := reversed_reading(query, skb, sg, question)) is not None:
         second.append((turned_round[0], repairs + of_class + turned_round[1]))
     for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
         alt, more = _to_class(alt, skb, question, find)
         second.append((alt, alt_repairs + more))
-    if own_links and (loosened := unlinked_reading(query, skb)) is not None:
+    if opts.own_links and (loosened := unlinked_reading(query, skb)) is not None:
         second.append((loosened[0], repairs + of_class + loosened[1]))
     return Repaired(query, repairs + of_class, second, cut)
 
