@@ -270,6 +270,23 @@ def test_the_shared_prompt_start_is_evaluated_once_and_restored_into_the_other_s
     assert share_prompt_starts(dspy.LM("openai/gpt-4o-mini", api_key="k"), [(conv("a"), conv("b"))]) == []
 
 
+def test_a_server_that_cannot_save_slots_leaves_them_to_fill_themselves(
+    fake_local_model: tuple[str, LocalServer], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec, srv = fake_local_model
+    post = srv.post
+
+    def no_slot_actions(route: str, body: dict, timeout: float) -> object:
+        if route.startswith("slots/"):
+            raise LocalServerError("slots/0?action=save failed: HTTP 501 start it with --slot-save-path")
+        return post(route, body, timeout)
+
+    monkeypatch.setattr(srv, "post", no_slot_actions)
+    system = "Sort things into kinds.\n" * 20
+    pair = tuple([{"role": "system", "content": system}, {"role": "user", "content": q}] for q in ("a?", "b?"))
+    assert share_prompt_starts(get_lm(spec, cache=False), [pair]) == []  # no error: an optimisation only
+
+
 def test_choice_probabilities_normalise_over_the_choices_and_cache(fake_local_model: tuple[str, LocalServer]) -> None:
     spec, srv = fake_local_model
     lm = get_lm(spec, cache=True)

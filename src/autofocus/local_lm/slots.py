@@ -41,10 +41,10 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
     server = scoring_server(lm)
     if server is None or server.n_parallel < 2:
         return []
-    starts = [shared_start(render(server, a, "", timeout), render(server, b, "", timeout)) for a, b in families]
-    starts = [s for s in starts if len(s) >= MIN_START_CHARS][: server.n_parallel]
     evaluated: list[int] = []
     try:
+        starts = [shared_start(render(server, a, "", timeout), render(server, b, "", timeout)) for a, b in families]
+        starts = [s for s in starts if len(s) >= MIN_START_CHARS][: server.n_parallel]
         for i, start in enumerate(starts):
             done = server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": i, "cache_prompt": True,
                                               "temperature": 0.0}, timeout)  # fmt: skip
@@ -54,6 +54,6 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
             for slot in range(i + len(starts), server.n_parallel, len(starts)):
                 server.post(f"slots/{slot}?action=restore", {"filename": name}, timeout)
             evaluated.append(int(done.get("tokens_evaluated", 0)))
-    except LocalServerError:  # e.g. a shared server without --slot-save-path: the slots fill themselves
-        return evaluated
+    except (LocalServerError, OSError, ValueError, KeyError):  # an optimisation: the slots fill themselves
+        return evaluated  # (e.g. a shared server started without --slot-save-path)
     return evaluated
