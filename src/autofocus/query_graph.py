@@ -63,6 +63,10 @@ class Triplet(BaseModel):
         """The edge types that satisfy this triplet (None: any)."""
         return [self.rel, *self.rel_alternatives] if self.rel is not None else None
 
+    def other(self, var: str | None) -> str | None:
+        """The end that is not ``var`` (the tail of a loop on it), or None where ``var`` is at neither end."""
+        return self.tail if self.head == var else self.head if self.tail == var else None
+
 
 class Dropped(BaseModel):
     """Something the parser could not or deliberately would not use, and why."""

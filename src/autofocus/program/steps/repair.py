@@ -374,7 +374,7 @@ def star_constants(qg: QueryGraph, sg: SchemaGraph) -> tuple[QueryGraph, list[Re
     if target is None or target.type is None:
         return qg, []
     named = {v for v, s in qg.symbols.items() if s.is_constant and v != qg.target}
-    tied = {t.tail if t.head == qg.target else t.head for t in qg.triplets if qg.target in (t.head, t.tail)}
+    tied = {t.other(qg.target) for t in qg.triplets if qg.target in (t.head, t.tail)}
     triplets, repairs = list(qg.triplets), []
     for i, t in enumerate(qg.triplets):
         if t.head not in named or t.tail not in named or t.rel is None:
@@ -398,7 +398,7 @@ def orient_by_question(qg: QueryGraph, skb: SKB, question: str) -> tuple[QueryGr
     triplets, repairs = list(qg.triplets), []
     for i, t in enumerate(qg.triplets):
         info = skb.schema.edge_types.get(str(t.rel)) if t.rel else None
-        other = t.tail if t.head == target else t.head if t.tail == target else None
+        other = t.other(target)
         name = qg.symbols[other].name_value() if other is not None else None
         if info is None or info.src_type != info.dst_type or name is None or t.head == t.tail:
             continue
@@ -419,9 +419,8 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str,
     relationship and forgets the name. ``mentions``: the question's ``named_mentions``, where the
     caller has them."""
     target = qg.target
-    nameless = [t for t in qg.triplets if target in (t.head, t.tail) and t.rel is not None
-                and (sym := qg.symbols.get(t.tail if t.head == target else t.head)) is not None
-                and not sym.constraints and not sym.extent]
+    nameless = [(t, other) for t in qg.triplets if t.rel is not None and (other := t.other(target)) is not None
+                and (sym := qg.symbols.get(other)) is not None and not sym.constraints and not sym.extent]
     if not nameless:
         return qg, []
     given = " ".join((s.name_value() or "").lower() for s in qg.symbols.values())
@@ -432,8 +431,7 @@ def name_from_question(qg: QueryGraph, skb: SKB, question: str,
     grams = [g for g in grams if g and g.lower() not in asked and g.lower() not in given]
     beside = {m.text.lower(): m.beside for m in (named_mentions(skb, question) if mentions is None else mentions)}
     symbols, repairs = dict(qg.symbols), []
-    for t in nameless:
-        other = t.tail if t.head == target else t.head
+    for t, other in nameless:
         sym = symbols[other]
         if sym.constraints or sym.type not in skb.node_type_names:  # named above, or of no known label
             continue
@@ -491,7 +489,7 @@ def unlinked_reading(qg: QueryGraph, skb: SKB) -> tuple[QueryGraph, list[Repair]
     which has none). The last second reading, tried when the others ground nothing. None: no such link."""
     triplets, loosened = list(qg.triplets), []
     for i, t in enumerate(qg.triplets):
-        other = t.tail if t.head == qg.target else t.head if t.tail == qg.target else None
+        other = t.other(qg.target)
         sym = qg.symbols.get(other) if other is not None else None
         if (t.rel is None or t.rel not in skb.graph.forward or sym is None or sym.extent or other == qg.target
                 or sym.type not in skb.node_type_names or (name := sym.name_value()) is None):
