@@ -123,8 +123,8 @@ class QueryConfig(_Group):
     )
     turn_round: bool = Field(
         True, description="step 5: where the query grounds nothing, read its links between the target and a named node "
-        "the other way round first, where the graph links their labels both ways and the question's wording reads "
-        "them neither way"
+        "the other way round first, where the graph links their labels both ways and the question's wording does not "
+        "read them the way they are written"
     )
     own_links: bool = Field(
         True, description="step 5: where the query and its other readings ground nothing, read a link to a named node "
