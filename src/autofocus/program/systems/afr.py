@@ -78,6 +78,11 @@ def closest_type(raw: str, types: list[str]) -> str | None:
     return norm[close[0]] if close else None
 
 
+def step1_inputs(predictor: dspy.Predict, context: SchemaContext, question: str) -> dict[str, object]:
+    """Step 1's inputs that ``predictor``'s signature takes (a saved program's may take fewer)."""
+    return {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
+
+
 def derive_target_type(
     predictor: dspy.Module | None, context: SchemaContext, question: str, trace: Trace,
     demos: list[dspy.Example] | None = None,
@@ -87,8 +92,7 @@ def derive_target_type(
     types = context.candidate_types
     if predictor is None:
         return types[0]
-    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
-    predictor, inputs, demos = as_examples(predictor, demos, inputs)
+    predictor, inputs, demos = as_examples(predictor, demos, step1_inputs(predictor, context, question))
     with trace.step("1_target_type"):
         pred, raw = safe_predict(predictor, trace, "1_target_type", demos=demos, **inputs)
     if pred is not None:
@@ -108,9 +112,8 @@ def score_target_types(
     the caller lets it write its answer instead. ``demos`` replace the predictor's own for this call."""
     lm = predictor.lm or dspy.settings.lm
     types = context.candidate_types
-    inputs = {k: v for k, v in context.target_type_inputs(question).items() if k in predictor.signature.input_fields}
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
-    asked, inputs, demos = as_examples(predictor, demos, inputs)
+    asked, inputs, demos = as_examples(predictor, demos, step1_inputs(predictor, context, question))
     with trace.step("1_target_type"):
         messages = adapter.format(asked.signature, predictor.demos if demos is None else demos, inputs)
         try:
@@ -277,14 +280,14 @@ class AutofocusRetriever(RetrievalProgram):
             adapter = dspy.settings.adapter or dspy.ChatAdapter()
             types = self.context.candidate_types
             families: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}
-            steps = [(self.target_type, lambda q, t: self.context.target_type_inputs(q))] if self.target_type else []
+            steps: list[tuple[dspy.Predict, Callable[[str, str], dict[str, object]]]] = []
+            if (step1 := self.target_type) is not None:
+                steps.append((step1, lambda q, t: step1_inputs(step1, self.context, q)))
             if self.config.query.query_format == "cypher":
                 steps.append((self.cypher, self.context.query_inputs))
-            for predictor, inputs in steps:
+            for predictor, inputs in steps:  # each step's messages as its call makes them
                 lm = predictor.lm or dspy.settings.lm
-                fields = predictor.signature.input_fields
-                pair = tuple(adapter.format(predictor.signature, predictor.demos,
-                                            {k: v for k, v in inputs(q, t).items() if k in fields})
+                pair = tuple(adapter.format(predictor.signature, predictor.demos, inputs(q, t))
                              for q, t in (("Which one?", types[0]), ("What else is there?", types[-1])))
                 families.setdefault(id(lm), (lm, []))[1].append(pair)
             for lm, pairs in families.values():
