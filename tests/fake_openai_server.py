@@ -8,8 +8,8 @@ consumed in order. A reply is a string (the assistant content) or a dict with ``
 Given ``p_yes`` or ``choice_logprobs`` it also fakes what llama-server offers for scoring: ``GET /props``
 (its slots), ``POST /tokenize`` (a word-piece tokenizer: each run of spaces plus the word after it is
 one token), ``POST /apply-template`` and ``POST /completion`` with ``n_probs`` (P(yes) spread over the
-yes-like and no-like tokens it has seen) or with a token-id ``grammar`` (the forced tokens' log-probabilities
-from ``choice_logprobs``). Without them ``/props`` answers 404, as the fallback server does.
+yes-like and no-like tokens it has seen) or, for a prompt of text and token ids, the next token's
+log-probabilities from ``choice_logprobs``. Without them ``/props`` answers 404, as the fallback server does.
 ``GET /fake/stats`` reports the request count, for tests that run it as a subprocess.
 
 Run as a program (``python tests/fake_openai_server.py --port 0 --model_alias m``) it stands in for the
@@ -57,7 +57,9 @@ class FakeOpenAIServer:
         model_ids: ids listed by ``GET /v1/models``.
         port: 0 picks a free port.
         p_yes: ``messages -> P(yes)`` for ``/completion`` with ``n_probs``.
-        choice_logprobs: ``(messages, candidate) -> log P`` for ``/completion`` with a token grammar.
+        choice_logprobs: ``(messages, text) -> log P(text)`` for ``/completion`` with a prompt of text and
+            token ids: the next token's log probabilities after the ids (``n_probs``, or the token a
+            ``<[id]>`` grammar forces).
         slots: what ``/props`` reports as ``total_slots``.
     """
 
@@ -151,8 +153,9 @@ class FakeOpenAIServer:
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """One llama-server ``/completion`` answer: probabilities of the first token (``n_probs``) or of
         the tokens a ``<[id]>`` grammar forces; prompt-cache counts from the longest earlier shared prefix."""
-        prompt = body["prompt"]
-        ids = self.tokenize(prompt)
+        text, after = (body["prompt"][0], [int(t) for t in body["prompt"][1:]]) if isinstance(body["prompt"], list) \
+            else (body["prompt"], [])  # fmt: skip
+        ids = self.tokenize(text) + after
         with self._lock:
             cached = max((next((i for i, (a, b) in enumerate(zip(p, ids, strict=False)) if a != b), min(len(p), len(ids)))
                           for p in self.prompts), default=0)  # fmt: skip
@@ -161,12 +164,16 @@ class FakeOpenAIServer:
             pieces = {i: piece for piece, i in self.vocab.items()}
         if body.get("n_predict") == 0:  # the prompt into the cache, nothing generated
             return {"content": "", "tokens_evaluated": len(ids), "timings": {"cache_n": cached}}
-        messages = self.rendered[prompt[: prompt.index(PROMPT_END) + len(PROMPT_END)]]
+        messages = self.rendered[text[: text.index(PROMPT_END) + len(PROMPT_END)]]
         forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", body.get("grammar", ""))]
-        if forced:
+        if isinstance(body["prompt"], list):  # a choice's next token after the tokens given
             assert self.choice_logprobs is not None
-            total = self.choice_logprobs(messages, "".join(pieces[t] for t in forced))
-            probs = [{"id": t, "token": pieces[t], "logprob": total if j == 0 else 0.0} for j, t in enumerate(forced)]
+            before = "".join(pieces[t] for t in after)
+            start = self.choice_logprobs(messages, before)
+            nexts = {i: self.choice_logprobs(messages, before + piece) - start for i, piece in pieces.items()}
+            top = sorted(({"id": i, "token": pieces[i], "logprob": lp} for i, lp in nexts.items()), key=lambda t: -t["logprob"])
+            first = next(t for t in top if t["id"] == forced[0]) if forced else top[0]
+            probs = [{**first, "top_logprobs": top[: int(body.get("n_probs", 0))]}]
         else:
             assert self.p_yes is not None
             p = self.p_yes(messages)
@@ -296,7 +303,11 @@ def main() -> None:
     choices = None
     if args.choices is not None:
         table = json.loads(args.choices)
-        choices = lambda messages, cand: next((lp for k, lp in table.items() if cand.startswith(k)), -20.0)  # noqa: E731
+        def choices(messages: list[dict[str, Any]], text: str) -> float:
+            """log P(text): a key's value once the text starts with it, 0 while it can still become one."""
+            decided = next((lp for k, lp in table.items() if text.startswith(k)), None)
+            return decided if decided is not None else 0.0 if any(k.startswith(text) for k in table) else -20.0
+
     server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
                               choice_logprobs=choices, slots=args.parallel)
     print(f"listening on {server.base_url}", flush=True)

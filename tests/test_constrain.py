@@ -44,6 +44,9 @@ def test_the_grammar_allows_exactly_the_triples_of_the_graph(skb) -> None:
     assert grammar.startswith('root ::= "[[ ## cypher ## ]]" "\\n" query')  # ChatAdapter's field markers
     assert '"num_params"' in grammar and '"name"' in grammar
     assert grammar_config(grammar) == {"extra_body": {"grammar": grammar}}
+    given = cypher_grammar(sg, ["num_params"], header=False)  # the call gives the header (ServerChatAdapter)
+    assert given.startswith("root ::= query\n") and given.splitlines()[1:] == grammar.splitlines()[1:]
+    assert query_spec_grammar(sg, [], header=False).startswith("root ::= spec\n")
 
 
 def test_the_grammar_parses_in_llama_cpp(skb) -> None:
@@ -58,7 +61,7 @@ def test_labels_that_are_not_identifiers_are_backticked() -> None:
     assert re.search(r"^l-genex2fprotein-0 ::= ", grammar, re.M)  # rule names stay plain
 
 
-def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb) -> None:
+def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb, monkeypatch: pytest.MonkeyPatch) -> None:
     class _KB:
         pass
 
@@ -66,6 +69,10 @@ def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb) -> None:
     kb.skb = skb
     grammar = AutofocusRetriever(kb, AutofocusConfig())._step2_constraint(["exception"])["extra_body"]["grammar"]
     assert "target ::= l-exception-y" in grammar and "RETURN \" \"y\"" in grammar  # local by default, from step 1's type
+    assert grammar.startswith('root ::= "[[ ## cypher')  # a server that is not llama-server: the grammar writes the header
+    program = AutofocusRetriever(kb, AutofocusConfig())
+    monkeypatch.setattr(afr, "prefills", lambda lm: True)  # llama-server: the call gives the header
+    assert program._step2_constraint(["exception"])["extra_body"]["grammar"].startswith("root ::= query")
     hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})
     assert AutofocusRetriever(kb, hosted)._step2_constraint() == {}
     forced = AutofocusConfig.model_validate({"lm": {"default": "openai/m"}, "constrain": "grammar"})

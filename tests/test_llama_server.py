@@ -158,6 +158,17 @@ def test_real_server_follows_a_grammar_and_answers_alike_twice(real_server: tupl
     assert first.answer in ("red", "green", "blue") and again.answer == first.answer
 
 
+def test_real_server_continues_the_answer_header_under_a_grammar(real_server: tuple[dspy.LM, Path]) -> None:
+    from autofocus.program.steps.llm_call import ServerChatAdapter, call_adapter, prefills
+
+    lm, _ = real_server
+    assert prefills(lm) and isinstance(call_adapter(lm), ServerChatAdapter)
+    grammar = 'root ::= ("red" | "green" | "blue")'  # the header is the prompt's: the grammar starts after it
+    with dspy.context(lm=lm, adapter=call_adapter(lm)):
+        pred = dspy.Predict("question -> answer")(question="Name a colour of the sky.", config={"extra_body": {"grammar": grammar}})
+    assert pred.answer in ("red", "green", "blue")
+
+
 def test_real_server_loses_no_request_of_eight_at_once(real_server: tuple[dspy.LM, Path]) -> None:
     lm, _ = real_server
     questions = [f"What is {i} plus {i}? Answer with the number." for i in range(8)]

@@ -18,7 +18,10 @@ from autofocus.program.steps.llm_call import (
     MAX_ANSWER_CHARS,
     MAX_JSON_DEPTH,
     BoundedJSONAdapter,
+    ServerChatAdapter,
+    call_adapter,
     is_context_overflow,
+    prefills,
     safe_predict,
 )
 from autofocus.trace import Trace
@@ -131,3 +134,32 @@ def test_a_passed_deadline_stops_lm_calls_and_degrades(monkeypatch: pytest.Monke
         assert safe_predict(dspy.Predict(Ask), trace, "2_query", question="q") == (None, None)
     assert [(d.step, d.error.split(":")[0]) for d in trace.degraded] == [("2_query", "DeadlineExceeded")]
     assert len(lm.history) == 1  # no call after the deadline
+
+
+class Step(dspy.Signature):
+    """Answer from the schema."""
+
+    rules: str = dspy.InputField()
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+    note: str = dspy.OutputField()
+
+
+def test_the_server_adapter_puts_what_questions_share_first_and_gives_the_answer_header() -> None:
+    messages = ServerChatAdapter().format(Step, [], {"rules": "S", "question": "Q?"})
+    user, answer = messages[-2]["content"], messages[-1]
+    plain = dspy.ChatAdapter().format(Step, [], {"rules": "S", "question": "Q?"})[-1]["content"]
+    reminder = plain[plain.index("Respond with"):]
+    assert user.startswith(reminder) and user.endswith("[[ ## question ## ]]\nQ?")  # the same text, reordered
+    assert sorted(user.split("\n\n")) == sorted(plain.split("\n\n"))
+    assert answer == {"role": "assistant", "content": "[[ ## answer ## ]]\n"}
+    whole = "[[ ## answer ## ]]\nA\n\n[[ ## note ## ]]\nN"
+    assert ServerChatAdapter().parse(Step, whole) == ServerChatAdapter().parse(Step, whole.split("\n", 1)[1]) \
+        == {"answer": "A", "note": "N"}  # a server that returns the continuation only
+
+
+def test_only_llama_server_lms_get_the_server_adapter() -> None:
+    hosted = dspy.LM("openai/gpt-4o-mini", api_key="k")
+    assert not prefills(hosted) and type(call_adapter(hosted)).__name__ == "BoundedChatAdapter"
+    with dspy.context(adapter=dspy.JSONAdapter()):
+        assert isinstance(call_adapter(hosted), BoundedJSONAdapter)

@@ -21,7 +21,7 @@ import dspy
 import pytest
 
 from autofocus.lm import get_lm, yes_probabilities, yes_probability
-from autofocus.local_lm import models, server
+from autofocus.local_lm import models, scoring, server
 from autofocus.local_lm import server as server_module
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
@@ -299,6 +299,21 @@ def test_choice_probabilities_normalise_over_the_choices_and_cache(fake_local_mo
     assert _get(f"{srv.base_url}/fake/stats")["requests"] == before
     hosted = dspy.LM("openai/gpt-4o-mini", api_key="k")
     assert choice_probabilities(hosted, messages, ["class"]) is None  # no local server behind it
+
+
+def test_choice_tokens_outside_the_reported_few_are_forced_one_by_one(fake_local_model: tuple[str, LocalServer],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, _ = fake_local_model
+    lm = get_lm(spec, cache=False)
+    messages = [{"role": "user", "content": "Which type answers: what does it import?"}]
+    choices = ["class", "exception", "module"]
+    everything = choice_probabilities(lm, messages, choices, suffix="\n")
+    monkeypatch.setattr(scoring, "TOP_PROBS", 1)  # only the likeliest next token is reported
+    with usage_scope() as usage:
+        assert choice_probabilities(lm, messages, choices, suffix="\n") == pytest.approx(everything)
+    # the trie's four requests (the prompt, then after each word), and "exception" and "module", not the
+    # likeliest first token, forced in two more (the fake is indifferent to what follows a word: "\n" may be too)
+    assert usage.calls == 1 and 6 <= usage.output_tokens <= 9
 
 
 def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, LocalServer], monkeypatch: pytest.MonkeyPatch,

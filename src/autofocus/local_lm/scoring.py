@@ -8,8 +8,11 @@ answer, and ask ``/completion`` for probabilities:
 
 * yes/no: one token with the ``n_probs`` most likely first tokens, from the full softmax before sampling;
   a yes/no spelling outside them counts as probability 0 (they hold the answer mass of a yes/no prompt);
-* a choice: the choice's own tokens, forced one by one with a token-id grammar; each generated token
-  reports its probability under the model before the grammar, so the sum is log P(choice | prompt).
+* a choice: log P(choice | prompt) summed over the choice's tokens, each read from the most likely next
+  tokens after the prompt and the tokens before it: one request per node of the choices' trie (the
+  prompt, then each distinct start of a choice), a single batch of new tokens each, where generating each
+  choice under a grammar cost a decoding step per token; a token outside the ``n_probs`` reported is
+  forced with a token-id grammar, and the generated token reports its probability before the grammar.
 
 Ordering for the server's prompt cache: a question's conversations share their start (instructions, demos,
 question), so the first is sent alone and the rest go to the slot that answered it, which holds that start.
@@ -86,6 +89,12 @@ def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], timeout: fl
     return [first, *(server.post("completion", {**common, **body, **slot}, timeout) for body in bodies[1:])]
 
 
+def _top(result: dict[str, Any]) -> dict[int, float]:
+    """The most likely first tokens of a ``/completion`` answer with ``n_probs``: id -> log probability."""
+    first = (result.get("completion_probabilities") or [{}])[0]
+    return {int(t["id"]): float(t["logprob"]) for t in first.get("top_logprobs", [])}
+
+
 def _count(results: Sequence[dict[str, Any]], output_tokens: int) -> None:
     """One LM call per scoring request; every prompt's tokens, and those the server took from its cache."""
     add_usage(calls=1, input_tokens=sum(int(r.get("tokens_evaluated", 0)) for r in results), output_tokens=output_tokens,
@@ -141,8 +150,7 @@ def yes_probabilities(
         results = _complete(server, [{"prompt": p, "n_predict": 1, "n_probs": TOP_PROBS} for p in prompts], timeout)
     _count(results, output_tokens=len(todo))
     for i, result in zip(todo, results, strict=True):
-        first = (result.get("completion_probabilities") or [{}])[0]
-        top = {int(t["id"]): float(t["logprob"]) for t in first.get("top_logprobs", [])}
+        top = _top(result)
         out[i] = _p_yes([top.get(t, -math.inf) for t in token_ids], token_ids, len(yes))
         if lm.cache and out[i] is not None:
             dspy.cache.put(request(conversations[i]), {"p_yes": out[i]})
@@ -169,16 +177,22 @@ def choice_probabilities(
     with LM_LIMIT.slot(lm):
         prompt = render(server, messages, assistant_prefix, timeout)
         forced = [tokens(server, c, timeout) for c in key["candidates"]]
-        bodies = [{"prompt": prompt, "n_predict": len(ids), "n_probs": 1,
-                   "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in ids)} for ids in forced]  # fmt: skip
-        results = _complete(server, bodies, timeout)
-    _count(results, output_tokens=sum(len(ids) for ids in forced))
-    lps = []
-    for text, ids, result in zip(choices, forced, results, strict=True):
-        probs = result.get("completion_probabilities") or []
-        if [int(p["id"]) for p in probs] != ids:
-            raise LocalServerError(f"sequence scoring of {text!r}: the server generated {[p.get('id') for p in probs]}, not {ids}")
-        lps.append(sum(float(p["logprob"]) for p in probs))
+        steps = [(tuple(ids[:j]), t) for ids in forced for j, t in enumerate(ids)]  # (tokens before, token)
+        starts = list(dict.fromkeys(before for before, _ in steps))  # the choices' trie, root first
+        results = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": TOP_PROBS}
+                                     for before in starts], timeout)  # fmt: skip
+        nexts = {before: _top(r) for before, r in zip(starts, results, strict=True)}
+        missing = list(dict.fromkeys(st for st in steps if st[1] not in nexts[st[0]]))
+        slot = {"id_slot": int(results[0]["id_slot"])} if "id_slot" in results[0] else {}
+        extra = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": 1, **slot,
+                                    "grammar": f"root ::= <[{t}]>"} for before, t in missing], timeout)  # fmt: skip
+        for (before, t), result in zip(missing, extra, strict=True):
+            probs = result.get("completion_probabilities") or [{}]
+            if int(probs[0].get("id", -1)) != t:
+                raise LocalServerError(f"sequence scoring: the server generated {probs[0].get('id')}, not {t}")
+            nexts[before][t] = float(probs[0]["logprob"])
+    _count([*results, *extra], output_tokens=len(results) + len(extra))
+    lps = [sum(nexts[tuple(ids[:j])][t] for j, t in enumerate(ids)) for ids in forced]
     top = max(lps)
     weights = [math.exp(lp - top) for lp in lps]
     p = [w / sum(weights) for w in weights]

@@ -30,21 +30,23 @@ def _rule(text: str) -> str:
     return "l-" + "".join(c if c.isalnum() else f"x{ord(c):x}" for c in text)
 
 
-def _field(name: str, body: str) -> list[str]:
-    """The answer as ChatAdapter's field: its header, then the body, and nothing after it. ChatAdapter reads
-    the field without the closing ``[[ ## completed ## ]]``, and the body's last token decides that the
-    answer ends, so leaving the marker out changes no answer and saves its ~7 generated tokens (a decoding
-    step each, a fifth of step 2's)."""
-    return [f'root ::= {_lit(f"[[ ## {name} ## ]]")} "\\n" {body}']
+def _field(name: str, body: str, header: bool) -> list[str]:
+    """The answer as ChatAdapter's field: its header (unless the call gives it as the start of the answer,
+    ``llm_call.ServerChatAdapter``), then the body, and nothing after it. ChatAdapter reads the field
+    without the closing ``[[ ## completed ## ]]``, and the body's last token decides that the answer
+    ends, so leaving the marker out changes no answer and saves its ~7 generated tokens."""
+    start = f'{_lit(f"[[ ## {name} ## ]]")} "\\n" ' if header else ""
+    return [f"root ::= {start}{body}"]
 
 
 def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher",
-                   targets: list[str] | None = None) -> str:
+                   targets: list[str] | None = None, header: bool = True) -> str:
     """GBNF for ``MATCH`` patterns whose every hop is a triple of the graph, ``WHERE`` conditions on
     known attributes, and ``RETURN y.name``, inside ChatAdapter's ``[[ ## field ## ]]`` markers. With
     ``targets`` (step 1's types) the query starts at ``(y:TARGET)``: the prompt asks for it, and a small
-    LM that writes ``(y:module)`` for "which shutil function" is kept to the type step 1 chose."""
-    lines = _field(field, "query")
+    LM that writes ``(y:module)`` for "which shutil function" is kept to the type step 1 chose. Without
+    ``header`` it starts after the field's header (the call gives it)."""
+    lines = _field(field, "query", header)
     first = "pattern"
     if targets:
         first = "target"
@@ -81,7 +83,7 @@ def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher"
     return "\n".join(lines) + "\n"
 
 
-def query_spec_grammar(sg: SchemaGraph, attributes: list[str], field: str = "query") -> str:
+def query_spec_grammar(sg: SchemaGraph, attributes: list[str], field: str = "query", header: bool = True) -> str:
     """GBNF for the typed query format (``signatures.QuerySpec`` as JSON) with labels and relationship
     types from the graph; which labels a relationship joins is left to step 3b's repair (JSON cannot
     tie an edge's type to its endpoints' labels)."""
@@ -90,7 +92,7 @@ def query_spec_grammar(sg: SchemaGraph, attributes: list[str], field: str = "que
         """Literal text and rule names in order: a part in angle brackets is a rule."""
         return " ".join(p[1:-1] if p.startswith("<") and p.endswith(">") else _lit(p) for p in parts)
 
-    lines = _field(field, "spec")
+    lines = _field(field, "spec", header)
     lines += [
         "spec ::= " + seq('{"target": ', "<var>", ', "nodes": [', "<node>")
         + f" ({seq(', ', '<node>')}){{0,{MAX_HOPS + 1}}} "

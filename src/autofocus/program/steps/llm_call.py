@@ -25,6 +25,7 @@ import dspy
 from dspy.adapters.json_adapter import JSONAdapter
 from dspy.utils.exceptions import AdapterParseError, LMError
 
+from autofocus.local_lm.scoring import scoring_server
 from autofocus.trace import Trace
 from autofocus.usage import check_deadline
 
@@ -130,6 +131,57 @@ class BoundedChatAdapter(_Bounded, dspy.ChatAdapter):
         )
 
 
+def answer_header(signature: Any) -> str:
+    """ChatAdapter's header of the answer's first field: every answer starts with it."""
+    return f"[[ ## {next(iter(signature.output_fields))} ## ]]\n"
+
+
+class ServerChatAdapter(BoundedChatAdapter):
+    """ChatAdapter's prompt arranged for a server that reuses a prompt's start from its KV cache (the offline
+    LM on llama-server): the same text, in two changes of place.
+
+    * The answer-format reminder ("Respond with the corresponding output fields, ...") comes before the
+      inputs, not after the question: there every question's prompt evaluated it again, ~45 tokens of each
+      step-1 and step-2 prompt that now sit in the part all questions share.
+    * The answer's first field header is the start of the assistant's message (llama-server continues a
+      final assistant message): evaluated with the prompt in one batch instead of generated, a decoding
+      step per token (~8 per LM call). A grammar for such a call starts after the header
+      (``constrain.cypher_grammar(header=False)``).
+    """
+
+    def format_user_message_content(self, signature: Any, inputs: dict[str, Any], prefix: str = "",
+                                    suffix: str = "", main_request: bool = False) -> str:
+        if main_request and (reminder := self.user_message_output_requirements(signature)):
+            prefix = f"{prefix}\n\n{reminder}".strip()
+        return super().format_user_message_content(signature, inputs, prefix, suffix, main_request=False)
+
+    def format(self, signature: Any, demos: list[dict[str, Any]], inputs: dict[str, Any]) -> list[dict[str, Any]]:
+        return [*super().format(signature, demos, inputs), {"role": "assistant", "content": answer_header(signature)}]
+
+    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+        header = answer_header(signature)
+        if not completion.lstrip().startswith(header.strip()):  # a server that answers the continuation only
+            completion = header + completion
+        return super().parse(signature, completion)
+
+
+def prefills(lm: Any) -> bool:
+    """Whether ``lm``'s calls use ``ServerChatAdapter`` (the offline LM on llama-server, DSPy's default
+    adapter): its grammars then start after the answer's header."""
+    adapter = dspy.settings.adapter
+    return (adapter is None or type(adapter) is dspy.ChatAdapter) and scoring_server(lm) is not None
+
+
+def call_adapter(lm: Any) -> Any:
+    """The adapter ``lm``'s calls format and parse with: ``ServerChatAdapter`` where ``prefills(lm)``, else
+    the bounded version of DSPy's own adapters; a custom adapter is left alone."""
+    adapter = dspy.settings.adapter
+    fallback = True if adapter is None else getattr(adapter, "use_json_adapter_fallback", True)
+    if prefills(lm):
+        return ServerChatAdapter(use_json_adapter_fallback=fallback)
+    return _bounded(adapter)
+
+
 def _bounded(adapter: Any) -> Any:
     """The bounded version of DSPy's own adapters; a custom adapter is left alone."""
     if adapter is None or type(adapter) is dspy.ChatAdapter:
@@ -142,13 +194,13 @@ def _bounded(adapter: Any) -> Any:
 
 
 @contextmanager
-def bounded_answers() -> Iterator[list[int]]:
+def bounded_answers(lm: Any = None) -> Iterator[list[int]]:
     """LM answers inside are cut to ``MAX_ANSWER_CHARS`` before parsing; yields the original lengths
-    of the answers that were cut."""
+    of the answers that were cut. ``lm``: the LM called inside (``call_adapter``)."""
     cuts: list[int] = []
     token = _cuts.set(cuts)
     try:
-        with dspy.context(adapter=_bounded(dspy.settings.adapter)):
+        with dspy.context(adapter=call_adapter(lm)):
             yield cuts
     finally:
         _cuts.reset(token)
@@ -176,8 +228,9 @@ def safe_predict(predictor: dspy.Module, trace: Trace, step: str, *, demos: list
     given = demos is not None
     demos = list(demos) if demos is not None else list(predictor.demos) if isinstance(predictor, dspy.Predict) else []
     keep = len(demos)
+    lm = getattr(predictor, "lm", None) or dspy.settings.lm
     while True:
-        with bounded_answers() as cuts:
+        with bounded_answers(lm) as cuts:
             try:
                 check_deadline()
                 whole = keep == len(demos) and not given

@@ -32,7 +32,7 @@ from autofocus.program.steps.constrain import cypher_grammar, grammar_config, qu
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
-from autofocus.program.steps.llm_call import safe_predict
+from autofocus.program.steps.llm_call import answer_header, call_adapter, prefills, safe_predict
 from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, step_demos
 from autofocus.program.steps.repair import related_in
 from autofocus.program.steps.rerank import make_reranker, rerank_candidates
@@ -112,12 +112,12 @@ def score_target_types(
     the caller lets it write its answer instead. ``demos`` replace the predictor's own for this call."""
     lm = predictor.lm or dspy.settings.lm
     types = context.candidate_types
-    adapter = dspy.settings.adapter or dspy.ChatAdapter()
     asked, inputs, demos = as_examples(predictor, demos, step1_inputs(predictor, context, question))
     with trace.step("1_target_type"):
-        messages = adapter.format(asked.signature, predictor.demos if demos is None else demos, inputs)
+        messages = call_adapter(lm).format(asked.signature, predictor.demos if demos is None else demos, inputs)
+        start = "" if prefills(lm) else answer_header(asked.signature)  # else the messages end with it
         try:
-            probs = choice_probabilities(lm, messages, types, assistant_prefix="[[ ## target_type ## ]]\n", suffix="\n\n")
+            probs = choice_probabilities(lm, messages, types, assistant_prefix=start, suffix="\n\n")
         except Exception as exc:  # the generated answer takes over
             trace.event("1_target_type", "scoring_error", f"{type(exc).__name__}: {exc}"[:300])
             return None
@@ -200,7 +200,7 @@ class AutofocusRetriever(RetrievalProgram):
             else TextToQueryGraph
         )
         self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
-        self._grammars: dict[tuple[str, ...], str] = {}  # step 2 grammars by step 1's types
+        self._grammars: dict[tuple[object, ...], str] = {}  # step 2 grammars by header and step 1's types
         self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
         self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
         self.starts_shared = False  # the prompt starts shared by all questions are in the LM server's slots
@@ -277,7 +277,6 @@ class AutofocusRetriever(RetrievalProgram):
         with _STARTS_LOCK:
             if self.starts_shared:
                 return
-            adapter = dspy.settings.adapter or dspy.ChatAdapter()
             types = self.context.candidate_types
             families: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}
             steps: list[tuple[dspy.Predict, Callable[[str, str], dict[str, object]]]] = []
@@ -287,6 +286,7 @@ class AutofocusRetriever(RetrievalProgram):
                 steps.append((self.cypher, self.context.query_inputs))
             for predictor, inputs in steps:  # each step's messages as its call makes them
                 lm = predictor.lm or dspy.settings.lm
+                adapter = call_adapter(lm)
                 pair = tuple(adapter.format(predictor.signature, predictor.demos, inputs(q, t))
                              for q, t in (("Which one?", types[0]), ("What else is there?", types[-1])))
                 families.setdefault(id(lm), (lm, []))[1].append(pair)
@@ -310,12 +310,15 @@ class AutofocusRetriever(RetrievalProgram):
         if self.step2_mode() != "grammar":
             return {}
         sg = schema_graph(self.kb.skb)
+        typed = self.config.query.query_format == "typed"
+        predictor = self.query_graph if typed else self.cypher
+        header = not prefills(predictor.lm or dspy.settings.lm)  # else the call gives the answer's header
         targets = tuple(t for t in types or [] if t in sg.labels)
-        key = ("typed",) if self.config.query.query_format == "typed" else targets
+        key = (header, "typed") if typed else (header, *targets)
         if key not in self._grammars:
             self._grammars[key] = (
-                query_spec_grammar(sg, self.context.attribute_names) if self.config.query.query_format == "typed"
-                else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None)
+                query_spec_grammar(sg, self.context.attribute_names, header=header) if typed
+                else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None, header=header)
             )
         return grammar_config(self._grammars[key])
 
