@@ -9,7 +9,13 @@ import dspy
 import pytest
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
+from autofocus.program.steps.constrain import (
+    cypher_grammar,
+    grammar_config,
+    query_opening,
+    query_spec_grammar,
+)
+from autofocus.program.steps.llm_call import ANSWER_START
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.systems import afr
 from autofocus.program.systems.afr import AutofocusRetriever, score_target_types
@@ -49,9 +55,21 @@ def test_the_grammar_allows_exactly_the_triples_of_the_graph(skb) -> None:
     assert query_spec_grammar(sg, [], header=False).startswith("root ::= spec\n")
 
 
+def test_an_opened_grammar_starts_where_its_opening_ends(skb) -> None:
+    sg = schema_graph(skb)
+    one = cypher_grammar(sg, [], targets=["exception"], header=False, opened=True).splitlines()
+    two = cypher_grammar(sg, [], targets=["exception", "class"], header=False, opened=True).splitlines()
+    assert query_opening(["exception"]) == "MATCH (y:exception)" and query_opening(["exception", "class"]) == "MATCH (y:"
+    assert one[0] == "root ::= opened" and "opened ::= (l-exception-0-hops)? rest" in one  # after "(y:exception)"
+    assert "opened ::= target rest" in two and 'l-class-y ::= "class" ")" (l-class-0-hops)?' in two  # after "(y:"
+    assert 'query ::= "MATCH " "(y:" target rest' in two  # the whole query, where nothing is given, as before
+
+
 def test_the_grammar_parses_in_llama_cpp(skb) -> None:
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup-lm` only")
-    llama_cpp.LlamaGrammar.from_string(cypher_grammar(schema_graph(skb), ["num_params"]), verbose=False)
+    for opened in (False, True):
+        grammar = cypher_grammar(schema_graph(skb), ["num_params"], targets=["class"], header=not opened, opened=opened)
+        llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
 
 
 def test_labels_that_are_not_identifiers_are_backticked() -> None:
@@ -71,8 +89,12 @@ def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb, monkeypatch
     assert "target ::= l-exception-y" in grammar and "RETURN \" \"y\"" in grammar  # local by default, from step 1's type
     assert grammar.startswith('root ::= "[[ ## cypher')  # a server that is not llama-server: the grammar writes the header
     program = AutofocusRetriever(kb, AutofocusConfig())
-    monkeypatch.setattr(afr, "prefills", lambda lm: True)  # llama-server: the call gives the header
-    assert program._step2_constraint(["exception"])["extra_body"]["grammar"].startswith("root ::= query")
+    monkeypatch.setattr(afr, "prefills", lambda lm: True)  # llama-server: the call gives the header and the opening
+    opened = program._step2_constraint(["exception"])
+    assert opened["extra_body"]["grammar"].startswith("root ::= opened\n")
+    assert opened[ANSWER_START] == "MATCH (y:exception)" and opened["stop"] == ["\nRETURN"]
+    assert program._step2_constraint(["exception", "class"])[ANSWER_START] == "MATCH (y:"
+    assert ANSWER_START not in program._step2_constraint()  # no target type: nothing fixed but the header
     hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})
     assert AutofocusRetriever(kb, hosted)._step2_constraint() == {}
     forced = AutofocusConfig.model_validate({"lm": {"default": "openai/m"}, "constrain": "grammar"})

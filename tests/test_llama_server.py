@@ -159,7 +159,7 @@ def test_real_server_follows_a_grammar_and_answers_alike_twice(real_server: tupl
 
 
 def test_real_server_continues_the_answer_header_under_a_grammar(real_server: tuple[dspy.LM, Path]) -> None:
-    from autofocus.program.steps.llm_call import ServerChatAdapter, call_adapter, prefills
+    from autofocus.program.steps.llm_call import ANSWER_START, ServerChatAdapter, call_adapter, prefills
 
     lm, _ = real_server
     assert prefills(lm) and isinstance(call_adapter(lm), ServerChatAdapter)
@@ -167,6 +167,11 @@ def test_real_server_continues_the_answer_header_under_a_grammar(real_server: tu
     with dspy.context(lm=lm, adapter=call_adapter(lm)):
         pred = dspy.Predict("question -> answer")(question="Name a colour of the sky.", config={"extra_body": {"grammar": grammar}})
     assert pred.answer in ("red", "green", "blue")
+    opened = {"extra_body": {"grammar": 'root ::= ("red" | "green" | "blue") " sky\\nEND"'}, "stop": ["\nEND"],
+              ANSWER_START: "The "}  # fmt: skip
+    with dspy.context(lm=lm, adapter=call_adapter(lm)):
+        pred = dspy.Predict("question -> answer")(question="Name a colour of the sky.", config=opened)
+    assert pred.answer in ("The red sky", "The green sky", "The blue sky")  # given start, generated middle, stopped
 
 
 def test_real_server_loses_no_request_of_eight_at_once(real_server: tuple[dspy.LM, Path]) -> None:

@@ -15,6 +15,7 @@ from dspy.utils.exceptions import AdapterParseError
 from autofocus import usage
 from autofocus.lm import get_lm
 from autofocus.program.steps.llm_call import (
+    ANSWER_START,
     MAX_ANSWER_CHARS,
     MAX_JSON_DEPTH,
     BoundedJSONAdapter,
@@ -163,3 +164,18 @@ def test_only_llama_server_lms_get_the_server_adapter() -> None:
     assert not prefills(hosted) and type(call_adapter(hosted)).__name__ == "BoundedChatAdapter"
     with dspy.context(adapter=dspy.JSONAdapter()):
         assert isinstance(call_adapter(hosted), BoundedJSONAdapter)
+
+
+def test_a_calls_answer_start_is_given_after_the_header_and_not_sent_as_an_option() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def continuation_only(body: dict[str, Any]) -> str:  # a server that answers what follows the given start
+        seen.append(body)
+        return 'X {name: "json"})'
+
+    with FakeOpenAIServer(continuation_only) as srv:
+        lm = dspy.LM("openai/fake", api_base=srv.api_base, api_key="k", cache=False, num_retries=0)
+        with dspy.context(lm=lm, adapter=ServerChatAdapter()):
+            pred = dspy.Predict(Ask)(question="q", config={ANSWER_START: "MATCH (y:", "temperature": 0.0})
+    assert seen[0]["messages"][-1] == {"role": "assistant", "content": "[[ ## answer ## ]]\nMATCH (y:"}
+    assert ANSWER_START not in seen[0] and pred.answer == 'MATCH (y:X {name: "json"})'

@@ -131,6 +131,9 @@ class BoundedChatAdapter(_Bounded, dspy.ChatAdapter):
         )
 
 
+ANSWER_START = "answer_start"  # a call's config key: the answer's start after its header (``ServerChatAdapter``)
+
+
 def answer_header(signature: Any) -> str:
     """ChatAdapter's header of the answer's first field: every answer starts with it."""
     return f"[[ ## {next(iter(signature.output_fields))} ## ]]\n"
@@ -145,9 +148,24 @@ class ServerChatAdapter(BoundedChatAdapter):
       step-1 and step-2 prompt that now sit in the part all questions share.
     * The answer's first field header is the start of the assistant's message (llama-server continues a
       final assistant message): evaluated with the prompt in one batch instead of generated, a decoding
-      step per token (~8 per LM call). A grammar for such a call starts after the header
-      (``constrain.cypher_grammar(header=False)``).
+      step per token (6 per LM call). A grammar for such a call starts after the header
+      (``constrain.cypher_grammar(header=False)``); a call whose grammar fixes more of the answer's start
+      gives that too, as ``ANSWER_START`` in its config (``constrain.query_opening``).
     """
+
+    start = ""  # the answer's start after the header, for the call in progress
+
+    def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list[dict[str, Any]],
+                 inputs: dict[str, Any]) -> list[dict[str, Any]]:
+        self.start = str(lm_kwargs.get(ANSWER_START, ""))
+        kwargs = {k: v for k, v in lm_kwargs.items() if k != ANSWER_START}
+        return super().__call__(lm, kwargs, signature, demos, inputs)
+
+    async def acall(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list[dict[str, Any]],
+                    inputs: dict[str, Any]) -> list[dict[str, Any]]:
+        self.start = str(lm_kwargs.get(ANSWER_START, ""))
+        kwargs = {k: v for k, v in lm_kwargs.items() if k != ANSWER_START}
+        return await super().acall(lm, kwargs, signature, demos, inputs)
 
     def format_user_message_content(self, signature: Any, inputs: dict[str, Any], prefix: str = "",
                                     suffix: str = "", main_request: bool = False) -> str:
@@ -156,12 +174,13 @@ class ServerChatAdapter(BoundedChatAdapter):
         return super().format_user_message_content(signature, inputs, prefix, suffix, main_request=False)
 
     def format(self, signature: Any, demos: list[dict[str, Any]], inputs: dict[str, Any]) -> list[dict[str, Any]]:
-        return [*super().format(signature, demos, inputs), {"role": "assistant", "content": answer_header(signature)}]
+        answer = {"role": "assistant", "content": answer_header(signature) + self.start}
+        return [*super().format(signature, demos, inputs), answer]
 
     def parse(self, signature: Any, completion: str) -> dict[str, Any]:
         header = answer_header(signature)
         if not completion.lstrip().startswith(header.strip()):  # a server that answers the continuation only
-            completion = header + completion
+            completion = header + self.start + completion
         return super().parse(signature, completion)
 
 

@@ -28,11 +28,18 @@ from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec
 from autofocus.local_lm.scoring import choice_probabilities
 from autofocus.local_lm.slots import share_prompt_starts
-from autofocus.program.steps.constrain import cypher_grammar, grammar_config, query_spec_grammar
+from autofocus.program.steps.constrain import (
+    QUERY_END,
+    QUERY_STOP,
+    cypher_grammar,
+    grammar_config,
+    query_opening,
+    query_spec_grammar,
+)
 from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
 from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
-from autofocus.program.steps.llm_call import answer_header, call_adapter, prefills, safe_predict
+from autofocus.program.steps.llm_call import ANSWER_START, answer_header, call_adapter, prefills, safe_predict
 from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, step_demos
 from autofocus.program.steps.repair import related_in
 from autofocus.program.steps.rerank import make_reranker, rerank_candidates
@@ -266,6 +273,8 @@ class AutofocusRetriever(RetrievalProgram):
                 predictor, inputs, demos = as_examples(self.cypher, demos, inputs, before="target_type")
                 pred, raw = safe_predict(predictor, trace, "2_query", demos=demos, config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
+                if ANSWER_START in config and cypher and QUERY_STOP not in cypher:
+                    cypher += QUERY_END  # where the grammar's answer stopped: its end is fixed
         if self.step2_mode() != "off":
             trace.data["constrained"] = self.step2_mode()
         return cypher
@@ -314,13 +323,18 @@ class AutofocusRetriever(RetrievalProgram):
         predictor = self.query_graph if typed else self.cypher
         header = not prefills(predictor.lm or dspy.settings.lm)  # else the call gives the answer's header
         targets = tuple(t for t in types or [] if t in sg.labels)
+        opened = not header and not typed and bool(targets)  # and the query's opening: it stops at its end
         key = (header, "typed") if typed else (header, *targets)
         if key not in self._grammars:
             self._grammars[key] = (
                 query_spec_grammar(sg, self.context.attribute_names, header=header) if typed
-                else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None, header=header)
+                else cypher_grammar(sg, self.context.attribute_names, targets=list(targets) or None, header=header,
+                                    opened=opened)
             )
-        return grammar_config(self._grammars[key])
+        config = grammar_config(self._grammars[key])
+        if opened:  # the text the grammar fixes at both ends is the prompt's or appended, not generated
+            config.update({ANSWER_START: query_opening(list(targets)), "stop": [QUERY_STOP]})
+        return config
 
     def llm_steps(self, question: str, trace: Trace) -> tuple[str | list[str] | None, str | None]:
         """Steps 1-2: ``(target type, Cypher text)``; no query for the ``1+7`` ablation. With
