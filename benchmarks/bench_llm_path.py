@@ -38,9 +38,12 @@ RESULTS = Path(__file__).parent / "results" / "llm_path.json"
 
 
 def source_tree(rev: str, tmp: Path) -> Path:
-    """``.`` is this working tree; anything else is exported (``git archive``) into a temporary folder."""
+    """``.`` is this working tree, a directory is a source tree as it stands (a worktree with local
+    changes); anything else is exported (``git archive``) into a temporary folder."""
     if rev == ".":
         return ROOT
+    if Path(rev).is_dir():
+        return Path(rev).resolve()
     where = tmp / f"src-{rev}"
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -96,7 +99,7 @@ def summarise(out: Path, concurrency: int, wall: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", default="f253bdc", help="the older revision (a git rev)")
+    parser.add_argument("--before", default="f253bdc", help="the older revision (a git rev or a source tree's directory)")
     parser.add_argument("--after", default=".", help="the newer one ('.': this working tree)")
     parser.add_argument("--env-before", action="append", default=[], metavar="KEY=VALUE",
                         help="environment of the before arm (e.g. AUTOFOCUS_LLM_PARALLEL=1: one slot, one request at a time)")

@@ -59,8 +59,8 @@ def test_an_opened_grammar_starts_where_its_opening_ends(skb) -> None:
     sg = schema_graph(skb)
     one = cypher_grammar(sg, [], targets=["exception"], header=False, opened=True).splitlines()
     two = cypher_grammar(sg, [], targets=["exception", "class"], header=False, opened=True).splitlines()
-    assert query_opening(["exception"]) == "MATCH (y:exception)" and query_opening(["exception", "class"]) == "MATCH (y:"
-    assert one[0] == "root ::= opened" and "opened ::= (l-exception-0-hops)? rest" in one  # after "(y:exception)"
+    assert query_opening(["exception"]) == "MATCH (y:exception" and query_opening(["exception", "class"]) == "MATCH (y:"
+    assert one[0] == "root ::= opened" and 'opened ::= ")" (l-exception-0-hops)? rest' in one  # after "(y:exception"
     assert "opened ::= target rest" in two and 'l-class-y ::= "class" ")" (l-class-0-hops)?' in two  # after "(y:"
     assert 'query ::= "MATCH " "(y:" target rest' in two  # the whole query, where nothing is given, as before
 
@@ -92,7 +92,7 @@ def test_step2_is_constrained_only_where_the_lm_takes_a_grammar(skb, monkeypatch
     monkeypatch.setattr(afr, "prefills", lambda lm: True)  # llama-server: the call gives the header and the opening
     opened = program._step2_constraint(["exception"])
     assert opened["extra_body"]["grammar"].startswith("root ::= opened\n")
-    assert opened[ANSWER_START] == "MATCH (y:exception)" and opened["stop"] == ["\nRETURN"]
+    assert opened[ANSWER_START] == "MATCH (y:exception" and opened["stop"] == ["\nRETURN"]
     assert program._step2_constraint(["exception", "class"])[ANSWER_START] == "MATCH (y:"
     assert ANSWER_START not in program._step2_constraint()  # no target type: nothing fixed but the header
     hosted = AutofocusConfig.model_validate({"lm": {"default": "openai/gpt-4o-mini"}})

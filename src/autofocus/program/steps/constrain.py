@@ -46,8 +46,9 @@ QUERY_STOP = "\nRETURN"  # where such a query's answer may stop: the grammar fix
 def query_opening(targets: list[str]) -> str:
     """The text every query of ``cypher_grammar(targets=targets)`` starts with: ``MATCH (y:`` and, for
     one target type, its label. A call that gives it as the start of the answer (``opened``) saves the
-    decoding steps that would only copy it (four or five of a query's ~25)."""
-    return f"MATCH (y:{cypher_name(targets[0])})" if len(targets) == 1 else "MATCH (y:"
+    decoding steps that would only copy it (four or five of a query's ~25). It ends before the label's
+    ``)``, which the tokenizer joins with what follows (``)-``, ``)\n``): the LM writes that token."""
+    return f"MATCH (y:{cypher_name(targets[0])}" if len(targets) == 1 else "MATCH (y:"
 
 
 def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher",
@@ -63,7 +64,7 @@ def cypher_grammar(sg: SchemaGraph, attributes: list[str], field: str = "cypher"
     if targets:
         first = '"(y:" target'
         lines.append("target ::= " + " | ".join(f"{_rule(t)}-y" for t in targets))
-        lines.append("opened ::= " + (f"({_rule(targets[0])}-0-hops)?" if len(targets) == 1 else "target") + " rest")
+        lines.append("opened ::= " + (f'")" ({_rule(targets[0])}-0-hops)?' if len(targets) == 1 else "target") + " rest")
     lines += [
         f'query ::= "MATCH " {first} rest',
         f'rest ::= ("\\nMATCH " pattern){{0,{MAX_PATTERNS - 1}}} where? "\\nRETURN " '
