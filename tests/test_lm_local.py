@@ -5,12 +5,14 @@ of get_lm, yes/no aggregation, the fallback server's max_completion_tokens middl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
 import os
 import re
 import sys
+import threading
 import urllib.request
 import uuid
 import zipfile
@@ -314,6 +316,30 @@ def test_choice_tokens_outside_the_reported_few_are_forced_one_by_one(fake_local
     # the trie's four requests (the prompt, then after each word), and "exception" and "module", not the
     # likeliest first token, forced in two more (the fake is indifferent to what follows a word: "\n" may be too)
     assert usage.calls == 1 and 6 <= usage.output_tokens <= 9
+
+
+def test_a_lease_holds_a_slot_for_one_sequence_preferring_the_slot_given_its_start(tmp_path: Path) -> None:
+    srv = LocalServer(tmp_path / "m.gguf", "m", n_parallel=3)
+    srv.slot_starts = {0: "step two's start\n", 1: "step one's start\n", 2: "step one's start\n"}
+    got: list[int] = []
+
+    def third() -> None:
+        with srv.lease("step one's start\nWho?") as slot:
+            got.append(slot)
+
+    with contextlib.ExitStack() as held:
+        a = held.enter_context(srv.lease("step one's start\nWhich?"))
+        b_stack = contextlib.ExitStack()
+        b = b_stack.enter_context(srv.lease("step one's start\nWhat?"))
+        assert (a, b) == (1, 2)  # the slots holding its start, each once
+        assert held.enter_context(srv.lease("something else")) == 0  # none free holds its start: any free one
+        waiting = threading.Thread(target=third)
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive() and not got  # every slot held: it waits
+        b_stack.close()
+        waiting.join(5)
+        assert got == [2]  # the slot released
 
 
 def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, LocalServer], monkeypatch: pytest.MonkeyPatch,

@@ -74,19 +74,15 @@ def render(server: LocalServer, messages: Messages, assistant_prefix: str, timeo
     return str(server.post("apply-template", {"messages": messages}, timeout)["prompt"]) + assistant_prefix
 
 
-def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
-    """``/completion`` for each body, all in the slot that answered the first: the bodies share their
-    prompt's start (or all of it), which that slot then holds, so each of the others evaluates only where
-    it differs. Spread over idle slots instead, each slot would evaluate the shared start again (measured:
+def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], slot: int, timeout: float) -> list[dict[str, Any]]:
+    """``/completion`` for each body in ``slot`` (``LocalServer.lease``): the bodies share their prompt's
+    start (or all of it), which the slot then holds, so each after the first evaluates only where it
+    differs. Spread over idle slots instead, each slot would evaluate the shared start again (measured:
     three slots re-evaluating a step-1 prompt's last 80 tokens took longer than the five forced answers
     in one slot). Other questions' requests keep the other slots busy meanwhile."""
-    common = {"temperature": 0.0, "cache_prompt": True, "response_fields":
+    common = {"temperature": 0.0, "cache_prompt": True, "id_slot": slot, "response_fields":
               ["completion_probabilities", "tokens_evaluated", "timings/cache_n", "id_slot"]}  # fmt: skip
-    if not bodies:
-        return []
-    first = server.post("completion", {**common, **bodies[0]}, timeout)
-    slot = {"id_slot": int(first["id_slot"])} if "id_slot" in first else {}
-    return [first, *(server.post("completion", {**common, **body, **slot}, timeout) for body in bodies[1:])]
+    return [server.post("completion", {**common, **body}, timeout) for body in bodies]
 
 
 def _top(result: dict[str, Any]) -> dict[int, float]:
@@ -147,7 +143,8 @@ def yes_probabilities(
     with LM_LIMIT.slot(lm):  # one scoring request in flight per question, like an LM call
         token_ids = [tokens(server, c, timeout)[0] for c in candidates]
         prompts = [render(server, conversations[i], assistant_prefix, timeout) for i in todo]
-        results = _complete(server, [{"prompt": p, "n_predict": 1, "n_probs": TOP_PROBS} for p in prompts], timeout)
+        with server.lease(prompts[0]) as slot:
+            results = _complete(server, [{"prompt": p, "n_predict": 1, "n_probs": TOP_PROBS} for p in prompts], slot, timeout)
     _count(results, output_tokens=len(todo))
     for i, result in zip(todo, results, strict=True):
         top = _top(result)
@@ -179,13 +176,13 @@ def choice_probabilities(
         forced = [tokens(server, c, timeout) for c in key["candidates"]]
         steps = [(tuple(ids[:j]), t) for ids in forced for j, t in enumerate(ids)]  # (tokens before, token)
         starts = list(dict.fromkeys(before for before, _ in steps))  # the choices' trie, root first
-        results = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": TOP_PROBS}
-                                     for before in starts], timeout)  # fmt: skip
-        nexts = {before: _top(r) for before, r in zip(starts, results, strict=True)}
-        missing = list(dict.fromkeys(st for st in steps if st[1] not in nexts[st[0]]))
-        slot = {"id_slot": int(results[0]["id_slot"])} if "id_slot" in results[0] else {}
-        extra = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": 1, **slot,
-                                    "grammar": f"root ::= <[{t}]>"} for before, t in missing], timeout)  # fmt: skip
+        with server.lease(prompt) as slot:
+            results = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": TOP_PROBS}
+                                         for before in starts], slot, timeout)  # fmt: skip
+            nexts = {before: _top(r) for before, r in zip(starts, results, strict=True)}
+            missing = list(dict.fromkeys(st for st in steps if st[1] not in nexts[st[0]]))
+            extra = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": 1,
+                                        "grammar": f"root ::= <[{t}]>"} for before, t in missing], slot, timeout)  # fmt: skip
         for (before, t), result in zip(missing, extra, strict=True):
             probs = result.get("completion_probabilities") or [{}]
             if int(probs[0].get("id", -1)) != t:

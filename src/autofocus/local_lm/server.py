@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -188,6 +188,31 @@ class LocalServer:
         self._native: bool | None = None
         self.external = False  # attached to a server another process runs (``AUTOFOCUS_LLM_SERVER``)
         self.slot_dir: Path | None = None  # where llama-server saves and restores slots (``local_lm.slots``)
+        self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
+        self._leased: set[int] = set()
+        self._leases = threading.Condition()
+
+    @contextlib.contextmanager
+    def lease(self, prompt: str) -> Iterator[int]:
+        """A slot held for a sequence of requests that build on one prompt (the trie of a question's
+        choices, the candidates of one yes/no question): each request names it, and no other request of
+        this process is sent to it meanwhile. llama-server gives an idle slot to whichever request comes,
+        and the pauses between a sequence's requests left its slot idle: on WordNet, whose 12 types make
+        ~25 requests a question, other questions' requests took it and each next request evaluated the
+        question again. The free slot whose given start (``slot_starts``) begins ``prompt``, else any;
+        waits while every slot is held."""
+        with self._leases:
+            self._leases.wait_for(lambda: len(self._leased) < self.n_parallel)
+            free = [s for s in range(self.n_parallel) if s not in self._leased]
+            fits = [s for s in free if prompt.startswith(self.slot_starts.get(s, "\0"))]
+            slot = max(fits, key=lambda s: len(self.slot_starts[s])) if fits else free[0]
+            self._leased.add(slot)
+        try:
+            yield slot
+        finally:
+            with self._leases:
+                self._leased.discard(slot)
+                self._leases.notify()
 
     @classmethod
     def attach(cls, url: str, model_path: Path, alias: str) -> LocalServer:
@@ -374,6 +399,7 @@ class LocalServer:
         if self.slot_dir is not None:
             shutil.rmtree(self.slot_dir, ignore_errors=True)
             self.slot_dir = None
+        self.slot_starts.clear()
 
     def __enter__(self) -> LocalServer:
         return self.start()

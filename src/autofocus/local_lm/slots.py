@@ -51,8 +51,10 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
             add_usage(calls=1, input_tokens=int(done.get("tokens_evaluated", 0)), output_tokens=0)
             name = f"start-{hashlib.sha1(start.encode()).hexdigest()[:16]}.bin"  # runs sharing a server differ
             server.post(f"slots/{i}?action=save", {"filename": name}, timeout)
+            server.slot_starts[i] = start
             for slot in range(i + len(starts), server.n_parallel, len(starts)):
                 server.post(f"slots/{slot}?action=restore", {"filename": name}, timeout)
+                server.slot_starts[slot] = start
             evaluated.append(int(done.get("tokens_evaluated", 0)))
     except (LocalServerError, OSError, ValueError, KeyError):  # an optimisation: the slots fill themselves
         return evaluated  # (e.g. a shared server started without --slot-save-path)
