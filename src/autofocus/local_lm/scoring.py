@@ -15,7 +15,8 @@ answer, and ask ``/completion`` for probabilities:
   forced with a token-id grammar, and the generated token reports its probability before the grammar.
 
 Ordering for the server's prompt cache: a question's conversations share their start (instructions, demos,
-question), so the first is sent alone and the rest go to the slot that answered it, which holds that start.
+question), so all of them go, one after another, to one slot leased for them (``LocalServer.lease``), which
+holds that start after the first.
 """
 
 from __future__ import annotations
