@@ -333,6 +333,7 @@ def test_a_lease_holds_a_slot_for_one_sequence_preferring_the_slot_given_its_sta
         b = b_stack.enter_context(srv.lease("step one's start\nWhat?"))
         assert (a, b) == (1, 2)  # the slots holding its start, each once
         assert held.enter_context(srv.lease("something else")) == 0  # none free holds its start: any free one
+        assert 0 not in srv.slot_starts  # ... whose start it replaces
         waiting = threading.Thread(target=third)
         waiting.start()
         waiting.join(0.2)
@@ -340,6 +341,9 @@ def test_a_lease_holds_a_slot_for_one_sequence_preferring_the_slot_given_its_sta
         b_stack.close()
         waiting.join(5)
         assert got == [2]  # the slot released
+    srv.slot_starts = {0: "step two's start\n", 1: "step one's start\n"}  # a slot given no start goes first
+    with srv.lease("something else") as free:
+        assert free == 2 and len(srv.slot_starts) == 2
 
 
 def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, LocalServer], monkeypatch: pytest.MonkeyPatch,

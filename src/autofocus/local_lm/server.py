@@ -199,13 +199,17 @@ class LocalServer:
         this process is sent to it meanwhile. llama-server gives an idle slot to whichever request comes,
         and the pauses between a sequence's requests left its slot idle: on WordNet, whose 12 types make
         ~25 requests a question, other questions' requests took it and each next request evaluated the
-        question again. The free slot whose given start (``slot_starts``) begins ``prompt``, else any;
-        waits while every slot is held."""
+        question again. The free slot whose given start (``slot_starts``) begins ``prompt``, else a free
+        one given none, else any (its start is then gone); waits while every slot is held."""
         with self._leases:
             self._leases.wait_for(lambda: len(self._leased) < self.n_parallel)
             free = [s for s in range(self.n_parallel) if s not in self._leased]
             fits = [s for s in free if prompt.startswith(self.slot_starts.get(s, "\0"))]
-            slot = max(fits, key=lambda s: len(self.slot_starts[s])) if fits else free[0]
+            if fits:
+                slot = max(fits, key=lambda s: len(self.slot_starts[s]))
+            else:
+                slot = ([s for s in free if s not in self.slot_starts] or free)[0]
+                self.slot_starts.pop(slot, None)
             self._leased.add(slot)
         try:
             yield slot

@@ -155,17 +155,18 @@ class ServerChatAdapter(BoundedChatAdapter):
 
     start = ""  # the answer's start after the header, for the call in progress
 
+    def _take_start(self, lm_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's options without ``ANSWER_START``, which this call's answer starts with."""
+        self.start = str(lm_kwargs.get(ANSWER_START, ""))
+        return {k: v for k, v in lm_kwargs.items() if k != ANSWER_START}
+
     def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list[dict[str, Any]],
                  inputs: dict[str, Any]) -> list[dict[str, Any]]:
-        self.start = str(lm_kwargs.get(ANSWER_START, ""))
-        kwargs = {k: v for k, v in lm_kwargs.items() if k != ANSWER_START}
-        return super().__call__(lm, kwargs, signature, demos, inputs)
+        return super().__call__(lm, self._take_start(lm_kwargs), signature, demos, inputs)
 
     async def acall(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list[dict[str, Any]],
                     inputs: dict[str, Any]) -> list[dict[str, Any]]:
-        self.start = str(lm_kwargs.get(ANSWER_START, ""))
-        kwargs = {k: v for k, v in lm_kwargs.items() if k != ANSWER_START}
-        return await super().acall(lm, kwargs, signature, demos, inputs)
+        return await super().acall(lm, self._take_start(lm_kwargs), signature, demos, inputs)
 
     def format_user_message_content(self, signature: Any, inputs: dict[str, Any], prefix: str = "",
                                     suffix: str = "", main_request: bool = False) -> str:
