@@ -163,6 +163,9 @@ def test_real_server_continues_the_answer_header_under_a_grammar(real_server: tu
 
     lm, _ = real_server
     assert prefills(lm) and isinstance(call_adapter(lm), ServerChatAdapter)
+    chat = lm.copy()
+    chat.prompt_layout = "chat"  # LMConfig.prompt_layout: ChatAdapter's own layout, everything generated
+    assert not prefills(chat) and not isinstance(call_adapter(chat), ServerChatAdapter)
     grammar = 'root ::= ("red" | "green" | "blue")'  # the header is the prompt's: the grammar starts after it
     with dspy.context(lm=lm, adapter=call_adapter(lm)):
         pred = dspy.Predict("question -> answer")(question="Name a colour of the sky.", config={"extra_body": {"grammar": grammar}})

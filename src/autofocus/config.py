@@ -63,6 +63,11 @@ class LMConfig(_Group):
     num_retries: int | None = Field(
         None, ge=0, description="retries of a timed-out or failed LM request (None: AUTOFOCUS_LM_RETRIES, else 2)"
     )
+    prompt_layout: Literal["server", "chat"] = Field(
+        "server", description="the offline LM's prompts (llama-server): server = ChatAdapter's text laid out for "
+        "its prompt cache (format reminder before the inputs, the answer's fixed start given, not generated); "
+        "chat = ChatAdapter's own layout, all generated (other LMs always get chat)"
+    )
 
     def for_step(self, step: str) -> str:
         if step not in LM_STEPS:
@@ -72,7 +77,7 @@ class LMConfig(_Group):
     def client_options(self) -> dict[str, float | int | None]:
         """The keyword arguments ``autofocus.lm.get_lm`` takes from this config."""
         return {"temperature": self.temperature, "max_tokens": self.max_tokens, "timeout": self.timeout_s,
-                "num_retries": self.num_retries}
+                "num_retries": self.num_retries, "prompt_layout": self.prompt_layout}
 
 
 class QueryConfig(_Group):

@@ -101,19 +101,23 @@ def get_lm(
     api_key: str | None = None,
     timeout: float | None = None,
     num_retries: int | None = None,
+    prompt_layout: str = "server",
     **kwargs: Any,
 ) -> dspy.LM:
-    """A ``dspy.LM`` for ``spec`` (see the module docstring); extra kwargs go to ``dspy.LM``."""
+    """A ``dspy.LM`` for ``spec`` (see the module docstring); extra kwargs go to ``dspy.LM``.
+    ``prompt_layout``: ``LMConfig.prompt_layout``, kept on a local LM as its ``prompt_layout``."""
     spec = spec.strip()
     timeout, num_retries = wait_settings(timeout, num_retries, is_local_spec(spec))
     kwargs["timeout"] = timeout
     if is_local_spec(spec):
         model = resolve_local(spec)
         server = get_server(model.path, model.alias, draft_model=draft_model(spec))
-        return dspy.LM(
+        lm = dspy.LM(
             f"openai/{model.alias}", api_base=server.api_base, api_key="local", temperature=temperature,
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,
         )  # fmt: skip
+        lm.prompt_layout = prompt_layout  # read by program.steps.llm_call.prefills
+        return lm
     provider, _, name = spec.partition("/")
     if not provider or not name:
         raise ValueError(

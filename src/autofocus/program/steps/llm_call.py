@@ -187,9 +187,10 @@ class ServerChatAdapter(BoundedChatAdapter):
 
 def prefills(lm: Any) -> bool:
     """Whether ``lm``'s calls use ``ServerChatAdapter`` (the offline LM on llama-server, DSPy's default
-    adapter): its grammars then start after the answer's header."""
+    adapter, ``LMConfig.prompt_layout`` server): its grammars then start after the answer's header."""
     adapter = dspy.settings.adapter
-    return (adapter is None or type(adapter) is dspy.ChatAdapter) and scoring_server(lm) is not None
+    default = adapter is None or type(adapter) is dspy.ChatAdapter
+    return default and getattr(lm, "prompt_layout", "server") == "server" and scoring_server(lm) is not None
 
 
 def call_adapter(lm: Any) -> Any:
