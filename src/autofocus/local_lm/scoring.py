@@ -82,7 +82,7 @@ def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], slot: int, 
     three slots re-evaluating a step-1 prompt's last 80 tokens took longer than the five forced answers
     in one slot). Other questions' requests keep the other slots busy meanwhile."""
     common = {"temperature": 0.0, "cache_prompt": True, "id_slot": slot, "response_fields":
-              ["completion_probabilities", "tokens_evaluated", "timings/cache_n", "id_slot"]}  # fmt: skip
+              ["completion_probabilities", "tokens_evaluated", "timings/cache_n"]}  # fmt: skip
     return [server.post("completion", {**common, **body}, timeout) for body in bodies]
 
 

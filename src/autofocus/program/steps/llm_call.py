@@ -196,18 +196,14 @@ def prefills(lm: Any) -> bool:
 def call_adapter(lm: Any) -> Any:
     """The adapter ``lm``'s calls format and parse with: ``ServerChatAdapter`` where ``prefills(lm)``, else
     the bounded version of DSPy's own adapters; a custom adapter is left alone."""
-    adapter = dspy.settings.adapter
-    fallback = True if adapter is None else getattr(adapter, "use_json_adapter_fallback", True)
-    if prefills(lm):
-        return ServerChatAdapter(use_json_adapter_fallback=fallback)
-    return _bounded(adapter)
+    return _bounded(dspy.settings.adapter, ServerChatAdapter if prefills(lm) else BoundedChatAdapter)
 
 
-def _bounded(adapter: Any) -> Any:
-    """The bounded version of DSPy's own adapters; a custom adapter is left alone."""
+def _bounded(adapter: Any, chat: type[BoundedChatAdapter]) -> Any:
+    """The bounded version of DSPy's own adapters (``chat`` for its ChatAdapter); a custom adapter is left alone."""
     if adapter is None or type(adapter) is dspy.ChatAdapter:
         fallback = True if adapter is None else adapter.use_json_adapter_fallback
-        return BoundedChatAdapter(use_json_adapter_fallback=fallback)
+        return chat(use_json_adapter_fallback=fallback)
     if type(adapter) is JSONAdapter:
         return BoundedJSONAdapter(use_native_function_calling=adapter.use_native_function_calling,
                                   parallel_tool_calls=adapter.parallel_tool_calls)
