@@ -12,7 +12,7 @@ from autofocus.cypher.mapping import mapper_for
 from autofocus.cypher.render import to_cypher
 from autofocus.program.steps.asked_class import asked_phrases, find_asked_class
 from autofocus.program.steps.grounded_strand import ground_strand
-from autofocus.program.steps.repair import name_from_question, repair_query, reversed_reading
+from autofocus.program.steps.repair import either_target, name_from_question, repair_query, reversed_reading
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from tests.skb_factory import GraphOnlyKB, make_skb
@@ -24,8 +24,9 @@ NAMES = [
     "body of water", "strait", "inlet", "Kattegatt", "Skagerrak", "Zuider Zee", "North Sea", "sea",  # 16-23
     "bay",  # 24
     "Mexico", "Tepic", "country", "absinth", "wormwood", "anise", "pastis",  # 25-31
+    "Wadden coast",  # 32
 ]
-NODE_TYPE = [0] * 8 + [1] * 7 + [2] + [2] * 9 + [3, 3, 3, 4, 5, 5, 4]
+NODE_TYPE = [0] * 8 + [1] * 7 + [2] + [2] * 9 + [3, 3, 3, 4, 5, 5, 4, 3]
 EDGES = [
     (1, "is_a", 0), (2, "is_a", 0), (3, "is_a", 1), (4, "is_a", 2),  # families: kinds of "family"
     (5, "member_of", 3), (6, "member_of", 3), (7, "member_of", 4),  # species of families
@@ -37,6 +38,7 @@ EDGES = [
     (26, "part_of", 25), (25, "is_a", 27),  # Tepic is in Mexico; it is a kind of nothing
     (28, "made_of", 29), (31, "made_of", 30), (30, "made_of", 31),  # made_of links foods and plants both ways
     (29, "part_of", 25),  # part_of links plants to locations one way
+    (32, "part_of", 22),  # the North Sea has parts of two labels
 ]
 EDGE_TYPES = {"is_a": (None, None), "member_of": ("animal", "animal"), "part_of": (None, None),
               "instance_of": ("natural_object", "natural_object"), "made_of": (None, None)}
@@ -121,6 +123,29 @@ def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) ->
     # a named node that has the relationship keeps it: the reading is the graph's, not a guess
     assert "any relationship" not in _second_readings(
         skb, "Where is country?", 'MATCH (y:location)-[:is_a]->(b:location {name: "country"}) RETURN y', "location")
+
+
+def test_a_target_step_1_and_the_query_label_differently_grounds_as_either_where_the_graph_links_both(skb) -> None:
+    question = "Which bodies of water are part of the North Sea?"
+    cypher = 'MATCH (y:location)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y'
+    strand = _strand(skb, question, cypher, "natural_object")
+    assert strand.answers.tolist() == [19, 20, 21, 32]  # the straits, the sea inlet and the coast
+    target = strand.query_graph.symbols["y"]
+    assert (target.type, target.also, target.types) == ("location", ["natural_object"], ["location", "natural_object"])
+    assert "(y:location|natural_object)-[:part_of]->(b:natural_object)" in to_cypher(strand.query_graph)
+    # step 1 agrees with the query, or the switch is off: the query's label alone
+    assert _strand(skb, question, cypher, "location").answers.tolist() == [32]
+    assert _strand(skb, question, cypher, "natural_object", either_target=False).answers.tolist() == [32]
+    # a relationship step 1's type has not (no food is part of a location): the query's own reading
+    sg = schema_graph(skb)
+    qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
+    assert either_target(qg, sg, "food") == (qg, [])
+    # plants are parts of locations, never the other way round: the direction written counts
+    qg = parse_cypher('MATCH (y:natural_object)<-[:part_of]-(b:location {name: "Wadden coast"}) RETURN y', skb.schema)
+    assert either_target(qg, sg, "plant") == (qg, [])
+    both, [repair] = either_target(parse_cypher(cypher, skb.schema), sg, "natural_object")
+    assert repair.kind == "either" and both.symbols["y"].also == ["natural_object"]
+    assert either_target(both, sg, "natural_object") == (both, [])  # once
 
 
 def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:

@@ -126,6 +126,10 @@ class QueryConfig(_Group):
         True, description="step 3b: where the question asks for a node that the graph uses as a class (\"Which "
         "composers ...\" for a node 'composer' that persons are instances of) and names no label, link the target to it"
     )
+    either_target: bool = Field(
+        True, description="step 3b: where step 1's type and the query's label for the target differ and the query's "
+        "own relationships link step 1's type as well, ground the target as either label"
+    )
     turn_round: bool = Field(
         True, description="step 5: where the query grounds nothing, read its links between the target and a named node "
         "the other way round first, where the graph links their labels both ways and the question's wording does not "

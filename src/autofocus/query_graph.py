@@ -29,6 +29,9 @@ class Symbol(BaseModel):
     var: str
     type: str | None = None  # a node type of the SKB after mapping (None: unknown / untyped)
     label: str | None = None  # the label as written in the query, before mapping
+    # other node types the symbol may have: step 1's type for a target the query labels otherwise, where
+    # the query's relationships link both (step 3b, ``either_target``); grounded as any of them
+    also: list[str] = Field(default_factory=list)
     constraints: list[Constraint] = Field(default_factory=list)
     # the nodes the symbol stands for where the program fixed them (a class and its subclasses,
     # ``program.steps.asked_class``) instead of searching its name; left out of dumps (it can be large)
@@ -42,6 +45,11 @@ class Symbol(BaseModel):
             if c.key.lower() in name_keys and c.op in ("=", "CONTAINS", "STARTS WITH") and isinstance(c.value, str):
                 return c.value
         return None
+
+    @property
+    def types(self) -> list[str]:
+        """Every node type the symbol may have (empty: any)."""
+        return [self.type, *self.also] if self.type is not None else []
 
     @property
     def is_constant(self) -> bool:

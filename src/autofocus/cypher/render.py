@@ -33,7 +33,8 @@ def to_cypher(qg: QueryGraph) -> str:
             seen.add(var)
             return f"({name(var)})"
         seen.add(var)
-        return f"({name(var)}:{name(label)})"
+        either = "".join(f"|{name(t)}" for t in s.also) if s else ""  # a label expression (Neo4j 5, GQL)
+        return f"({name(var)}:{name(label)}{either})"
 
     lines = [f"MATCH {node(t.head)}{_kinds(qg, t.head, True)}{_rel(t)}{_kinds(qg, t.tail, False)}{node(t.tail)}"
              for t in qg.triplets]

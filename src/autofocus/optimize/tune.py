@@ -96,6 +96,7 @@ SPACE: dict[str, Param] = {
     "repair_asked": Param("cat", (True, False)),
     "repair_mentions": Param("cat", (True, False)),
     "repair_class": Param("cat", (True, False)),
+    "either_target": Param("cat", (True, False)),
     "turn_round": Param("cat", (True, False)),
     "own_links": Param("cat", (True, False)),
 }

@@ -482,6 +482,37 @@ def reversed_reading(qg: QueryGraph, skb: SKB, sg: SchemaGraph, question: str) -
     return qg.model_copy(update={"triplets": triplets}), [Repair("path", "turned round: " + ", ".join(turned))]
 
 
+def either_target(qg: QueryGraph, sg: SchemaGraph, step1: str | None) -> tuple[QueryGraph, list[Repair]]:
+    """``qg`` with its target grounded as either label where step 1's type and the query's label for it
+    differ and every relationship of the query at the target links step 1's type too, in the direction
+    written: the two LM steps disagree on what is asked, the graph cannot tell, so both kinds of answer
+    stay ("Which bodies of water are part of the North Sea?": step 1 reads lakes and seas, the query
+    places and regions; the parts of the North Sea are of both). A relationship the target's step-1 type
+    has not is the query's own reading, which other repairs keep or carry to the asked label."""
+    target = qg.symbols.get(qg.target or "")
+    if (step1 is None or step1 not in sg.labels or target is None or target.type in (None, step1)
+            or step1 in target.also or target.is_constant or target.extent):
+        return qg, []
+    at = [t for t in qg.triplets if qg.target in (t.head, t.tail)]
+    for t in at:
+        other = qg.symbols.get(t.other(qg.target) or "")
+        if other is None or t.head == t.tail:
+            return qg, []
+        ends = [(step1, other.type) if t.head == qg.target else (other.type, step1)]
+        if not t.directed:
+            ends.append(ends[0][::-1])
+        rels = t.edge_types
+        if not any((src is None or r.src == src) and (dst is None or r.dst == dst) and (rels is None or r.rel in rels)
+                   for src, dst in ends for r in sg.relations):
+            return qg, []
+    if not at:
+        return qg, []
+    symbols = {**qg.symbols, target.var: target.model_copy(update={"also": [*target.also, step1]})}
+    detail = (f"step 1 reads the target as {step1}, the query as {target.type}, and the query's relationships link "
+              f"both: ({target.var}:{target.type}|{step1})")
+    return qg.model_copy(update={"symbols": symbols}), [Repair("either", detail)]
+
+
 def unlinked_reading(qg: QueryGraph, skb: SKB) -> tuple[QueryGraph, list[Repair]] | None:
     """``qg`` with each link between the target and a named node that has no link of the written
     relationship at all (either way) read as any relationship, either way: the graph says the
@@ -745,6 +776,9 @@ def repair_query(
         repairs = repairs + linked
     find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
     query, of_class = _to_class(query, skb, question, find)
+    either = functools.partial(either_target, sg=sg, step1=target_type if opts.either_target else None)
+    query, both = either(query)
+    of_class += both
     second: list[tuple[QueryGraph, list[Repair]]] = []
     if opts.turn_round and (turned_round := reversed_reading(query, skb, sg, question)) is not None:
         second.append((turned_round[0], repairs + of_class + turned_round[1]))
@@ -753,6 +787,7 @@ def repair_query(
         second.append((alt, alt_repairs + more))
     if opts.own_links and (loosened := unlinked_reading(query, skb)) is not None:
         second.append((loosened[0], repairs + of_class + loosened[1]))
+    second = [(alt, alt_repairs + more) for alt, alt_repairs in second for alt, more in [either(alt)]]
     return Repaired(query, repairs + of_class, second, cut)
 
 

@@ -182,7 +182,8 @@ def constraint_mask(skb: SKB, constraint: Constraint) -> np.ndarray | None:
 def _type_mask(skb: SKB, sym: Symbol, strict: bool) -> np.ndarray | None:
     if not strict or sym.type is None or sym.type not in skb.node_type_names:
         return None
-    return skb.node_type == skb.type_code(sym.type)
+    codes = [skb.type_code(t) for t in sym.types if t in skb.node_type_names]
+    return skb.node_type == codes[0] if len(codes) == 1 else np.isin(skb.node_type, codes)
 
 
 @dataclass
