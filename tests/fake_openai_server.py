@@ -24,7 +24,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -58,9 +58,11 @@ class FakeOpenAIServer:
         port: 0 picks a free port.
         p_yes: ``messages -> P(yes)`` for ``/completion`` with ``n_probs``.
         choice_logprobs: ``(messages, text) -> log P(text)`` for ``/completion`` with a prompt of text and
-            token ids: the next token's log probabilities after the ids (``n_probs``, or the token a
-            ``<[id]>`` grammar forces).
+            token ids: the next token's log probabilities after the ids (``n_probs``, or the likeliest token
+            a grammar of ``<[id]>`` alternatives allows).
         slots: what ``/props`` reports as ``total_slots``.
+        vocab: the pieces of the token ids in prompts of text and token ids (default: the pieces its own
+            tokenizer has given out).
     """
 
     def __init__(
@@ -74,10 +76,12 @@ class FakeOpenAIServer:
         p_yes: Callable[[list[dict[str, Any]]], float] | None = None,
         choice_logprobs: Callable[[list[dict[str, Any]], str], float] | None = None,
         slots: int = 4,
+        vocab: Sequence[str] | None = None,
     ) -> None:
         self._script = script
         self.slots = slots
         self.vocab: dict[str, int] = {}
+        self.token_pieces = dict(enumerate(vocab)) if vocab is not None else None  # ids of prompts' token parts
         self.rendered: dict[str, list[dict[str, Any]]] = {}  # prompt text -> the messages it came from
         self.prompts: list[list[int]] = []  # every completion prompt, for the prompt cache's counts
         self.p_yes = p_yes
@@ -161,7 +165,7 @@ class FakeOpenAIServer:
                           for p in self.prompts), default=0)  # fmt: skip
             cached = min(cached, len(ids) - 1)  # the last token is evaluated: its logits are the answer
             self.prompts.append(ids)
-            pieces = {i: piece for piece, i in self.vocab.items()}
+            pieces = self.token_pieces or {i: piece for piece, i in self.vocab.items()}
         if body.get("n_predict") == 0:  # the prompt into the cache, nothing generated
             return {"content": "", "tokens_evaluated": len(ids), "timings": {"cache_n": cached}}
         messages = self.rendered[text[: text.index(PROMPT_END) + len(PROMPT_END)]]
@@ -172,7 +176,7 @@ class FakeOpenAIServer:
             start = self.choice_logprobs(messages, before)
             nexts = {i: self.choice_logprobs(messages, before + piece) - start for i, piece in pieces.items()}
             top = sorted(({"id": i, "token": pieces[i], "logprob": lp} for i, lp in nexts.items()), key=lambda t: -t["logprob"])
-            first = next(t for t in top if t["id"] == forced[0]) if forced else top[0]
+            first = next(t for t in top if t["id"] in forced) if forced else top[0]  # the likeliest allowed
             probs = [{**first, "top_logprobs": top[: int(body.get("n_probs", 0))]}]
         else:
             assert self.p_yes is not None

@@ -215,3 +215,21 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
     except (OSError, IndexError):
         return "zombie"
+
+
+def test_real_server_decodes_a_grammar_beside_it_as_its_own_grammar_path_does(real_server: tuple[dspy.LM, Path]) -> None:
+    from autofocus.local_lm.decoding import decode, model_tokenizer
+    from autofocus.local_lm.scoring import render, scoring_server
+
+    lm, model = real_server
+    tokenizer = model_tokenizer(model)
+    if tokenizer is None:
+        pytest.skip("llama-cpp-python cannot read the model's tokenizer here (`make setup-lm` installs it)")
+    server = scoring_server(lm)
+    assert server is not None
+    grammar = 'root ::= "The capital of " country " is " city "."\ncountry ::= "France" | "Spain"\ncity ::= [A-Z] [a-z]+\n'
+    prompt = render(server, [{"role": "user", "content": "What is the capital of France? One sentence."}], "", 60)
+    out = decode(server, tokenizer, prompt, grammar, max_tokens=32)
+    own = server.post("completion", {"prompt": prompt, "grammar": grammar, "temperature": 0.0, "n_predict": 32}, 60)
+    assert out.text == own["content"] == "The capital of France is Paris."
+    assert out.forced >= 4 and out.forced < out.tokens  # "The capital of", " is": forced; "France", "Paris": chosen

@@ -68,6 +68,11 @@ class LMConfig(_Group):
         "its prompt cache (format reminder before the inputs, the answer's fixed start given, not generated); "
         "chat = ChatAdapter's own layout, all generated (other LMs always get chat)"
     )
+    forced_tokens: Literal["skip", "generate"] = Field(
+        "skip", description="the offline LM's greedy answers under a grammar (step 2's query): skip = the tokens "
+        "the grammar forces are appended, not generated (decoded by llguidance beside llama-server); generate = "
+        "llama-server decodes every token"
+    )
 
     def for_step(self, step: str) -> str:
         if step not in LM_STEPS:
@@ -77,7 +82,8 @@ class LMConfig(_Group):
     def client_options(self) -> dict[str, float | int | None]:
         """The keyword arguments ``autofocus.lm.get_lm`` takes from this config."""
         return {"temperature": self.temperature, "max_tokens": self.max_tokens, "timeout": self.timeout_s,
-                "num_retries": self.num_retries, "prompt_layout": self.prompt_layout}
+                "num_retries": self.num_retries, "prompt_layout": self.prompt_layout,
+                "forced_tokens": self.forced_tokens}
 
 
 class QueryConfig(_Group):

@@ -102,10 +102,11 @@ def get_lm(
     timeout: float | None = None,
     num_retries: int | None = None,
     prompt_layout: str = "server",
+    forced_tokens: str = "skip",
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for ``spec`` (see the module docstring); extra kwargs go to ``dspy.LM``.
-    ``prompt_layout``: ``LMConfig.prompt_layout``, kept on a local LM as its ``prompt_layout``."""
+    ``prompt_layout``, ``forced_tokens``: ``LMConfig``'s, kept on a local LM as its attributes."""
     spec = spec.strip()
     timeout, num_retries = wait_settings(timeout, num_retries, is_local_spec(spec))
     kwargs["timeout"] = timeout
@@ -117,6 +118,7 @@ def get_lm(
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,
         )  # fmt: skip
         lm.prompt_layout = prompt_layout  # read by program.steps.llm_call.prefills
+        lm.forced_tokens = forced_tokens  # read by local_lm.decoding.grammar_decoder
         return lm
     provider, _, name = spec.partition("/")
     if not provider or not name:

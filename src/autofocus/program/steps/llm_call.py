@@ -25,6 +25,7 @@ import dspy
 from dspy.adapters.json_adapter import JSONAdapter
 from dspy.utils.exceptions import AdapterParseError, LMError
 
+from autofocus.local_lm.decoding import DecodingError, grammar_decoder
 from autofocus.local_lm.scoring import scoring_server
 from autofocus.trace import Trace
 from autofocus.usage import check_deadline
@@ -151,6 +152,9 @@ class ServerChatAdapter(BoundedChatAdapter):
       step per token (6 per LM call). A grammar for such a call starts after the header
       (``constrain.cypher_grammar(header=False)``); a call whose grammar fixes more of the answer's start
       gives that too, as ``ANSWER_START`` in its config (``constrain.query_opening``).
+
+    A greedy call with a grammar is decoded by ``local_lm.decoding`` (the tokens the grammar forces are not
+    generated), falling back to the server's own grammar path where that cannot follow the grammar.
     """
 
     start = ""  # the answer's start after the header, for the call in progress
@@ -162,7 +166,16 @@ class ServerChatAdapter(BoundedChatAdapter):
 
     def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list[dict[str, Any]],
                  inputs: dict[str, Any]) -> list[dict[str, Any]]:
-        return super().__call__(lm, self._take_start(lm_kwargs), signature, demos, inputs)
+        lm_kwargs = self._take_start(lm_kwargs)
+        if (answer := grammar_decoder(lm, lm_kwargs)) is not None:  # greedy under a grammar: decoded from here
+            processed = self._call_preprocess(lm, lm_kwargs, signature, inputs)
+            try:
+                text = answer(self.format(processed, demos, inputs))
+            except DecodingError:
+                pass  # the server's own grammar path answers instead
+            else:
+                return self._call_postprocess(processed, signature, [_cap_output(text)], lm, lm_kwargs)
+        return super().__call__(lm, lm_kwargs, signature, demos, inputs)
 
     async def acall(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list[dict[str, Any]],
                     inputs: dict[str, Any]) -> list[dict[str, Any]]:

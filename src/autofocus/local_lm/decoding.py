@@ -1,0 +1,210 @@
+"""Grammar-constrained greedy decoding driven from here, for llama-server: the tokens a grammar forces are
+not generated.
+
+llama-server decodes a grammar-constrained answer one decoding step per token, whether the grammar leaves a
+choice or not; in a Cypher query of ``program.steps.constrain`` the relationship's tail once its first
+token is chosen (``_of]->``), the label a relationship fixes, `` {name:`` and ``"})`` are about a third of
+a query's tokens, and on 2 CPU cores a decoding step costs what evaluating five to nine prompt tokens does
+(docs/results.md). Here llguidance (the grammar engine llama.cpp can be built with) follows the grammar over
+the model's own tokenizer (read from the GGUF file by llama-cpp-python): each step asks the server for the
+next token's likeliest candidates after the prompt and the answer so far (a prompt of text and token ids,
+in one leased slot, so only the new tokens are evaluated), takes the likeliest the grammar allows (what
+llama.cpp's greedy sampler with the grammar takes), and appends every token the grammar then forces
+without asking; they are evaluated in one batch with the next request. A candidate outside the reported
+few is chosen by the server under a grammar of the allowed token ids.
+
+Greedy only: a sampled answer (temperature > 0) goes to the server's own grammar path, as does an answer
+where the tokenizer cannot be read (no llama-cpp-python) or the grammar does not convert.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+
+from autofocus.local_lm.scoring import TOP_PROBS, Messages, _complete, render, scoring_server
+from autofocus.local_lm.server import LocalServer
+from autofocus.usage import LM_LIMIT, add_usage
+
+WIDE_PROBS = 1000  # candidates asked for when none of the first TOP_PROBS is allowed
+MAX_GRAMMAR_TOKENS = 4096  # allowed tokens the server may be given as a grammar of ids, when fewer
+
+
+class DecodingError(RuntimeError):
+    """The grammar cannot be followed here (it does not convert, or no allowed token could be found)."""
+
+
+@dataclass
+class Decoded:
+    text: str
+    tokens: int  # the answer's tokens, forced ones included
+    forced: int  # tokens the grammar forced (not generated)
+    prompt_tokens: int  # the first request's prompt, and those of it the server took from its cache
+    cached_tokens: int
+
+
+_TOKENIZERS: dict[Path, tuple[Any, Any] | None] = {}  # model file -> (LLTokenizer, the vocab's owner)
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def model_tokenizer(path: Path) -> Any | None:
+    """llguidance's tokenizer of the GGUF model at ``path`` (its vocabulary, read once), or None where
+    llama-cpp-python cannot read it."""
+    path = Path(path).resolve()
+    with _TOKENIZERS_LOCK:
+        if path not in _TOKENIZERS:
+            _TOKENIZERS[path] = _read_tokenizer(path)
+        known = _TOKENIZERS[path]
+    return None if known is None else known[0]
+
+
+@functools.cache
+def _quiet() -> Any:
+    """A llama.cpp log callback that drops the messages (cached: llama.cpp keeps the pointer)."""
+    import llama_cpp
+
+    return llama_cpp.llama_log_callback(lambda level, text, user_data: None)
+
+
+def _read_tokenizer(path: Path) -> tuple[Any, Any] | None:
+    try:
+        import llama_cpp
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        llama_cpp.llama_log_set(_quiet(), None)  # its loader prints the vocabulary's details to stderr
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True  # the tokenizer only: no weights, no context
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            return None
+        with warnings.catch_warnings():  # llguidance reads each token's attributes by a call llama-cpp-python deprecates
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(model)), model  # the model owns the vocab
+    except (ImportError, OSError, ValueError, RuntimeError, AttributeError):
+        return None
+
+
+@functools.lru_cache(maxsize=32)
+def lark_grammar(gbnf: str) -> str:
+    """llguidance's form of a llama.cpp GBNF grammar."""
+    from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
+
+    try:
+        return gbnf_to_lark(gbnf)
+    except GbnfToLarkError as exc:
+        raise DecodingError(f"the grammar does not convert: {exc}") from exc
+
+
+def _allowed(mask: np.ndarray, token: int) -> bool:
+    return token >> 5 < len(mask) and bool((int(mask[token >> 5]) >> (token & 31)) & 1)
+
+
+def _ranked(result: dict[str, Any]) -> list[int]:
+    """The candidates of a ``/completion`` answer with ``n_probs``, likeliest first (the server's order)."""
+    first = (result.get("completion_probabilities") or [{}])[0]
+    return [int(t["id"]) for t in first.get("top_logprobs", [])]
+
+
+def _next_token(server: LocalServer, matcher: Any, prompt: list[Any], slot: int,
+                timeout: float) -> tuple[int, dict[str, Any]]:
+    """The likeliest next token the grammar allows, and the server's first answer for it."""
+    mask = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint32)
+    first = None
+    for n_probs in (TOP_PROBS, WIDE_PROBS):
+        result = _complete(server, [{"prompt": prompt, "n_predict": 1, "n_probs": n_probs}], slot, timeout)[0]
+        first = first or result
+        chosen = next((t for t in _ranked(result) if _allowed(mask, t)), None)
+        if chosen is not None:
+            return chosen, first
+        allowed = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))
+        if 0 < len(allowed) <= MAX_GRAMMAR_TOKENS:  # few allowed: the server picks among them
+            body = {"prompt": prompt, "n_predict": 1, "n_probs": 1,
+                    "grammar": "root ::= " + " | ".join(f"<[{t}]>" for t in allowed.tolist())}
+            probs = _complete(server, [body], slot, timeout)[0].get("completion_probabilities") or [{}]
+            if "id" in probs[0]:
+                return int(probs[0]["id"]), first
+    raise DecodingError("no token the grammar allows among the server's likeliest")
+
+
+def decode(server: LocalServer, tokenizer: Any, prompt: str, grammar: str, *, max_tokens: int,
+           stop: Sequence[str] = (), timeout: float = 600.0) -> Decoded:
+    """The greedy answer after ``prompt`` (rendered text) under the GBNF ``grammar`` (module docstring),
+    cut before the first of ``stop``, at most ``max_tokens`` tokens."""
+    from llguidance import LLMatcher
+
+    matcher = LLMatcher(tokenizer, lark_grammar(grammar), log_level=0)
+    if matcher.is_error():
+        raise DecodingError(f"the grammar is not usable: {matcher.get_error()}")
+    ids: list[int] = []
+    forced = 0
+    first: dict[str, Any] | None = None
+    eos = set(getattr(tokenizer, "eos_tokens", None) or [tokenizer.eos_token])
+    with server.lease(prompt) as slot:
+        while len(ids) < max_tokens and not matcher.is_stopped():
+            ff = matcher.compute_ff_tokens()[: max_tokens - len(ids)]
+            if ff:
+                matcher.consume_tokens(ff)
+                ids += ff
+                forced += len(ff)
+            else:
+                token, result = _next_token(server, matcher, [prompt, *ids], slot, timeout)
+                first = first or result
+                if token in eos:
+                    break
+                if not matcher.consume_token(token):
+                    raise DecodingError(f"the grammar refused token {token}: {matcher.get_error()}")
+                ids.append(token)
+            text = tokenizer.decode_str(ids)
+            if any(s in text for s in stop):
+                break
+    text = tokenizer.decode_str(ids)
+    cut = min((text.index(s) for s in stop if s in text), default=len(text))
+    first = first or {}
+    cached = int(first.get("timings/cache_n", first.get("timings", {}).get("cache_n", 0)))
+    return Decoded(text[:cut], len(ids), forced, int(first.get("tokens_evaluated", 0)), cached)
+
+
+def grammar_decoder(lm: Any, lm_kwargs: dict[str, Any]) -> Callable[[Messages], str] | None:
+    """How to answer a call of ``lm`` with ``lm_kwargs`` by ``decode``: a function of the call's messages
+    (the last one the answer's given start), or None where the call goes to the server as it is (no
+    grammar, sampling, several answers, not llama-server, no tokenizer, ``LMConfig.forced_tokens``
+    generate)."""
+    grammar = (lm_kwargs.get("extra_body") or {}).get("grammar")
+    settings = {**lm.kwargs, **lm_kwargs}
+    if not grammar or getattr(lm, "forced_tokens", "skip") != "skip" or (settings.get("temperature") or 0.0) > 0 or int(settings.get("n") or 1) != 1:
+        return None
+    server = scoring_server(lm)
+    tokenizer = model_tokenizer(server.model_path) if server is not None else None
+    if server is None or tokenizer is None:
+        return None
+    max_tokens = int(settings.get("max_tokens") or settings.get("max_completion_tokens") or 512)
+    stop = settings.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    timeout = float(settings.get("timeout") or 600.0)
+
+    def answer(messages: Messages) -> str:
+        *chat, start = messages
+        if start.get("role") != "assistant":
+            chat, start = messages, {"content": ""}
+        key = {"autofocus": "grammar_greedy/v1", "model": lm.model, "messages": messages, "grammar": grammar,
+               "stop": stop, "max_tokens": max_tokens}
+        hit = dspy.cache.get(key) if lm.cache else None
+        if hit is not None:
+            return str(hit["text"])
+        with LM_LIMIT.slot(lm):
+            prompt = render(server, chat, str(start.get("content") or ""), timeout)
+            out = decode(server, tokenizer, prompt, grammar, max_tokens=max_tokens, stop=stop, timeout=timeout)
+        add_usage(calls=1, input_tokens=out.prompt_tokens, output_tokens=out.tokens, cached_tokens=out.cached_tokens)
+        if lm.cache:
+            dspy.cache.put(key, {"text": out.text})
+        return out.text
+
+    return answer
