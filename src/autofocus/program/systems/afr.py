@@ -26,6 +26,7 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec
+from autofocus.local_lm.decoding import warm_tokenizer
 from autofocus.local_lm.scoring import choice_probabilities
 from autofocus.local_lm.slots import share_prompt_starts
 from autofocus.program.steps.constrain import (
@@ -293,6 +294,8 @@ class AutofocusRetriever(RetrievalProgram):
                 steps.append((step1, lambda q, t: step1_inputs(step1, self.context, q)))
             if self.config.query.query_format == "cypher":
                 steps.append((self.cypher, self.context.query_inputs))
+                if self.step2_mode() == "grammar":
+                    warm_tokenizer(self.cypher.lm or dspy.settings.lm)
             for predictor, inputs in steps:  # each step's messages as its call makes them
                 lm = predictor.lm or dspy.settings.lm
                 adapter = call_adapter(lm)
