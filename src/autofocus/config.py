@@ -79,11 +79,11 @@ class LMConfig(_Group):
             raise ValueError(f"unknown LLM step {step!r}; steps: {', '.join(LM_STEPS)}")
         return getattr(self, step) or self.default
 
-    def client_options(self) -> dict[str, float | int | None]:
+    def client_options(self) -> dict[str, Any]:
         """The keyword arguments ``autofocus.lm.get_lm`` takes from this config."""
         return {"temperature": self.temperature, "max_tokens": self.max_tokens, "timeout": self.timeout_s,
-                "num_retries": self.num_retries, "prompt_layout": self.prompt_layout,
-                "forced_tokens": self.forced_tokens}
+                "num_retries": self.num_retries,
+                "local": {"prompt_layout": self.prompt_layout, "forced_tokens": self.forced_tokens}}
 
 
 class QueryConfig(_Group):

@@ -101,12 +101,13 @@ def get_lm(
     api_key: str | None = None,
     timeout: float | None = None,
     num_retries: int | None = None,
-    prompt_layout: str = "server",
-    forced_tokens: str = "skip",
+    local: dict[str, str] | None = None,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for ``spec`` (see the module docstring); extra kwargs go to ``dspy.LM``.
-    ``prompt_layout``, ``forced_tokens``: ``LMConfig``'s, kept on a local LM as its attributes."""
+    ``local``: ``LMConfig``'s settings of the offline LM (``prompt_layout``, ``forced_tokens``), kept on a
+    local LM as its attributes (``program.steps.llm_call.prefills``, ``local_lm.decoding.grammar_decoder``
+    read them); other LMs ignore them."""
     spec = spec.strip()
     timeout, num_retries = wait_settings(timeout, num_retries, is_local_spec(spec))
     kwargs["timeout"] = timeout
@@ -117,8 +118,8 @@ def get_lm(
             f"openai/{model.alias}", api_base=server.api_base, api_key="local", temperature=temperature,
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,
         )  # fmt: skip
-        lm.prompt_layout = prompt_layout  # read by program.steps.llm_call.prefills
-        lm.forced_tokens = forced_tokens  # read by local_lm.decoding.grammar_decoder
+        for name, value in (local or {}).items():
+            setattr(lm, name, value)
         return lm
     provider, _, name = spec.partition("/")
     if not provider or not name:
