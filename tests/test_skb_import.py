@@ -209,6 +209,37 @@ def test_a_class_with_its_kinds_runs_in_the_database(falkordb: LocalFalkorDB, tm
     assert [r[0] for r in rows] == [3]
 
 
+def test_a_target_of_either_label_runs_in_the_database(falkordb: LocalFalkorDB, tmp_path: Path) -> None:
+    """Step 3b grounds a target as step 1's label or the query's (``either_target``); the printed query
+    says so in a condition FalkorDB reads (it rejects Neo4j's ``(y:A|B)``) and answers the same nodes."""
+    from falkordb import FalkorDB
+
+    from autofocus.config import AutofocusConfig
+    from autofocus.program.steps.grounded_strand import ground_strand
+    from autofocus.skb.writer import write_skb_dir
+    from autofocus.trace import Trace
+    from tests.skb_factory import GraphOnlyKB
+
+    lives = {"dst_type": "water_body"}  # animals and plants alike
+    schema = {"name": "sea", "description": "what lives where",
+              "node_types": {t: {"name_field": "name"} for t in ("sea_animal", "sea_plant", "water_body")},
+              "edge_types": {"lives_in": lives}}
+    nodes = [{"id": 0, "type": "water_body", "name": "North Sea", "text": "a sea"},
+             {"id": 1, "type": "sea_animal", "name": "herring", "text": "a fish"},
+             {"id": 2, "type": "sea_plant", "name": "kelp", "text": "a seaweed"}]
+    write_skb_dir(tmp_path / "sea", schema, nodes, [(1, "lives_in", 0), (2, "lives_in", 0)])
+    skb = load_skb_dir(tmp_path / "sea", progress=False)
+    qg = parse_cypher('MATCH (y:sea_animal)-[:lives_in]->(b:water_body {name: "North Sea"}) RETURN y', skb.schema)
+    strand = ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True),
+                           Trace(question="What lives in the North Sea?"), "sea_plant")
+    assert strand.answers.tolist() == [1, 2]
+    pasted = console_cypher(strand.query_graph, skb.schema)
+    assert "(y:sea_animal OR y:sea_plant)" in pasted
+    export_skb(tmp_path / "sea", f"{falkordb.url}/sea", replace=True)
+    rows = FalkorDB(host="127.0.0.1", port=falkordb.port).select_graph("sea").ro_query(pasted).result_set
+    assert sorted(r[0] for r in rows) == [1, 2]
+
+
 @pytest.mark.slow
 def test_demo_round_trip_through_falkordb(falkordb: LocalFalkorDB, tmp_path: Path) -> None:
     from autofocus.demo.build import build_demo_skb

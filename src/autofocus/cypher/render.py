@@ -3,7 +3,8 @@
 ``parse_cypher(to_cypher(qg))`` gives back ``qg`` (without a schema) for every graph the parser
 can produce: one ``MATCH`` per triplet, then one per symbol outside any triplet, all
 constraints in one ``WHERE`` (in order), and ``RETURN`` the target. Types are written where a
-symbol first appears; names that are not plain identifiers, or are keywords, are backticked.
+symbol first appears (a symbol of several, ``Symbol.also``, as the ``WHERE``'s first condition); names
+that are not plain identifiers, or are keywords, are backticked.
 """
 
 from __future__ import annotations
@@ -29,17 +30,19 @@ def to_cypher(qg: QueryGraph) -> str:
     def node(var: str) -> str:
         s = qg.symbols.get(var)
         label = (s.type or s.label) if s else None
-        if var in seen or not label:
+        if var in seen or not label or (s and s.also):  # either of several labels: a WHERE condition
             seen.add(var)
             return f"({name(var)})"
         seen.add(var)
-        either = "".join(f"|{name(t)}" for t in s.also) if s else ""  # a label expression (Neo4j 5, GQL)
-        return f"({name(var)}:{name(label)}{either})"
+        return f"({name(var)}:{name(label)})"
 
     lines = [f"MATCH {node(t.head)}{_kinds(qg, t.head, True)}{_rel(t)}{_kinds(qg, t.tail, False)}{node(t.tail)}"
              for t in qg.triplets]
     lines += [f"MATCH {node(var)}" for var in qg.symbols if var not in seen]
-    conditions = [_condition(var, c) for var, s in qg.symbols.items() for c in s.constraints]
+    # ``(y:A|B)`` is Neo4j 5's, not FalkorDB's: the labels as one condition both databases read
+    conditions = [f"({' OR '.join(f'{name(var)}:{name(t)}' for t in s.types)})"
+                  for var, s in qg.symbols.items() if s.also]
+    conditions += [_condition(var, c) for var, s in qg.symbols.items() for c in s.constraints]
     if conditions:
         lines.append("WHERE " + " AND ".join(conditions))
     if qg.target is not None:
