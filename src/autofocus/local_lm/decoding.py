@@ -187,7 +187,8 @@ def grammar_decoder(lm: Any, lm_kwargs: dict[str, Any]) -> Callable[[Messages], 
     generate)."""
     grammar = (lm_kwargs.get("extra_body") or {}).get("grammar")
     settings = {**lm.kwargs, **lm_kwargs}
-    if not grammar or getattr(lm, "forced_tokens", "skip") != "skip" or (settings.get("temperature") or 0.0) > 0 or int(settings.get("n") or 1) != 1:
+    sampled = (settings.get("temperature") or 0.0) > 0 or int(settings.get("n") or 1) != 1
+    if not grammar or sampled or getattr(lm, "forced_tokens", "skip") != "skip":
         return None
     server = scoring_server(lm)
     tokenizer = model_tokenizer(server.model_path) if server is not None else None

@@ -490,10 +490,10 @@ def either_target(qg: QueryGraph, sg: SchemaGraph, step1: str | None) -> tuple[Q
     places and regions; the parts of the North Sea are of both). A relationship the target's step-1 type
     has not is the query's own reading, which other repairs keep or carry to the asked label."""
     target = qg.symbols.get(qg.target or "")
-    if (step1 is None or step1 not in sg.labels or target is None or target.type in (None, step1)
-            or step1 in target.also or target.is_constant or target.extent):
-        return qg, []
     at = [t for t in qg.triplets if qg.target in (t.head, t.tail)]
+    if (step1 is None or step1 not in sg.labels or target is None or target.type in (None, step1)
+            or step1 in target.also or target.is_constant or target.extent or not at):
+        return qg, []
     for t in at:
         other = qg.symbols.get(t.other(qg.target) or "")
         if other is None or t.head == t.tail:
@@ -505,8 +505,6 @@ def either_target(qg: QueryGraph, sg: SchemaGraph, step1: str | None) -> tuple[Q
         if not any((src is None or r.src == src) and (dst is None or r.dst == dst) and (rels is None or r.rel in rels)
                    for src, dst in ends for r in sg.relations):
             return qg, []
-    if not at:
-        return qg, []
     symbols = {**qg.symbols, target.var: target.model_copy(update={"also": [*target.also, step1]})}
     detail = (f"step 1 reads the target as {step1}, the query as {target.type}, and the query's relationships link "
               f"both: ({target.var}:{target.type}|{step1})")
@@ -778,17 +776,17 @@ def repair_query(
     query, of_class = _to_class(query, skb, question, find)
     either = functools.partial(either_target, sg=sg, step1=target_type if opts.either_target else None)
     query, both = either(query)
-    of_class += both
+    repairs = repairs + of_class + both
     second: list[tuple[QueryGraph, list[Repair]]] = []
     if opts.turn_round and (turned_round := reversed_reading(query, skb, sg, question)) is not None:
-        second.append((turned_round[0], repairs + of_class + turned_round[1]))
+        second.append((turned_round[0], repairs + turned_round[1]))
     for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
         alt, more = _to_class(alt, skb, question, find)
         second.append((alt, alt_repairs + more))
     if opts.own_links and (loosened := unlinked_reading(query, skb)) is not None:
-        second.append((loosened[0], repairs + of_class + loosened[1]))
+        second.append((loosened[0], repairs + loosened[1]))
     second = [(alt, alt_repairs + more) for alt, alt_repairs in second for alt, more in [either(alt)]]
-    return Repaired(query, repairs + of_class, second, cut)
+    return Repaired(query, repairs, second, cut)
 
 
 def _to_class(qg: QueryGraph, skb: SKB, question: str,
