@@ -30,9 +30,9 @@ from typing import Any
 import dspy
 import numpy as np
 
-from autofocus.local_lm.scoring import TOP_PROBS, Messages, _complete, render, scoring_server
+from autofocus.local_lm.scoring import TOP_PROBS, Messages, _complete, _count, _top, render, scoring_server
 from autofocus.local_lm.server import LocalServer
-from autofocus.usage import LM_LIMIT, add_usage
+from autofocus.usage import LM_LIMIT
 
 WIDE_PROBS = 1000  # candidates asked for when none of the first TOP_PROBS is allowed
 MAX_GRAMMAR_TOKENS = 4096  # allowed tokens the server may be given as a grammar of ids, when fewer
@@ -47,8 +47,7 @@ class Decoded:
     text: str
     tokens: int  # the answer's tokens, forced ones included
     forced: int  # tokens the grammar forced (not generated)
-    prompt_tokens: int  # the first request's prompt, and those of it the server took from its cache
-    cached_tokens: int
+    first: dict[str, Any]  # the server's answer to the first request (its prompt's counts); {} if none was asked
 
 
 _TOKENIZERS: dict[Path, tuple[Any, Any] | None] = {}  # model file -> (LLTokenizer, the vocab's owner)
@@ -115,12 +114,6 @@ def _allowed(mask: np.ndarray, token: int) -> bool:
     return token >> 5 < len(mask) and bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
 
-def _ranked(result: dict[str, Any]) -> list[int]:
-    """The candidates of a ``/completion`` answer with ``n_probs``, likeliest first (the server's order)."""
-    first = (result.get("completion_probabilities") or [{}])[0]
-    return [int(t["id"]) for t in first.get("top_logprobs", [])]
-
-
 def _next_token(server: LocalServer, matcher: Any, prompt: list[Any], slot: int,
                 timeout: float) -> tuple[int, dict[str, Any]]:
     """The likeliest next token the grammar allows, and the server's first answer for it."""
@@ -129,7 +122,7 @@ def _next_token(server: LocalServer, matcher: Any, prompt: list[Any], slot: int,
     for n_probs in (TOP_PROBS, WIDE_PROBS):
         result = _complete(server, [{"prompt": prompt, "n_predict": 1, "n_probs": n_probs}], slot, timeout)[0]
         first = first or result
-        chosen = next((t for t in _ranked(result) if _allowed(mask, t)), None)
+        chosen = next((t for t in _top(result) if _allowed(mask, t)), None)  # likeliest first, as reported
         if chosen is not None:
             return chosen, first
         allowed = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))
@@ -175,9 +168,7 @@ def decode(server: LocalServer, tokenizer: Any, prompt: str, grammar: str, *, ma
                 break
     text = tokenizer.decode_str(ids)
     cut = min((text.index(s) for s in stop if s in text), default=len(text))
-    first = first or {}
-    cached = int(first.get("timings/cache_n", first.get("timings", {}).get("cache_n", 0)))
-    return Decoded(text[:cut], len(ids), forced, int(first.get("tokens_evaluated", 0)), cached)
+    return Decoded(text[:cut], len(ids), forced, first or {})
 
 
 def grammar_decoder(lm: Any, lm_kwargs: dict[str, Any]) -> Callable[[Messages], str] | None:
@@ -211,7 +202,7 @@ def grammar_decoder(lm: Any, lm_kwargs: dict[str, Any]) -> Callable[[Messages], 
         with LM_LIMIT.slot(lm):
             prompt = render(server, chat, str(start.get("content") or ""), timeout)
             out = decode(server, tokenizer, prompt, grammar, max_tokens=max_tokens, stop=stop, timeout=timeout)
-        add_usage(calls=1, input_tokens=out.prompt_tokens, output_tokens=out.tokens, cached_tokens=out.cached_tokens)
+        _count([out.first], output_tokens=out.tokens)  # one call: its prompt as first asked, its whole answer
         if lm.cache:
             dspy.cache.put(key, {"text": out.text})
         return out.text

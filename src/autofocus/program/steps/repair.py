@@ -501,9 +501,7 @@ def either_target(qg: QueryGraph, sg: SchemaGraph, step1: str | None) -> tuple[Q
         ends = [(step1, other.type) if t.head == qg.target else (other.type, step1)]
         if not t.directed:
             ends.append(ends[0][::-1])
-        rels = t.edge_types
-        if not any((src is None or r.src == src) and (dst is None or r.dst == dst) and (rels is None or r.rel in rels)
-                   for src, dst in ends for r in sg.relations):
+        if not any(sg.fits(src, rel, dst) for src, dst in ends for rel in t.edge_types or sg.rel_names):
             return qg, []
     symbols = {**qg.symbols, target.var: target.model_copy(update={"also": [*target.also, step1]})}
     detail = (f"step 1 reads the target as {step1}, the query as {target.type}, and the query's relationships link "
