@@ -319,6 +319,27 @@ def test_ask_runs_steps_3_to_8_on_a_given_query(server: FakeOpenAIServer, two_ty
     assert len(outputs) == 1 and "`target_type`" in outputs[0]  # step 1 asked, step 2 not
 
 
+def test_step_1s_plausible_types_reach_step_3b_and_a_replay_keeps_them(tmp_path: Path) -> None:
+    from autofocus.evaluation.program_runs import recorded_llm_steps
+    from autofocus.program.systems.afr import plausible_types
+    from autofocus.trace import Trace
+
+    probs = {"location": 0.78, "natural_object": 0.2, "plant": 0.004}
+    trace = Trace(question="Which rivers run through Minnesota?")
+    trace.data["target_type_probs"] = probs
+    assert plausible_types(["location"], trace, AutofocusConfig()) == ["location", "natural_object"]
+    assert plausible_types(["location"], trace, AutofocusConfig(class_type_floor=1.0)) == ["location"]
+    assert plausible_types(["location"], Trace(question="q"), AutofocusConfig()) == ["location"]  # step 1 generated
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    data = {"target_type": "location", "cypher": "MATCH (y:location) RETURN y", "target_type_probs": probs}
+    lines = [{"id": 0, "status": "ok", "query": trace.question, "trace": {"data": data}},
+             {"id": 1, "status": "ok", "query": "generated", "trace": {"data": {**data, "target_type_probs": None}}}]
+    (run_dir / "traces.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert recorded_llm_steps(run_dir) == {trace.question: ("location", data["cypher"], probs),
+                                           "generated": ("location", data["cypher"], None)}
+
+
 def test_eval_replays_a_runs_step_1_2_outputs_without_asking_the_lm(
     server: FakeOpenAIServer, two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

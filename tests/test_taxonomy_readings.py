@@ -128,15 +128,17 @@ def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) ->
 def test_a_target_step_1_and_the_query_label_differently_grounds_as_either_where_the_graph_links_both(skb) -> None:
     question = "Which bodies of water are part of the North Sea?"
     cypher = 'MATCH (y:location)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y'
-    strand = _strand(skb, question, cypher, "natural_object")
+    strand = _strand(skb, question, cypher, "natural_object", repair_class=False)
     assert strand.answers.tolist() == [19, 20, 21, 32]  # the straits, the sea inlet and the coast
+    # with the asked class ("bodies of water") linked too, the coast is no answer
+    assert _strand(skb, question, cypher, "natural_object").answers.tolist() == [19, 20, 21]
     target = strand.query_graph.symbols["y"]
     assert (target.type, target.also, target.types) == ("location", ["natural_object"], ["location", "natural_object"])
     shown = to_cypher(strand.query_graph)  # what FalkorDB and Neo4j both read
     assert "MATCH (y)-[:part_of]->(b:natural_object)" in shown and "WHERE (y:location OR y:natural_object)" in shown
     # step 1 agrees with the query, or the switch is off: the query's label alone
     assert _strand(skb, question, cypher, "location").answers.tolist() == [32]
-    assert _strand(skb, question, cypher, "natural_object", either_target=False).answers.tolist() == [32]
+    assert _strand(skb, question, cypher, "natural_object", either_target=False, repair_class=False).answers.tolist() == [32]
     # a relationship step 1's type has not (no food is part of a location): the query's own reading
     sg = schema_graph(skb)
     qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
@@ -175,3 +177,30 @@ def test_the_new_readings_take_any_question_text(skb) -> None:
         assert named.symbols["b"].name_value() in (None, "nerve cell")
         find_asked_class(skb, question, "body_part")
         asked_phrases(question)
+
+
+def test_the_asked_class_may_settle_the_target_on_a_type_step_1_found_plausible(skb) -> None:
+    # both LM steps lean to location; step 1 also found natural_object plausible, and "bodies of water" names
+    # a class of natural objects only: the target may be one (the class admits nothing else), not the coast
+    question = "Which bodies of water are part of the North Sea?"
+    cypher = 'MATCH (y:location)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y'
+    strand = _strand(skb, question, cypher, ["location", "natural_object"])
+    assert strand.answers.tolist() == [19, 20, 21] and strand.relaxed == []
+    assert strand.query_graph.symbols["y"].types == ["location", "natural_object"]
+    # the class comes from the question's own words ("bodies of water"): the answers are the graph's, exactly
+    assert strand.named_exactly(skb, question)
+    [linked] = [r.detail for r in strand.repairs if r.kind == "class"]
+    assert "natural_object nodes (step 1's natural_object, not the query's location) of the class 'body of water'" in linked
+    # step 1 found location alone plausible: no class of locations is named, the query's reading stands
+    assert _strand(skb, question, cypher, ["location"]).answers.tolist() == [32]
+
+
+def test_a_name_the_query_has_as_a_constant_is_no_asked_class_and_the_search_goes_on(skb) -> None:
+    # "North Sea" is a class of its parts by shape, but the question asks for straits that join it
+    question = "Which straits join North Sea?"
+    assert find_asked_class(skb, question, "natural_object").name == "North Sea"
+    assert find_asked_class(skb, question, "natural_object", named=frozenset({"north sea"})).name == "strait"
+    strand = _strand(skb, question, 'MATCH (y:natural_object)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y',
+                     "natural_object")
+    assert strand.answers.tolist() == [19, 20]  # Kattegatt and Skagerrak, not the Zuider Zee (an inlet)
+    assert any("class 'strait'" in r.detail for r in strand.repairs)

@@ -136,6 +136,11 @@ class QueryConfig(_Group):
         True, description="step 3b: where step 1's type and the query's label for the target differ and the query's "
         "own relationships link step 1's type as well, ground the target as either label"
     )
+    class_type_floor: float = Field(
+        0.1, ge=0.0, le=1.0, description="step 3b: beside the types step 1 kept, the types it scored at least this "
+        "likely are labels whose class node the question may name (\"Which rivers ...\": a class of natural objects "
+        "where step 1 kept location); 1: the kept types only"
+    )
     turn_round: bool = Field(
         True, description="step 5: where the query grounds nothing, read its links between the target and a named node "
         "the other way round first, where the graph links their labels both ways and the question's wording does not "

@@ -6,6 +6,7 @@ never know which one produced the graph.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -13,6 +14,13 @@ from pydantic import BaseModel, Field
 KIND_DEPTH = 16  # levels of a class's kinds: followed below it (step 3b) and written into its Cypher
 Op = Literal["=", "<>", "<", "<=", ">", ">=", "CONTAINS", "STARTS WITH", "ENDS WITH", "IN"]
 Value = str | int | float | bool | list[str | int | float | bool]
+
+
+def as_types(target_type: str | Sequence[str] | None) -> list[str]:
+    """Step 1's answer as a list: its one type, or the types it kept (most likely first)."""
+    if target_type is None:
+        return []
+    return [target_type] if isinstance(target_type, str) else list(target_type)
 
 
 class Constraint(BaseModel):

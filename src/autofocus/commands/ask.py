@@ -57,7 +57,7 @@ def ask(
         if not hasattr(prog, "recorded"):
             print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {system}"))
             raise typer.Exit(1)
-        prog.recorded = {question: (None, query)}  # step 1 still asks the LM
+        prog.recorded = {question: (None, query, None)}  # step 1 still asks the LM
     pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
     show_prediction(prog.kb.skb, pred, console)
     for d in pred.trace.degraded:

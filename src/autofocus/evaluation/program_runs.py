@@ -187,8 +187,9 @@ def evaluate_program(
     return ProgramRun(result, run, summary, plots)
 
 
-def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
-    """Question -> (step 1's type(s), step 2's query) of the answered questions of a run directory.
+def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None, dict[str, float] | None]]:
+    """Question -> (step 1's type(s), step 2's query, step 1's type probabilities where it scored them) of
+    the answered questions of a run directory.
     The run is only read: a damaged line raises ``ValueError`` naming it, and nothing is repaired."""
     from autofocus.evaluation.traces import read_traces
 
@@ -196,11 +197,11 @@ def recorded_llm_steps(run_dir: Path) -> dict[str, tuple[Any, str | None]]:
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no traces.jsonl to replay")
     records, _ = read_traces(path, repair=False)
-    out: dict[str, tuple[Any, str | None]] = {}
+    out: dict[str, tuple[Any, str | None, dict[str, float] | None]] = {}
     for rec in records:
         data = (rec.get("trace") or {}).get("data") or {}
         if rec.get("status") == "ok" and "target_type" in data:
-            out[rec["query"]] = (data.get("target_type"), data.get("cypher"))
+            out[rec["query"]] = (data.get("target_type"), data.get("cypher"), data.get("target_type_probs"))
     return out
 
 

@@ -97,6 +97,7 @@ SPACE: dict[str, Param] = {
     "repair_mentions": Param("cat", (True, False)),
     "repair_class": Param("cat", (True, False)),
     "either_target": Param("cat", (True, False)),
+    "class_type_floor": Param("float", low=0.0, high=1.0),
     "turn_round": Param("cat", (True, False)),
     "own_links": Param("cat", (True, False)),
 }

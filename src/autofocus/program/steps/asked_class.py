@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,7 @@ class AskedClass:
 
     name: str  # the node's name as the graph writes it
     label: str  # the class node's own label
+    member_type: str  # the label of the members it was found for
     rels: tuple[str, ...]  # relationship types between members and the class
     members_point_at_class: bool  # member -[rel]-> class (else class -[rel]-> member)
     members: int  # target-type nodes linked to it that way
@@ -117,7 +118,7 @@ def class_of(skb: SKB, node: int, member_type: str) -> AskedClass | None:
                   for r in skb.graph.edge_types}
         most = max(linked.values())
         rels = tuple(sorted((r for r, n in linked.items() if n and n >= MIN_SHARE * most), key=lambda r: -linked[r]))
-    return AskedClass(skb.name(node), skb.type_of(node), rels, way, sum(counts.get((r, way), 0) for r in rels), extent,
+    return AskedClass(skb.name(node), skb.type_of(node), member_type, rels, way, sum(counts.get((r, way), 0) for r in rels), extent,
                       via if len(kinds) else None)
 
 
@@ -149,18 +150,25 @@ def subclasses(skb: SKB, node: int, rels: tuple[str, ...], direction: str,
     return tuple(np.flatnonzero(seen).tolist()), kinds, sub
 
 
-def find_asked_class(skb: SKB, question: str, member_type: str) -> AskedClass | None:
-    """The class node the asked phrase names for ``member_type`` answers (None where the question
-    asks for a label by name, or its phrase names no class)."""
-    if member_type not in skb.node_type_names or asked_label(question, LabelPhrases.of(skb.node_type_names)) is not None:
+def find_asked_class(skb: SKB, question: str, *member_types: str, named: frozenset[str] = frozenset(),
+                     ) -> AskedClass | None:
+    """The class node the asked phrase names for answers of one of ``member_types`` (None where the
+    question asks for a label by name, or its phrase names no class). Phrases come first, then the types
+    in their order: "Which mountain peaks ..." finds "mountain peak" for one type before "peak" for
+    another. ``named``: names the query already has as constants (lower case), which are what the answers
+    relate to, not what they are ("Which rivers flow through India?": India is no class of rivers)."""
+    types = [t for t in member_types if t in skb.node_type_names]
+    if not types or asked_label(question, LabelPhrases.of(skb.node_type_names)) is not None:
         return None
     relationship = relation_words(skb)
     for phrase in asked_phrases(question):
         if {singular(w) for w in phrase.split()} <= relationship:
             continue  # "the parts of a nerve cell", "members of Canidae": a relationship, not a class
-        found = [c for node in exact_name_ids(skb, phrase).tolist() if (c := class_of(skb, int(node), member_type))]
-        if found:
-            return max(found, key=lambda c: c.members)
+        nodes = [n for n in exact_name_ids(skb, phrase).tolist() if skb.name(n).lower() not in named]
+        for member_type in types:
+            found = [c for node in nodes if (c := class_of(skb, int(node), member_type))]
+            if found:
+                return max(found, key=lambda c: c.members)
     return None
 
 
@@ -169,31 +177,40 @@ def relation_words(skb: SKB) -> frozenset[str]:
     return frozenset(w for r in skb.graph.edge_types for w in re.split(r"[\W_]+", r.lower()) if w and w not in STOP_WORDS)
 
 
-def asked_class_finder(skb: SKB, question: str) -> Callable[[str], AskedClass | None]:
-    """``find_asked_class`` for one question, each member type looked up once."""
+def asked_class_finder(skb: SKB, question: str) -> Callable[..., AskedClass | None]:
+    """``find_asked_class`` for one question, each combination of types and names looked up once."""
     return functools.cache(functools.partial(find_asked_class, skb, question))
 
 
-def link_asked_class(qg: QueryGraph, skb: SKB, question: str,
-                     find: Callable[[str], AskedClass | None] | None = None) -> tuple[QueryGraph, str | None]:
+def link_asked_class(qg: QueryGraph, skb: SKB, question: str, find: Callable[..., AskedClass | None] | None = None,
+                     kept: Sequence[str] = ()) -> tuple[QueryGraph, str | None]:
     """``qg`` with its target linked to the asked class node, and the change as text (None: unchanged).
-    ``find`` is ``find_asked_class`` for this question by member type; a caller linking several readings
-    of one question passes one that remembers its answers (``asked_class_finder``)."""
+    The class is looked for among the target's types, then step 1's ``kept`` types: where it is a class of
+    one of step 1's types only, the two LM steps disagree on the label and the graph's class settles it,
+    so the target may be of that type too (its members are; the link admits nothing else). ``find`` is
+    ``find_asked_class`` for this question; a caller linking several readings of one question passes one
+    that remembers its answers (``asked_class_finder``)."""
     target = qg.symbols.get(qg.target) if qg.target else None
     if target is None or target.type is None:
         return qg, None
-    found = (find or asked_class_finder(skb, question))(target.type)
-    if found is None or any((s.name_value() or "").lower() == found.name.lower() for s in qg.symbols.values()):
+    types = tuple(dict.fromkeys([*target.types, *kept]))
+    named = frozenset((s.name_value() or "").lower() for s in qg.symbols.values() if s.is_constant)
+    found = (find or asked_class_finder(skb, question))(*types, named=named)
+    if found is None:
         return qg, None
     var = next(f"_class{i}" for i in itertools.count(1) if f"_class{i}" not in qg.symbols)
     symbols = {**qg.symbols, var: Symbol(var=var, type=found.label, label=found.label, extent=list(found.extent),
                                          kinds_via=found.kinds_via,
                                          constraints=[Constraint(key="name", value=found.name)])}
+    widened = ""
+    if found.member_type not in target.types:
+        symbols[target.var] = target.model_copy(update={"also": [*target.also, found.member_type]})
+        widened = f" (step 1's {found.member_type}, not the query's {target.type})"
     head, tail = (qg.target, var) if found.members_point_at_class else (var, qg.target)
     link = Triplet(head=head, rel=found.rels[0], rel_alternatives=list(found.rels[1:]), rel_label="|".join(found.rels),
                    tail=tail, directed=True)
     shown = f"({head})-[:{'|'.join(found.rels)}]->({tail} {{name: {found.name!r}}})"
     subs = f" and its {len(found.extent) - 1} subclasses" if len(found.extent) > 1 else ""
-    detail = (f"the question asks for {target.type} nodes of the class {found.name!r}{subs} "
+    detail = (f"the question asks for {found.member_type} nodes{widened} of the class {found.name!r}{subs} "
               f"({found.members} linked): {shown}")
     return qg.model_copy(update={"symbols": symbols, "triplets": [*qg.triplets, link]}), detail

@@ -14,7 +14,7 @@ every rung:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.grounding import GroundingResult, component_of, ground_with_expansion
 from autofocus.program.steps.repair import Repair, Repaired, named_in, repair_query
 from autofocus.program.steps.symbols import NAME_KEYS, retrieve_symbol_candidates
-from autofocus.query_graph import QueryGraph
+from autofocus.query_graph import QueryGraph, as_types
 from autofocus.skb.names import named_ids
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
@@ -54,11 +54,12 @@ class Strand:
     def named_exactly(self, skb: SKB, question: str) -> bool:
         """Strong evidence: every constant of the query as grounded is a name the question gives and
         that identifies nodes, and nothing was relaxed (a second reading of a hop is no relaxation), so
-        the answers are exactly what the question's own entities give through the graph."""
+        the answers are exactly what the question's own entities give through the graph. The asked class
+        (``program.steps.asked_class``) is read from the question's own words ("bodies of water")."""
         qg = self.query_graph
         if qg is None or self.empty or any(not r.startswith("reading") for r in self.relaxed):
             return False
-        names = [s.name_value() or "" for s in qg.constants]
+        names = [s.name_value() or "" for s in qg.constants if not s.extent]
         return bool(names) and all(named_in(n, question) and len(named_ids(skb, n)[0]) for n in names)
 
 
@@ -88,9 +89,10 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
     return qg
 
 
-def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace,
+def repair_step(kb: KB, qg: QueryGraph, target_type: str | Sequence[str] | None, trace: Trace,
                 options: QueryConfig | None = None) -> Repaired:
-    """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``)."""
+    """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``);
+    ``target_type``: step 1's type, or the types it kept."""
     skb = kb.skb
     with trace.step("3_repair"):
         result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question,
@@ -107,8 +109,9 @@ def repair_step(kb: KB, qg: QueryGraph, target_type: str | None, trace: Trace,
 
 
 def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Trace,
-                  target_type: str | None = None) -> Strand:
-    """Steps 3b-5 for a parsed query: repair (``cfg.query.repair``), candidates, grounding, relaxation."""
+                  target_type: str | Sequence[str] | None = None) -> Strand:
+    """Steps 3b-5 for a parsed query: repair (``cfg.query.repair``), candidates, grounding, relaxation;
+    ``target_type``: step 1's type, or the types it kept (most likely first)."""
     empty = Strand(np.zeros(0, np.int64))
     if qg is None:
         return empty
@@ -165,14 +168,15 @@ def _out_of_time(trace: Trace, strand: Strand) -> bool:
 
 
 def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Trace,
-                    target_type: str | None = None) -> Strand:
+                    target_type: str | Sequence[str] | None = None) -> Strand:
     """Self-consistency (``query_samples`` > 1): ground every sampled query and keep the nodes that at
     least ``query_votes`` of the grounding samples agree on, so one bad sample neither empties the
     strand nor fills it with its own mistakes. The first (greedy) sample's trace is kept in full."""
     strands: list[Strand] = []
     for i, cypher in enumerate(queries):
         sub = trace if i == 0 else Trace(system=trace.system, question=trace.question)
-        strand = ground_strand(kb, parse_step(kb, cypher, target_type, cfg, sub), cfg, sub, target_type)
+        primary = next(iter(as_types(target_type)), None)
+        strand = ground_strand(kb, parse_step(kb, cypher, primary, cfg, sub), cfg, sub, target_type)
         strands.append(strand)
         if i:
             for name, rec in sub.steps.items():

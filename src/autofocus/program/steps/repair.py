@@ -34,7 +34,7 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,7 +50,7 @@ from autofocus.program.steps.asked_class import (
 )
 from autofocus.program.steps.direction import points_from, points_to, relation_phrase
 from autofocus.program.steps.label_phrases import STOP_WORDS, WORD, LabelPhrases, asked_label
-from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
+from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet, as_types
 from autofocus.skb.model import SKB
 from autofocus.skb.names import exact_name_ids, labels_named, named_ids
 from autofocus.skb.schema_graph import Hop, SchemaGraph
@@ -681,7 +681,7 @@ class Repaired:
 
 
 def repair_query(
-    qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | None = None,
+    qg: QueryGraph, skb: SKB, sg: SchemaGraph, mapper: SchemaMapper, target_type: str | Sequence[str] | None = None,
     question: str = "", options: QueryConfig | None = None,
 ) -> Repaired:
     """The reading of ``qg`` that the graph can answer with the fewest changes (see module docstring),
@@ -690,9 +690,12 @@ def repair_query(
     to the class node the question asks about (``repair_class``, ``program.steps.asked_class``); its
     relationships turned round where the graph links their labels both ways are the first second reading
     (``turn_round``); links to a named node that has none of the relationship written, read as any, are
-    the last (``own_links``). ``options``: those switches (default: all on)."""
+    the last (``own_links``). ``target_type``: step 1's type, or the types it kept (most likely first).
+    ``options``: those switches (default: all on)."""
     opts = options or QueryConfig()
     mentions, carry_asked, classes = opts.repair_mentions, opts.repair_asked, opts.repair_class
+    kept = as_types(target_type)
+    target_type = kept[0] if kept else None
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         repairs: list[Repair] = []
         if mentions:
@@ -700,7 +703,7 @@ def repair_query(
             qg, as_text = names_as_text(qg, named)
             qg, linked = constrain_mentions(qg, skb, sg, named)
             repairs = as_text + linked
-        qg, of_class = _to_class(qg, skb, question, asked_class_finder(skb, question) if classes else None)
+        qg, of_class = _to_class(qg, skb, question, asked_class_finder(skb, question) if classes else None, kept)
         return Repaired(qg, repairs + of_class, [])
     named = named_mentions(skb, question)
     qg, as_text = names_as_text(qg, named) if mentions else (qg, [])
@@ -771,28 +774,29 @@ def repair_query(
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
     find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
-    query, of_class = _to_class(query, skb, question, find)
-    either = functools.partial(either_target, sg=sg, step1=target_type if opts.either_target else None)
-    query, both = either(query)
-    repairs = repairs + of_class + both
+
+    def settle(query: QueryGraph, repairs: list[Repair]) -> tuple[QueryGraph, list[Repair]]:
+        """The target as either label, then linked to the asked class among its labels and step 1's."""
+        query, both = either_target(query, sg, target_type if opts.either_target else None)
+        query, of_class = _to_class(query, skb, question, find, kept)
+        return query, repairs + both + of_class
+
+    query, repairs = settle(query, repairs)
     second: list[tuple[QueryGraph, list[Repair]]] = []
     if opts.turn_round and (turned_round := reversed_reading(query, skb, sg, question)) is not None:
         second.append((turned_round[0], repairs + turned_round[1]))
-    for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]:
-        alt, more = _to_class(alt, skb, question, find)
-        second.append((alt, alt_repairs + more))
+    second += [settle(alt, alt_repairs) for alt, alt_repairs in alternatives[:MAX_ALTERNATIVES]]
     if opts.own_links and (loosened := unlinked_reading(query, skb)) is not None:
         second.append((loosened[0], repairs + loosened[1]))
-    second = [(alt, alt_repairs + more) for alt, alt_repairs in second for alt, more in [either(alt)]]
     return Repaired(query, repairs, second, cut)
 
 
-def _to_class(qg: QueryGraph, skb: SKB, question: str,
-              find: Callable[[str], AskedClass | None] | None) -> tuple[QueryGraph, list[Repair]]:
+def _to_class(qg: QueryGraph, skb: SKB, question: str, find: Callable[..., AskedClass | None] | None,
+              kept: Sequence[str] = ()) -> tuple[QueryGraph, list[Repair]]:
     """``link_asked_class`` as a repair; ``find`` None: off (``repair_class``)."""
     if find is None:
         return qg, []
-    query, detail = link_asked_class(qg, skb, question, find)
+    query, detail = link_asked_class(qg, skb, question, find, kept)
     return query, [] if detail is None else [Repair("class", detail)]
 
 

@@ -58,7 +58,7 @@ from autofocus.program.steps.vss import (
     step7_rank_rest,
 )
 from autofocus.program.systems.base import RetrievalProgram
-from autofocus.query_graph import QueryGraph
+from autofocus.query_graph import QueryGraph, as_types
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
 from autofocus.skb.documents import path_text
 from autofocus.skb.schema_graph import schema_graph
@@ -209,7 +209,8 @@ class AutofocusRetriever(RetrievalProgram):
         )
         self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
         self._grammars: dict[tuple[object, ...], str] = {}  # step 2 grammars by header and step 1's types
-        self.recorded: dict[str, tuple[str | list[str] | None, str | None]] | None = None
+        # question -> (step 1's type(s), step 2's query, step 1's type probabilities)
+        self.recorded: dict[str, tuple[str | list[str] | None, str | None, dict[str, float] | None]] | None = None
         self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
         self.starts_shared = False  # the prompt starts shared by all questions are in the LM server's slots
 
@@ -259,7 +260,7 @@ class AutofocusRetriever(RetrievalProgram):
         """Step 2: the Cypher text (a typed query is rendered as Cypher); None or "" when it failed.
         ``sample`` > 0 asks for another query at ``query_temperature`` (self-consistency); ``demos``
         replace the Cypher step's own for this call."""
-        types = _as_types(target_type)  # step 2 asks for the most likely type, as in the paper; step 7 searches all kept
+        types = as_types(target_type)  # step 2 asks for the most likely type, as in the paper; step 7 searches all kept
         inputs = self.context.query_inputs(question, types[0] if types else None)
         config = self._step2_constraint(types)
         if sample:
@@ -344,9 +345,11 @@ class AutofocusRetriever(RetrievalProgram):
         ``recorded`` outputs of another run (``autofocus eval --replay``, ``ask --query``), those instead of
         the LM's."""
         if self.recorded is not None and question in self.recorded:
-            y_type, cypher = self.recorded[question]
+            y_type, cypher, probs = self.recorded[question]
             if y_type is None:  # a query given without step 1's answer (``ask --query``): step 1 runs
                 y_type = self.predict_target_type(question, trace, self.question_demos(question, trace).get("target_type"))
+            elif probs:
+                trace.data["target_type_probs"] = probs
             trace.event("2_query", "replayed", "step 2's query given (a recorded run or ask --query)")
             trace.data["target_type"], trace.data["cypher"] = y_type, cypher
             return y_type, cypher if self.config.steps != "1+7" else None
@@ -378,7 +381,7 @@ class AutofocusRetriever(RetrievalProgram):
         """
         cfg = config or self.config
         trace = trace if trace is not None else Trace(system=self.system, question=question)
-        types1 = _as_types(target_type)
+        types1 = as_types(target_type)
         runs7 = cfg.steps in ("1+7", "1-7", "1-8")
         if not (cfg.runtime.scan_ahead and runs7):
             return self._retrieve(question, types1, cypher, cfg, trace, None)
@@ -398,12 +401,12 @@ class AutofocusRetriever(RetrievalProgram):
 
         strand = Strand(np.zeros(0, np.int64))
         if cfg.steps != "1+7" and isinstance(cypher, list):
-            strand = ground_by_votes(self.kb, cypher, cfg, trace, primary)
+            strand = ground_by_votes(self.kb, cypher, cfg, trace, plausible_types(types1, trace, cfg))
         elif cfg.steps != "1+7":
             qg = parse_step(self.kb, cypher, primary, cfg, trace)
             if ahead is not None and qg is not None and cfg.merge.step7_types == "agree":
                 ahead.scan([t for t in [qg.target_type] if t in self.context.candidate_types])  # in case it grounds
-            strand = ground_strand(self.kb, qg, cfg, trace, primary)
+            strand = ground_strand(self.kb, qg, cfg, trace, plausible_types(types1, trace, cfg))
         grounded = strand.answers
         round_of = strand.grounding.round_of if strand.grounding is not None else {}
 
@@ -546,7 +549,9 @@ class AutofocusRetriever(RetrievalProgram):
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
 
 
-def _as_types(target_type: str | list[str] | None) -> list[str]:
-    if target_type is None:
-        return []
-    return [target_type] if isinstance(target_type, str) else list(target_type)
+def plausible_types(types1: list[str], trace: Trace, cfg: AutofocusConfig) -> list[str]:
+    """Step 1's kept types, then the others it scored at least ``query.class_type_floor`` likely: the labels
+    step 3b's asked class may settle the target on (a small LM's second reading of "rivers" is natural_object)."""
+    probs = trace.data.get("target_type_probs") or {}
+    floor = cfg.query.class_type_floor
+    return [*types1, *(t for t, p in probs.items() if p >= floor and t not in types1)]
