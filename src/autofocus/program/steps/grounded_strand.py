@@ -92,7 +92,7 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
 def repair_step(kb: KB, qg: QueryGraph, target_type: str | Sequence[str] | None, trace: Trace,
                 options: QueryConfig | None = None) -> Repaired:
     """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``);
-    ``target_type``: step 1's type, or the types it kept."""
+    ``target_type``: step 1's type, or its plausible types (most likely first)."""
     skb = kb.skb
     with trace.step("3_repair"):
         result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question,
@@ -111,7 +111,7 @@ def repair_step(kb: KB, qg: QueryGraph, target_type: str | Sequence[str] | None,
 def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Trace,
                   target_type: str | Sequence[str] | None = None) -> Strand:
     """Steps 3b-5 for a parsed query: repair (``cfg.query.repair``), candidates, grounding, relaxation;
-    ``target_type``: step 1's type, or the types it kept (most likely first)."""
+    ``target_type``: step 1's type, or its plausible types (most likely first; the first is step 2's)."""
     empty = Strand(np.zeros(0, np.int64))
     if qg is None:
         return empty
@@ -173,9 +173,9 @@ def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Tra
     least ``query_votes`` of the grounding samples agree on, so one bad sample neither empties the
     strand nor fills it with its own mistakes. The first (greedy) sample's trace is kept in full."""
     strands: list[Strand] = []
+    primary = next(iter(as_types(target_type)), None)
     for i, cypher in enumerate(queries):
         sub = trace if i == 0 else Trace(system=trace.system, question=trace.question)
-        primary = next(iter(as_types(target_type)), None)
         strand = ground_strand(kb, parse_step(kb, cypher, primary, cfg, sub), cfg, sub, target_type)
         strands.append(strand)
         if i:

@@ -690,7 +690,8 @@ def repair_query(
     to the class node the question asks about (``repair_class``, ``program.steps.asked_class``); its
     relationships turned round where the graph links their labels both ways are the first second reading
     (``turn_round``); links to a named node that has none of the relationship written, read as any, are
-    the last (``own_links``). ``target_type``: step 1's type, or the types it kept (most likely first).
+    the last (``own_links``). ``target_type``: step 1's type, or its plausible types (most likely first):
+    the first is the one step 2 was asked for, all are labels the asked class may settle the target on.
     ``options``: those switches (default: all on)."""
     opts = options or QueryConfig()
     mentions, carry_asked, classes = opts.repair_mentions, opts.repair_asked, opts.repair_class
