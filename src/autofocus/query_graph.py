@@ -17,7 +17,7 @@ Value = str | int | float | bool | list[str | int | float | bool]
 
 
 def as_types(target_type: str | Sequence[str] | None) -> list[str]:
-    """Step 1's answer as a list: its one type, or the types it kept (most likely first)."""
+    """Step 1's answer as a list: its one type, or its types (most likely first)."""
     if target_type is None:
         return []
     return [target_type] if isinstance(target_type, str) else list(target_type)
@@ -38,7 +38,8 @@ class Symbol(BaseModel):
     type: str | None = None  # a node type of the SKB after mapping (None: unknown / untyped)
     label: str | None = None  # the label as written in the query, before mapping
     # other node types the symbol may have: step 1's type for a target the query labels otherwise, where
-    # the query's relationships link both (step 3b, ``either_target``); grounded as any of them
+    # the query's relationships link both or the asked class's members have it (step 3b, ``either_target``,
+    # ``program.steps.asked_class``); grounded as any of them
     also: list[str] = Field(default_factory=list)
     constraints: list[Constraint] = Field(default_factory=list)
     # the nodes the symbol stands for where the program fixed them (a class and its subclasses,

@@ -145,6 +145,7 @@ def decode(server: LocalServer, tokenizer: Any, prompt: str, grammar: str, *, ma
     if matcher.is_error():
         raise DecodingError(f"the grammar is not usable: {matcher.get_error()}")
     ids: list[int] = []
+    text = ""
     forced = 0
     first: dict[str, Any] | None = None
     eos = set(getattr(tokenizer, "eos_tokens", None) or [tokenizer.eos_token])
@@ -163,10 +164,9 @@ def decode(server: LocalServer, tokenizer: Any, prompt: str, grammar: str, *, ma
                 if not matcher.consume_token(token):
                     raise DecodingError(f"the grammar refused token {token}: {matcher.get_error()}")
                 ids.append(token)
-            text = tokenizer.decode_str(ids)
+            text = tokenizer.decode_str(ids)  # the answer so far, whichever way the loop ends
             if any(s in text for s in stop):
                 break
-    text = tokenizer.decode_str(ids)
     cut = min((text.index(s) for s in stop if s in text), default=len(text))
     return Decoded(text[:cut], len(ids), forced, first or {})
 

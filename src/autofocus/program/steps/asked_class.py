@@ -6,8 +6,8 @@ burrows?" for the ``animal`` nodes that are kinds of "rodent". A small LM rarely
 writes the condition it can read, "from Brazil"), so the grounded set misses the class and the answers
 drown among every person. Where the question's asked phrase (the words after its question word, as
 ``label_phrases.asked_label`` reads them) names no label but names a node that the graph uses as a class
-of the query's target type (at least ``MIN_MEMBERS`` target-type nodes point at it through one
-relationship type, or it at them), the target is linked to that node or to one of its kinds: the nodes
+of the target's type, or of a type step 1 found plausible (at least ``MIN_MEMBERS`` nodes of that type
+point at it through one relationship type, or it at them), the target is linked to that node or to one of its kinds: the nodes
 below it through the membership relationship that chains there (the one with the most two-hop paths
 into the class: "Centrarchidae" is_a "fish family" is_a "family"; a river's instance_of does not chain),
 through the relationships that link target-type nodes to the class and its kinds ("Kattegatt"

@@ -697,6 +697,7 @@ def repair_query(
     mentions, carry_asked, classes = opts.repair_mentions, opts.repair_asked, opts.repair_class
     kept = as_types(target_type)
     target_type = kept[0] if kept else None
+    find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
     if not qg.triplets:  # nothing to re-read; the question may still name what the answers relate to
         repairs: list[Repair] = []
         if mentions:
@@ -704,7 +705,7 @@ def repair_query(
             qg, as_text = names_as_text(qg, named)
             qg, linked = constrain_mentions(qg, skb, sg, named)
             repairs = as_text + linked
-        qg, of_class = _to_class(qg, skb, question, asked_class_finder(skb, question) if classes else None, kept)
+        qg, of_class = _to_class(qg, skb, question, find, kept)
         return Repaired(qg, repairs + of_class, [])
     named = named_mentions(skb, question)
     qg, as_text = names_as_text(qg, named) if mentions else (qg, [])
@@ -774,7 +775,6 @@ def repair_query(
     if mentions:
         query, linked = constrain_mentions(query, skb, sg, named)
         repairs = repairs + linked
-    find = asked_class_finder(skb, question) if classes else None  # the readings share their question's class
 
     def settle(query: QueryGraph, repairs: list[Repair]) -> tuple[QueryGraph, list[Repair]]:
         """The target as either label, then linked to the asked class among its labels and step 1's."""
