@@ -18,10 +18,13 @@ from typing import Any
 
 from autofocus.bench.wordnet_questions import (
     KINDS,
+    SEALED_FILE,
+    SEALED_SPLIT,
     Dropped,
     assign_splits,
     load_question_specs,
     resolve_questions,
+    resolve_sealed,
 )
 from autofocus.bench.wordnet_skb import (
     EDGE_DESCRIPTIONS,
@@ -57,7 +60,9 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
     """Build the WordNet benchmark (``small``: the body-part and natural-object files only) into ``out``.
 
     Questions whose constraint has no answer in this graph, or too many, are dropped and listed
-    (the small variant keeps the questions its graph can answer). The files are written to a
+    (the small variant keeps the questions its graph can answer). The development questions come
+    first in ``qa.csv`` and are split into train, val and test; the sealed questions follow them and
+    make the split ``sealed`` alone, so adding them changes no development row or split. The files are written to a
     scratch folder next to ``out`` and moved in only where they changed, so a rebuild that changes
     the questions alone leaves the graph files, their cache and their indexes untouched.
     """
@@ -74,8 +79,14 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as scratch:
         new = Path(scratch)
         write_skb_dir(new, schema, graph.nodes, graph.edges)
-        questions, dropped = resolve_questions(load_question_specs(), load_skb_dir(new, progress=False))
-        splits = assign_splits(questions)
+        skb = load_skb_dir(new, progress=False)
+        development_specs = load_question_specs()
+        development, dropped = resolve_questions(development_specs, skb)
+        sealed, sealed_dropped = resolve_sealed(load_question_specs(SEALED_FILE), skb, development_specs, development)
+        dropped += sealed_dropped
+        questions = development + sealed
+        splits = assign_splits(development)
+        splits[SEALED_SPLIT] = list(range(len(development), len(questions)))
         write_qa_csv(new / "qa.csv", [q.row(i) for i, q in enumerate(questions)])
         (new / "splits").mkdir()
         for name, ids in splits.items():
@@ -86,7 +97,8 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
             qa_counts[q.kind][split_of[i]] += 1
         summary = {
             "counts": qa_counts,
-            "split_fractions": "train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key",
+            "split_fractions": "train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key; "
+            f"{SEALED_SPLIT}: every question of {SEALED_FILE.rsplit('/', 1)[-1]}",
             "dropped": [{"key": d.key, "reason": d.reason} for d in dropped],
             "qa_sha256": hashlib.sha256((new / "qa.csv").read_bytes()).hexdigest(),
         }

@@ -12,6 +12,13 @@ Gold = the nodes the constraint returns whose document satisfies ``text``. So ev
 computed, never typed in, and a wording that does not fit its answers can be found by reading them
 (docs/benchmarks.md, "Reading check"). A question whose gold is empty or over ``MAX_ANSWERS`` in
 this build, or that names one of its answers, is dropped and reported, never kept wrong.
+
+The questions live in two files. ``wordnet_questions.json`` is development data: its questions are
+split 30/30/40 into train, val and test, and every split has been looked at. The *sealed* questions
+(``wordnet_questions_sealed.json``), written later by the same rules, form the split ``sealed`` of
+their own: a fresh test no development run has seen, for one pre-registered look. A sealed question
+that repeats a development question (the same constraint and text condition, or the same gold set)
+is dropped, so the split holds new questions, not rewordings.
 """
 
 from __future__ import annotations
@@ -36,9 +43,13 @@ from autofocus.skb.names import exact_name_ids
 Kind = Literal["relational", "textual", "hybrid"]
 SPLIT_FRACTIONS: dict[str, float] = {"train": 0.3, "val": 0.3, "test": 0.4}
 MAX_ANSWERS = 12
+QUESTION_FILE = "data/wordnet_questions.json"
+SEALED_FILE = "data/wordnet_questions_sealed.json"
+SEALED_SPLIT = "sealed"
 
-__all__ = ["KINDS", "Dropped", "QuestionSpec", "WordNetQuestion", "assign_splits", "execute_constraint",
-           "load_question_specs", "resolve_questions", "text_mask"]  # fmt: skip
+__all__ = ["KINDS", "QUESTION_FILE", "SEALED_FILE", "SEALED_SPLIT", "Dropped", "QuestionSpec", "WordNetQuestion",
+           "assign_splits", "execute_constraint", "load_question_specs", "resolve_questions", "resolve_sealed",
+           "text_mask"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,9 +104,9 @@ class WordNetQuestion:
         }
 
 
-def load_question_specs() -> list[QuestionSpec]:
-    """The benchmark's questions, shipped as package data."""
-    text = resources.files("autofocus.bench").joinpath("data/wordnet_questions.json").read_text(encoding="utf-8")
+def load_question_specs(file: str = QUESTION_FILE) -> list[QuestionSpec]:
+    """The questions of one of the benchmark's question files (package data; default: development)."""
+    text = resources.files("autofocus.bench").joinpath(file).read_text(encoding="utf-8")
     return [QuestionSpec.from_json(item) for item in json.loads(text)["questions"]]
 
 
@@ -191,6 +202,33 @@ def resolve_questions(specs: list[QuestionSpec], skb: SKB) -> tuple[list[WordNet
         kept.append(WordNetQuestion(spec, ids, tuple(skb.name(i) for i in ids),
                                     tuple(str(wid.get(i)) for i in ids)))  # fmt: skip
     return kept, dropped
+
+
+def resolve_sealed(
+    specs: list[QuestionSpec], skb: SKB, development_specs: list[QuestionSpec], development: list[WordNetQuestion]
+) -> tuple[list[WordNetQuestion], list[Dropped]]:
+    """Gold answers of the sealed questions, as ``resolve_questions``; one that asks what a development
+    question (or an earlier sealed one) asks, by the same constraint or the same gold set, is dropped."""
+    clash = sorted({s.key for s in specs} & {s.key for s in development_specs})
+    if clash:
+        raise ValueError(f"sealed question keys also used by development questions: {', '.join(clash)}")
+    resolved, dropped = resolve_questions(specs, skb)
+    constraints = {_constraint(s): s.key for s in development_specs}
+    golds = {q.answers: q.key for q in development}
+    kept: list[WordNetQuestion] = []
+    for q in resolved:
+        same = constraints.get(_constraint(q.spec)) or golds.get(q.answers)
+        if same:
+            dropped.append(Dropped(q.key, f"asks what {same} asks (the same constraint or the same answers)"))
+            continue
+        constraints[_constraint(q.spec)] = golds[q.answers] = q.key
+        kept.append(q)
+    return kept, dropped
+
+
+def _constraint(spec: QuestionSpec) -> tuple[str, frozenset[frozenset[str]]]:
+    """The constraint as compared between questions: whitespace and phrase case do not count."""
+    return " ".join(spec.cypher.split()), frozenset(frozenset(p.lower() for p in g) for g in spec.text)
 
 
 def assign_splits(questions: list[WordNetQuestion]) -> dict[str, list[int]]:
