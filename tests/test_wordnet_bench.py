@@ -10,6 +10,7 @@ sharing no code with the build's parser and grounding.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -20,13 +21,18 @@ import networkx as nx
 import pytest
 from typer.testing import CliRunner
 
-from autofocus.bench import wordnet_source
+from autofocus.bench import wordnet_build, wordnet_source
 from autofocus.bench.wordnet_build import SUMMARY_FILE, build_wordnet_skb
 from autofocus.bench.wordnet_questions import (
+    MAX_ANSWERS,
+    SEALED_FILE,
+    SEALED_SPLIT,
     SPLIT_FRACTIONS,
     QuestionSpec,
     execute_constraint,
     load_question_specs,
+    resolve_questions,
+    resolve_sealed,
 )
 from autofocus.bench.wordnet_skb import EDGE_DESCRIPTIONS, LABEL_ORDER, Variant, build_graph, label_of
 from autofocus.bench.wordnet_source import (
@@ -204,14 +210,15 @@ def test_skb_validate_passes_on_both_variants(small: Path, full: Path) -> None:
 def test_builds_are_identical_byte_for_byte(full: Path, tmp_path: Path) -> None:
     build_wordnet_skb(tmp_path, wordnet_dir=FIXTURE)
     names = ["schema.json", "nodes.jsonl", "edges.csv", "qa.csv", SUMMARY_FILE,
-             *(f"splits/{s}.index" for s in SPLIT_FRACTIONS)]  # fmt: skip
+             *(f"splits/{s}.index" for s in [*SPLIT_FRACTIONS, SEALED_SPLIT])]  # fmt: skip
     for name in names:
         assert (tmp_path / name).read_bytes() == (full / name).read_bytes(), name
     graph_files = {n: (tmp_path / n).stat().st_mtime_ns for n in ("schema.json", "nodes.jsonl", "edges.csv")}
     (tmp_path / "splits" / "old.index").write_text("1\n")
     build_wordnet_skb(tmp_path, wordnet_dir=FIXTURE)  # unchanged files stay untouched: the SKB cache keeps
     assert {n: (tmp_path / n).stat().st_mtime_ns for n in graph_files} == graph_files
-    assert sorted(p.name for p in (tmp_path / "splits").iterdir()) == ["test.index", "train.index", "val.index"]
+    assert sorted(p.name for p in (tmp_path / "splits").iterdir()) == [
+        "sealed.index", "test.index", "train.index", "val.index"]  # fmt: skip
     assert not [p for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}-")]  # no scratch left
 
 
@@ -248,14 +255,75 @@ def test_both_variants_ask_all_three_kinds_with_stored_constraints(small: Path, 
 
 def test_splits_partition_the_questions_per_kind(full: Path) -> None:
     qa = rows(full)
-    splits = {s: [int(x) for x in (full / "splits" / f"{s}.index").read_text().split()] for s in SPLIT_FRACTIONS}
+    names = [*SPLIT_FRACTIONS, SEALED_SPLIT]
+    splits = {s: [int(x) for x in (full / "splits" / f"{s}.index").read_text().split()] for s in names}
     every = [i for ids in splits.values() for i in ids]
     assert sorted(every) == sorted(int(r["id"]) for r in qa)
-    kind = {int(r["id"]): r["kind"] for r in qa}
+    kind = {int(r["id"]): r["kind"] for r in qa if int(r["id"]) not in splits[SEALED_SPLIT]}
     for k in ("relational", "hybrid", "textual"):
         n = sum(v == k for v in kind.values())
-        got = {s: sum(kind[i] == k for i in ids) for s, ids in splits.items()}
+        got = {s: sum(kind[i] == k for i in splits[s]) for s in SPLIT_FRACTIONS}
         assert abs(got["train"] - 0.3 * n) <= 0.5 and abs(got["val"] - 0.3 * n) <= 1, (k, got)
+
+
+def constraint(spec: QuestionSpec) -> tuple[str, frozenset[frozenset[str]]]:
+    return " ".join(spec.cypher.split()), frozenset(frozenset(p.lower() for p in g) for g in spec.text)
+
+
+def test_sealed_question_file_is_well_formed_and_new() -> None:
+    development, sealed = load_question_specs(), load_question_specs(SEALED_FILE)
+    assert len(sealed) >= 110 and len({s.key for s in sealed}) == len(sealed)
+    assert not {s.key for s in sealed} & {s.key for s in development}
+    assert not {constraint(s) for s in sealed} & {constraint(s) for s in development}  # new questions
+    kinds = {k: sum(s.kind == k for s in sealed) for k in ("relational", "hybrid", "textual")}
+    assert kinds["relational"] >= 30 and kinds["hybrid"] >= 45 and kinds["textual"] >= 15, kinds
+    for s in sealed:
+        labels = re.findall(r"\(\w+:(\w+)", s.cypher)
+        assert labels and set(labels) <= set(LABEL_ORDER), s.key
+        assert set(re.findall(r"\[:(\w+)\]", s.cypher)) <= set(EDGE_DESCRIPTIONS), s.key
+        assert (s.kind == "relational") == (not s.text) and s.query.endswith(("?", ".")), s.key
+    asked = {re.search(r"\(y:(\w+)", s.cypher).group(1) for s in sealed}  # type: ignore[union-attr]
+    assert len(asked) >= 10  # broadly: not only the labels the development questions ask most
+    assert {r for s in sealed for r in re.findall(r"\[:(\w+)\]", s.cypher)} == set(EDGE_DESCRIPTIONS)
+
+
+def build_with_sealed(out: Path, sealed: list[QuestionSpec], monkeypatch: pytest.MonkeyPatch) -> wordnet_build.BenchBuild:
+    """A fixture build whose sealed file holds ``sealed`` (the development file as shipped)."""
+    real = wordnet_build.load_question_specs
+    monkeypatch.setattr(wordnet_build, "load_question_specs", lambda file=None: sealed if file == SEALED_FILE else real())
+    return build_wordnet_skb(out, wordnet_dir=FIXTURE)
+
+
+def test_sealed_questions_get_their_own_split_and_change_no_development_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def spec(key: str, kind: str, cypher: str, *text: str) -> QuestionSpec:
+        return QuestionSpec.from_json({"key": key, "kind": kind, "query": "Which?", "cypher": cypher, "text": list(text)})
+
+    canis = "MATCH (y:animal)-[:member_of]->(x:animal {name: 'Canis'}) RETURN y"  # a development question
+    dog_genus = "MATCH (x:animal {name: 'dog'})-[:member_of]->(y:animal) RETURN y"
+    sealed = [
+        spec("s-new", "relational", dog_genus),
+        spec("s-same-constraint", "relational", canis.replace(" RETURN", "   RETURN")),
+        spec("s-same-answers", "relational", "MATCH (y:animal)-[:is_a]->(x:animal {name: 'canine'}) RETURN y"),
+        spec("s-repeats-a-sealed-one", "hybrid", dog_genus, "genus"),
+        spec("s-unanswerable", "relational", "MATCH (y:animal)-[:member_of]->(x:animal {name: 'Felis'}) RETURN y"),
+    ]
+    before, after = tmp_path / "before", tmp_path / "after"
+    build_with_sealed(before, [], monkeypatch)
+    built = build_with_sealed(after, sealed, monkeypatch)
+    for name in SPLIT_FRACTIONS:
+        assert (after / "splits" / f"{name}.index").read_bytes() == (before / "splits" / f"{name}.index").read_bytes()
+    assert (after / "qa.csv").read_bytes().startswith((before / "qa.csv").read_bytes())
+    development = len(rows(before))
+    assert (after / "splits" / f"{SEALED_SPLIT}.index").read_text() == f"{development}\n"
+    assert [r["key"] for r in rows(after)[development:]] == ["s-new"]
+    reasons = {d.key: d.reason for d in built.dropped}
+    assert "rel-canis" in reasons["s-same-constraint"] and "rel-canis" in reasons["s-same-answers"]
+    assert "s-new" in reasons["s-repeats-a-sealed-one"] and "0 answers" in reasons["s-unanswerable"]
+    assert built.qa_counts["relational"][SEALED_SPLIT] == 1
+    with pytest.raises(ValueError, match="sealed question keys also used by development questions: rel-canis"):
+        build_with_sealed(tmp_path / "clash", [spec("rel-canis", "relational", canis)], monkeypatch)
 
 
 def test_a_constraint_the_schema_cannot_read_is_dropped_not_remapped(full: Path) -> None:
@@ -361,7 +429,7 @@ def matches(graph: nx.MultiDiGraph, cypher: str) -> set[int]:
     return {solution[target] for solution in extend(0, {})}
 
 
-def independent_gold(skb: Path) -> dict[str, set[int]]:
+def independent_graph(skb: Path) -> tuple[nx.MultiDiGraph, dict[int, str]]:
     graph = nx.MultiDiGraph()
     docs: dict[int, str] = {}
     for n in nodes_of(skb):
@@ -370,13 +438,20 @@ def independent_gold(skb: Path) -> dict[str, set[int]]:
     with (skb / "edges.csv").open(newline="") as fh:
         for r in csv.DictReader(fh):
             graph.add_edge(int(r["src"]), int(r["dst"]), key=r["type"])
-    gold = {}
-    for r in rows(skb):
-        found = matches(graph, r["cypher"])
-        for group in json.loads(r["text_condition"]) if r["text_condition"] else []:
-            found = {i for i in found if any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", docs[i], re.I) for p in group)}
-        gold[r["key"]] = found
-    return gold
+    return graph, docs
+
+
+def independent_answers(graph: nx.MultiDiGraph, docs: dict[int, str], cypher: str, text: list[list[str]]) -> set[int]:
+    found = matches(graph, cypher)
+    for group in text:
+        found = {i for i in found if any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", docs[i], re.I) for p in group)}
+    return found
+
+
+def independent_gold(skb: Path) -> dict[str, set[int]]:
+    graph, docs = independent_graph(skb)
+    return {r["key"]: independent_answers(graph, docs, r["cypher"], json.loads(r["text_condition"] or "[]"))
+            for r in rows(skb)}  # fmt: skip
 
 
 def test_gold_answers_equal_an_independent_execution_of_each_constraint(small: Path, full: Path) -> None:
@@ -402,3 +477,46 @@ def test_gold_of_the_full_benchmark_equals_the_independent_execution() -> None:
     assert len(qa) >= 150
     for r in qa:
         assert set(json.loads(r["answer_ids"])) == gold[r["key"]], r["key"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REPO_BUILD / "nodes.jsonl").is_file(), reason="the full benchmark is not built in data/wordnet")
+def test_every_sealed_question_resolves_in_the_full_benchmark() -> None:
+    """On the full graph every sealed question keeps 1..MAX_ANSWERS answers, repeats no development
+    question, and its gold equals the independent execution (the graph files alone are read, so a
+    build made before the sealed file existed serves too)."""
+    skb = load_skb_dir(REPO_BUILD, progress=False)
+    development_specs = load_question_specs()
+    development, _ = resolve_questions(development_specs, skb)
+    specs = load_question_specs(SEALED_FILE)
+    sealed, dropped = resolve_sealed(specs, skb, development_specs, development)
+    assert dropped == [] and len(sealed) == len(specs) >= 100
+    graph, docs = independent_graph(REPO_BUILD)
+    for q in sealed:
+        assert 1 <= len(q.answers) <= MAX_ANSWERS, q.key
+        assert set(q.answers) == independent_answers(graph, docs, q.spec.cypher, [list(g) for g in q.spec.text]), q.key
+
+
+# Digests of the development splits and rows as built before the sealed split existed (2026-11-28):
+# adding sealed questions must leave them byte for byte.
+DEVELOPMENT_DIGESTS = {
+    "train": "95c32c75c54c3391be0969287c4b99e44ba1f25c7946f5516836fd796a05eca0",
+    "val": "ec7bf3ea36f04f6aa484b75c7996275d8acd6b688c5060a7f0df2f751bc5028e",
+    "test": "bc90ef7ea8589c468d67bc376f45a3e75313a1f1c8a84b4527ad84699898ee06",
+    "rows": "ddab5e9871506564ec673105a6cf1bb3f49be22a34a525d5814ee5a8973f38ff",  # the 210 rows, JSON, sorted keys
+}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REPO_BUILD / "qa.csv").is_file(), reason="the full benchmark is not built in data/wordnet")
+def test_the_development_splits_of_the_full_benchmark_are_unchanged() -> None:
+    for name in SPLIT_FRACTIONS:
+        digest = hashlib.sha256((REPO_BUILD / "splits" / f"{name}.index").read_bytes()).hexdigest()
+        assert digest == DEVELOPMENT_DIGESTS[name], name
+    qa = rows(REPO_BUILD)
+    assert hashlib.sha256(json.dumps(qa[:210], sort_keys=True).encode()).hexdigest() == DEVELOPMENT_DIGESTS["rows"]
+    sealed_file = REPO_BUILD / "splits" / f"{SEALED_SPLIT}.index"
+    if sealed_file.is_file():  # built with the sealed questions: they are the rows after the development ones
+        sealed_keys = {s.key for s in load_question_specs(SEALED_FILE)}
+        assert [int(i) for i in sealed_file.read_text().split()] == [int(r["id"]) for r in qa if r["key"] in sealed_keys]
+        assert all(r["key"] in sealed_keys for r in qa[210:])

@@ -62,9 +62,10 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
     Questions whose constraint has no answer in this graph, or too many, are dropped and listed
     (the small variant keeps the questions its graph can answer). The development questions come
     first in ``qa.csv`` and are split into train, val and test; the sealed questions follow them and
-    make the split ``sealed`` alone, so adding them changes no development row or split. The files are written to a
-    scratch folder next to ``out`` and moved in only where they changed, so a rebuild that changes
-    the questions alone leaves the graph files, their cache and their indexes untouched.
+    make the split ``sealed`` alone, so adding them changes no development row or split. The files
+    are written to a scratch folder next to ``out`` and moved in only where they changed, so a
+    rebuild that changes the questions alone leaves the graph files, their cache and their indexes
+    untouched.
     """
     start = time.perf_counter()
     out = Path(out)
