@@ -285,3 +285,20 @@ def test_real_server_decodes_a_grammar_beside_it_as_its_own_grammar_path_does(re
     own = server.post("completion", {"prompt": prompt, "grammar": grammar, "temperature": 0.0, "n_predict": 32}, 60)
     assert out.text == own["content"] == "The capital of France is Paris."
     assert out.forced >= 4 and out.forced < out.tokens  # "The capital of", " is": forced; "France", "Paris": chosen
+
+
+def test_real_server_reads_the_query_grammar_of_step_2(real_server: tuple[dspy.LM, Path]) -> None:
+    """llama.cpp's own GBNF reader takes step 2's grammar (a sampled answer goes to the server's grammar path)."""
+    from autofocus.local_lm.scoring import scoring_server
+    from autofocus.program.steps.constrain import cypher_grammar
+    from autofocus.skb.schema_graph import schema_graph
+    from tests.skb_factory import make_skb
+    from tests.test_repair import EDGE_TYPES, EDGES, NAMES, NODE_TYPE, TYPES
+
+    server = scoring_server(real_server[0])
+    assert server is not None
+    graph = schema_graph(make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES))
+    grammar = cypher_grammar(graph, ["num_params"], targets=["class"], header=False, opened=False)
+    done = server.post("completion", {"prompt": "A Cypher query for: which classes raise errors?\n", "grammar": grammar,
+                                      "n_predict": 6, "temperature": 0.0}, 300)  # fmt: skip
+    assert done["content"].startswith("MATCH (y:")
