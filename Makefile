@@ -9,7 +9,7 @@ QUESTION ?= Which exceptions defined in the json module subclass ValueError?
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup setup-lm demo wordnet test lint bench clean
+.PHONY: setup setup-lm demo demo-index wordnet test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,14 +29,18 @@ setup: $(VENV)/.installed
 setup-lm: setup
 	$(BIN)/python -m autofocus.local_lm.setup $(if $(NATIVE),--native)
 
-demo: setup-lm
-	$(BIN)/autofocus demo build $(DEMO)
-	$(BIN)/autofocus index build $(DEMO) --variant all
+# The LM's download runs beside the demo's indexing (network against CPU), then the demo answers.
+demo: setup
+	$(MAKE) --no-print-directory -j2 setup-lm demo-index
 	$(BIN)/autofocus search "parse a JSON document into Python objects" --skb $(DEMO) -k 5
 	$(BIN)/autofocus ask "$(QUESTION)" --skb $(DEMO) -k 10 --trace
 	@echo "That was AF-Retriever's steps 1-7 with the offline 1.5B LM. Step 8 (the LM reranks the first 10) is slower:"
 	@echo "  $(BIN)/autofocus ask \"$(QUESTION)\" --skb $(DEMO) -k 10 --reranker pointwise   # yes/no per candidate, about a minute on 2 cores"
 	@echo "  $(BIN)/autofocus ask \"$(QUESTION)\" --skb $(DEMO) -k 10 --reranker listwise    # the paper's listwise reranker"
+
+demo-index: setup
+	$(BIN)/autofocus demo build $(DEMO)
+	$(BIN)/autofocus index build $(DEMO) --variant all
 
 # The second labelled benchmark (docs/benchmarks.md): WordNet 3.0's nouns from the Debian package wordnet-base.
 wordnet: setup
