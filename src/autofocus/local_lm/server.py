@@ -62,8 +62,8 @@ def require_llama_cpp() -> None:
     missing = missing_server_modules()
     if missing:
         raise LocalServerError(
-            f"the offline LM needs llama-server or llama-cpp-python[server]==0.3.36 (missing modules: "
-            f"{', '.join(missing)}); {SETUP_HINT}, which builds both once (15-35 min on 2 cores)"
+            f"the offline LM needs llama.cpp's server, which is not set up here (no xllamacpp, no llama-server "
+            f"build, no llama-cpp-python: missing modules {', '.join(missing)}); {SETUP_HINT}"
         )
 
 
