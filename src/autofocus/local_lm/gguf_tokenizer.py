@@ -33,13 +33,14 @@ def ensure_saved(model_path: Path) -> Path:
     """The saved tokenizer of ``model_path``, converted from the GGUF file where it is not saved yet."""
     model_path = Path(model_path).resolve()
     out = saved_dir(model_path)
-    with paths.locked(out.with_name(out.name + ".lock")):
+    with paths.locked(paths.sub("tokenizers") / f"{out.name}.lock"):  # not beside a shared model
         if (out / "tokenizer.json").is_file():
             return out
         tokenizer = _convert(model_path)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
         try:
             tokenizer.save_pretrained(str(tmp))
+            tmp.chmod(0o755)  # mkdtemp makes it private; the model's tokenizer is shared data
             tmp.replace(out)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
