@@ -1,12 +1,15 @@
 """Prompt evaluation and generation speed of llama.cpp's server kinds, alternating: the prebuilt wheel
-against a source build (``-march=native``), or any two launchers ``AUTOFOCUS_LLAMA_SERVER`` can name.
+against a source build (``-march=native``), or any launcher ``AUTOFOCUS_LLAMA_SERVER`` can name, or
+``llama-cpp-python`` (its Python server over the library that package compiled at install).
 
-Each round starts each arm's server in turn (one slot, the run's thread count), evaluates a fresh prompt
-of about ``--prompt-tokens`` tokens (no cached prefix: each prompt starts with a different line) and
-generates ``--gen-tokens`` tokens greedily with the end-of-text ignored, ``--requests`` times, then
-stops it; arms alternate within each round so that a change in the machine's load hits both alike.
-Speeds are llama.cpp's own timings (``prompt_per_second``, ``predicted_per_second``), medians per arm;
-the load average is recorded beside each.
+Each round starts each arm's server in turn (one slot, the run's thread count) and, ``--requests``
+times, asks ``/v1/completions`` (which every kind serves) for one token after a fresh prompt of about
+``--prompt-tokens`` tokens (each starts with a different line: nothing cached), then for
+``--gen-tokens`` tokens after a short fresh prompt; then stops it. Arms alternate within each round
+(and their order flips every round) so that a change in the machine's load hits both alike. Speeds are
+tokens over wall-clock seconds of the request, the same measure for every kind: prompt tokens per
+second of the first request, generated tokens per second of the second (its short prompt included);
+medians per arm, the load average beside each.
 
     .venv/bin/python benchmarks/bench_server_kinds.py --arm wheel=wheel \\
         --arm native=$HOME/.cache/autofocus/bin/llama-server-0.3.36-<cpu key> --rounds 3
@@ -29,25 +32,44 @@ FILLER = ("A knowledge base holds typed nodes, each with a text document, and ty
           "A question names some nodes and asks for others that stand in given relations to them. ")  # fmt: skip
 
 
-def one_round(model: Path, launcher: str, args: argparse.Namespace, salt: int) -> dict[str, Any]:
+def _server(model: Path, launcher: str, args: argparse.Namespace) -> Any:
     from autofocus.local_lm.models import resolve_local
-    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.server import LocalServer, default_threads
 
-    os.environ["AUTOFOCUS_LLAMA_SERVER"] = launcher
     spec = resolve_local(f"local:{model}")
+    n_ctx = args.prompt_tokens + args.gen_tokens + 256
+    if launcher != "llama-cpp-python":
+        os.environ["AUTOFOCUS_LLAMA_SERVER"] = launcher
+        return LocalServer(spec.path, spec.alias, n_parallel=1, n_ctx=n_ctx)
+    threads = str(default_threads())
+    command = [sys.executable, "-m", "autofocus.local_lm.serve", "--model", str(spec.path), "--model_alias", spec.alias,
+               "--port", "{port}", "--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", str(n_ctx),
+               "--use_mmap", "False", "--verbose", "False"]  # fmt: skip
+    return LocalServer(spec.path, spec.alias, n_parallel=1, n_ctx=n_ctx, command=command)
+
+
+def _timed(srv: Any, prompt: str, max_tokens: int) -> tuple[float, dict[str, int]]:
+    body = {"model": srv.alias, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
     t0 = time.perf_counter()
-    srv = LocalServer(spec.path, spec.alias, n_parallel=1, n_ctx=args.prompt_tokens + args.gen_tokens + 256).start()
+    usage = srv.post("v1/completions", body, 900)["usage"]
+    return time.perf_counter() - t0, usage
+
+
+def one_round(model: Path, launcher: str, args: argparse.Namespace, salt: int) -> dict[str, Any]:
+    srv = _server(model, launcher, args)
+    t0 = time.perf_counter()
+    srv.start()
     started = time.perf_counter() - t0
     try:
         prompt_tps, gen_tps = [], []
         repeat = max(1, args.prompt_tokens * 4 // len(FILLER))
         for i in range(args.requests):
-            prompt = f"Request {salt}-{i}.\n" + FILLER * repeat + "\nSummarise the rules above in one line:"
-            done = srv.post("completion", {"prompt": prompt, "n_predict": args.gen_tokens, "temperature": 0.0,
-                                           "ignore_eos": True, "cache_prompt": False}, 900)  # fmt: skip
-            prompt_tps.append(done["timings"]["prompt_per_second"])
-            gen_tps.append(done["timings"]["predicted_per_second"])
-            evaluated = done["timings"]["prompt_n"]
+            seconds, usage = _timed(srv, f"Request {salt}-{i}.\n" + FILLER * repeat + "\nIn short:", 1)
+            prompt_tps.append(usage["prompt_tokens"] / seconds)
+            evaluated = usage["prompt_tokens"]
+            seconds, usage = _timed(srv, f"Request {salt}-{i}. Count from one to five hundred in words: one, two,",
+                                    args.gen_tokens)  # fmt: skip
+            gen_tps.append(usage["completion_tokens"] / seconds)
     finally:
         srv.stop()
     return {"start_s": started, "prompt_tokens": evaluated, "prompt_tps": prompt_tps, "gen_tps": gen_tps}
@@ -56,7 +78,7 @@ def one_round(model: Path, launcher: str, args: argparse.Namespace, salt: int) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arm", action="append", required=True, metavar="NAME=LAUNCHER",
-                        help="an arm: AUTOFOCUS_LLAMA_SERVER's value (a binary, or 'wheel'); give two or more")
+                        help="an arm: AUTOFOCUS_LLAMA_SERVER's value (a binary, or 'wheel'), or 'llama-cpp-python'")
     parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the catalog's 'local')")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=2, help="requests per arm and round")
