@@ -72,9 +72,11 @@ def test_the_wheel_is_refused_on_a_cpu_without_its_instruction_sets(monkeypatch:
     pytest.importorskip(server_build.WHEEL, reason="the llama.cpp wheel is installed by `make setup-lm`")
     if server_build.platform.machine() != "x86_64":
         pytest.skip("the instruction sets are compared on x86-64")
-    assert server_build.wheel_misfit() is None  # this machine runs it (else setup compiles from source)
-    monkeypatch.setattr(server_build, "cpu_flags", lambda: {"sse2", "avx"})
-    assert "AVX2" in (server_build.wheel_misfit() or "")
+    every = set(server_build._ISA_FLAGS.values())
+    monkeypatch.setattr(server_build, "cpu_flags", lambda: every)
+    assert server_build.wheel_misfit() is None  # a CPU with every instruction set runs it
+    monkeypatch.setattr(server_build, "cpu_flags", lambda: every - {"avx2", "fma"})
+    assert "AVX2, FMA, which this CPU lacks" in (server_build.wheel_misfit() or "")
 
 
 def test_a_build_without_tools_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
