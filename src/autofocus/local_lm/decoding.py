@@ -6,7 +6,7 @@ choice or not; in a Cypher query of ``program.steps.constrain`` the relationship
 token is chosen (``_of]->``), the label a relationship fixes, `` {name:`` and ``"})`` are about a third of
 a query's tokens, and on 2 CPU cores a decoding step costs what evaluating five to nine prompt tokens does
 (docs/results.md). Here llguidance (the grammar engine llama.cpp can be built with) follows the grammar over
-the model's own tokenizer (read from the GGUF file by llama-cpp-python): each step asks the server for the
+the model's own tokenizer (read from the GGUF file, ``local_lm.gguf_tokenizer``): each step asks the server for the
 next token's likeliest candidates after the prompt and the answer so far (a prompt of text and token ids,
 in one leased slot, so only the new tokens are evaluated), takes the likeliest the grammar allows (what
 llama.cpp's greedy sampler with the grammar takes), and appends every token the grammar then forces
@@ -14,7 +14,7 @@ without asking; they are evaluated in one batch with the next request. A candida
 few is chosen by the server under a grammar of the allowed token ids.
 
 Greedy only: a sampled answer (temperature > 0) goes to the server's own grammar path, as does an answer
-where the tokenizer cannot be read (no llama-cpp-python) or the grammar does not convert.
+where the tokenizer cannot be read or the grammar does not convert.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 import dspy
 import numpy as np
 
+from autofocus.local_lm import gguf_tokenizer
 from autofocus.local_lm.scoring import TOP_PROBS, Messages, _complete, _count, _top, render, scoring_server
 from autofocus.local_lm.server import LocalServer
 from autofocus.usage import LM_LIMIT
@@ -50,49 +51,29 @@ class Decoded:
     first: dict[str, Any]  # the server's answer to the first request (its prompt's counts); {} if none was asked
 
 
-_TOKENIZERS: dict[Path, tuple[Any, Any] | None] = {}  # model file -> (LLTokenizer, the vocab's owner)
+_TOKENIZERS: dict[Path, Any | None] = {}  # model file -> its LLTokenizer, None where it cannot be read
 _TOKENIZERS_LOCK = threading.Lock()
 
 
 def model_tokenizer(path: Path) -> Any | None:
-    """llguidance's tokenizer of the GGUF model at ``path`` (its vocabulary, read once), or None where
-    llama-cpp-python cannot read it."""
+    """llguidance's tokenizer of the GGUF model at ``path`` (read once), or None where it cannot be read."""
     path = Path(path).resolve()
     with _TOKENIZERS_LOCK:
         if path not in _TOKENIZERS:
             _TOKENIZERS[path] = _read_tokenizer(path)
-        known = _TOKENIZERS[path]
-    return None if known is None else known[0]
+        return _TOKENIZERS[path]
 
 
-@functools.cache
-def _quiet() -> Any:
-    """A llama.cpp log callback that drops the messages (cached: llama.cpp keeps the pointer)."""
-    import llama_cpp
-
-    return llama_cpp.llama_log_callback(lambda level, text, user_data: None)
-
-
-def _read_tokenizer(path: Path) -> tuple[Any, Any] | None:
+def _read_tokenizer(path: Path) -> Any | None:
     try:
-        import llama_cpp
-        from llguidance.llamacpp import lltokenizer_from_vocab
-
-        llama_cpp.llama_log_set(_quiet(), None)  # its loader prints the vocabulary's details to stderr
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True  # the tokenizer only: no weights, no context
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        if not model:
-            return None
-        with warnings.catch_warnings():  # llguidance reads each token's attributes by a call llama-cpp-python deprecates
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(model)), model  # the model owns the vocab
-    except (ImportError, OSError, ValueError, RuntimeError, AttributeError):
+        return gguf_tokenizer.load(path)
+    except Exception as exc:  # a reader of arbitrary files may fail any way (struct.error, ...): decode on the server
+        warnings.warn(f"{path}: the tokenizer cannot be read ({exc}); grammars go to the server's own path", stacklevel=2)
         return None
 
 
 def warm_tokenizer(lm: Any) -> None:
-    """Read the tokenizer of ``lm``'s model in the background (1-2 s on 2 cores), where ``grammar_decoder``
+    """Read the tokenizer of ``lm``'s model in the background (about a second once saved), where ``grammar_decoder``
     will need it: while the server evaluates the prompt starts, not in the first question's step 2."""
     server = scoring_server(lm)
     if server is not None and getattr(lm, "forced_tokens", "skip") == "skip":

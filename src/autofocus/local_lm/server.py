@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
-from autofocus.local_lm.server_build import ServerBuildError, find_server, usable_cores
+from autofocus.local_lm.server_build import ServerBuildError, server_command, usable_cores
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
@@ -62,8 +62,8 @@ def require_llama_cpp() -> None:
     missing = missing_server_modules()
     if missing:
         raise LocalServerError(
-            f"the offline LM needs llama-server or llama-cpp-python[server]==0.3.36 (missing modules: "
-            f"{', '.join(missing)}); {SETUP_HINT}, which builds both once (15-35 min on 2 cores)"
+            f"the offline LM needs llama.cpp's server, which is not set up here (no xllamacpp, no llama-server "
+            f"build, no llama-cpp-python: missing modules {', '.join(missing)}); {SETUP_HINT}"
         )
 
 
@@ -244,11 +244,11 @@ class LocalServer:
             return [part.replace("{port}", str(port)) for part in self.command]
         watchdog = [sys.executable, "-m", "autofocus.local_lm.watchdog", "--parent", str(os.getpid()), "--"]
         try:
-            binary = find_server()
+            launcher = server_command()
         except ServerBuildError as exc:
             raise LocalServerError(str(exc)) from exc
-        if binary is not None:
-            return [*watchdog, *self.llama_server_args(binary, port)]
+        if launcher is not None:
+            return [*watchdog, *self.llama_server_args(launcher, port)]
         require_llama_cpp()
         return [
             *watchdog, sys.executable, "-m", "autofocus.local_lm.serve",
@@ -258,7 +258,7 @@ class LocalServer:
             "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
         ]  # fmt: skip
 
-    def llama_server_args(self, binary: Path, port: int) -> list[str]:
+    def llama_server_args(self, launcher: Sequence[str], port: int) -> list[str]:
         """llama-server: ``n_parallel`` slots of ``n_ctx`` tokens each with continuous batching; prompts
         kept per slot and in RAM (``AUTOFOCUS_LLM_CACHE_MB``) so a request starts from the longest prefix
         any earlier one left; slots saved to and restored from a folder of this server's own
@@ -266,7 +266,7 @@ class LocalServer:
         if self.slot_dir is None:
             self.slot_dir = Path(tempfile.mkdtemp(prefix="autofocus-slots-"))
         args = [
-            str(binary), "--model", str(self.model_path), "--alias", self.alias,
+            *launcher, "--model", str(self.model_path), "--alias", self.alias,
             "--host", self.host, "--port", str(port),
             "--threads", str(self.n_threads), "--threads-batch", str(self.n_threads),
             "--ctx-size", str(self.n_ctx * self.n_parallel), "--parallel", str(self.n_parallel), "--no-kv-unified",
