@@ -12,7 +12,7 @@ import pytest
 from rich.progress import Progress
 
 from autofocus.config import AutofocusConfig
-from autofocus.index import embedders
+from autofocus.index import cpu_features, embedders
 from autofocus.index.build import embed_unique
 from autofocus.index.embedders import (
     DEFAULT_EMBEDDER,
@@ -22,6 +22,7 @@ from autofocus.index.embedders import (
     trained_tokens,
     with_backend,
 )
+from autofocus.index.cpu_features import int8_dot_product
 from autofocus.index.onnx_model import onnx_available
 from autofocus.index.openvino_model import bf16_supported, openvino_available
 from autofocus.index.progress import eta_text
@@ -45,20 +46,51 @@ def test_specs_name_their_backend() -> None:
         embedders.SentenceTransformerEmbedder(Path("."), "local:x", "tensorrt")
 
 
-def test_auto_backend_prefers_openvino_bf16_then_onnx_int8_then_torch_with_a_warning(
+@pytest.mark.parametrize(("bf16", "int8_dot", "ov", "ort", "expected"), [
+    (True, True, True, True, "openvino-bf16"),
+    (True, True, False, True, "onnx-int8"),  # bf16 kernels, but no OpenVINO
+    (False, True, True, True, "onnx-int8"),  # VNNI: int8 beats float32
+    (False, False, True, True, "openvino"),  # plain AVX2: int8 buys nothing, OpenVINO's float32 is fastest
+    (False, False, False, True, "onnx"),
+    (False, True, False, False, "torch"),
+])  # fmt: skip
+def test_auto_backend_follows_the_cpu_features(monkeypatch: pytest.MonkeyPatch, bf16: bool, int8_dot: bool, ov: bool,
+                                               ort: bool, expected: str) -> None:
+    monkeypatch.setattr("autofocus.index.openvino_model.bf16_supported", lambda: bf16)
+    monkeypatch.setattr("autofocus.index.cpu_features.int8_dot_product", lambda: int8_dot)
+    monkeypatch.setattr("autofocus.index.openvino_model.openvino_available", lambda: ov)
+    monkeypatch.setattr("autofocus.index.onnx_model.onnx_available", lambda: ort)
+    assert embedders.auto_backend(embedders.packaged_minilm_path()) == expected
+
+
+def test_auto_backend_warns_once_on_torch_and_keeps_unexportable_models_on_torch(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = embedders.packaged_minilm_path()
-    fastest = "openvino-bf16" if openvino_available() and bf16_supported() else "onnx-int8" if onnx_available() else "torch"
-    assert embedders.auto_backend(path) == fastest
-    monkeypatch.setattr("autofocus.index.openvino_model.bf16_supported", lambda: False)
-    assert embedders.auto_backend(path) == ("onnx-int8" if onnx_available() else "torch")  # no bf16: int8 is faster
+    on_cpu = ("openvino-bf16" if openvino_available() and bf16_supported() else
+              "onnx-int8" if onnx_available() and int8_dot_product() else
+              "openvino" if openvino_available() else "onnx" if onnx_available() else "torch")  # fmt: skip
+    assert embedders.auto_backend(path) == on_cpu
+    monkeypatch.setattr("autofocus.index.openvino_model.openvino_available", lambda: False)
     monkeypatch.setattr("autofocus.index.onnx_model.onnx_available", lambda: False)
     monkeypatch.setattr(embedders, "_WARNED", [])
     with caplog.at_level(logging.WARNING):
         assert embedders.auto_backend(path) == "torch"
-    assert "neither onnxruntime nor openvino is installed" in caplog.text
+        assert embedders.auto_backend(path) == "torch"
+    assert caplog.text.count("neither onnxruntime nor openvino is installed") == 1
     assert embedders.auto_backend(Path(__file__).parent) == "torch"  # not an exportable model
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nflags\t\t: fpu avx2 FMA avx512_vnni\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd asimddp\n")
+    assert {"avx2", "fma", "avx512_vnni"} <= cpu_features.cpu_flags(x86)
+    assert cpu_features.int8_dot_product(cpu_features.cpu_flags(x86))
+    assert cpu_features.int8_dot_product(cpu_features.cpu_flags(arm))
+    assert not cpu_features.int8_dot_product(frozenset({"avx2", "fma", "avx512f"}))
+    assert cpu_features.cpu_flags(tmp_path / "missing") == frozenset(cpu_features._numpy_flags())  # no file: numpy's alone
 
 
 def test_default_budget_follows_the_embedder(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ def build(
     variant: VariantOpt = "auto",
     embedder: EmbedderOpt = DEFAULT_EMBEDDER,
     embedder_backend: Annotated[str, typer.Option(
-        help="what runs a local model: auto (openvino-bf16 on CPUs with bf16 kernels, else onnx-int8, else torch), torch, onnx, onnx-int8, openvino, openvino-bf16"
+        help="what runs a local model: auto (openvino-bf16 on CPUs with bf16 kernels, else onnx-int8 on CPUs with int8 "
+        "dot products (VNNI), else openvino, else onnx, else torch), torch, onnx, onnx-int8, openvino, openvino-bf16"
     )] = "auto",
     kind: KindOpt = "flat",
     index_dir: IndexDirOpt = None,

@@ -10,9 +10,8 @@ Specs accepted by :func:`get_embedder`:
 - ``local:/path/to/a/sentence-transformers/model``: any local sentence-transformers directory;
 - either of them with ``@torch``, ``@onnx``, ``@onnx-int8``, ``@openvino`` or ``@openvino-bf16``: the
   backend that runs it (``autofocus.index.onnx_model``, ``openvino_model``); without one (or ``@auto``)
-  the fastest available: ``openvino-bf16`` where OpenVINO is installed and the CPU has bf16 kernels,
-  else ``onnx-int8`` when onnxruntime is installed, else torch (with a warning). The backend is part of
-  the name, so an index records which backend embedded it and queries are embedded by the same one;
+  the fastest installed one for this CPU (:func:`auto_backend`). The backend is part of the name, so an
+  index records which backend embedded it and queries are embedded by the same one;
 - ``provider/model`` or ``hosted:provider/model`` (e.g. ``openai/text-embedding-3-small``): a hosted
   model through ``dspy.Embedder`` / LiteLLM;
 - ``precomputed:provider/model``: vectors of that model imported from files (``autofocus index
@@ -311,8 +310,18 @@ def with_backend(spec: str, backend: str) -> str:
 
 
 def auto_backend(model_dir: Path) -> str:
-    """``openvino-bf16`` where OpenVINO is installed and the CPU has bf16 kernels, else ``onnx-int8`` when
-    onnxruntime is installed, else ``torch`` (with a warning once); ``torch`` for models that do not export."""
+    """The fastest installed backend for this CPU, by a rule from measurements (docs/results.md):
+
+    1. bf16 kernels (AVX512-BF16, AMX: OpenVINO reports them) and OpenVINO: ``openvino-bf16``
+       (1.33x ``onnx-int8`` and 1.78x ``openvino`` on such a CPU, 2026-11-25);
+    2. int8 dot-product instructions (VNNI, AMX-INT8, ARM dot product) and onnxruntime: ``onnx-int8``
+       (1.34x ``openvino``'s float32 on a VNNI CPU, 2026-11-25);
+    3. otherwise int8 multiplies no faster than float32 (ONNX Runtime's int8 and float32 level on an
+       AVX2 CPU, 2026-11-28), so float32, whose vectors equal torch's: ``openvino``, the faster of the two
+       runtimes there, else ``onnx``;
+    4. ``torch`` (with a warning once) when neither runtime is installed, and for models that do not export.
+    """
+    from autofocus.index.cpu_features import int8_dot_product
     from autofocus.index.exported_encoder import ExportUnavailable, check_exportable
     from autofocus.index.onnx_model import onnx_available
     from autofocus.index.openvino_model import bf16_supported, openvino_available
@@ -323,12 +332,16 @@ def auto_backend(model_dir: Path) -> str:
         return "torch"
     if openvino_available() and bf16_supported():
         return "openvino-bf16"
-    if onnx_available():
+    if onnx_available() and int8_dot_product():
         return "onnx-int8"
+    if openvino_available():
+        return "openvino"
+    if onnx_available():
+        return "onnx"
     if not _WARNED:
         _WARNED.append(True)
-        log.warning("neither onnxruntime nor openvino is installed: local embeddings run on torch, about 2-3x "
-                    "slower (pip install 'autofocus[onnx]')")
+        log.warning("neither onnxruntime nor openvino is installed: local embeddings run on torch, about 1.5-3x "
+                    "slower (pip install 'autofocus[openvino,onnx]')")
     return "torch"
 
 

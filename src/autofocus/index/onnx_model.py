@@ -11,7 +11,9 @@ Backends:
 - ``onnx-int8``: the same with dynamic int8 quantisation of the feed-forward weights, per output
   channel (per-tensor scales cost too much accuracy: cosine 0.94 to torch's vectors); attention keeps
   float32 weights (``benchmarks/bench_embed.py`` measures agreement and speed). Activations are
-  quantised per call, so a text's vector depends slightly on the batch it is embedded in.
+  quantised per call, so a text's vector depends slightly on the batch it is embedded in. It pays only
+  on CPUs with int8 dot products (VNNI): with plain AVX2 it runs at float32's speed, and static int8
+  (activation scales calibrated on documents) at half of it (docs/results.md, 2026-11-28).
 """
 
 from __future__ import annotations

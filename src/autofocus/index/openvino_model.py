@@ -4,7 +4,8 @@
 Why: on CPUs with bfloat16 instructions (AVX512-BF16, AMX) OpenVINO runs MiniLM in bf16 about 1.4x
 faster than ONNX Runtime's int8 weights and 3x faster than torch, and its vectors stay within cosine
 0.9999 of torch's where int8 falls to 0.986 (docs/results.md, 2026-11-25). Without those instructions bf16 has no
-fast kernels, so ``auto`` picks ``onnx-int8`` there.
+fast kernels; on a CPU without int8 dot products either (plain AVX2) OpenVINO's float32 is the fastest
+backend, ahead of ONNX Runtime's float32 and int8 (docs/results.md, 2026-11-28), and ``auto`` picks it there.
 
 Backends:
 
