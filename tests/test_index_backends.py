@@ -14,6 +14,7 @@ from rich.progress import Progress
 from autofocus.config import AutofocusConfig
 from autofocus.index import cpu_features, embedders
 from autofocus.index.build import embed_unique
+from autofocus.index.cpu_features import int8_dot_product
 from autofocus.index.embedders import (
     DEFAULT_EMBEDDER,
     EmbedderError,
@@ -22,7 +23,6 @@ from autofocus.index.embedders import (
     trained_tokens,
     with_backend,
 )
-from autofocus.index.cpu_features import int8_dot_product
 from autofocus.index.onnx_model import onnx_available
 from autofocus.index.openvino_model import bf16_supported, openvino_available
 from autofocus.index.progress import eta_text
