@@ -1,22 +1,26 @@
-"""``index build`` speed before/after on the same SKB, lever by lever, and how far the backends agree.
+"""Embedding backends side by side on this CPU: documents per second on 128-token documents, and how
+far each backend's vectors stay from torch's.
 
-Configurations, each embedding every node of the SKB in both document variants (what ``index build
---variant all`` did; the default config searches both), timed in interleaved rounds in one process:
+One arm per backend the project has: ``torch``, ``onnx``, ``onnx-int8``, ``openvino``, and
+``openvino-bf16`` where the CPU has bf16 kernels (elsewhere it would run float32 and is left out).
+``--candidates`` adds int8 variants that are not shipped, to re-check the choice on another CPU:
 
-- ``before``: today's defaults: torch, documents cut at 384 tokens, the old build loop (chunks of
-  2,048 handed to sentence-transformers as they come: it sorts by length inside 512-text calls);
-- one lever at a time on top of it: the new loop (each chunk sorted by length, duplicates embedded
-  once), then the 128-token budget (MiniLM's trained length), then each exported backend installed
-  (ONNX Runtime fp32 / int8, OpenVINO fp32 / bf16);
-- ``after``: the new defaults (``auto`` backend, the embedder's trained budget, the new loop).
+- ``onnx-static-int8``: every MatMul in int8 with activation scales calibrated on the SKB's own
+  documents (``onnxruntime.quantization.quantize_static``, QDQ, weights per channel), run by ONNX Runtime;
+- ``openvino-static-int8``: the same QDQ model run by OpenVINO;
+- ``openvino-nncf-int8``: OpenVINO's own post-training int8 (NNCF, transformer preset; needs ``nncf``).
 
-Also: the default backend at budgets 64 and 256, texts per second of each backend on the very same
-texts (equal length), the cosine of each exported backend's vectors to torch's, and VSS on the QA
-split (``--split``) with each backend's index: hit@20 and how many questions keep the same top 20.
-Writes ``benchmarks/results/embed.json``.
+Every arm embeds the very same texts through the length-sorted, dynamically padded batches of the
+index build, in rounds in one process, the arms' order reversed every other round; reported: the
+median of the rounds (wall and CPU seconds, all threads) and each arm's speed relative to the
+``auto`` backend's in the same round (median and range): on a shared machine the ratio is what to trust.
 
-    .venv/bin/python benchmarks/bench_embed.py --skb data/demo
-    .venv/bin/python benchmarks/bench_embed.py --skb data/demo --rounds 1 --limit 500   # quick look
+Texts (``--texts``): ``fixed``: each exactly ``--budget`` word pieces (the SKB's documents
+concatenated and cut), the throughput table's unit; ``documents``: the SKB's documents of both
+variants at the budget, the length mix an index build sees. Writes ``benchmarks/results/embed.json``.
+
+    .venv/bin/python benchmarks/bench_embed.py --skb data/demo                      # the table, ~10 min quiet
+    .venv/bin/python benchmarks/bench_embed.py --skb data/demo --candidates --texts documents
 """
 
 from __future__ import annotations
@@ -27,164 +31,216 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autofocus.index.build import embed_unique
-from autofocus.index.embedders import DEFAULT_EMBEDDER, Embedder, get_embedder
+from autofocus.index.embedders import DEFAULT_EMBEDDER, get_embedder, l2_normalise, packaged_minilm_path
+from autofocus.index.exported_encoder import LengthBatchedEncoder
 from autofocus.skb.documents import render_documents
 from autofocus.skb.model import SKB
 
 RESULTS = Path(__file__).parent / "results" / "embed.json"
 VARIANTS = ("text", "text+rel")
-EXPORTED = ("onnx", "onnx-int8", "openvino", "openvino-bf16")
-CHUNK = 2048
+Embed = Callable[[list[str]], np.ndarray]
 
 
-def old_loop(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    """The build loop before this change: chunks embedded in node order, nothing sorted or deduplicated."""
-    return np.concatenate([embedder.embed(texts[s : s + CHUNK], batch_size=64) for s in range(0, len(texts), CHUNK)])
-
-
-def new_loop(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    """``build_embeddings``'s loop: each chunk sorted by length, each distinct text embedded once."""
-    return np.concatenate([embed_unique(embedder, texts[s : s + CHUNK], 64) for s in range(0, len(texts), CHUNK)])
-
-
-def available() -> set[str]:
-    """The exported backends' runtimes installed here."""
+def shipped_backends() -> list[str]:
+    """The backends installed here; ``openvino-bf16`` only where the CPU has bf16 kernels."""
     from autofocus.index.onnx_model import onnx_available
-    from autofocus.index.openvino_model import openvino_available
+    from autofocus.index.openvino_model import bf16_supported, openvino_available
 
-    return {name for name, ok in (("onnx", onnx_available()), ("openvino", openvino_available())) if ok}
+    out = ["torch"]
+    if onnx_available():
+        out += ["onnx", "onnx-int8"]
+    if openvino_available():
+        out += ["openvino"] + (["openvino-bf16"] if bf16_supported() else [])
+    return out
 
 
-def documents(skb: SKB, ids: np.ndarray, budget: int) -> list[str]:
+def sample_documents(skb: SKB, n: int, budget: int, seed: int) -> list[str]:
+    """``n`` seeded nodes' documents in both variants (2n texts)."""
+    ids = np.sort(np.random.default_rng(seed).choice(skb.num_nodes, size=min(n, skb.num_nodes), replace=False))
     return [t for v in VARIANTS for t in render_documents(skb, ids, v, budget)]
 
 
-def timed(fn: Callable[[], np.ndarray]) -> tuple[float, float, np.ndarray]:
-    """Wall seconds and CPU seconds (all threads): on a shared machine the CPU time is the steadier measure."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = fn()
-    return time.perf_counter() - t0, time.process_time() - c0, out
+def tokenizer() -> Any:
+    """MiniLM's tokenizer, unpadded, cut at 256 word pieces (its ``max_seq_length``, as the backends cut)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(packaged_minilm_path() / "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(max_length=256)
+    return tok
+
+
+def fixed_length_texts(docs: Sequence[str], n: int, tokens: int) -> list[str]:
+    """``n`` texts of exactly ``tokens`` word pieces with [CLS] and [SEP]: the documents' word pieces
+    concatenated, cut and decoded (a decoded slice re-encodes to the same pieces, checked)."""
+    tok = tokenizer()
+    stream = [i for e in tok.encode_batch(list(docs), add_special_tokens=False) for i in e.ids]
+    width = tokens - 2
+    if len(stream) < n * width:
+        raise SystemExit(f"the sample has {len(stream)} word pieces, {n * width} needed: raise --nodes")
+    texts = tok.decode_batch([stream[k * width : (k + 1) * width] for k in range(n)])
+    lengths = [len(e.ids) for e in tok.encode_batch(texts)]
+    return [t for t, length in zip(texts, lengths, strict=True) if length == tokens]
+
+
+class FileEncoder(LengthBatchedEncoder):
+    """An ONNX or OpenVINO model file behind the index build's batching: the candidate arms."""
+
+    def __init__(self, path: Path, runtime: str) -> None:
+        super().__init__(packaged_minilm_path(), 256)
+        self.path, self.runtime = path, runtime
+
+    def _runner(self, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+        if self.runtime == "onnxruntime":
+            import onnxruntime as ort
+
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+            session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+            return lambda feed: np.asarray(session.run(None, feed)[0])
+        import openvino as ov
+
+        compiled = ov.Core().compile_model(str(self.path), "CPU", {
+            "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads})  # fmt: skip
+        request = compiled.create_infer_request()
+        return lambda feed: np.array(request.infer(feed)[0], dtype=np.float32)
+
+
+def calibration_feeds(calib: list[str], batch: int = 16) -> list[dict[str, np.ndarray]]:
+    """Padded model inputs of the calibration texts, ``batch`` at a time."""
+    feeds = []
+    for s in range(0, len(calib), batch):
+        rows = [e.ids for e in tokenizer().encode_batch(calib[s : s + batch])]
+        width = max(map(len, rows))
+        ids = np.zeros((len(rows), width), np.int64)
+        mask = np.zeros_like(ids)
+        for r, row in enumerate(rows):
+            ids[r, : len(row)], mask[r, : len(row)] = row, 1
+        feeds.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    return feeds
+
+
+def candidate_arms(calib: list[str], folder: Path) -> dict[str, Embed]:
+    """The int8 variants that are not shipped (see the module docstring), calibrated on ``calib``."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from autofocus.index import onnx_model, openvino_model
+
+    feeds = calibration_feeds(calib)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    qdq = folder / "static-int8.onnx"
+    quantize_static(str(onnx_model.model_path(packaged_minilm_path(), "onnx")), str(qdq), Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                    extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
+    arms = {"onnx-static-int8": FileEncoder(qdq, "onnxruntime"), "openvino-static-int8": FileEncoder(qdq, "openvino")}
+    try:
+        import nncf
+        import openvino as ov
+    except ImportError:
+        print("nncf is not installed: no openvino-nncf-int8 arm")
+    else:
+        model = ov.Core().read_model(str(openvino_model.model_path(packaged_minilm_path())))
+        quantised = nncf.quantize(model, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
+                                  subset_size=len(feeds))  # fmt: skip
+        ov.save_model(quantised, str(folder / "nncf-int8.xml"), compress_to_fp16=False)
+        arms["openvino-nncf-int8"] = FileEncoder(folder / "nncf-int8.xml", "openvino")
+    return {name: (lambda texts, e=e, bs=64: l2_normalise(e.encode(texts, bs))) for name, e in arms.items()}
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     cos = (a * b).sum(axis=1)
-    return {"mean": float(cos.mean()), "min": float(cos.min()), "p1": float(np.percentile(cos, 1)),
-            "share_ge_0.99": float((cos >= 0.99).mean())}  # fmt: skip
+    return {"mean": float(cos.mean()), "min": float(cos.min()), "share_ge_0.99": float((cos >= 0.99).mean())}
 
 
-def vss_agreement(skb_path: Path, split: str, backends: list[str], budget: int) -> dict[str, Any]:
-    """VSS top 20 on the split with each backend's own index (built in a temporary folder)."""
-    import autofocus
-    from autofocus.kb import KnowledgeBase
-    from autofocus.metrics import compute_metrics
-    from autofocus.skb.qa import load_qa
-
-    items = load_qa(skb_path, split)
-    tops: dict[str, list[list[int]]] = {}
-    hits: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for backend in backends:
-            kb = KnowledgeBase.open(skb_path, f"{DEFAULT_EMBEDDER}@{backend}", Path(tmp) / backend,
-                                    doc_budget_tokens=budget, progress=False)
-            program = autofocus.open(kb, "vss")
-            tops[backend] = [program(question=q.query).ranked_ids[:20] for q in items]
-            hits[backend] = float(np.mean([compute_metrics(t, q.answer_ids, ks=(20,))["hit@20"]
-                                           for t, q in zip(tops[backend], items, strict=True)]))  # fmt: skip
-    ref = backends[0]
-    out: dict[str, Any] = {"questions": len(items), "hit@20": hits}
-    for b in backends[1:]:
-        same_hit = [(set(x) & set(q.answer_ids) != set()) == (set(y) & set(q.answer_ids) != set())
-                    for x, y, q in zip(tops[ref], tops[b], items, strict=True)]  # fmt: skip
-        out[f"{b}_vs_{ref}"] = {
-            "same_hit@20": float(np.mean(same_hit)),
-            "same_top20_set": float(np.mean([set(x) == set(y) for x, y in zip(tops[ref], tops[b], strict=True)])),
-            "mean_top20_overlap": float(np.mean([len(set(x) & set(y)) / 20 for x, y in zip(tops[ref], tops[b], strict=True)])),
-        }  # fmt: skip
-    return out
+def run_rounds(arms: dict[str, Embed], texts: list[str], rounds: int, reference: str) -> dict[str, Any]:
+    """Each arm on ``texts`` once per round, alternating the order; medians and per-round ratios to ``reference``."""
+    wall: dict[str, list[float]] = {a: [] for a in arms}
+    cpu: dict[str, list[float]] = {a: [] for a in arms}
+    load: list[float] = []
+    for r in range(rounds):
+        for name in list(arms) if r % 2 == 0 else list(arms)[::-1]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            arms[name](texts)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+        load.append(os.getloadavg()[0])
+        print(f"round {r + 1}/{rounds} (load {load[-1]:.1f}): "
+              + ", ".join(f"{a} {len(texts) / wall[a][-1]:.1f}" for a in arms) + " docs/s", flush=True)  # fmt: skip
+    rows = {}
+    for name in arms:
+        ratio = np.asarray(wall[reference]) / np.asarray(wall[name])
+        rows[name] = {"docs_per_s": len(texts) / float(np.median(wall[name])),
+                      "docs_per_cpu_s": len(texts) / float(np.median(cpu[name])),
+                      f"speed_vs_{reference}": float(np.median(ratio)),
+                      "ratio_range": [float(ratio.min()), float(ratio.max())], "runs_s": wall[name]}  # fmt: skip
+    return {"rows": rows, "load_avg_1min": load}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skb", type=Path, default=Path("data/demo"))
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved timing rounds (median reported)")
-    parser.add_argument("--limit", type=int, default=None, help="embed only this many nodes (a seeded sample)")
-    parser.add_argument("--split", default="test", help="QA split of the VSS agreement check ('' skips it)")
+    parser.add_argument("--texts", choices=("fixed", "documents"), default="fixed")
+    parser.add_argument("--docs", type=int, default=256, help="texts embedded per arm and round")
+    parser.add_argument("--budget", type=int, default=128, help="tokens per text (fixed) or document budget")
+    parser.add_argument("--rounds", type=int, default=5, help="alternated rounds (medians reported)")
+    parser.add_argument("--candidates", action="store_true", help="add the int8 variants that are not shipped")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from autofocus.index.embedders import trained_tokens
     from autofocus.skb.io import load_skb
 
     skb = load_skb(args.skb, progress=False)
-    ids = np.arange(skb.num_nodes)
-    if args.limit:
-        ids = np.sort(np.random.default_rng(0).choice(skb.num_nodes, size=args.limit, replace=False))
-    t0 = time.perf_counter()
-    exported = [b for b in EXPORTED if b.split("-")[0] in available()]
-    emb = {b: get_embedder(f"{DEFAULT_EMBEDDER}@{b}") for b in ("torch", *exported)}
-    auto = get_embedder(DEFAULT_EMBEDDER)
-    for e in emb.values():
-        e.embed(["warm up"])  # loads torch, exports the ONNX and OpenVINO models on first use
-    setup_s = time.perf_counter() - t0
-    new_budget = trained_tokens(auto)
-    docs = {b: documents(skb, ids, b) for b in sorted({64, new_budget, 256, 384})}
-    configs: dict[str, Callable[[], np.ndarray]] = {
-        "before: torch, 384 tokens, old loop": lambda: old_loop(emb["torch"], docs[384]),
-        "torch, 384, new loop (sorted chunks, dedup)": lambda: new_loop(emb["torch"], docs[384]),
-        f"torch, {new_budget}, new loop": lambda: new_loop(emb["torch"], docs[new_budget]),
-    }
-    for b in exported:
-        configs[f"{b}, {new_budget}, new loop"] = lambda b=b: new_loop(emb[b], docs[new_budget])
-        configs[f"{b}, 384, new loop (backend alone)"] = lambda b=b: new_loop(emb[b], docs[384])
-    fastest = auto.name.rsplit("@", 1)[1]
-    for budget in (64, 256):
-        configs[f"{fastest}, {budget}, new loop (budget)"] = lambda b=budget: new_loop(emb[fastest], docs[b])
-    seconds: dict[str, list[float]] = {name: [] for name in configs}
-    cpu: dict[str, list[float]] = {name: [] for name in configs}
-    vectors: dict[str, np.ndarray] = {}
-    load: list[tuple[float, ...]] = []
-    for _ in range(args.rounds):
-        for name, fn in configs.items():
-            load.append(os.getloadavg())
-            s, c, vectors[name] = timed(fn)
-            seconds[name].append(s)
-            cpu[name].append(c)
-            print(f"{name}: {len(docs[384]) / s:.1f} docs/s, {len(docs[384]) / c:.1f} docs per CPU second", flush=True)
-    n_docs = len(docs[384])
-    rows = {name: {"median_s": float(np.median(s)), "docs_per_s": n_docs / float(np.median(s)), "runs_s": s,
-                   "docs_per_cpu_s": n_docs / float(np.median(cpu[name])), "runs_cpu_s": cpu[name]}
-            for name, s in seconds.items()}  # fmt: skip
-    before = rows["before: torch, 384 tokens, old loop"]["docs_per_s"]
-    before_cpu = rows["before: torch, 384 tokens, old loop"]["docs_per_cpu_s"]
-    after_name = f"{auto.name.rsplit('@', 1)[1]}, {new_budget}, new loop"
-    for r in rows.values():
-        r["speedup_vs_before"] = r["docs_per_s"] / before
-        r["cpu_speedup_vs_before"] = r["docs_per_cpu_s"] / before_cpu
+    pool = sample_documents(skb, 4 * args.docs, args.budget, seed=0)
+    texts = (fixed_length_texts(pool, args.docs, args.budget) if args.texts == "fixed"
+             else sample_documents(skb, args.docs // 2, args.budget, seed=1))  # fmt: skip
+    auto = get_embedder(DEFAULT_EMBEDDER).name.rsplit("@", 1)[1]
+    arms: dict[str, Embed] = {}
+    for backend in shipped_backends():
+        emb = get_embedder(f"{DEFAULT_EMBEDDER}@{backend}")
+        arms[backend] = lambda t, e=emb: e.embed(t, batch_size=64)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.candidates:
+            arms |= candidate_arms(sample_documents(skb, 128, args.budget, seed=2), Path(tmp))
+        t0 = time.perf_counter()
+        vectors = {name: fn(texts) for name, fn in arms.items()}  # warms up (exports on first use), and the vectors
+        setup_s = time.perf_counter() - t0
+        timing = run_rounds(arms, texts, args.rounds, auto)
+    lengths = [len(e.ids) for e in tokenizer().encode_batch(texts)]
+    for name, row in timing["rows"].items():
+        row["cosine_to_torch"] = cosine(vectors[name], vectors["torch"])
     result: dict[str, Any] = {
-        "command": "python benchmarks/bench_embed.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v),
-        "skb": str(args.skb), "nodes": len(ids), "documents": n_docs, "rounds": args.rounds,
-        "default_backend": auto.name, "default_budget": new_budget, "after": after_name, "setup_s": setup_s,
-        "configs": rows, "speedup_after_vs_before": rows[after_name]["speedup_vs_before"],
-        "cpu_speedup_after_vs_before": rows[after_name]["cpu_speedup_vs_before"],
-        "cosine_to_torch": {
-            f"{b}, {budget} tokens": cosine(vectors[f"{b}, {budget}, new loop" + (" (backend alone)" if budget == 384 else "")],
-                                            vectors["torch, 384, new loop (sorted chunks, dedup)" if budget == 384 else f"torch, {new_budget}, new loop"])
-            for b in exported for budget in (384, new_budget)
-        },
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_during": load},
+        "command": "python benchmarks/bench_embed.py " + " ".join(
+            f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items() if v),
+        "skb": str(args.skb), "texts": args.texts, "n_texts": len(texts), "budget": args.budget,
+        "mean_tokens": float(np.mean(lengths)), "rounds": args.rounds, "auto": auto,
+        "setup_s": setup_s, **timing,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
     }  # fmt: skip
-    if args.split:
-        result["vss"] = vss_agreement(args.skb, args.split, ["torch", *exported], new_budget)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
+    print(f"\n{len(texts)} {args.texts} texts, mean {result['mean_tokens']} tokens; auto = {auto}")
+    print("| backend | docs/s (wall) | docs per CPU second | speed vs auto (median, range) | cosine to torch: mean / min |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, row in timing["rows"].items():
+        lo, hi = row["ratio_range"]
+        c = row["cosine_to_torch"]
+        print(f"| {name} | {row['docs_per_s']:.1f} | {row['docs_per_cpu_s']:.1f} | {row[f'speed_vs_{auto}']:.2f} "
+              f"({lo:.2f}-{hi:.2f}) | {c['mean']:.5f} / {c['min']:.5f} |")
 
 
 if __name__ == "__main__":
