@@ -78,15 +78,16 @@ def tokenizer() -> Any:
 
 def fixed_length_texts(docs: Sequence[str], n: int, tokens: int) -> list[str]:
     """``n`` texts of exactly ``tokens`` word pieces with [CLS] and [SEP]: the documents' word pieces
-    concatenated, cut and decoded (a decoded slice re-encodes to the same pieces, checked)."""
+    concatenated, cut and decoded; slices that do not re-encode to ``tokens`` pieces are skipped."""
     tok = tokenizer()
     stream = [i for e in tok.encode_batch(list(docs), add_special_tokens=False) for i in e.ids]
     width = tokens - 2
-    if len(stream) < n * width:
-        raise SystemExit(f"the sample has {len(stream)} word pieces, {n * width} needed: raise --nodes")
-    texts = tok.decode_batch([stream[k * width : (k + 1) * width] for k in range(n)])
+    texts = tok.decode_batch([stream[k * width : (k + 1) * width] for k in range(len(stream) // width)])
     lengths = [len(e.ids) for e in tok.encode_batch(texts)]
-    return [t for t, length in zip(texts, lengths, strict=True) if length == tokens]
+    exact = [t for t, length in zip(texts, lengths, strict=True) if length == tokens]
+    if len(exact) < n:
+        raise SystemExit(f"only {len(exact)} texts of {tokens} word pieces from the sample, {n} asked: lower --docs")
+    return exact[:n]
 
 
 class FileEncoder(LengthBatchedEncoder):
@@ -163,8 +164,11 @@ def candidate_arms(calib: list[str], folder: Path) -> dict[str, Embed]:
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """Row cosines, and the largest component difference once both are rounded to the stores' float16."""
     cos = (a * b).sum(axis=1)
-    return {"mean": float(cos.mean()), "min": float(cos.min()), "share_ge_0.99": float((cos >= 0.99).mean())}
+    f16 = np.abs(a.astype(np.float16).astype(np.float32) - b.astype(np.float16).astype(np.float32)).max()
+    return {"mean": float(cos.mean()), "min": float(cos.min()), "share_ge_0.99": float((cos >= 0.99).mean()),
+            "max_abs_diff_float16": float(f16)}
 
 
 def run_rounds(arms: dict[str, Embed], texts: list[str], rounds: int, reference: str) -> dict[str, Any]:
