@@ -19,7 +19,7 @@ Texts (``--texts``): ``fixed``: each exactly ``--budget`` word pieces (the SKB's
 concatenated and cut), the throughput table's unit; ``documents``: the SKB's documents of both
 variants at the budget, the length mix an index build sees. Writes ``benchmarks/results/embed.json``.
 
-    .venv/bin/python benchmarks/bench_embed.py --skb data/demo                      # the table, ~10 min quiet
+    .venv/bin/python benchmarks/bench_embed.py --skb data/demo                      # the table: minutes on a quiet machine
     .venv/bin/python benchmarks/bench_embed.py --skb data/demo --candidates --texts documents
 """
 
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from autofocus.index.cpu_features import int8_dot_product
 from autofocus.index.embedders import DEFAULT_EMBEDDER, get_embedder, l2_normalise, packaged_minilm_path
 from autofocus.index.exported_encoder import LengthBatchedEncoder
 from autofocus.skb.documents import render_documents
@@ -233,7 +234,8 @@ def main() -> None:
         "skb": str(args.skb), "texts": args.texts, "n_texts": len(texts), "budget": args.budget,
         "mean_tokens": float(np.mean(lengths)), "rounds": args.rounds, "auto": auto,
         "setup_s": setup_s, **timing,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor(),
+                    "int8_dot_product": int8_dot_product(), "bf16_kernels": "openvino-bf16" in arms},
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
