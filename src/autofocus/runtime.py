@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from autofocus.config import AutofocusConfig
+from pydantic import ValidationError
+
+from autofocus.config import AutofocusConfig, invalid
 
 if TYPE_CHECKING:  # commands import this module at start-up; DSPy loads only when a program is built
     import dspy
@@ -46,7 +48,10 @@ def load_config(
     elif isinstance(config, AutofocusConfig):
         cfg = config
     elif isinstance(config, Mapping):
-        cfg = AutofocusConfig.model_validate(dict(config))
+        try:
+            cfg = AutofocusConfig.model_validate(dict(config))
+        except ValidationError as exc:
+            raise invalid(exc, "config") from None
     else:
         cfg = AutofocusConfig.load(Path(config))
     settings = {k: v for k, v in overrides.items() if v is not None}

@@ -12,16 +12,23 @@ from typing import Annotated, Any
 import typer
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
+from autofocus.cli_app import (
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    DeadlineOpt,
+    LmRetriesOpt,
+    LmTimeoutOpt,
+    QADirOpt,
+    app,
+    config_or_exit,
+    fail,
+    unanswered_code,
+)
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, print_run, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
-
-EXIT_MISMATCH = 2
-EXIT_DEGRADED = 3
-EXIT_INTERRUPTED = 130
 
 
 def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
@@ -45,20 +52,13 @@ def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | N
         raise typer.Exit(1) from None
 
 
-def fail_if_degraded(summaries: dict[str, dict[str, Any]], max_degraded: float, out: Path) -> None:
-    """Exit with ``EXIT_DEGRADED`` when a run has more than ``max_degraded`` of its questions degraded."""
-    over = {name: s["degraded"] for name, s in summaries.items() if s["degraded"]["share"] > max_degraded}
-    for name, d in over.items():
-        causes = "; ".join(f"{k} ({v})" for k, v in list(d["causes"].items())[:3])
-        n = summaries[name]["n"]
-        err_console.print(
-            f"[red]{safe(name)}: {d['questions']} of {n} questions ({100 * d['share']:.0f}%) are degraded, above "
-            f"--max-degraded {100 * max_degraded:g}%: an LM failed or a work bound cut a step ({safe(causes)}). "
-            f"These results are not the "
-            f"method's. Fix the LM and run the same command again: {safe(out)} retries them.[/]"
-        )
-    if over:
-        raise typer.Exit(EXIT_DEGRADED)
+def exit_by_answers(summaries: dict[str, dict[str, Any]], max_degraded: float, out: Path) -> None:
+    """Exit ``EXIT_NOTHING`` when a run answered no question itself, ``EXIT_PARTIAL`` when questions
+    raised or more than ``max_degraded`` of them degraded (``cli_app.unanswered_code``)."""
+    code = unanswered_code(summaries, max_degraded, f"What went wrong is in {out}'s traces.jsonl; the same "
+                                                     "command retries them")
+    if code:
+        raise typer.Exit(code)
 
 
 # no exists=True: opening the SKB says what is wrong with the path (missing, a link loop, a broken link)
@@ -80,8 +80,8 @@ ForceOpt = Annotated[
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
 MaxDegradedOpt = Annotated[
     float,
-    typer.Option("--max-degraded", help="fail (exit 3) when more than this share of questions is degraded by LM "
-                 "failures", min=0.0, max=1.0),
+    typer.Option("--max-degraded", help="exit 3 when more than this share of the questions fell back (degraded: "
+                 "an LM failed, a bound cut a step) or any raised; exit 4 when none was answered", min=0.0, max=1.0),
 ]
 
 
@@ -141,7 +141,7 @@ def eval_command(
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
-    fail_if_degraded({prog.system: done.summary}, max_degraded, out)
+    exit_by_answers({prog.system: done.summary}, max_degraded, out)
 
 
 @app.command("compare")
@@ -194,4 +194,4 @@ def compare_command(
         raise typer.Exit(EXIT_INTERRUPTED)
     print_comparison(done.rows, console)
     console.print(f"Comparison in {safe(Path(out) / 'comparison.md')} and {safe(Path(out) / 'comparison.csv')}")
-    fail_if_degraded({spec: run.summary for spec, run in done.runs.items()}, max_degraded, out)
+    exit_by_answers({spec: run.summary for spec, run in done.runs.items()}, max_degraded, out)

@@ -171,13 +171,13 @@ def build_manifest(
 
 # settings (flat names) that change how fast a run goes, or how long it waits for an LM, not its results
 EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s", "scan_ahead", "scan_shards"})
-WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
+WAITS = ("question_deadline_s", "max_question_chars", "lm.timeout_s", "lm.num_retries")
 
 
 def without_waits(config: Mapping[str, Any]) -> dict[str, Any]:
     """A config dump (grouped or flat), flat (``flat_settings``) and without how long to wait for an
-    LM (``WAITS``): that changes which questions end degraded, which are retried, never what an
-    answered question scores. Flat, a run or study made before the settings were grouped still
+    LM or how long a question it takes (``WAITS``): that changes which questions end degraded or
+    refused, which are retried, never what an answered question scores. Flat, a run or study made before the settings were grouped still
     matches its config."""
     out = {k: v for k, v in flat_settings(config).items() if k not in WAITS}
     if isinstance(out.get("lm"), Mapping):

@@ -39,7 +39,7 @@ import dspy
 from pydantic import ValidationError
 
 from autofocus._version import __version__
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, invalid
 
 FORMAT = "autofocus-program/1"
 
@@ -115,7 +115,7 @@ def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
     try:
         return doc["system"], AutofocusConfig.model_validate(doc["config"])
     except ValidationError as exc:
-        raise ProgramFileError(f"{path}: invalid config: {exc}") from None
+        raise ProgramFileError(str(invalid(exc, f"{path}: config"))) from None
 
 
 def _system_name(spec: str) -> str:

@@ -16,6 +16,10 @@ class adds what DSPy's conventions promise and a knowledge base needs:
   offline LM server.
 * A call makes no LM call after ``config.runtime.question_deadline_s`` (``autofocus.usage.question_deadline``;
   the evaluation runner's deadline wins when it calls the program).
+* A question longer than ``config.runtime.max_question_chars`` is refused (``QuestionTooLongError``)
+  before any LM call where the program may call one: its prompts would overflow the LM's context
+  window, and the steps would fall back one by one (a 40,000-character question took every LM call
+  to an HTTP 400).
 
 Example:
     program = autofocus.open("data/demo", "afr")
@@ -43,6 +47,10 @@ if TYPE_CHECKING:
 _ATTACH_LOCK = threading.Lock()
 
 
+class QuestionTooLongError(ValueError):
+    """A question longer than ``runtime.max_question_chars``, refused before any LM call."""
+
+
 class RetrievalProgram(dspy.Module):
     """Base class of the systems: a DSPy module with a knowledge base (``kb``), its ``config`` and its
     registry spec (``system``); subclasses set the three in ``__init__`` and define ``forward``."""
@@ -56,16 +64,29 @@ class RetrievalProgram(dspy.Module):
 
     # --- calling ------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
-        if self.needs_lm(kwargs.get("question", args[0] if args else None)):
-            self._attach_pending_lms()
+        self._prepare(kwargs.get("question", args[0] if args else None))
         with question_deadline(self._deadline_s(), outermost=True):
             return super().__call__(*args, **kwargs)
 
     async def acall(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
-        if self.needs_lm(kwargs.get("question", args[0] if args else None)):
-            self._attach_pending_lms()
+        self._prepare(kwargs.get("question", args[0] if args else None))
         with question_deadline(self._deadline_s(), outermost=True):
             return await super().acall(*args, **kwargs)
+
+    def _prepare(self, question: object) -> None:
+        """Before a call that may ask an LM: refuse a question over the length bound, attach the LMs."""
+        if not self.needs_lm(question):
+            return
+        runtime = getattr(getattr(self, "config", None), "runtime", None)
+        limit = getattr(runtime, "max_question_chars", None)
+        if limit is not None and isinstance(question, str) and len(question) > limit and self.predictors():
+            raise QuestionTooLongError(
+                f"the question has {len(question):,} characters, more than runtime.max_question_chars "
+                f"({limit:,}): every LLM step's prompt holds it whole, and an LM's context window does not. "
+                "Shorten it, or raise the bound for an LM with a longer context (a --config file's "
+                "max_question_chars, or --system afr:max_question_chars=N)"
+            )
+        self._attach_pending_lms()
 
     def needs_lm(self, question: object) -> bool:
         """Whether answering ``question`` may call an LM; where not (a replayed question and no step 8),
