@@ -33,7 +33,8 @@ err_console = make_console(stderr=True)
 def ask(
     question: Annotated[str, typer.Argument(help="the question in natural language")],
     skb: Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)")],
-    system: Annotated[str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7, vss")] = "afr",
+    system: Annotated[str | None, typer.Option(help="system preset, e.g. afr, afr:steps=1-7, vss (default: afr, or "
+                                               "the --program's own)")] = None,
     lm: Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)")] = None,
     program: Annotated[Path | None, typer.Option(help="optimised program from `autofocus optimize`")] = None,
@@ -54,8 +55,8 @@ def ask(
     are a fallback's alone), 1 for a question over the length bound or a damaged index."""
     import autofocus
     from autofocus.index.store import IndexError_
-    from autofocus.program.systems.base import QuestionTooLongError
     from autofocus.runtime import with_waits
+    from autofocus.usage import QuestionTooLongError
 
     cfg = config_or_exit(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
     cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
@@ -66,7 +67,7 @@ def ask(
         raise typer.Exit(EXIT_ERROR) from None
     if query is not None:
         if not hasattr(prog, "recorded"):
-            print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {system}"))
+            print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {prog.system}"))
             raise typer.Exit(1)
         prog.recorded = {question: (None, query, None)}  # step 1 still asks the LM
     try:

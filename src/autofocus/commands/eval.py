@@ -43,7 +43,7 @@ def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
         raise typer.Exit(1) from None
 
 
-def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | None) -> Any:
+def open_program(skb: Path, system: str | None, cfg: AutofocusConfig, program: Path | None) -> Any:
     """``runtime.open_program`` with LMs attached on first use, or exit 1 naming what is wrong."""
     try:
         return runtime.open_program(skb, system, cfg, program, lms="lazy")
@@ -59,6 +59,16 @@ def exit_by_answers(summaries: dict[str, dict[str, Any]], max_degraded: float, o
                                                      "command retries them")
     if code:
         raise typer.Exit(code)
+
+
+def unwritable(exc: OSError, out: Path) -> typer.Exit:
+    """One line for a run that could not be written (a full disk, a read-only folder): what finished
+    is in the run's traces (a line cut by the failure is dropped on resume), the same command goes on."""
+    if isinstance(exc, FileNotFoundError) and not exc.filename:  # a missing input, named by its message
+        return fail(str(exc))
+    where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    return fail(f"cannot write the run: {where}. The questions that finished are kept in {out}; make room (or "
+                "write access) and run the same command again to go on")
 
 
 # no exists=True: opening the SKB says what is wrong with the path (missing, a link loop, a broken link)
@@ -93,8 +103,8 @@ def eval_command(
     limit: LimitOpt = None,
     qa_dir: QADirOpt = None,
     system: Annotated[
-        str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7 (a --program names its own)")
-    ] = "afr",
+        str | None, typer.Option(help="system preset, e.g. afr, afr:steps=1-7 (default: afr, or the --program's own)")
+    ] = None,
     config: ConfigOpt = None,
     steps: StepsOpt = None,
     lm: LmOpt = None,
@@ -134,6 +144,8 @@ def eval_command(
             done = evaluate_program(prog, out, options, questions=items, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OSError as exc:
+        raise unwritable(exc, out) from None
     except OPEN_ERRORS as exc:  # a --replay run that is missing or damaged, or a system without steps 1-2
         print_error(err_console, exc)
         raise typer.Exit(1) from None
@@ -184,6 +196,8 @@ def compare_command(
             done = compare_systems(skb, specs, out, cfg, options, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OSError as exc:
+        raise unwritable(exc, out) from None
     except OPEN_ERRORS as exc:  # a damaged index, an unknown system or setting
         print_error(err_console, exc)
         raise typer.Exit(1) from None

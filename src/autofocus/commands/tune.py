@@ -54,7 +54,8 @@ def tune_command(
     ] = False,
     seed: Annotated[int, typer.Option(help="TPE sampler seed")] = 0,
     limit: Annotated[int | None, typer.Option(help="only the first N questions of the split", min=1)] = None,
-    system: Annotated[str, typer.Option(help="AF-Retriever preset, e.g. afr or afr-code")] = "afr",
+    system: Annotated[str | None, typer.Option(help="AF-Retriever preset, e.g. afr or afr-code (default: afr, or the "
+                                               "--program's own)")] = None,
     config: Annotated[Path | None, typer.Option(help="base config JSON", exists=True)] = None,
     program: Annotated[
         Path | None, typer.Option(help="optimised program from `autofocus optimize`", exists=True)

@@ -16,10 +16,9 @@ class adds what DSPy's conventions promise and a knowledge base needs:
   offline LM server.
 * A call makes no LM call after ``config.runtime.question_deadline_s`` (``autofocus.usage.question_deadline``;
   the evaluation runner's deadline wins when it calls the program).
-* A question longer than ``config.runtime.max_question_chars`` is refused (``QuestionTooLongError``)
+* A question longer than ``config.runtime.max_question_chars`` is refused (``usage.QuestionTooLongError``)
   before any LM call where the program may call one: its prompts would overflow the LM's context
-  window, and the steps would fall back one by one (a 40,000-character question took every LM call
-  to an HTTP 400).
+  window, and the steps would fail and fall back one by one.
 
 Example:
     program = autofocus.open("data/demo", "afr")
@@ -39,16 +38,12 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from autofocus.config import AutofocusConfig
-from autofocus.usage import question_deadline
+from autofocus.usage import check_question_length, question_deadline
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
 
 _ATTACH_LOCK = threading.Lock()
-
-
-class QuestionTooLongError(ValueError):
-    """A question longer than ``runtime.max_question_chars``, refused before any LM call."""
 
 
 class RetrievalProgram(dspy.Module):
@@ -77,15 +72,9 @@ class RetrievalProgram(dspy.Module):
         """Before a call that may ask an LM: refuse a question over the length bound, attach the LMs."""
         if not self.needs_lm(question):
             return
-        runtime = getattr(getattr(self, "config", None), "runtime", None)
-        limit = getattr(runtime, "max_question_chars", None)
-        if limit is not None and isinstance(question, str) and len(question) > limit and self.predictors():
-            raise QuestionTooLongError(
-                f"the question has {len(question):,} characters, more than runtime.max_question_chars "
-                f"({limit:,}): every LLM step's prompt holds it whole, and an LM's context window does not. "
-                "Shorten it, or raise the bound for an LM with a longer context (a --config file's "
-                "max_question_chars, or --system afr:max_question_chars=N)"
-            )
+        if self.predictors():  # a program without LLM steps (vss, bm25) takes any question
+            runtime = getattr(getattr(self, "config", None), "runtime", None)
+            check_question_length(question, getattr(runtime, "max_question_chars", None))
         self._attach_pending_lms()
 
     def needs_lm(self, question: object) -> bool:
