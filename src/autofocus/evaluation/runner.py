@@ -479,7 +479,12 @@ def _run_locked(
             with gate:  # once ``stop`` is set under ``gate``, nothing more is written or reported
                 if stop.is_set():
                     return
-                writer.append(record)
+                try:
+                    writer.append(record)
+                except OSError as exc:  # a full disk, a folder gone read-only: the run cannot go on
+                    stop.set()
+                    results.put(("abort", exc))
+                    return
                 results.put(("done", record))
 
     threads = [
