@@ -148,12 +148,18 @@ def test_the_parser_stays_linear_on_ten_thousand_clauses() -> None:
     assert time.perf_counter() - start < 5 and len(qg.triplets) == MAX_TRIPLETS and qg.capped
 
 
+def uncached_hash_kb(skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs opened on ``skb_dir`` get the hashing embedder's knowledge base, and DSPy caches no answer
+    (each run asks the fake LM server again)."""
+    kb = make_kb(load_skb_dir(skb_dir), tmp_path / "kb", source=skb_dir)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)
+
+
 def test_eval_with_an_lm_writing_ten_thousand_clauses_ends_each_question_in_time_and_degraded(
     two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
-    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
-    monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)
+    uncached_hash_kb(two_type_skb, tmp_path, monkeypatch)
     hostile = clauses(10_000)
 
     def answer(body: dict[str, Any]) -> str:
@@ -578,9 +584,7 @@ def overflowing(body: dict[str, Any]) -> dict[str, Any]:
 def test_a_prompt_over_the_context_window_degrades_the_question_and_a_resume_asks_it_again(
     two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
-    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
-    monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)
+    uncached_hash_kb(two_type_skb, tmp_path, monkeypatch)
     args = ("eval", "--skb", two_type_skb, "--split", "train", "--out", tmp_path / "run", "--system", "afr:steps=1-7",
             "--lm", "openai/fake", "--no-progress", "--lm-retries", 0)
     with FakeOpenAIServer(overflowing) as srv:

@@ -91,8 +91,8 @@ SPACE_MARGIN = 16 << 20  # bytes left free beyond the store and its FAISS copy (
 
 
 def store_bytes(num_nodes: int, dim: int) -> int:
-    """Disk bytes of a store of ``num_nodes`` rows: float16 vectors, the done mask, the float16 FAISS copy
-    and its float32 build (``check_free_space`` wants them free before the first row is embedded)."""
+    """Disk bytes of a store of ``num_nodes`` rows: float16 vectors and the done mask, plus room for its
+    FAISS copies at 4 bytes a value (``check_free_space`` wants them free before the first row is embedded)."""
     return num_nodes * (dim * 2 + 1) + num_nodes * dim * 4
 
 
