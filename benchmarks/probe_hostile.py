@@ -33,7 +33,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -436,12 +436,12 @@ def store_of(skb: Path) -> Path:
     return next((cache_dir_for(skb) / "index").glob("*/text-*t"))
 
 
-def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> list[tuple[str, str]]:
-    """Issue 47's probes; the demo is copied and embedded once, each damage done to a copy of its index."""
-    rows: list[tuple[str, str]] = []
+def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> Iterator[tuple[str, str]]:
+    """Issue 47's probes, each row as it is done; the demo is copied and embedded once, each damage done
+    to a copy of its index."""
     skb = demo_copy(demo, "demo")
     rc, out, secs = run(*AUTOFOCUS, "index", "build", skb, timeout=3600)  # the variants afr searches
-    rows.append(("setup: `index build` of the demo copy", f"exit {rc}, {secs:.0f} s"))
+    yield ("setup: `index build` of the demo copy", f"exit {rc}, {secs:.0f} s")
     store = store_of(skb)
     pristine = TMP / "pristine-store"
     shutil.copytree(store, pristine)
@@ -456,18 +456,18 @@ def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> l
     os.truncate(store / "embeddings.f16.npy", 800_000)
     rc, out, secs = run(*AUTOFOCUS, "index", "build", skb, "--variant", "text", timeout=3600)
     info = run(*AUTOFOCUS, "index", "info", skb)
-    rows.append(("1. `truncate -s 800000 embeddings.f16.npy; index build --variant text`",
-                 f"exit {rc}, {secs:.0f} s: {first_line(out, 'embeddings.f16.npy')[:170]}; then `index info` exit "
-                 f"{info[0]}, {'ok' if ' ok ' in info[1] else first_line(info[1], 'error')}; top 5 of `search` "
-                 f"{'as before' if run(*AUTOFOCUS, *query)[1] == top5 else 'changed'}"))
+    yield ("1. `truncate -s 800000 embeddings.f16.npy; index build --variant text`",
+           f"exit {rc}, {secs:.0f} s: {first_line(out, 'embeddings.f16.npy')[:170]}; then `index info` exit "
+           f"{info[0]}, {'ok' if ' ok ' in info[1] else first_line(info[1], 'error')}; top 5 of `search` "
+           f"{'as before' if run(*AUTOFOCUS, *query)[1] == top5 else 'changed'}")
     restore()
     size = (store / "embeddings.f16.npy").stat().st_size
     with (store / "embeddings.f16.npy").open("r+b") as fh:  # the header kept, the rows overwritten
         fh.seek(128)
         fh.write(os.urandom(size - 128))
     rc, out, _ = run(*AUTOFOCUS, "index", "info", skb)
-    rows.append(("1. same-size garbage over the vectors (header kept): `index info`",
-                 f"exit {rc}: {first_line(out, 'error')}"))
+    yield ("1. same-size garbage over the vectors (header kept): `index info`",
+           f"exit {rc}: {first_line(out, 'error')}")
     restore()
     before = run(*AUTOFOCUS, *query, "--type", "function")[1]
     faiss_file = next((store / "faiss").rglob("*function.faiss"))
@@ -476,23 +476,22 @@ def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> l
         fh.seek(size // 2)
         fh.write(os.urandom(size - size // 2))
     rc, out, _ = run(*AUTOFOCUS, *query, "--type", "function")
-    rows.append(("1. same-size garbage over a `.faiss` file's codes: `search --type function`",
-                 f"exit {rc}: {first_line(out, 'rebuilding')[:120]}; results {'as before' if before in out else 'changed'}"))
+    yield ("1. same-size garbage over a `.faiss` file's codes: `search --type function`",
+           f"exit {rc}: {first_line(out, 'rebuilding')[:120]}; results {'as before' if before in out else 'changed'}")
     restore()
-    for text in ("", "{not json"):
-        (store / "manifest.json").write_text(text)
-        rc, out, _ = run(*AUTOFOCUS, *query)
-        rc2, out2, _ = run(*AUTOFOCUS, "index", "info", skb)
-        rows.append((f"7. index manifest.json {'empty' if not text else 'not JSON'}: `search`; `index info`",
-                     f"exit {rc}: {first_line(out, 'manifest.json')[:140]}; info exit {rc2}: "
-                     f"{first_line(out2, 'error')[:120]}"))
-        restore()
+    (store / "manifest.json").write_text("{not json")
+    rc, out, _ = run(*AUTOFOCUS, "index", "info", skb)
+    yield "7. index manifest.json not JSON: `index info`", f"exit {rc}: {first_line(out, 'error')[:200]}"
+    (store / "manifest.json").write_text("")
+    rc, out, secs = run(*AUTOFOCUS, *query, timeout=3600)
+    yield "7. index manifest.json empty: `search`", f"exit {rc}, {secs:.0f} s: {first_line(out, 'manifest.json')[:200]}"
+    restore()
 
     # 2. a question longer than the LM's context
     long_q = "Which functions of the json module parse a document? " * 755  # 40,015 characters
     rc, out, secs = run(*AUTOFOCUS, "ask", long_q, "--skb", skb, "--system", "afr:steps=1-7", "--lm",
                         "openai/unused", timeout=600)
-    rows.append(("2. `ask` a 40,000-character question", f"exit {rc}, {secs:.0f} s: {first_line(out, 'the question')}"))
+    yield ("2. `ask` a 40,000-character question", f"exit {rc}, {secs:.0f} s: {first_line(out, 'the question')}")
     qa = TMP / "qa-long"
     qa.mkdir()
     pd.DataFrame({"id": [0], "query": [long_q], "answer_ids": ["[0]"]}).to_csv(qa / "qa_long.csv", index=False)
@@ -502,15 +501,15 @@ def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> l
     todo = json.loads((TMP / "run-long" / "manifest.json").read_text())["sessions"]
     run(*AUTOFOCUS, *ev, timeout=600)
     again = json.loads((TMP / "run-long" / "manifest.json").read_text())["sessions"][-1]["todo"]
-    rows.append(("2. `eval` of a split holding that question", f"exit {rc}: {first_line(out, 'afr')[:150]}; "
-                 f"a resume asks it again: {again == todo[-1]['todo'] == 1}"))
-    rows.append(("2. `eval`, every LM call answered HTTP 400 'exceeds the available context size' (fake server, "
-                 "3 questions)", overflow_eval(skb)))
+    yield ("2. `eval` of a split holding that question", f"exit {rc}: {first_line(out, 'afr')[:150]}; "
+           f"a resume asks it again: {again == todo[-1]['todo'] == 1}")
+    yield ("2. `eval`, every LM call answered HTTP 400 'exceeds the available context size' (fake server, "
+                 "3 questions)", overflow_eval(skb))
     if lm is not None:
         rc, out, secs = run(*AUTOFOCUS, "ask", long_q, "--skb", skb, "--system", "afr:max_question_chars=100000",
                             "--lm", lm, "--lm-retries", "0", timeout=1800)
-        rows.append((f"2. `ask` that question past the bound (--lm {lm})",
-                     f"exit {rc}, {secs:.0f} s: {first_line(out, 'degraded')[:200]}"))
+        yield (f"2. `ask` that question past the bound (--lm {lm})",
+                     f"exit {rc}, {secs:.0f} s: {first_line(out, 'degraded')[:200]}")
 
     # 3. duplicate columns
     for header, data in (("id,type,name,text,name,text", "1,a,A,first,B,second"), (":ID,:LABEL,name,:ID", "1,a,A,9")):
@@ -518,7 +517,7 @@ def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> l
         src.mkdir()
         (src / "nodes.csv").write_text(f"{header}\n{data}\n")
         rc, out, _ = run(*AUTOFOCUS, "skb", "import", src, src / "out")
-        rows.append((f"3. `skb import` of a header `{header}`", f"exit {rc}: {first_line(out, 'nodes.csv')}"))
+        yield (f"3. `skb import` of a header `{header}`", f"exit {rc}: {first_line(out, 'nodes.csv')}")
 
     # 4. nothing answered
     if gguf is not None:
@@ -529,18 +528,18 @@ def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> l
               "afr:steps=1-7", "--lm", f"local:{cut}", "--no-progress")
         rc, out, _ = run(*AUTOFOCUS, *ev, timeout=1800)
         rep = run(*AUTOFOCUS, "report", TMP / "run-cut")
-        rows.append(("4. `eval --lm local:<GGUF cut at 200 MB>` (3 questions); `report` of it",
-                     f"exit {rc}: {first_line(out, 'afr')[:170]}; report exit {rep[0]}"))
+        yield ("4. `eval --lm local:<GGUF cut at 200 MB>` (3 questions); `report` of it",
+                     f"exit {rc}: {first_line(out, 'afr')[:170]}; report exit {rep[0]}")
 
     # 5. a misspelt top-level setting
     config = TMP / "alhpa.json"
     config.write_text('{"alhpa": 0.5}')
     rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--limit", "1", "--out", TMP / "run-cfg",
                      "--system", "vss", "--config", config, "--no-progress")
-    rows.append(('5. `eval --config` of `{"alhpa": 0.5}`', f"exit {rc}: {first_line(out, str(config))}"))
+    yield ('5. `eval --config` of `{"alhpa": 0.5}`', f"exit {rc}: {first_line(out, str(config))}")
 
     # 7. smaller ones
-    rows.append(("7. an edit in the middle of a 4.7 MiB nodes.jsonl keeping size and mtime", large_edit(demo)))
+    yield "7. an edit in the middle of a nodes.jsonl over 4 MiB keeping size and mtime", large_edit(demo)
     prog = TMP / "prog.json"
     python(f"""
         from autofocus import runtime
@@ -548,17 +547,16 @@ def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> l
     """, 600)
     rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--limit", "1", "--out", TMP / "run-prog",
                      "--system", "vss", "--program", prog, "--no-progress")
-    rows.append(("7. `eval --system vss --program <a program of afr:steps=1-7>`", f"exit {rc}: {first_line(out, str(prog))}"))
+    yield ("7. `eval --system vss --program <a program of afr:steps=1-7>`", f"exit {rc}: {first_line(out, str(prog))}")
     doc = json.loads(prog.read_text())
     doc["state"][next(iter(doc["state"]))]["demos"] = "not a list"
     prog.write_text(json.dumps(doc))
     rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--limit", "1", "--out", TMP / "run-demos",
                      "--program", prog, "--no-progress", "--lm", "openai/unused")
-    rows.append(('7. a program file with `"demos": "not a list"`', f"exit {rc}: {first_line(out, str(prog))}"))
-    rows.append(("7. `bench build wordnet --small` from a data.noun cut at a line boundary", cut_wordnet()))
+    yield ('7. a program file with `"demos": "not a list"`', f"exit {rc}: {first_line(out, str(prog))}")
+    yield ("7. `bench build wordnet --small` from a data.noun cut at a line boundary", cut_wordnet())
     if mount:
-        rows += mounted_probes(skb, pristine)
-    return rows
+        yield from mounted_probes(skb, store, pristine)
 
 
 def overflow_eval(skb: Path) -> str:
@@ -582,24 +580,25 @@ def overflow_eval(skb: Path) -> str:
 
 
 def large_edit(demo: Path) -> str:
-    """A demo copy padded past 4 MiB; a name 2 MiB in edited, size and mtime restored; what is served."""
+    """A demo copy whose documents are padded past 4 MiB; a word of the middle node's document edited,
+    size and mtime restored; which document is served then."""
     skb = demo_copy(demo, "demo-large")
     nodes = skb / "nodes.jsonl"
-    lines = nodes.read_text().splitlines()
-    last = json.loads(lines[-1])
-    filler = [json.dumps({**last, "id": len(lines) + i, "name": f"filler_{i:05d}", "text": "x" * 900})
-              for i in range(5000)]
-    nodes.write_text("\n".join(lines + filler) + "\n")
-    read = ("from autofocus.skb.io import load_skb; import sys; names = list(load_skb(sys.argv[1], progress=False).names);"
-            " print('new' if 'fillex_02500' in names else 'old')")
+    rows = [json.loads(line) for line in nodes.read_text().splitlines()]
+    middle = len(rows) // 2
+    for row in rows:
+        row["text"] = f"{row.get('text', '')} {'padding ' * 250}".strip()
+    rows[middle]["text"] = "MARKER-OLD " + rows[middle]["text"]
+    nodes.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    read = ("from autofocus.skb.io import load_skb; import sys; doc = load_skb(sys.argv[1], progress=False)"
+            f".doc({middle}); print('new' if 'MARKER-NEW' in doc else 'old' if 'MARKER-OLD' in doc else '?')")
     run(sys.executable, "-c", read, skb, timeout=600)
     st = nodes.stat()
-    text = nodes.read_text()
-    at = text.index("filler_02500")
-    nodes.write_text(text[:at] + "fillex" + text[at + 6:])
+    nodes.write_text(nodes.read_text().replace("MARKER-OLD", "MARKER-NEW"))
     os.utime(nodes, ns=(st.st_atime_ns, st.st_mtime_ns))
     same = (nodes.stat().st_size, nodes.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-    return f"size and mtime kept: {same}; the {run(sys.executable, '-c', read, skb, timeout=600)[1]} name is served"
+    served = run(sys.executable, "-c", read, skb, timeout=600)[1]
+    return f"{st.st_size / 2**20:.1f} MiB, size and mtime kept: {same}; the {served} document is served"
 
 
 def cut_wordnet() -> str:
@@ -613,10 +612,9 @@ def cut_wordnet() -> str:
     return f"exit {rc}: {first_line(out, 'data.noun', 'error', 'built')[:200]}"
 
 
-def mounted_probes(skb: Path, pristine: Path) -> list[tuple[str, str]]:
+def mounted_probes(skb: Path, store: Path, pristine: Path) -> Iterator[tuple[str, str]]:
     """Probes on tmpfs mounts (root): a disk too small for the index, a read-only index folder with a
     file missing, a full disk under eval --out."""
-    rows = []
     mnt = TMP / "mnt"
     mnt.mkdir()
 
@@ -631,29 +629,28 @@ def mounted_probes(skb: Path, pristine: Path) -> list[tuple[str, str]]:
         mounted("1m")
         rc, out, secs = run(*AUTOFOCUS, "index", "build", skb, "--variant", "text", "--index-dir", mnt / "idx",
                             timeout=1800)
-        rows.append(("7. `index build --index-dir` on a 1 MiB tmpfs", f"exit {rc}, {secs:.0f} s: {first_line(out, 'error')}"))
+        yield ("7. `index build --index-dir` on a 1 MiB tmpfs", f"exit {rc}, {secs:.0f} s: {first_line(out, 'error')}")
         subprocess.run(["umount", str(mnt)], check=True)
         for missing in ("done.npy", "faiss/flat/0003-function.faiss"):
             def fill(missing: str = missing) -> None:
-                target = mnt / "idx" / pristine.parent.name / pristine.name
+                target = mnt / "idx" / store.parent.name / store.name
                 shutil.copytree(pristine, target)
                 (target / missing).unlink()
             mounted("20m", fill, read_only=True)
             rc, out, _ = run(*AUTOFOCUS, "search", "parse json", "--skb", skb, "--index-dir", mnt / "idx")
             rc2, out2, _ = run(*AUTOFOCUS, "index", "build", skb, "--variant", "text", "--index-dir", mnt / "idx")
-            rows.append((f"7. read-only index folder without {missing}: `search`; `index build`",
+            yield (f"7. read-only index folder without {missing}: `search`; `index build`",
                          f"exit {rc}: {first_line(out, 'error', 'could not')[:150]}; build exit {rc2}: "
-                         f"{first_line(out2, 'error')[:150]}"))
+                         f"{first_line(out2, 'error')[:150]}")
             subprocess.run(["umount", str(mnt)], check=True)
         mounted("64k")
         rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--out", mnt / "run", "--system", "vss",
                          "--no-progress", timeout=900)
         kept = len((mnt / "run" / "traces.jsonl").read_text().splitlines()) if (mnt / "run" / "traces.jsonl").exists() else 0
-        rows.append(("7. `eval --out` on a 64 KiB tmpfs (87 questions)", f"exit {rc}: {first_line(out, 'cannot write')[:200]}; "
-                     f"{kept} finished lines kept"))
+        yield ("7. `eval --out` on a 64 KiB tmpfs (87 questions)", f"exit {rc}: {first_line(out, 'cannot write')[:200]}; "
+                     f"{kept} finished lines kept")
     finally:
         subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
-    return rows
 
 
 if __name__ == "__main__":

@@ -570,6 +570,15 @@ def test_an_index_folder_that_cannot_be_written_is_one_line(tiny_skb: Any, tiny_
         ids, _ = NodeIndex(store, tiny_skb.node_type, tiny_skb.node_type_names).search(
             HashEmbedder().embed(["graph"])[0], k=3)
     assert len(ids) == 3 and "keeping it in memory" in caplog.text
+    kb = make_kb(tiny_skb, tmp_path / "kb")  # a damaged store in a folder where it cannot be built again
+    kb.index("text")
+    (kb.store_dir("text") / store_mod.DONE).unlink()
+    kb = make_kb(tiny_skb, tmp_path / "kb")
+    monkeypatch.setattr("autofocus.kb.build_embeddings", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(errno.EROFS, "Read-only file system", str(kb.store_dir("text") / store_mod.LOCK))))
+    with pytest.raises(store_mod.IndexCorruptError, match=r"done\.npy is missing; building it again failed: .*\.lock: "
+                                                          r"Read-only file system"):
+        kb.index("text")
 
 
 # --- 2. a question too long for the LM ---------------------------------------------------------------

@@ -195,16 +195,23 @@ class KnowledgeBase:
 
     def _open_index(self, variant: str) -> NodeIndex:
         directory = self.store_dir(variant)
+        damage: IndexCorruptError | None = None
         try:
             store = EmbeddingStore.open(directory) if (directory / MANIFEST).is_file() else None
-        except IndexCorruptError:
+        except IndexCorruptError as exc:
             if not self.build_missing:
                 raise
-            store = None  # built again from nothing below (``index.build.open_or_discard``)
+            store, damage = None, exc  # built again from nothing below (``index.build.open_or_discard``)
         if store is None or not store.consistent:
             if not self.build_missing:
                 raise self._missing_error(variant, store)
-            self.build(variant)
+            try:
+                self.build(variant)
+            except OSError as exc:  # a read-only or full folder: say why it was being built
+                if damage is None:
+                    raise
+                raise IndexCorruptError(damage.reason, f"building it again failed: {exc.filename or directory}: "
+                                                       f"{exc.strerror or exc}") from None
             store = EmbeddingStore.open(directory)
         store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb), num_nodes=self.skb.num_nodes,
                     variant=variant, doc_budget_tokens=store.manifest.doc_budget_tokens and self.doc_budget_tokens)

@@ -483,7 +483,7 @@ def _run_locked(
                     writer.append(record)
                 except OSError as exc:  # a full disk, a folder gone read-only: the run cannot go on
                     stop.set()
-                    results.put(("abort", exc))
+                    results.put(("abort", OSError(exc.errno, exc.strerror, str(writer.path))))
                     return
                 results.put(("done", record))
 
@@ -534,6 +534,9 @@ def _run_locked(
             stop.set()
         if interrupted or failure is not None:
             cancel_pending()  # the dropped questions' queued LM calls must not hold up the exit
+        if failure is not None:  # questions in flight end first: a process that exits under a thread still in
+            for t in (t for t in threads if t.is_alive()):  # native code (ONNX Runtime, FAISS) can abort
+                t.join(timeout=30)
         writer.close()
         while not results.empty():  # lines written before ``stop`` that were not counted yet
             kind, payload = results.get_nowait()
