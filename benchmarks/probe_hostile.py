@@ -1,6 +1,13 @@
-"""Hostile-input probes of issue 34, one line each, against whichever autofocus is importable: run it
-with ``PYTHONPATH=<checkout>/src`` of the code before a fix and after it (docs/results.md, "Hardening
+"""Hostile-input probes, one line each, against whichever autofocus is importable: run it with
+``PYTHONPATH=<checkout>/src`` of the code before a fix and after it (docs/results.md, "Hardening
 probes"). The tests of the same probes are ``tests/test_hostile_inputs.py``.
+
+Without ``--demo`` it runs issue 34's probes (on a tiny SKB); with ``--demo PATH`` issue 47's, each on
+a copy of that demo SKB under a temporary folder (its cache and indexes in a temporary
+``AUTOFOCUS_HOME``: the demo is embedded once there). ``--gguf`` (a GGUF file; a copy cut at 200 MB
+is evaluated with) and ``--lm local`` (the offline LM, for a 40,000-character question sent past the
+length bound) add the probes that need the offline LM; as root, ``--mount`` adds those that need a
+small or read-only filesystem (tmpfs).
 
 Work bounds (steps 3-3b on a query of many clauses, ``eval`` where the LM writes 10,000 MATCH
 clauses) run in a subprocess under ``--timeout``; the rest in this process. A full disk needs a small
@@ -8,6 +15,8 @@ filesystem (root: ``mount -t tmpfs -o size=48k tmpfs /mnt/small``, then ``autofo
 data/demo --index-dir /mnt/small/idx``), so it is not among them.
 
     PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py
+    PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py --demo data/demo --mount \
+        --gguf ~/.cache/autofocus/models/<model>.gguf --lm local
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +129,15 @@ EVAL = """
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=300, help="seconds for each work-bound probe")
+    parser.add_argument("--demo", type=Path, help="run issue 47's probes on copies of this demo SKB")
+    parser.add_argument("--gguf", type=Path, help="issue 47: a GGUF model file to cut at 200 MB")
+    parser.add_argument("--lm", help="issue 47: the LM that gets a 40,000-character question (e.g. local)")
+    parser.add_argument("--mount", action="store_true", help="issue 47: probes on small/read-only tmpfs (root)")
     args = parser.parse_args()
+    if args.demo is not None:
+        for name, out in demo_probes(args.demo.resolve(), args.gguf, args.lm, args.mount):
+            print(f"| {name} | {out} |", flush=True)
+        return
     from autofocus.skb.writer import write_skb_dir
 
     schema = {**TINY_SCHEMA, "candidate_types": ["paper", "author"]}  # step 1 asks the LM
@@ -393,6 +410,247 @@ def _tokens() -> str:
     with usage.usage_scope() as used, contextlib.suppress(Exception):  # connection refused, as DSPy types it
         lm("a long prompt " * 800)
     return f"{used.calls} call, {used.input_tokens} input tokens"
+
+
+# --- issue 47: on copies of the demo ------------------------------------------------------------------
+
+
+def first_line(out: str, *marks: str) -> str:
+    """The error line of a command's output (from its first mark on), or a traceback's last line."""
+    if "Traceback" in out:
+        return "traceback: " + out.split("Traceback")[-1][-160:]
+    at = min((i for i in (out.find(m) for m in marks) if i >= 0), default=-1)
+    return out[at: at + 230] if at >= 0 else out[:230]
+
+
+def demo_copy(demo: Path, name: str) -> Path:
+    copy = TMP / name
+    shutil.copytree(demo, copy, ignore=shutil.ignore_patterns("runs"))
+    return copy
+
+
+def store_of(skb: Path) -> Path:
+    """The text store of a demo copy's default index folder."""
+    from autofocus.skb.cache import cache_dir_for
+
+    return next((cache_dir_for(skb) / "index").glob("*/text-*t"))
+
+
+def demo_probes(demo: Path, gguf: Path | None, lm: str | None, mount: bool) -> Iterator[tuple[str, str]]:
+    """Issue 47's probes, each row as it is done; the demo is copied and embedded once, each damage done
+    to a copy of its index."""
+    skb = demo_copy(demo, "demo")
+    rc, out, secs = run(*AUTOFOCUS, "index", "build", skb, timeout=3600)  # the variants afr searches
+    yield ("setup: `index build` of the demo copy", f"exit {rc}, {secs:.0f} s")
+    store = store_of(skb)
+    pristine = TMP / "pristine-store"
+    shutil.copytree(store, pristine)
+    query = ("search", "parse a JSON document into Python objects", "--skb", skb, "-k", "5")
+    top5 = run(*AUTOFOCUS, *query)[1]
+
+    def restore() -> None:
+        shutil.rmtree(store)
+        shutil.copytree(pristine, store)
+
+    # 1. a damaged store
+    os.truncate(store / "embeddings.f16.npy", 800_000)
+    rc, out, secs = run(*AUTOFOCUS, "index", "build", skb, "--variant", "text", timeout=3600)
+    info = run(*AUTOFOCUS, "index", "info", skb)
+    yield ("1. `truncate -s 800000 embeddings.f16.npy; index build --variant text`",
+           f"exit {rc}, {secs:.0f} s: {first_line(out, 'embeddings.f16.npy')[:170]}; then `index info` exit "
+           f"{info[0]}, {'ok' if ' ok ' in info[1] else first_line(info[1], 'error')}; top 5 of `search` "
+           f"{'as before' if run(*AUTOFOCUS, *query)[1] == top5 else 'changed'}")
+    restore()
+    size = (store / "embeddings.f16.npy").stat().st_size
+    with (store / "embeddings.f16.npy").open("r+b") as fh:  # the header kept, the rows overwritten
+        fh.seek(128)
+        fh.write(os.urandom(size - 128))
+    rc, out, _ = run(*AUTOFOCUS, "index", "info", skb)
+    yield ("1. same-size garbage over the vectors (header kept): `index info`",
+           f"exit {rc}: {first_line(out, 'error')}")
+    restore()
+    before = run(*AUTOFOCUS, *query, "--type", "function")[1]
+    faiss_file = next((store / "faiss").rglob("*function.faiss"))
+    size = faiss_file.stat().st_size
+    with faiss_file.open("r+b") as fh:
+        fh.seek(size // 2)
+        fh.write(os.urandom(size - size // 2))
+    rc, out, _ = run(*AUTOFOCUS, *query, "--type", "function")
+    yield ("1. same-size garbage over a `.faiss` file's codes: `search --type function`",
+           f"exit {rc}: {first_line(out, 'rebuilding')[:120]}; results {'as before' if before in out else 'changed'}")
+    restore()
+    (store / "manifest.json").write_text("{not json")
+    rc, out, _ = run(*AUTOFOCUS, "index", "info", skb)
+    yield "7. index manifest.json not JSON: `index info`", f"exit {rc}: {first_line(out, 'error')[:200]}"
+    (store / "manifest.json").write_text("")
+    rc, out, secs = run(*AUTOFOCUS, *query, timeout=3600)
+    yield "7. index manifest.json empty: `search`", f"exit {rc}, {secs:.0f} s: {first_line(out, 'manifest.json')[:200]}"
+    restore()
+
+    # 2. a question longer than the LM's context
+    long_q = "Which functions of the json module parse a document? " * 755  # 40,015 characters
+    rc, out, secs = run(*AUTOFOCUS, "ask", long_q, "--skb", skb, "--system", "afr:steps=1-7", "--lm",
+                        "openai/unused", timeout=600)
+    yield ("2. `ask` a 40,000-character question", f"exit {rc}, {secs:.0f} s: {first_line(out, 'the question')}")
+    qa = TMP / "qa-long"
+    qa.mkdir()
+    pd.DataFrame({"id": [0], "query": [long_q], "answer_ids": ["[0]"]}).to_csv(qa / "qa_long.csv", index=False)
+    ev = ("eval", "--skb", skb, "--split", "long", "--qa-dir", qa, "--out", TMP / "run-long", "--system",
+          "afr:steps=1-7", "--lm", "openai/unused", "--no-progress")
+    rc, out, _ = run(*AUTOFOCUS, *ev, timeout=600)
+    todo = json.loads((TMP / "run-long" / "manifest.json").read_text())["sessions"]
+    run(*AUTOFOCUS, *ev, timeout=600)
+    again = json.loads((TMP / "run-long" / "manifest.json").read_text())["sessions"][-1]["todo"]
+    yield ("2. `eval` of a split holding that question", f"exit {rc}: {first_line(out, 'afr')[:150]}; "
+           f"a resume asks it again: {again == todo[-1]['todo'] == 1}")
+    yield ("2. `eval`, every LM call answered HTTP 400 'exceeds the available context size' (fake server, "
+                 "3 questions)", overflow_eval(skb))
+    if lm is not None:
+        rc, out, secs = run(*AUTOFOCUS, "ask", long_q, "--skb", skb, "--system", "afr:max_question_chars=100000",
+                            "--lm", lm, "--lm-retries", "0", timeout=1800)
+        yield (f"2. `ask` that question past the bound (--lm {lm})",
+                     f"exit {rc}, {secs:.0f} s: {first_line(out, 'degraded')[:200]}")
+
+    # 3. duplicate columns
+    for header, data in (("id,type,name,text,name,text", "1,a,A,first,B,second"), (":ID,:LABEL,name,:ID", "1,a,A,9")):
+        src = TMP / f"dup{len(header)}"
+        src.mkdir()
+        (src / "nodes.csv").write_text(f"{header}\n{data}\n")
+        rc, out, _ = run(*AUTOFOCUS, "skb", "import", src, src / "out")
+        yield (f"3. `skb import` of a header `{header}`", f"exit {rc}: {first_line(out, 'nodes.csv')}")
+
+    # 4. nothing answered
+    if gguf is not None:
+        cut = TMP / "cut.gguf"
+        with gguf.open("rb") as src_fh, cut.open("wb") as dst_fh:
+            dst_fh.write(src_fh.read(200_000_000))
+        ev = ("eval", "--skb", skb, "--split", "test", "--limit", "3", "--out", TMP / "run-cut", "--system",
+              "afr:steps=1-7", "--lm", f"local:{cut}", "--no-progress")
+        rc, out, _ = run(*AUTOFOCUS, *ev, timeout=1800)
+        rep = run(*AUTOFOCUS, "report", TMP / "run-cut")
+        yield ("4. `eval --lm local:<GGUF cut at 200 MB>` (3 questions); `report` of it",
+                     f"exit {rc}: {first_line(out, 'afr')[:170]}; report exit {rep[0]}")
+
+    # 5. a misspelt top-level setting
+    config = TMP / "alhpa.json"
+    config.write_text('{"alhpa": 0.5}')
+    rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--limit", "1", "--out", TMP / "run-cfg",
+                     "--system", "vss", "--config", config, "--no-progress")
+    yield ('5. `eval --config` of `{"alhpa": 0.5}`', f"exit {rc}: {first_line(out, str(config))}")
+
+    # 7. smaller ones
+    yield "7. an edit in the middle of a nodes.jsonl over 4 MiB keeping size and mtime", large_edit(demo)
+    prog = TMP / "prog.json"
+    python(f"""
+        from autofocus import runtime
+        runtime.open_program("{skb}", "afr:steps=1-7", lms=False).save("{prog}")
+    """, 600)
+    rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--limit", "1", "--out", TMP / "run-prog",
+                     "--system", "vss", "--program", prog, "--no-progress")
+    yield ("7. `eval --system vss --program <a program of afr:steps=1-7>`", f"exit {rc}: {first_line(out, str(prog))}")
+    doc = json.loads(prog.read_text())
+    doc["state"][next(iter(doc["state"]))]["demos"] = "not a list"
+    prog.write_text(json.dumps(doc))
+    rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--limit", "1", "--out", TMP / "run-demos",
+                     "--program", prog, "--no-progress", "--lm", "openai/unused")
+    yield ('7. a program file with `"demos": "not a list"`', f"exit {rc}: {first_line(out, str(prog))}")
+    yield ("7. `bench build wordnet --small` from a data.noun cut at a line boundary", cut_wordnet())
+    if mount:
+        yield from mounted_probes(skb, store, pristine)
+
+
+def overflow_eval(skb: Path) -> str:
+    """An eval whose LM answers every call as llama-server answers a prompt over its context; then a resume."""
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    error = {"code": 400, "type": "exceed_context_size_error",
+             "message": "the request exceeds the available context size, try increasing it"}
+    with FakeOpenAIServer(lambda body: {"status": 400, "json": {"error": error}}) as srv:
+        ev = ("eval", "--skb", skb, "--split", "test", "--limit", "3", "--out", TMP / "run-overflow", "--system",
+              "afr:steps=1-7", "--lm", "openai/fake", "--lm-retries", "0", "--no-progress")
+        env = {"AUTOFOCUS_LM_API_BASE": srv.api_base}
+        rc, out, _ = run(*AUTOFOCUS, *ev, env=env, timeout=600)
+        asked = srv.request_count
+        run(*AUTOFOCUS, *ev, env=env, timeout=600)
+        again = srv.request_count - asked
+    lines = [json.loads(line) for line in (TMP / "run-overflow" / "traces.jsonl").read_text().splitlines()]
+    causes = sorted({d["error"][:40] for r in lines for d in r.get("degraded", [])})
+    return (f"exit {rc}: {first_line(out, 'afr')[:110]}; statuses {sorted({r['status'] for r in lines})}, "
+            f"causes {causes}; the resume sent {again} requests")
+
+
+def large_edit(demo: Path) -> str:
+    """A demo copy whose documents are padded past 4 MiB; a word of the middle node's document edited,
+    size and mtime restored; which document is served then."""
+    skb = demo_copy(demo, "demo-large")
+    nodes = skb / "nodes.jsonl"
+    rows = [json.loads(line) for line in nodes.read_text().splitlines()]
+    middle = len(rows) // 2
+    for row in rows:
+        row["text"] = f"{row.get('text', '')} {'padding ' * 250}".strip()
+    rows[middle]["text"] = "MARKER-OLD " + rows[middle]["text"]
+    nodes.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    read = ("from autofocus.skb.io import load_skb; import sys; doc = load_skb(sys.argv[1], progress=False)"
+            f".doc({middle}); print('new' if 'MARKER-NEW' in doc else 'old' if 'MARKER-OLD' in doc else '?')")
+    run(sys.executable, "-c", read, skb, timeout=600)
+    st = nodes.stat()
+    nodes.write_text(nodes.read_text().replace("MARKER-OLD", "MARKER-NEW"))
+    os.utime(nodes, ns=(st.st_atime_ns, st.st_mtime_ns))
+    same = (nodes.stat().st_size, nodes.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    served = run(sys.executable, "-c", read, skb, timeout=600)[1]
+    return f"{st.st_size / 2**20:.1f} MiB, size and mtime kept: {same}; the {served} document is served"
+
+
+def cut_wordnet() -> str:
+    from autofocus.bench.wordnet_source import locate_wordnet
+
+    folder = TMP / "wordnet-cut"
+    folder.mkdir()
+    lines = (locate_wordnet() / "data.noun").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "data.noun").write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    rc, out, _ = run(*AUTOFOCUS, "bench", "build", "wordnet", TMP / "wn", "--small", "--wordnet-dir", folder, timeout=900)
+    return f"exit {rc}: {first_line(out, 'data.noun', 'error', 'built')[:200]}"
+
+
+def mounted_probes(skb: Path, store: Path, pristine: Path) -> Iterator[tuple[str, str]]:
+    """Probes on tmpfs mounts (root): a disk too small for the index, a read-only index folder with a
+    file missing, a full disk under eval --out."""
+    mnt = TMP / "mnt"
+    mnt.mkdir()
+
+    def mounted(size: str, fill: Callable[[], None] | None = None, read_only: bool = False) -> None:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
+        if fill is not None:
+            fill()
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+
+    try:
+        mounted("1m")
+        rc, out, secs = run(*AUTOFOCUS, "index", "build", skb, "--variant", "text", "--index-dir", mnt / "idx",
+                            timeout=1800)
+        yield ("7. `index build --index-dir` on a 1 MiB tmpfs", f"exit {rc}, {secs:.0f} s: {first_line(out, 'error')}")
+        subprocess.run(["umount", str(mnt)], check=True)
+        for missing in ("done.npy", "faiss/flat/0003-function.faiss"):
+            def fill(missing: str = missing) -> None:
+                target = mnt / "idx" / store.parent.name / store.name
+                shutil.copytree(pristine, target)
+                (target / missing).unlink()
+            mounted("20m", fill, read_only=True)
+            rc, out, _ = run(*AUTOFOCUS, "search", "parse json", "--skb", skb, "--index-dir", mnt / "idx")
+            rc2, out2, _ = run(*AUTOFOCUS, "index", "build", skb, "--variant", "text", "--index-dir", mnt / "idx")
+            yield (f"7. read-only index folder without {missing}: `search`; `index build`",
+                         f"exit {rc}: {first_line(out, 'error', 'could not')[:150]}; build exit {rc2}: "
+                         f"{first_line(out2, 'error')[:150]}")
+            subprocess.run(["umount", str(mnt)], check=True)
+        mounted("64k")
+        rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "test", "--out", mnt / "run", "--system", "vss",
+                         "--no-progress", timeout=900)
+        kept = len((mnt / "run" / "traces.jsonl").read_text().splitlines()) if (mnt / "run" / "traces.jsonl").exists() else 0
+        yield ("7. `eval --out` on a 64 KiB tmpfs (87 questions)", f"exit {rc}: {first_line(out, 'cannot write')[:200]}; "
+                     f"{kept} finished lines kept")
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def test_unknown_or_misplaced_settings_are_errors_where_a_user_names_them() -> N
         AutofocusConfig.model_validate({"merge": {"alhpa": 0.5}})
     with pytest.raises(ValueError, match=r"unknown setting 'alhpa'.*afr:alhpa=1"):
         resolve_config("afr:alhpa=1")
-    # a flat file's setting that no longer exists is ignored, as before the grouping
-    assert AutofocusConfig.model_validate({"alpha": 0.3, "retired_knob": 1}).merge.alpha == 0.3
+    # a misspelt top-level setting is refused as one in a group is, naming the closest known one
+    with pytest.raises(ValueError, match=r"unknown setting 'alhpa' \(did you mean 'alpha'\?\)"):
+        AutofocusConfig.model_validate({"alhpa": 0.3})
 
 
 def test_presets_specs_and_load_config_take_both_forms() -> None:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 import autofocus.commands.eval as eval_cmd
 from autofocus import runtime
 from autofocus.cli import app
+from autofocus.cli_app import EXIT_PARTIAL
 from autofocus.config import AutofocusConfig
 from autofocus.evaluation.program_runs import run_dir_name, split_systems
 from autofocus.program.systems import registry
@@ -146,10 +147,10 @@ def test_eval_fails_loudly_when_too_many_questions_are_degraded(
     monkeypatch.setitem(registry._SYSTEMS, "degrading", (lambda kb, cfg, spec: DegradingSystem(kb, cfg, spec), {}))
     base = ("eval", "--skb", tiny_skb_dir, "--split", "train", "--system", "degrading", "--no-progress")
     res = invoke(cli, *base, "--out", tmp_path / "a")
-    assert res.exit_code == eval_cmd.EXIT_DEGRADED, res.output
+    assert res.exit_code == EXIT_PARTIAL, res.output
     assert said(res, "3 questions, 2 degraded (66.7%")
-    assert said(res, "2 of 3 questions (67%) are degraded, above --max-degraded 10%")
-    assert said(res, "1_target_type: LMTransportError")
+    assert said(res, "2 of 3 questions were not answered by the method (--max-degraded 10% of them may fall back")
+    assert said(res, "2 fell back (1_target_type: LMTransportError (2))")
     CALLS.clear()
     res = invoke(cli, *base, "--out", tmp_path / "b", "--max-degraded", "0.7")
     assert res.exit_code == 0, res.output

@@ -36,6 +36,7 @@ from typer.testing import CliRunner
 
 from autofocus import paths, runtime, usage
 from autofocus.cli import app
+from autofocus.cli_app import EXIT_NOTHING, EXIT_PARTIAL
 from autofocus.console import safe
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.builder import MAX_TRIPLETS
@@ -58,7 +59,7 @@ from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir
 from autofocus.trace import Trace
 from tests.fake_openai_server import FakeOpenAIServer, chat_adapter_reply
-from tests.test_systems_common import HashEmbedder, make_kb
+from tests.test_systems_common import HashEmbedder, ScriptedLM, make_kb
 
 QUESTION = "Which papers cite Graph Retrieval at Scale?"
 STARK = Path(__file__).parent / "fixtures" / "stark"
@@ -147,12 +148,18 @@ def test_the_parser_stays_linear_on_ten_thousand_clauses() -> None:
     assert time.perf_counter() - start < 5 and len(qg.triplets) == MAX_TRIPLETS and qg.capped
 
 
+def uncached_hash_kb(skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs opened on ``skb_dir`` get the hashing embedder's knowledge base, and DSPy caches no answer
+    (each run asks the fake LM server again)."""
+    kb = make_kb(load_skb_dir(skb_dir), tmp_path / "kb", source=skb_dir)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)
+
+
 def test_eval_with_an_lm_writing_ten_thousand_clauses_ends_each_question_in_time_and_degraded(
     two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
-    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
-    monkeypatch.setattr(dspy, "cache", Cache(False, False, "", 0, 0), raising=False)
+    uncached_hash_kb(two_type_skb, tmp_path, monkeypatch)
     hostile = clauses(10_000)
 
     def answer(body: dict[str, Any]) -> str:
@@ -164,7 +171,7 @@ def test_eval_with_an_lm_writing_ten_thousand_clauses_ends_each_question_in_time
         monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", srv.api_base)
         res = cli("eval", "--skb", two_type_skb, "--split", "train", "--out", tmp_path / "run", "--system",
                   "afr:steps=1-7", "--lm", "openai/fake", "--no-progress", "--deadline", deadline, "--concurrency", 1)
-    assert res.exit_code == 3, res.output  # every question degraded: above --max-degraded
+    assert res.exit_code == EXIT_NOTHING, res.output  # every question degraded: none answered by the method
     records = [json.loads(line) for line in (tmp_path / "run" / "traces.jsonl").read_text().splitlines()]
     assert len(records) == 3
     for r in records:
@@ -353,7 +360,7 @@ def test_ask_exits_non_zero_when_no_lm_call_answered(two_type_skb: Path, tmp_pat
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", "http://127.0.0.1:9/v1")  # nothing listens there
     res = cli("ask", QUESTION, "--skb", two_type_skb, "--lm", "openai/fake", "--lm-retries", "0")
-    assert res.exit_code == 3 and "degraded" in res.text and "Answers to" in res.text
+    assert res.exit_code == EXIT_NOTHING and "degraded" in res.text and "Answers to" in res.text
 
 
 # --- 6. credentials ----------------------------------------------------------------------------------
@@ -442,3 +449,353 @@ def test_a_call_that_never_reached_a_server_counts_no_tokens() -> None:
     with usage.usage_scope() as used, pytest.raises(Exception):  # noqa: B017 (connection refused, as DSPy types it)
         lm("a long prompt " * 800)
     assert used.calls == 1 and used.input_tokens == 0 and used.output_tokens == 0
+
+
+# === third round (issue 47) ===========================================================================
+# --- 1. a damaged index store fails on open, and index build embeds it again -------------------------
+
+
+def built_store(skb: Any, directory: Path) -> store_mod.EmbeddingStore:
+    return build_embeddings(skb, HashEmbedder(), "text", directory, chunk_size=4, progress=False)
+
+
+def test_a_truncated_store_is_refused_unpadded_and_index_build_embeds_it_again(tiny_skb: Any, tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    directory = tmp_path / "store"
+    vectors = np.array(built_store(tiny_skb, directory).vectors)
+    path = directory / store_mod.VECTORS
+    half = path.stat().st_size // 2
+    os.truncate(path, half)
+    for writable in (False, True):
+        with pytest.raises(store_mod.IndexCorruptError, match=r"embeddings\.f16\.npy: [\d,]+ bytes, cut short"):
+            store_mod.EmbeddingStore.open(directory, writable=writable)
+    assert path.stat().st_size == half  # a writable open padded nothing with zeros
+    with caplog.at_level("WARNING"):
+        store = built_store(tiny_skb, directory)
+    assert re.search(r"embeddings\.f16\.npy: [\d,]+ bytes, cut short .*; building the store again from nothing",
+                     caplog.text)
+    assert store.complete and np.array_equal(np.asarray(store.vectors), vectors)  # every row again, none zero
+
+
+def test_same_size_garbage_in_the_vectors_or_a_faiss_file_is_not_served(tiny_skb: Any, tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    from autofocus.index.search import NodeIndex
+
+    directory = tmp_path / "store"
+    store = built_store(tiny_skb, directory)
+    index = NodeIndex(store, tiny_skb.node_type, tiny_skb.node_type_names)
+    query = HashEmbedder().embed(["graph retrieval"])[0]
+    expected = index.search(query, node_type="paper", k=3)
+    faiss_file = next((directory / "faiss").rglob("*paper*.faiss"))
+    size = faiss_file.stat().st_size
+    with faiss_file.open("r+b") as fh:  # the header kept, the codes overwritten
+        fh.seek(size // 2)
+        fh.write(np.random.default_rng(0).bytes(size - size // 2))
+    with caplog.at_level("WARNING"):
+        again = NodeIndex(store_mod.EmbeddingStore.open(directory), tiny_skb.node_type, tiny_skb.node_type_names)
+        found = again.search(query, node_type="paper", k=3)
+    assert "its bytes changed since it was written" in caplog.text
+    assert np.array_equal(found[0], expected[0]) and faiss_file.stat().st_size == size
+    path = directory / store_mod.VECTORS
+    with path.open("r+b") as fh:
+        fh.seek(path.stat().st_size - 64)
+        fh.write(b"\x7f" * 64)
+    with pytest.raises(store_mod.IndexCorruptError, match="content changed since it was written"):
+        store_mod.EmbeddingStore.open(directory)
+
+
+def test_a_done_mask_that_disagrees_with_the_manifest_is_damage(tiny_skb: Any, tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    built_store(tiny_skb, directory)
+    done = np.load(directory / store_mod.DONE, mmap_mode="r+")
+    done[:3] = False
+    done.flush()
+    with pytest.raises(store_mod.IndexCorruptError, match=r"done\.npy: marks 9 rows done, the manifest 12"):
+        store_mod.EmbeddingStore.open(directory)
+
+
+def test_an_empty_or_corrupt_manifest_is_one_line_naming_it(tiny_skb: Any, tiny_skb_dir: Path, tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    from autofocus.kb import manifests
+
+    root = tmp_path / "idx"
+    directory = store_mod.store_dir(root, HashEmbedder.name, "text", 128)
+    built_store(tiny_skb, directory)
+    for text in ("", '{"model": "m"}', "not json"):
+        (directory / store_mod.MANIFEST).write_text(text)
+        with pytest.raises(store_mod.IndexCorruptError, match=r"manifest\.json: unreadable manifest"):
+            store_mod.EmbeddingStore.open(directory)
+        with caplog.at_level("WARNING"):
+            assert manifests(root) == []  # every command that lists the stores goes on
+        assert "unreadable manifest" in caplog.text
+        res = cli("index", "info", tiny_skb_dir, "--index-dir", root)
+        assert res.exit_code == 1 and "manifest.json: unreadable manifest" in res.text and "Traceback" not in res.text
+
+
+def test_index_build_checks_the_disk_before_embedding_anything(tiny_skb: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    usage_ = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(store_mod.shutil, "disk_usage", lambda p: usage_._replace(free=1 << 20))
+    embedded: list[int] = []
+
+    class Counting(HashEmbedder):
+        def embed(self, texts: Any, batch_size: int = 64, progress: bool = False) -> Any:
+            embedded.append(len(texts))
+            return super().embed(texts, batch_size)
+
+    with pytest.raises(store_mod.DiskFullError, match="the index needs"):
+        build_embeddings(tiny_skb, Counting(), "text", tmp_path / "s", progress=False)
+    assert embedded == []  # refused before the first chunk, not after it
+
+
+def test_an_index_folder_that_cannot_be_written_is_one_line(tiny_skb: Any, tiny_skb_dir: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    import faiss
+
+    from autofocus.index.search import NodeIndex
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr("autofocus.kb.get_embedder", lambda spec: HashEmbedder(), raising=False)
+    res = cli("index", "build", tiny_skb_dir, "--variant", "text", "--embedder", "hash", "--index-dir", blocked / "idx")
+    assert res.exit_code == 1 and "a-file/idx" in res.text and "Traceback" not in res.text
+    store = built_store(tiny_skb, tmp_path / "store")
+
+    def read_only(index: Any, path: str) -> None:  # what FAISS's writer says in a read-only folder
+        raise RuntimeError(f"Error in faiss::FileIOWriter: could not open {path} for writing: Read-only file system")
+
+    monkeypatch.setattr(faiss, "write_index", read_only)
+    with caplog.at_level("WARNING"):
+        ids, _ = NodeIndex(store, tiny_skb.node_type, tiny_skb.node_type_names).search(
+            HashEmbedder().embed(["graph"])[0], k=3)
+    assert len(ids) == 3 and "keeping it in memory" in caplog.text
+    kb = make_kb(tiny_skb, tmp_path / "kb")  # a damaged store in a folder where it cannot be built again
+    kb.index("text")
+    (kb.store_dir("text") / store_mod.DONE).unlink()
+    kb = make_kb(tiny_skb, tmp_path / "kb")
+    monkeypatch.setattr("autofocus.kb.build_embeddings", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(errno.EROFS, "Read-only file system", str(kb.store_dir("text") / store_mod.LOCK))))
+    with pytest.raises(store_mod.IndexCorruptError, match=r"done\.npy is missing; building it again failed: .*\.lock: "
+                                                          r"Read-only file system"):
+        kb.index("text")
+
+
+# --- 2. a question too long for the LM ---------------------------------------------------------------
+
+
+def overflowing(body: dict[str, Any]) -> dict[str, Any]:
+    """What llama-server answers to a prompt over its context window."""
+    return {"status": 400, "json": {"error": {"code": 400, "type": "exceed_context_size_error", "message":
+            "the request exceeds the available context size, try increasing it"}}}
+
+
+def test_a_prompt_over_the_context_window_degrades_the_question_and_a_resume_asks_it_again(
+    two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uncached_hash_kb(two_type_skb, tmp_path, monkeypatch)
+    args = ("eval", "--skb", two_type_skb, "--split", "train", "--out", tmp_path / "run", "--system", "afr:steps=1-7",
+            "--lm", "openai/fake", "--no-progress", "--lm-retries", 0)
+    with FakeOpenAIServer(overflowing) as srv:
+        monkeypatch.setenv("AUTOFOCUS_LM_API_BASE", srv.api_base)
+        res = cli(*args)
+        assert res.exit_code == EXIT_NOTHING, res.output
+        assert "none of its 3 questions was answered by the method" in res.text
+        records = [json.loads(line) for line in (tmp_path / "run" / "traces.jsonl").read_text().splitlines()]
+        assert {r["status"] for r in records} == {"degraded"}
+        for r in records:
+            steps = {d["step"]: d["error"] for d in r["degraded"]}
+            assert set(steps) == {"1_target_type", "2_query"}
+            assert all(e.startswith("context window: the prompt does not fit") for e in steps.values())
+        asked = srv.request_count
+        assert cli(*args).exit_code == EXIT_NOTHING and srv.request_count > asked  # the resume asked them again
+
+
+def test_a_question_over_the_length_bound_is_refused_before_any_lm_call(
+    two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autofocus.evaluation.runner import evaluate_one
+
+    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    lm = ScriptedLM({"target_type": lambda user: {"target_type": "paper"}})
+    long = "Which papers cite " + "Graph Retrieval at Scale " * 200
+    program = runtime.open_program(two_type_skb, "afr:steps=1-7", lms=lm)
+    with pytest.raises(usage.QuestionTooLongError, match=r"has 5,018 characters, more than runtime\.max_question_chars \(4,000\)"):
+        program(question=long)
+    assert lm.calls == []
+    record = evaluate_one(program, type("Q", (), {"id": 1, "query": long, "answer_ids": [0]})())
+    assert record["status"] == "error" and record["error"].startswith("QuestionTooLongError")  # retried on resume
+    vss = runtime.open_program(two_type_skb, "vss")  # no LM step: no bound
+    assert len(vss(question=long).ranked_ids)
+    res = cli("ask", long, "--skb", two_type_skb, "--system", "afr:steps=1-7", "--lm", "openai/fake")
+    assert res.exit_code == 1 and "max_question_chars" in res.text and "Traceback" not in res.text
+    assert len(runtime.open_program(two_type_skb, "afr:steps=1-7,max_question_chars=6000", lms=lm)(
+        question=long).ranked_ids)
+
+
+# --- 3. a column named twice ---------------------------------------------------------------------------
+
+
+def test_a_column_named_twice_is_an_error_naming_it(tmp_path: Path) -> None:
+    tables = {"id,type,name,text,name,text\n1,a,A,first,B,second\n": r"'name' is columns 3, 5; 'text' is columns 4, 6",
+              ":ID,:LABEL,name,:ID\n1,a,A,9\n2,a,B,8\n": r"':ID' is columns 1, 4"}
+    for i, (table, named) in enumerate(tables.items()):
+        src = tmp_path / f"t{i}"
+        src.mkdir()
+        (src / "nodes.csv").write_text(table)
+        with pytest.raises(SourceError, match=rf"^nodes\.csv: line 1 \(the header\): a column name given more than "
+                                              rf"once \({named}\)"):
+            import_skb(src, tmp_path / f"out{i}")
+        assert not (tmp_path / f"out{i}" / "nodes.jsonl").exists()
+
+
+# --- 4. exit codes that say what happened ---------------------------------------------------------------
+
+
+class Raising(dspy.Module):
+    system, program_file = "raising", None
+
+    def __init__(self, kb: Any, config: Any) -> None:
+        super().__init__()
+        self.kb, self.config = kb, config
+
+    def forward(self, question: str) -> dspy.Prediction:
+        raise RuntimeError("the model file is cut short")
+
+
+def test_eval_and_report_exit_4_when_every_question_raised(tiny_skb_dir: Path, tiny_skb: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.program.systems import registry
+
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
+    monkeypatch.setitem(registry._SYSTEMS, "raising", (lambda kb, cfg, spec: Raising(kb, cfg), {}))
+    res = cli("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", tmp_path / "run", "--system", "raising",
+              "--no-progress")
+    assert res.exit_code == EXIT_NOTHING, res.output
+    assert "none of its 3 questions was answered by the method: 3 raised (RuntimeError 3)" in res.text
+    report = cli("report", tmp_path / "run")
+    assert report.exit_code == EXIT_NOTHING and "none of its 3 questions" in report.text
+    ok = write_run(tmp_path / "ok", [record(1), record(2, "error")], questions=2)
+    assert cli("report", ok).exit_code == 0  # something was answered: the tables say the rest
+
+
+def test_eval_exits_3_when_some_questions_raised(tiny_skb_dir: Path, tiny_skb: Any, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.program.systems import registry
+    from autofocus.program.systems.baselines import VSSRetriever
+
+    class SometimesRaising(VSSRetriever):
+        def forward(self, question: str) -> dspy.Prediction:
+            if "Ada" in question:
+                raise RuntimeError("no luck")
+            return super().forward(question)
+
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
+    monkeypatch.setitem(registry._SYSTEMS, "some", (lambda kb, cfg, spec: SometimesRaising(kb, cfg, spec), {}))
+    res = cli("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", tmp_path / "run", "--system", "some",
+              "--no-progress", "--max-degraded", "1")
+    raised = sum('"status": "error"' in line for line in (tmp_path / "run" / "traces.jsonl").read_text().splitlines())
+    assert 0 < raised < 3 and res.exit_code == EXIT_PARTIAL, res.output
+    assert f"{raised} of 3 questions were not answered by the method" in res.text
+
+
+# --- 5. a misspelt setting at the top of a config ---------------------------------------------------------
+
+
+def test_a_misspelt_top_level_setting_is_refused_in_one_line(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"alhpa": 0.5}')
+    with pytest.raises(ValueError, match=r"unknown setting 'alhpa' \(did you mean 'alpha'\?\)"):
+        runtime.load_config(config)
+    res = cli("eval", "--skb", tiny_skb_dir, "--out", tmp_path / "r", "--config", config)
+    assert res.exit_code == 1 and "config.json: unknown setting 'alhpa' (did you mean 'alpha'?)" in res.text
+    config.write_text('{"merge": {"alhpa": 0.5}}')
+    res = cli("eval", "--skb", tiny_skb_dir, "--out", tmp_path / "r", "--config", config)
+    assert res.exit_code == 1 and "unknown setting merge.alhpa (did you mean 'alpha'?)" in res.text
+    assert len(res.output.strip().splitlines()) == 1
+
+
+# --- 7. smaller ones --------------------------------------------------------------------------------------
+
+
+def test_an_edit_of_a_large_nodes_file_that_keeps_size_and_mtime_is_seen(tiny_skb_dir: Path, tmp_path: Path) -> None:
+    from autofocus.skb.io import load_skb
+
+    skb_dir = tmp_path / "skb"
+    shutil.copytree(tiny_skb_dir, skb_dir)
+    nodes = skb_dir / "nodes.jsonl"
+    lines = nodes.read_text().splitlines()
+    first = json.loads(lines[0])
+    padding = [json.dumps({**first, "id": len(lines) + i, "title": f"Filler {i:05d}", "text": "x" * 900})
+               for i in range(5000)]  # 4.7 MiB: beyond the first and last MiB an older check read
+    nodes.write_text("\n".join(lines[:6] + padding[:2500] + lines[6:7] + padding[2500:] + lines[7:]) + "\n")
+    assert nodes.stat().st_size > 4 << 20
+    assert "Filler 02600" in list(load_skb(skb_dir, progress=False).names)
+    st = nodes.stat()
+    text = nodes.read_text()
+    at = text.index("Filler 02600")  # 2.3 MiB into the file
+    nodes.write_text(text[:at] + "Fillex" + text[at + 6:])
+    os.utime(nodes, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (nodes.stat().st_size, nodes.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    names = list(load_skb(skb_dir, progress=False).names)
+    assert "Fillex 02600" in names and "Filler 02600" not in names
+
+
+def test_a_full_disk_under_eval_out_is_one_line_and_keeps_what_finished(tiny_skb_dir: Path, tiny_skb: Any,
+                                                                         tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.evaluation import traces
+
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
+    real, written = traces.TraceWriter.append, []
+
+    def append(self: Any, record: dict[str, Any]) -> None:
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        written.append(record["id"])
+        real(self, record)
+
+    monkeypatch.setattr(traces.TraceWriter, "append", append)
+    out = tmp_path / "run"
+    res = cli("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "vss", "--no-progress",
+              "--concurrency", 1)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "cannot write the run: " in res.text and "No space left on device" in res.text
+    assert len((out / "traces.jsonl").read_text().splitlines()) == 1  # what finished is kept
+    monkeypatch.undo()
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
+    res = cli("eval", "--skb", tiny_skb_dir, "--split", "train", "--out", out, "--system", "vss", "--no-progress")
+    assert res.exit_code == 0 and len((out / "traces.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_program_file_of_another_system_or_with_bad_demos_is_refused(tiny_skb: Any, tiny_skb_dir: Path,
+                                                                       tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.optimize.saved import ProgramFileError
+
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
+    path = tmp_path / "prog.json"
+    runtime.open_program(tiny_skb_dir, "afr:steps=1-7", lms=False).save(path)
+    assert runtime.resolve_system(None, None, path)[0] == "afr:steps=1-7"
+    with pytest.raises(ProgramFileError, match=r"saved from system 'afr:steps=1-7', but the system 'vss' was asked"):
+        runtime.resolve_system("vss", None, path)
+    res = cli("eval", "--skb", tiny_skb_dir, "--out", tmp_path / "r", "--system", "vss", "--program", path)
+    assert res.exit_code == 1 and "saved from system 'afr:steps=1-7'" in res.text
+    doc = json.loads(path.read_text())
+    doc["state"]["cypher"]["demos"] = "not a list"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ProgramFileError, match=r"state\.cypher\.demos: expected a list of examples, found str"):
+        runtime.open_program(tiny_skb_dir, None, program_file=path, lms=False)
+
+
+def test_a_wordnet_data_file_cut_at_a_line_end_is_refused(tmp_path: Path) -> None:
+    from autofocus.bench.wordnet_source import WordNetError, read_synsets
+
+    fixture = Path(__file__).parent / "fixtures" / "wordnet" / "data.noun"
+    lines = fixture.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert len(read_synsets(fixture)) > 40  # the whole file is closed under its pointers
+    cut = tmp_path / "data.noun"
+    cut.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    with pytest.raises(WordNetError, match=r"data\.noun: [\d,]+ pointers name synsets the file does not have"):
+        read_synsets(cut)

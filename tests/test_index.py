@@ -19,6 +19,7 @@ from autofocus.index.search import AnnParams, NodeIndex
 from autofocus.index.store import (
     ChecksumError,
     EmbeddingStore,
+    IndexCorruptError,
     IndexError_,
     IndexIncompleteError,
     IndexMismatchError,
@@ -98,6 +99,9 @@ def test_store_round_trip_and_checksum(tmp_path: Path) -> None:
     raw = bytearray((tmp_path / "store" / "embeddings.f16.npy").read_bytes())
     raw[-7] ^= 0xFF
     (tmp_path / "store" / "embeddings.f16.npy").write_bytes(bytes(raw))
+    with pytest.raises(IndexCorruptError, match="sampled digest"):  # a small file's sample is all of it
+        EmbeddingStore.open(tmp_path / "store")
+    (tmp_path / "store" / "manifest.json").write_text(json.dumps({**manifest, "sample": None}))  # an older store
     with pytest.raises(ChecksumError, match="sha256"):
         EmbeddingStore.open(tmp_path / "store").verify()
 
@@ -118,7 +122,7 @@ def test_store_check_names_every_mismatch(tmp_path: Path) -> None:
 def test_store_rejects_arrays_that_disagree_with_manifest(tmp_path: Path) -> None:
     random_store(tmp_path, n=50)
     np.save(tmp_path / "store" / "embeddings.f16.npy", np.zeros((49, 24), np.float16))
-    with pytest.raises(IndexError_, match=r"shape \(49, 24\)"):
+    with pytest.raises(IndexCorruptError, match=r"holds \(49, 24\) float16, the manifest says \(50, 24\)"):
         EmbeddingStore.open(tmp_path / "store")
 
 

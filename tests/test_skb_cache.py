@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from autofocus import digests
 from autofocus.skb.cache import cache_dir_for, load_cached, read_cache, write_cache
 from autofocus.skb.errors import SKBFormatError
 from autofocus.skb.io import is_cached, load_skb
@@ -49,8 +52,10 @@ def test_round_trip(tiny_skb, tmp_path):
     assert not list(tmp_path.glob(".c.tmp-*"))  # the temp folder was renamed, not left behind
 
 
-def test_hit_then_touch_invalidates(skb_copy):
-    calls = []
+def test_a_hit_reads_no_source_again_and_a_touch_keeps_the_cache(skb_copy, monkeypatch):
+    calls, read = [], []
+    real = digests.whole
+    monkeypatch.setattr(digests, "whole", lambda path: read.append(Path(path).name) or real(path))
 
     def loader():
         calls.append(1)
@@ -58,8 +63,10 @@ def test_hit_then_touch_invalidates(skb_copy):
 
     files = source_files(skb_copy)
     first = load_cached(skb_copy, loader, files=files)
+    assert sorted(read) == sorted(f.name for f in files)
+    read.clear()
     second = load_cached(skb_copy, loader, files=files)
-    assert len(calls) == 1
+    assert len(calls) == 1 and read == []  # every stat as recorded: no file read again
     assert first.fingerprint == second.fingerprint and len(first.fingerprint) == 32
     assert isinstance(second.node_type, np.memmap)
     _same(first, second)
@@ -67,7 +74,8 @@ def test_hit_then_touch_invalidates(skb_copy):
     st = os.stat(skb_copy / "edges.csv")
     os.utime(skb_copy / "edges.csv", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # `touch`
     third = load_cached(skb_copy, loader, files=files)
-    assert len(calls) == 2 and third.fingerprint != first.fingerprint
+    assert read == ["edges.csv"]  # its stat changed: read again, the same content
+    assert len(calls) == 1 and third.fingerprint == first.fingerprint
 
 
 def test_same_size_same_mtime_content_change_invalidates(skb_copy):
@@ -131,8 +139,9 @@ def test_rebuild_keeps_the_indexes_of_unchanged_content_and_removes_stale_ones(s
     assert store.parent.parent == cache_dir_for(skb_copy) / "index"
     vectors = (store / "embeddings.f16.npy").read_bytes()
 
-    st = os.stat(skb_copy / "edges.csv")
-    os.utime(skb_copy / "edges.csv", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # `touch`
+    nodes = skb_copy / "nodes.jsonl"  # the same nodes written another way: new bytes, the same content
+    lines = nodes.read_text().splitlines()
+    nodes.write_text("".join(json.dumps(json.loads(line), separators=(",", ":")) + "\n" for line in lines))
     touched = open_kb(build=False)  # would raise IndexNotFoundError if the index had gone
     assert touched.skb.fingerprint != first.skb.fingerprint
     ids, _ = touched.index("text").search(touched.embed_query("Ada Lovelace"), k=3)
@@ -142,7 +151,6 @@ def test_rebuild_keeps_the_indexes_of_unchanged_content_and_removes_stale_ones(s
     assert load_skb(skb_copy, progress=False, rebuild=True) is not None  # a forced rebuild keeps them too
     assert (store / "embeddings.f16.npy").is_file()
 
-    nodes = skb_copy / "nodes.jsonl"
     nodes.write_text(nodes.read_text().replace("Ada Lovelace", "Ada King"))
     with pytest.warns(UserWarning, match=r"changed: its 1 index\(es\) \(.*/text-\d+t\) may not match"):
         changed = open_kb(build=False)

@@ -22,8 +22,7 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-import autofocus.commands.tune as tune_cmd
-from autofocus import runtime
+from autofocus import cli_app, runtime
 from autofocus.cli import app
 from autofocus.config import AutofocusConfig, LMConfig
 from autofocus.cypher import parse_cypher
@@ -219,7 +218,7 @@ def test_a_study_refuses_another_objective_and_seeds_reproduce(
     res = invoke(
         cli, scripted_lm(), *common, "--out", tmp_path / "a", "--study", "s", "--seed", "7", "--limit", "1"
     )
-    assert res.exit_code == tune_cmd.EXIT_MISMATCH
+    assert res.exit_code == cli_app.EXIT_MISMATCH
     assert "tunes something else" in res.output and "identity.questions" in res.output
 
 

@@ -49,7 +49,7 @@ def _config(config: Any, lm: Any, program: Path | str | None, **overrides: Any) 
 
 def open(
     skb: Path | str | KnowledgeBaseLike,
-    system: str = "afr",
+    system: str | None = None,
     *,
     lm: str | dspy.BaseLM | None = None,
     config: AutofocusConfig | Mapping[str, Any] | str | Path | None = None,
@@ -61,7 +61,8 @@ def open(
         skb: an SKB directory (``docs/skb-format.md``), a STaRK processed folder, or a knowledge base
             already open (``autofocus.KnowledgeBase``).
         system: a registry spec: ``afr``, ``afr:steps=1-7,k=10``, ``vss``, ``bm25``, ``hybgrag``, ...
-            (``autofocus.systems()``). A saved ``program`` names its own.
+            (``autofocus.systems()``); None: ``afr``, or the saved ``program``'s own (another one
+            given with a program is refused).
         lm: every LLM step's LM: a DSPy/LiteLLM model string (``openai/gpt-4o-mini``,
             ``hosted_vllm/...``), ``local``/``local-small`` (the offline GGUF model), or a
             ``dspy.BaseLM`` (named in the config by its ``model``; give the offline models by name, so

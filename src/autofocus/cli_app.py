@@ -1,6 +1,7 @@
 """The root typer app, on which the modules in ``autofocus.commands`` register their commands, and
 the options several commands share."""
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,6 +10,14 @@ import typer
 from autofocus.console import make_console, safe
 
 MARKUP = None  # help texts print literally: URL forms such as host:port[/db] are no markup tags
+
+# Exit codes, the same for every command (docs/guide.md, "Exit codes"). Where questions are answered
+# (ask, eval, compare, report), 3 and 4 say how many of them the method itself answered.
+EXIT_ERROR = 1  # bad input, or a failure before any question: one line says what and where
+EXIT_MISMATCH = 2  # the run directory (or study) holds another run: nothing was mixed into it
+EXIT_PARTIAL = 3  # some questions raised, or more than --max-degraded fell back (ask: a step fell back)
+EXIT_NOTHING = 4  # no question was answered by the method: every one raised or fell back
+EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept; the same command resumes
 
 app = typer.Typer(
     rich_markup_mode=MARKUP,
@@ -60,3 +69,30 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``message`` in red on stderr (as text, never as markup); the ``typer.Exit`` to raise."""
     make_console(stderr=True).print(f"[red]{safe(message)}[/]")
     return typer.Exit(code)
+
+
+def unanswered_code(summaries: dict[str, dict[str, Any]], max_degraded: float | None, retry: str) -> int:
+    """The exit code of runs by their summaries (``evaluation.report.summarize``), each problem said in
+    one line: ``EXIT_NOTHING`` when a run has no question answered by the method, ``EXIT_PARTIAL`` when
+    one has questions that raised or more than ``max_degraded`` of them degraded (None: only the first
+    counts), else 0. ``retry`` says how to run them again."""
+    code = 0
+    for name, s in summaries.items():
+        n, raised, degraded = s["n"], s["n_errors"], s["degraded"]
+        parts = []
+        if raised:
+            parts.append(f"{raised} raised ({', '.join(f'{k} {v}' for k, v in Counter(s['errors']).most_common(3))})")
+        if degraded["questions"]:
+            causes = "; ".join(f"{k} ({v})" for k, v in list(degraded["causes"].items())[:3])
+            parts.append(f"{degraded['questions']} fell back ({causes})")
+        why = "; ".join(parts)
+        if n and not s["n_ok"]:
+            line, code = f"{name}: none of its {n} questions was answered by the method: {why}. {retry}", EXIT_NOTHING
+        elif max_degraded is not None and (raised or degraded["share"] > max_degraded):
+            line = (f"{name}: {raised + degraded['questions']} of {n} questions were not answered by the method "
+                    f"(--max-degraded {100 * max_degraded:g}% of them may fall back, none may raise): {why}. {retry}")
+            code = max(code, EXIT_PARTIAL)
+        else:
+            continue
+        make_console(stderr=True).print(f"[red]{safe(line)}[/]", soft_wrap=True)
+    return code

@@ -14,14 +14,16 @@ either form. ``setting_groups`` is that mapping; configs serialise grouped.
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
@@ -304,6 +306,11 @@ class RuntimeConfig(_Group):
     question_deadline_s: float | None = Field(
         1800.0, gt=0, description="a question makes no LM call after this many seconds (then it is degraded)"
     )
+    max_question_chars: int | None = Field(
+        4000, ge=1, description="a longer question is refused before any LM call, naming this setting: every LLM "
+        "step's prompt holds it whole, and an LM's context window does not (raise it for long-context LMs; None: "
+        "no bound)"
+    )
     scan_ahead: bool = Field(
         True, description="steps 3-7: embed the question and run step 7's exact whole-type scan on a worker thread "
         "while steps 3-5 run (the same rankings; false: one after the other, for one-core machines)"
@@ -388,12 +395,12 @@ def setting_groups() -> dict[str, str]:
     return out
 
 
-def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str, Any]:
+def nest_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` in the grouped form: flat names (``alpha``) and dotted ones (``merge.alpha``) go into
     their group; groups given whole are merged with them (the flat and dotted names win).
 
-    ``strict`` raises ``ValueError`` on a name no group or top-level field has; otherwise such names
-    stay at the top, where validation ignores them (a flat file from an older version loads).
+    A name no group or top-level field has raises ``ValueError`` naming the closest known one, at the
+    top as in a group: a misspelt setting would otherwise run with its default.
     """
     groups = setting_groups()
     out: dict[str, Any] = {}
@@ -407,18 +414,39 @@ def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str,
             out[key] = dict(given) if isinstance(given, Mapping) else given
         elif key in groups:
             loose.append((groups[key], key, value))
-        elif strict and key not in AutofocusConfig.model_fields:
-            raise ValueError(f"unknown setting {key!r}; `autofocus config show` lists them")
+        elif key not in AutofocusConfig.model_fields:
+            raise ValueError(f"unknown setting {key!r}{closest(key)}; `autofocus config show` lists them")
         else:
             out[key] = value
     for group, name, value in loose:
-        if strict and name not in GROUPS[group].model_fields:
-            raise ValueError(f"unknown setting {group}.{name}; `autofocus config show` lists them")
+        if name not in GROUPS[group].model_fields:
+            raise ValueError(f"unknown setting {group}.{name}{closest(name)}; `autofocus config show` lists them")
         target = out.setdefault(group, {})
         if not isinstance(target, dict):
             raise ValueError(f"setting {group}.{name} given, but {group} is not a group of settings: {target!r}")
         target[name] = value
     return out
+
+
+def closest(name: str) -> str:
+    """`` (did you mean 'alpha'?)`` for the known setting most like ``name``, or nothing."""
+    known = [*setting_groups(), *GROUPS, *AutofocusConfig.model_fields, *LMConfig.model_fields]
+    found = difflib.get_close_matches(name.rpartition(".")[2], known, n=1, cutoff=0.7)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+def invalid(exc: ValidationError, where: str) -> ValueError:
+    """A config's validation errors as one line: ``where`` (a file), then each setting by its dotted
+    name and what is wrong with it, an unknown one with the closest known name."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown setting {loc}{closest(loc)}")
+        else:
+            msg = re.sub(r"^Value error, ", "", err["msg"])
+            parts.append(f"{loc}: {msg}" if loc else msg)
+    return ValueError(f"{where}: " + "; ".join(parts))
 
 
 def flat_settings(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -449,10 +477,13 @@ class AutofocusConfig(BaseModel):
     systems: SystemsConfig = Field(default_factory=SystemsConfig, description=SystemsConfig.__doc__)
     experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig, description=ExperimentalConfig.__doc__)
 
+    model_config = ConfigDict(extra="forbid")
+
     @model_validator(mode="before")
     @classmethod
     def _grouped(cls, data: Any) -> Any:
-        """Flat (``{"alpha": 0.5}``) and dotted (``{"merge.alpha": 0.5}``) names into their groups."""
+        """Flat (``{"alpha": 0.5}``) and dotted (``{"merge.alpha": 0.5}``) names into their groups; an
+        unknown name is an error at the top as in a group."""
         return nest_settings(data) if isinstance(data, Mapping) else data
 
     @field_validator("steps")
@@ -474,12 +505,15 @@ class AutofocusConfig(BaseModel):
         """A copy with ``settings`` (flat, dotted or grouped names) applied and validated; an unknown
         name raises ``ValueError``. A group's settings not named keep their values."""
         data = self.model_dump()
-        for key, value in nest_settings(settings, strict=True).items():
+        for key, value in nest_settings(settings).items():
             if key in GROUPS and isinstance(value, Mapping):
                 data[key].update(value)
             else:
                 data[key] = value
-        return AutofocusConfig.model_validate(data)
+        try:
+            return AutofocusConfig.model_validate(data)
+        except ValidationError as exc:
+            raise invalid(exc, "settings") from None
 
     def flat(self, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
         """Flat setting name -> value (``flat_settings`` of this config's dump)."""
@@ -490,7 +524,13 @@ class AutofocusConfig(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> AutofocusConfig:
-        return cls.model_validate(json.loads(path.read_text()))
+        """The config in a JSON file; ``ValueError`` in one line naming the file and what is wrong."""
+        try:
+            return cls.model_validate(json.loads(Path(path).read_text()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not JSON ({exc})") from None
+        except ValidationError as exc:
+            raise invalid(exc, str(path)) from None
 
 
 @dataclass(frozen=True)

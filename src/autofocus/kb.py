@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,14 +33,17 @@ from autofocus.index.search import AnnParams, IndexKind, NodeIndex
 from autofocus.index.store import (
     MANIFEST,
     EmbeddingStore,
+    IndexCorruptError,
     IndexIncompleteError,
     Manifest,
     default_index_root,
+    read_manifest,
     skb_fingerprint,
     store_dir,
 )
 from autofocus.skb.model import SKB
 
+log = logging.getLogger(__name__)
 
 class KnowledgeBaseLike(Protocol):
     """What a program needs of its knowledge base: the SKB, query embeddings and one index per variant."""
@@ -69,8 +73,15 @@ class KnowledgeBaseLike(Protocol):
 
 
 def manifests(root: Path) -> list[Manifest]:
-    """The manifests of every store under an index root."""
-    return [Manifest.model_validate_json(p.read_text()) for p in sorted(Path(root).glob(f"*/*/{MANIFEST}"))]
+    """The manifests of every store under an index root; an unreadable one is left out with a warning
+    (opening that store names it; ``index build`` builds it again)."""
+    found = []
+    for path in sorted(Path(root).glob(f"*/*/{MANIFEST}")):
+        try:
+            found.append(read_manifest(path.parent))
+        except IndexCorruptError as exc:
+            log.warning("%s", exc.reason)
+    return found
 
 
 def backend_of_existing(spec: str, root: Path) -> str:
@@ -184,11 +195,23 @@ class KnowledgeBase:
 
     def _open_index(self, variant: str) -> NodeIndex:
         directory = self.store_dir(variant)
-        store = EmbeddingStore.open(directory) if (directory / MANIFEST).is_file() else None
+        damage: IndexCorruptError | None = None
+        try:
+            store = EmbeddingStore.open(directory) if (directory / MANIFEST).is_file() else None
+        except IndexCorruptError as exc:
+            if not self.build_missing:
+                raise
+            store, damage = None, exc  # built again from nothing below (``index.build.open_or_discard``)
         if store is None or not store.consistent:
             if not self.build_missing:
                 raise self._missing_error(variant, store)
-            self.build(variant)
+            try:
+                self.build(variant)
+            except OSError as exc:  # a read-only or full folder: say why it was being built
+                if damage is None:
+                    raise
+                raise IndexCorruptError(damage.reason, f"building it again failed: {exc.filename or directory}: "
+                                                       f"{exc.strerror or exc}") from None
             store = EmbeddingStore.open(directory)
         store.check(model=self.embedder.name, skb_fingerprint=skb_fingerprint(self.skb), num_nodes=self.skb.num_nodes,
                     variant=variant, doc_budget_tokens=store.manifest.doc_budget_tokens and self.doc_budget_tokens)

@@ -42,7 +42,7 @@ class TuneOptions:
         qa_dir: a folder of more whole-file splits (``qa_<name>.csv``, e.g. from ``autofocus synth``).
     """
 
-    system: str = "afr"
+    system: str | None = None  # None: afr, or the program file's own
     program_file: Path | str | None = None
     split: str = "val"
     trials: int = 200

@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from autofocus.config import AutofocusConfig
+from pydantic import ValidationError
+
+from autofocus.config import AutofocusConfig, invalid
 
 if TYPE_CHECKING:  # commands import this module at start-up; DSPy loads only when a program is built
     import dspy
@@ -46,7 +48,10 @@ def load_config(
     elif isinstance(config, AutofocusConfig):
         cfg = config
     elif isinstance(config, Mapping):
-        cfg = AutofocusConfig.model_validate(dict(config))
+        try:
+            cfg = AutofocusConfig.model_validate(dict(config))
+        except ValidationError as exc:
+            raise invalid(exc, "config") from None
     else:
         cfg = AutofocusConfig.load(Path(config))
     settings = {k: v for k, v in overrides.items() if v is not None}
@@ -81,17 +86,25 @@ def kb_opener(skb_path: Path | str) -> Callable[..., KnowledgeBaseLike]:
 
 
 def resolve_system(
-    system: str, config: AutofocusConfig | None = None, program_file: Path | str | None = None
+    system: str | None, config: AutofocusConfig | None = None, program_file: Path | str | None = None
 ) -> tuple[str, AutofocusConfig]:
-    """The system spec to build (a saved program names its own) and its config with the preset's
-    defaults applied (``registry.resolve_config``)."""
+    """The system spec to build and its config with the preset's defaults applied
+    (``registry.resolve_config``). A saved program names its own system: ``system`` None takes it (without
+    a program, ``afr``), and another one given beside it is refused (``ProgramFileError``), since the
+    program's prompts and settings are its system's."""
     from autofocus.program.systems.registry import resolve_config
 
     if program_file is not None:
-        from autofocus.optimize.saved import read_program_config
+        from autofocus.optimize.saved import ProgramFileError, read_program_config
 
         saved_system, saved_cfg = read_program_config(program_file)
+        if system is not None and system.strip() != saved_system.strip():
+            raise ProgramFileError(
+                f"{program_file}: saved from system {saved_system!r}, but the system {system!r} was asked for; "
+                "leave the system out (a program brings its own), or change its settings with a config"
+            )
         system, config = saved_system, config or saved_cfg
+    system = system or "afr"
     return system, resolve_config(system, config)[1]
 
 
@@ -144,15 +157,15 @@ def assemble(
 
 def open_program(
     skb: Path | str | KnowledgeBaseLike,
-    system: str = "afr",
+    system: str | None = None,
     config: AutofocusConfig | None = None,
     program_file: Path | str | None = None,
     *,
     lms: LMs | Any = True,
 ) -> dspy.Module:
     """Open the knowledge base of ``skb`` (a path, or a knowledge base already open) and ``assemble``
-    ``system`` on it; ``program_file`` brings its system, its config (unless ``config`` is given)
-    and its prompts and demos. The knowledge base is ``program.kb``, the config ``program.config``."""
+    ``system`` (None: ``afr``) on it; ``program_file`` brings its system (``resolve_system``), its config
+    (unless ``config`` is given) and its prompts and demos. The knowledge base is ``program.kb``, the config ``program.config``."""
     from autofocus.usage import install_usage_callback
 
     install_usage_callback()  # on the caller's thread: dspy.configure refuses the others

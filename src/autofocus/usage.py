@@ -8,7 +8,8 @@ Question threads and each question's own fan-out (pointwise scores, pairwise com
 a second callback holds one semaphore per LM so that the calls a server sees at once stay capped.
 A question's deadline (``question_deadline``) refuses the LM calls that would start after it, and the
 deterministic steps stop their searches at it (``deadline_passed``): a hostile query must not hold a
-question, or an evaluation, at full CPU long after its time is up.
+question, or an evaluation, at full CPU long after its time is up. A question too long for any LLM
+step's prompt is refused before its first LM call (``check_question_length``).
 """
 
 from __future__ import annotations
@@ -265,6 +266,22 @@ _deadline: contextvars.ContextVar[tuple[float, float] | tuple[()] | None] = cont
     "autofocus_deadline", default=_NONE_SET
 )
 clock = monotonic  # the deadline's clock (tests replace it)
+
+
+class QuestionTooLongError(ValueError):
+    """A question longer than ``runtime.max_question_chars``, refused before any LM call."""
+
+
+def check_question_length(question: object, limit: int | None) -> None:
+    """Refuse a question over ``limit`` characters (None: no bound): every LLM step's prompt holds the
+    question whole, and an LM's context window does not, so each step would fail and fall back in turn."""
+    if limit is not None and isinstance(question, str) and len(question) > limit:
+        raise QuestionTooLongError(
+            f"the question has {len(question):,} characters, more than runtime.max_question_chars ({limit:,}): "
+            "every LLM step's prompt holds it whole, and an LM's context window does not. Shorten it, or raise "
+            "the bound for an LM with a longer context (a --config file's max_question_chars, or "
+            "--system afr:max_question_chars=N)"
+        )
 
 
 @contextmanager

@@ -131,7 +131,23 @@ def read_synsets(path: Path | str) -> list[Synset]:
                 out.append(parse_line(line))
             except (ValueError, IndexError) as exc:
                 raise WordNetError(f"{path}:{number}: not a wndb(5) synset line ({exc})") from None
+    _check_complete(out, path)
     return out
+
+
+def _check_complete(synsets: list[Synset], path: Path) -> None:
+    """Every pointer to a synset of this file's part of speech names one the file has: WordNet's data
+    files are closed that way, so a file cut short (even at a line's end, where every line still
+    parses) leaves pointers to the synsets it lost."""
+    keys = {s.key for s in synsets}
+    pos = {k[-1] for k in keys}
+    dangling = [(s.key, p) for s in synsets for p in s.pointers if p.target[-1] in pos and p.target not in keys]
+    if dangling:
+        key, first = dangling[0]
+        raise WordNetError(
+            f"{path}: {len(dangling):,} pointers name synsets the file does not have (the first: {first.symbol!r} "
+            f"from {key} to {first.target}); it is cut short or damaged: install or fetch WordNet again"
+        )
 
 
 def parse_line(line: str) -> Synset:

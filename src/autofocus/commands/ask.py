@@ -10,7 +10,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, app, config_or_exit
+from autofocus.cli_app import (
+    EXIT_ERROR,
+    EXIT_NOTHING,
+    EXIT_PARTIAL,
+    DeadlineOpt,
+    LmRetriesOpt,
+    LmTimeoutOpt,
+    app,
+    config_or_exit,
+)
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 from autofocus.cypher.render import to_cypher
 from autofocus.query_graph import QueryGraph
@@ -18,14 +27,14 @@ from autofocus.skb.documents import path_text
 
 console = make_console()
 err_console = make_console(stderr=True)
-EXIT_DEGRADED = 3  # as `eval`'s: every LM call failed, the answers are the fallback's alone
 
 
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="the question in natural language")],
     skb: Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)")],
-    system: Annotated[str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7, vss")] = "afr",
+    system: Annotated[str | None, typer.Option(help="system preset, e.g. afr, afr:steps=1-7, vss (default: afr, or "
+                                               "the --program's own)")] = None,
     lm: Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (e.g. from `autofocus tune`)")] = None,
     program: Annotated[Path | None, typer.Option(help="optimised program from `autofocus optimize`")] = None,
@@ -41,10 +50,13 @@ def ask(
     lm_retries: LmRetriesOpt = None,
     deadline: DeadlineOpt = None,
 ) -> None:
-    """Print the ranked answers with names and the strand each came from; exit 3 when no LM call
-    answered (the answers are a fallback's alone; a partly degraded question is only warned about)."""
+    """Print the ranked answers with names and the strand each came from; exit 3 when a step fell back
+    (degraded: an LM call gave no answer, a bound cut a step), 4 when no LM call answered (the answers
+    are a fallback's alone), 1 for a question over the length bound or a damaged index."""
     import autofocus
+    from autofocus.index.store import IndexError_
     from autofocus.runtime import with_waits
+    from autofocus.usage import QuestionTooLongError
 
     cfg = config_or_exit(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
     cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
@@ -52,13 +64,17 @@ def ask(
         prog = autofocus.open(skb, system, config=cfg, program=program)
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
         print_error(err_console, exc)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_ERROR) from None
     if query is not None:
         if not hasattr(prog, "recorded"):
-            print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {system}"))
+            print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {prog.system}"))
             raise typer.Exit(1)
         prog.recorded = {question: (None, query, None)}  # step 1 still asks the LM
-    pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
+    try:
+        pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
+    except (QuestionTooLongError, IndexError_) as exc:  # over the length bound; an index damaged or unbuilt
+        print_error(err_console, exc)
+        raise typer.Exit(EXIT_ERROR) from None
     show_prediction(prog.kb.skb, pred, console)
     for d in pred.trace.degraded:
         err_console.print(f"[yellow]degraded: {safe(d.step)}: {safe(d.error)} (these answers come from a fallback)[/]")
@@ -71,7 +87,9 @@ def ask(
         # numpy arrays (the grounded set) as lists, long ones cut to their head, as in traces.jsonl
         trace_json.write_text(redact(json.dumps(to_jsonable(pred.trace), indent=2)))
     if pred.trace.degraded and pred.trace.lm_calls and not pred.trace.tokens[0]:
-        raise typer.Exit(EXIT_DEGRADED)  # no LM call answered (a failed call counts no tokens): nothing is the method's
+        raise typer.Exit(EXIT_NOTHING)  # no LM call answered (a failed call counts no tokens): nothing is the method's
+    if pred.trace.degraded:
+        raise typer.Exit(EXIT_PARTIAL)
 
 
 def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:

@@ -36,7 +36,8 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
 
 @config_app.command("show")
 def show_cmd(
-    system: Annotated[str, typer.Option(help="system preset whose defaults apply, e.g. afr, afr-paper, vss")] = "afr",
+    system: Annotated[str | None, typer.Option(help="system preset whose defaults apply, e.g. afr, afr-paper, vss "
+                                               "(default: afr, or the --program's own)")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (grouped or flat, e.g. best_config.json)",
                                                 exists=True, dir_okay=False)] = None,
     program: Annotated[Path | None, typer.Option(help="optimised program: its system and config",

@@ -12,16 +12,23 @@ from typing import Annotated, Any
 import typer
 
 from autofocus import runtime
-from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
+from autofocus.cli_app import (
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    DeadlineOpt,
+    LmRetriesOpt,
+    LmTimeoutOpt,
+    QADirOpt,
+    app,
+    config_or_exit,
+    fail,
+    unanswered_code,
+)
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, print_run, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
-
-EXIT_MISMATCH = 2
-EXIT_DEGRADED = 3
-EXIT_INTERRUPTED = 130
 
 
 def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
@@ -36,7 +43,7 @@ def load_split(skb: Path, split: str, qa_dir: Path | None = None) -> list[Any]:
         raise typer.Exit(1) from None
 
 
-def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | None) -> Any:
+def open_program(skb: Path, system: str | None, cfg: AutofocusConfig, program: Path | None) -> Any:
     """``runtime.open_program`` with LMs attached on first use, or exit 1 naming what is wrong."""
     try:
         return runtime.open_program(skb, system, cfg, program, lms="lazy")
@@ -45,20 +52,23 @@ def open_program(skb: Path, system: str, cfg: AutofocusConfig, program: Path | N
         raise typer.Exit(1) from None
 
 
-def fail_if_degraded(summaries: dict[str, dict[str, Any]], max_degraded: float, out: Path) -> None:
-    """Exit with ``EXIT_DEGRADED`` when a run has more than ``max_degraded`` of its questions degraded."""
-    over = {name: s["degraded"] for name, s in summaries.items() if s["degraded"]["share"] > max_degraded}
-    for name, d in over.items():
-        causes = "; ".join(f"{k} ({v})" for k, v in list(d["causes"].items())[:3])
-        n = summaries[name]["n"]
-        err_console.print(
-            f"[red]{safe(name)}: {d['questions']} of {n} questions ({100 * d['share']:.0f}%) are degraded, above "
-            f"--max-degraded {100 * max_degraded:g}%: an LM failed or a work bound cut a step ({safe(causes)}). "
-            f"These results are not the "
-            f"method's. Fix the LM and run the same command again: {safe(out)} retries them.[/]"
-        )
-    if over:
-        raise typer.Exit(EXIT_DEGRADED)
+def exit_by_answers(summaries: dict[str, dict[str, Any]], max_degraded: float, out: Path) -> None:
+    """Exit ``EXIT_NOTHING`` when a run answered no question itself, ``EXIT_PARTIAL`` when questions
+    raised or more than ``max_degraded`` of them degraded (``cli_app.unanswered_code``)."""
+    code = unanswered_code(summaries, max_degraded, f"What went wrong is in {out}'s traces.jsonl; the same "
+                                                     "command retries them")
+    if code:
+        raise typer.Exit(code)
+
+
+def unwritable(exc: OSError, out: Path) -> typer.Exit:
+    """One line for a run that could not be written (a full disk, a read-only folder): what finished
+    is in the run's traces (a line cut by the failure is dropped on resume), the same command goes on."""
+    if isinstance(exc, FileNotFoundError) and not exc.filename:  # a missing input, named by its message
+        return fail(str(exc))
+    where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    return fail(f"cannot write the run: {where}. The questions that finished are kept in {out}; make room (or "
+                "write access) and run the same command again to go on")
 
 
 # no exists=True: opening the SKB says what is wrong with the path (missing, a link loop, a broken link)
@@ -80,8 +90,8 @@ ForceOpt = Annotated[
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
 MaxDegradedOpt = Annotated[
     float,
-    typer.Option("--max-degraded", help="fail (exit 3) when more than this share of questions is degraded by LM "
-                 "failures", min=0.0, max=1.0),
+    typer.Option("--max-degraded", help="exit 3 when more than this share of the questions fell back (degraded: "
+                 "an LM failed, a bound cut a step) or any raised; exit 4 when none was answered", min=0.0, max=1.0),
 ]
 
 
@@ -93,8 +103,8 @@ def eval_command(
     limit: LimitOpt = None,
     qa_dir: QADirOpt = None,
     system: Annotated[
-        str, typer.Option(help="system preset, e.g. afr, afr:steps=1-7 (a --program names its own)")
-    ] = "afr",
+        str | None, typer.Option(help="system preset, e.g. afr, afr:steps=1-7 (default: afr, or the --program's own)")
+    ] = None,
     config: ConfigOpt = None,
     steps: StepsOpt = None,
     lm: LmOpt = None,
@@ -134,6 +144,8 @@ def eval_command(
             done = evaluate_program(prog, out, options, questions=items, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OSError as exc:
+        raise unwritable(exc, out) from None
     except OPEN_ERRORS as exc:  # a --replay run that is missing or damaged, or a system without steps 1-2
         print_error(err_console, exc)
         raise typer.Exit(1) from None
@@ -141,7 +153,7 @@ def eval_command(
     if done.interrupted:
         err_console.print(f"[yellow]Interrupted; run the same command again to finish {safe(out)}.[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
-    fail_if_degraded({prog.system: done.summary}, max_degraded, out)
+    exit_by_answers({prog.system: done.summary}, max_degraded, out)
 
 
 @app.command("compare")
@@ -184,6 +196,8 @@ def compare_command(
             done = compare_systems(skb, specs, out, cfg, options, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None
+    except OSError as exc:
+        raise unwritable(exc, out) from None
     except OPEN_ERRORS as exc:  # a damaged index, an unknown system or setting
         print_error(err_console, exc)
         raise typer.Exit(1) from None
@@ -194,4 +208,4 @@ def compare_command(
         raise typer.Exit(EXIT_INTERRUPTED)
     print_comparison(done.rows, console)
     console.print(f"Comparison in {safe(Path(out) / 'comparison.md')} and {safe(Path(out) / 'comparison.csv')}")
-    fail_if_degraded({spec: run.summary for spec, run in done.runs.items()}, max_degraded, out)
+    exit_by_answers({spec: run.summary for spec, run in done.runs.items()}, max_degraded, out)

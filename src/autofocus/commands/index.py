@@ -51,8 +51,12 @@ def _user_errors() -> Iterator[None]:
 
     try:
         yield
-    except (IndexError_, EmbedderError, FileNotFoundError, FileExistsError, KeyError, SKBFormatError) as exc:
-        err_console.print(f"[red]error:[/red] {safe(exc.args[0] if isinstance(exc, KeyError) else exc)}")
+    except (IndexError_, EmbedderError, OSError, KeyError, SKBFormatError) as exc:
+        if isinstance(exc, KeyError):
+            exc = exc.args[0]
+        elif isinstance(exc, OSError) and exc.filename and exc.strerror:  # a read-only folder, a full disk
+            exc = f"{exc.filename}: {exc.strerror}"
+        err_console.print(f"[red]error:[/red] {safe(exc)}")
         raise typer.Exit(1) from None
 
 
@@ -153,26 +157,34 @@ def import_queries(
 def info(
     path: Annotated[Path, typer.Argument(help="SKB directory (or STaRK processed directory)")],
     index_dir: IndexDirOpt = None,
-    verify: Annotated[bool, typer.Option(help="recompute the checksums of the vectors")] = False,
+    verify: Annotated[bool, typer.Option(help="recompute the whole checksum of the vectors (every open checks "
+                                         "sizes, the done mask and a sampled digest)")] = False,
 ) -> None:
-    """List the embedding stores of an SKB."""
-    from autofocus.index.store import MANIFEST, EmbeddingStore
+    """List the embedding stores of an SKB; exit 1 when one is damaged (it is named with the reason)."""
+    from autofocus.index.store import MANIFEST, EmbeddingStore, IndexCorruptError
 
+    damaged: list[str] = []
     with _user_errors():
         kb = _open(path, DEFAULT_EMBEDDER, index_dir, build_missing=False)
         table = Table("model", "variant", "rows", "dim", "budget", "source", "state", "directory")
         seen: set[str] = set()
         for manifest_path in sorted(kb.index_root.glob(f"*/*/{MANIFEST}")):
-            store = EmbeddingStore.open(manifest_path.parent)
+            try:
+                store = EmbeddingStore.open(manifest_path.parent)
+                if verify and store.consistent:
+                    store.verify()
+            except IndexCorruptError as exc:
+                damaged.append(str(exc))
+                table.add_row("?", "?", "?", "?", "?", "?", "damaged", safe(manifest_path.parent))
+                continue
             m = store.manifest
             state = "ok" if store.consistent else "unfinished"
             if m.source == "embedded" and m.doc_budget_tokens and m.documents is None:
                 state += ", undated"
             elif m.documents is not None and m.variant in VARIANTS and m.documents != kb.digest(store):
                 state = "stale"
-            if verify and store.consistent:
-                store.verify()
-                state = "verified"
+            if store.verified:
+                state = "verified" if state == "ok" else f"verified, {state}"
             seen.add(state)
             table.add_row(safe(m.model), safe(m.variant), f"{m.rows_done}/{m.num_nodes}", str(m.dim),
                           str(m.doc_budget_tokens), safe(m.source), state, safe(store.directory))
@@ -182,6 +194,10 @@ def info(
     for word, note in notes.items():
         if any(word in state for state in seen):
             console.print(f"{note}; `autofocus index build` embeds them again")
+    for text in damaged:
+        err_console.print(f"[red]error:[/red] {safe(text)}")
+    if damaged:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from autofocus.cli_app import MARKUP, app, fail
+from autofocus.cli_app import MARKUP, app, fail, unanswered_code
 from autofocus.console import make_console, safe
 
 console = make_console()
@@ -63,18 +63,20 @@ def runs_command(
                      "(default: the runs compared here)"),
     ] = None,
 ) -> None:
-    """Print (and refresh) the summary of each run; with several, compare them with the first (the default)."""
+    """Print (and refresh) the summary of each run; with several, compare them with the first (the default).
+    Exit 4 when a run has no question answered by the method (every one raised or fell back)."""
     from autofocus.console import print_comparison, print_run
     from autofocus.evaluation.groups import grouped_rows
     from autofocus.evaluation.program_runs import summarise_run
     from autofocus.evaluation.report import comparison_rows
 
-    loaded = []
+    loaded, summaries = [], {}
     for path in runs:
         run = _load(path)
         summary, plots = summarise_run(run, f"{run.name} ({path})")
         print_run(console, summary, f"{run.name} ({path})", run.path, plots)
         loaded.append(run)
+        summaries[f"{run.name} ({path})"] = summary
     same_system = len({r.name for r in loaded}) == 1  # variants of one system: the directories tell them apart
     names = [r.path.name if same_system else f"{r.name} ({r.path.name})" for r in loaded]
     if len(loaded) > 1:
@@ -92,6 +94,9 @@ def runs_command(
                    (r["hit@1"], r["hit@20"], r["mrr"], r["nonempty"], r["gold_grounded"], r["type_correct"])]  # fmt: skip
             table.add_row(safe(r["group"]), safe(r["run"]), str(r["n"]), *pct)
         console.print(table)
+    code = unanswered_code(summaries, None, "`autofocus eval` with the same options retries its questions")
+    if code:
+        raise typer.Exit(code)
 
 
 def _numbers(value: str, kind: type, option: str) -> list[Any]:

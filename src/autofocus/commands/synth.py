@@ -20,12 +20,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autofocus.cli_app import LmRetriesOpt, LmTimeoutOpt, app
+from autofocus.cli_app import EXIT_PARTIAL, LmRetriesOpt, LmTimeoutOpt, app
 from autofocus.console import OPEN_ERRORS, make_console, print_error, safe
 
 console = make_console()
 err_console = make_console(stderr=True)
-EXIT_LM_DOWN = 3  # as ``eval``'s EXIT_DEGRADED: the LM failed, the files hold what was made before
 
 
 @app.command("synth")
@@ -107,7 +106,7 @@ def synth_command(
     if result.stopped:
         err_console.print(f"[red]Stopped after {len(result.pairs)} of {n} questions: {safe(result.stopped)}. Fix the "
                           "LM and run the command again.[/]")
-        raise typer.Exit(EXIT_LM_DOWN)
+        raise typer.Exit(EXIT_PARTIAL)  # the LM failed; the files hold what was made before
     if not result.pairs:
         err_console.print("[red]No question survived; see the rejections above (is the graph empty?)[/]")
 

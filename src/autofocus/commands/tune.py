@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autofocus import runtime
+from autofocus import cli_app, runtime
 from autofocus.cli_app import DeadlineOpt, LmRetriesOpt, LmTimeoutOpt, QADirOpt, app, config_or_exit, fail
 from autofocus.config import AutofocusConfig
 from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, safe
@@ -20,8 +20,6 @@ from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_err
 console = make_console()
 err_console = make_console(stderr=True)
 
-EXIT_MISMATCH = 2
-EXIT_INTERRUPTED = 130
 SHOWN_METRICS = ("hit@1", "hit@5", "hit@20", "recall@20", "mrr")
 
 
@@ -54,7 +52,8 @@ def tune_command(
     ] = False,
     seed: Annotated[int, typer.Option(help="TPE sampler seed")] = 0,
     limit: Annotated[int | None, typer.Option(help="only the first N questions of the split", min=1)] = None,
-    system: Annotated[str, typer.Option(help="AF-Retriever preset, e.g. afr or afr-code")] = "afr",
+    system: Annotated[str | None, typer.Option(help="AF-Retriever preset, e.g. afr or afr-code (default: afr, or the "
+                                               "--program's own)")] = None,
     config: Annotated[Path | None, typer.Option(help="base config JSON", exists=True)] = None,
     program: Annotated[
         Path | None, typer.Option(help="optimised program from `autofocus optimize`", exists=True)
@@ -101,9 +100,9 @@ def tune_command(
         with RichReporter(console, err_console, bars=progress) as reporter:
             result = run_tuning(skb, base_cfg, options, reporter=reporter, on_study_done=_print_study)
     except StudyMismatchError as exc:
-        raise fail(str(exc), EXIT_MISMATCH) from None
+        raise fail(str(exc), cli_app.EXIT_MISMATCH) from None
     except TuningInterrupted as exc:
-        raise fail(str(exc), EXIT_INTERRUPTED) from None
+        raise fail(str(exc), cli_app.EXIT_INTERRUPTED) from None
     except OPEN_ERRORS as exc:  # not an SKB, a damaged one, an unknown split, system or option
         print_error(err_console, exc)
         raise typer.Exit(1) from None

@@ -171,13 +171,13 @@ def build_manifest(
 
 # settings (flat names) that change how fast a run goes, or how long it waits for an LM, not its results
 EXECUTION_ONLY = frozenset({"concurrency", "lm_concurrency", "question_deadline_s", "scan_ahead", "scan_shards"})
-WAITS = ("question_deadline_s", "lm.timeout_s", "lm.num_retries")
+WAITS = ("question_deadline_s", "max_question_chars", "lm.timeout_s", "lm.num_retries")
 
 
 def without_waits(config: Mapping[str, Any]) -> dict[str, Any]:
     """A config dump (grouped or flat), flat (``flat_settings``) and without how long to wait for an
-    LM (``WAITS``): that changes which questions end degraded, which are retried, never what an
-    answered question scores. Flat, a run or study made before the settings were grouped still
+    LM or how long a question it takes (``WAITS``): that changes which questions end degraded or
+    refused, which are retried, never what an answered question scores. Flat, a run or study made before the settings were grouped still
     matches its config."""
     out = {k: v for k, v in flat_settings(config).items() if k not in WAITS}
     if isinstance(out.get("lm"), Mapping):
@@ -479,7 +479,12 @@ def _run_locked(
             with gate:  # once ``stop`` is set under ``gate``, nothing more is written or reported
                 if stop.is_set():
                     return
-                writer.append(record)
+                try:
+                    writer.append(record)
+                except OSError as exc:  # a full disk, a folder gone read-only: the run cannot go on
+                    stop.set()
+                    results.put(("abort", OSError(exc.errno, exc.strerror, str(writer.path))))
+                    return
                 results.put(("done", record))
 
     threads = [
@@ -529,6 +534,9 @@ def _run_locked(
             stop.set()
         if interrupted or failure is not None:
             cancel_pending()  # the dropped questions' queued LM calls must not hold up the exit
+        if failure is not None:  # questions in flight end first: a process that exits under a thread still in
+            for t in (t for t in threads if t.is_alive()):  # native code (ONNX Runtime, FAISS) can abort
+                t.join(timeout=30)
         writer.close()
         while not results.empty():  # lines written before ``stop`` that were not counted yet
             kind, payload = results.get_nowait()

@@ -15,10 +15,22 @@ from typing import Any
 
 import numpy as np
 
+from autofocus import digests
 from autofocus.index.cache import EmbeddingCache, default_cache
 from autofocus.index.embedders import Embedder, l2_normalise, trained_tokens
 from autofocus.index.progress import progress_bar
-from autofocus.index.store import MANIFEST, EmbeddingStore, IndexError_, skb_fingerprint, writing
+from autofocus.index.store import (
+    MANIFEST,
+    VECTORS,
+    EmbeddingStore,
+    IndexCorruptError,
+    IndexError_,
+    check_free_space,
+    discard,
+    skb_fingerprint,
+    store_bytes,
+    writing,
+)
 from autofocus.skb.model import SKB
 
 log = logging.getLogger(__name__)
@@ -61,6 +73,25 @@ def embed_unique(embedder: Embedder, texts: list[str], batch_size: int) -> np.nd
     return out[inverse]
 
 
+def open_or_discard(directory: Path) -> EmbeddingStore | None:
+    """The store at ``directory`` opened for writing, or None when there is none; a damaged one
+    (``IndexCorruptError``: cut short, overwritten, an unreadable manifest) is removed, with a warning,
+    so that it is built again from nothing instead of being completed with zero rows."""
+    if not (directory / MANIFEST).exists():
+        return None
+    try:
+        store = EmbeddingStore.open(directory, writable=True)
+        if store.consistent and store.manifest.sample is None:  # from before sampled digests: checked whole once
+            store.verify()
+            store.manifest.sample = digests.sampled(directory / VECTORS)
+            store.save_manifest()
+        return store
+    except IndexCorruptError as exc:
+        log.warning("%s; building the store again from nothing", exc.reason)
+        discard(directory)
+        return None
+
+
 def build_embeddings(
     skb: SKB, embedder: Embedder, variant: str, directory: Path, *, documents: DocumentFn | None = None,
     doc_budget_tokens: int | None = None, chunk_size: int = 2048, batch_size: int = 64, progress: bool = True,
@@ -84,9 +115,8 @@ def _build(skb: SKB, embedder: Embedder, variant: str, directory: Path, document
     fp = skb_fingerprint(skb)
     n = skb.num_nodes
     digest = documents_digest(skb, documents, variant, budget) if n else None
-    store: EmbeddingStore | None = None
-    if (directory / MANIFEST).exists():
-        store = EmbeddingStore.open(directory, writable=True)
+    store = open_or_discard(directory)
+    if store is not None:
         store.check(model=embedder.name, skb_fingerprint=fp, num_nodes=n, variant=variant, doc_budget_tokens=budget)
         if store.manifest.documents != digest:  # rendered differently (or by a version that kept no digest)
             log.warning("%s: the documents are rendered differently from when it was built (digest %s, now %s): "
@@ -97,6 +127,8 @@ def _build(skb: SKB, embedder: Embedder, variant: str, directory: Path, document
             return store
     else:
         todo = np.arange(n, dtype=np.int64)
+        if n:  # before the first chunk is embedded, not after: a full disk is known now
+            check_free_space(directory, store_bytes(n, embedder.dim))
     with progress_bar(progress, n, f"embedding {variant!r} ({budget} tokens)", completed=n - len(todo)) as advance:
         for start in range(0, len(todo), chunk_size):
             ids = todo[start : start + chunk_size]
@@ -213,9 +245,8 @@ def _import(obj: Any, file: Path, skb: SKB, directory: Path, variant: str, model
     """``import_embeddings`` with the store's lock held."""
     n = skb.num_nodes
     fp = skb_fingerprint(skb)
-    store: EmbeddingStore | None = None
-    if (Path(directory) / MANIFEST).exists():
-        store = EmbeddingStore.open(directory, writable=True)
+    store = open_or_discard(Path(directory))
+    if store is not None:
         store.check(model=model, skb_fingerprint=fp, num_nodes=n, variant=variant)
     seen = np.zeros(n, dtype=bool)
     with progress_bar(progress, None, f"importing {file.name}") as advance:

@@ -37,6 +37,7 @@ from typing import Literal
 import faiss
 import numpy as np
 
+from autofocus import digests
 from autofocus.index.store import EmbeddingStore, IndexIncompleteError
 from autofocus.skb.graph import sorted_unique
 
@@ -451,16 +452,24 @@ class NodeIndex:
         return self.store.directory / "faiss" / self.params.tag(kind) / f"{_type_file(code, self.type_names[code])}.faiss"
 
     def _load_or_build(self, code: int, rows: np.ndarray, kind: str) -> faiss.Index:
+        """The type's FAISS index from its file when the file's record (``.json``: the store's checksum,
+        rows, kind, parameters and the file's sampled digest) matches, else built from the store (its
+        vectors checked whole first: a FAISS copy of damaged vectors would outlive them) and written."""
         path = self._index_path(code, kind)
         meta_path = path.with_suffix(".json")
         meta = {"sha256": self.store.manifest.sha256, "rows": len(rows), "kind": kind,
                 "params": asdict(self.params)}
         if self.cache and path.is_file() and meta_path.is_file():
             try:
-                if json.loads(meta_path.read_text()) == meta:
-                    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if kind == "flat" else 0)
+                found = json.loads(meta_path.read_text())
+                if isinstance(found, dict) and {k: v for k, v in found.items() if k != "digest"} == meta:
+                    if found.get("digest") == digests.sampled(path):
+                        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if kind == "flat" else 0)
+                    log.warning("rebuilding FAISS index %s: its bytes changed since it was written", path)
             except (RuntimeError, ValueError) as exc:
                 log.warning("rebuilding unreadable FAISS index %s: %s", path, exc)
+        if not self.store.verified:
+            self.store.verify()
         index = self._build(rows, kind)
         if not self.cache:
             return index
@@ -469,9 +478,10 @@ class NodeIndex:
             tmp = path.with_suffix(".faiss.tmp")
             faiss.write_index(index, str(tmp))
             tmp.replace(path)
-            meta_path.write_text(json.dumps(meta))
-        except OSError as exc:
-            log.warning("could not cache FAISS index at %s (%s); keeping it in memory", path, exc)
+            meta_path.write_text(json.dumps({**meta, "digest": digests.sampled(path)}))
+        except (OSError, RuntimeError) as exc:  # RuntimeError: FAISS's own writer (a read-only folder)
+            log.warning("could not cache FAISS index at %s (%s); keeping it in memory", path,
+                        str(exc).strip().splitlines()[-1])
             return index
         if kind == "flat":  # reopen memory-mapped: page cache shared by processes instead of private memory
             return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)

@@ -8,11 +8,19 @@ of candidate nodes only) be searched without pretending the other rows are zero 
 Layout of one store directory::
 
     manifest.json        model, dim, variant, document budget, SKB fingerprint, documents digest,
-                         rows done, sha256
+                         rows done, sha256 and sampled digest of the vectors
     embeddings.f16.npy   float16 [N, d]
     done.npy             bool [N]
     .lock                the writer's lock (``writing``): one build or import at a time
     faiss/<kind>/...     per-type FAISS indexes built from this store (see ``search.py``)
+
+Every open checks what is cheap to check, so that a damaged store fails at once instead of serving
+zero rows: the arrays' headers and exact file sizes against the manifest (before a writable memory
+map would pad a short file with zeros), the done mask against the rows the manifest counts, and the
+vectors against their sampled digest (``autofocus.digests.sampled``: the whole file up to 64 MiB,
+above that 256 pages, ~1 MiB read whatever the size). The whole-file SHA-256 is checked before FAISS
+copies are built from the vectors (which read them all anyway) and by ``autofocus index info --verify``.
+A damaged embedded store is embedded again by ``index build`` (an imported one by ``index import``).
 """
 
 from __future__ import annotations
@@ -31,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from autofocus import paths
+from autofocus import digests, paths
 from autofocus.index.embedders import slug
 from autofocus.skb.cache import content_digest
 from autofocus.skb.model import SKB
@@ -58,7 +66,20 @@ class IndexIncompleteError(IndexError_):
     """Rows are missing because an embedding run stopped halfway; rerun the build to resume."""
 
 
-class ChecksumError(IndexError_):
+REBUILD_HINT = "`autofocus index build` embeds the store again (vectors from a file: `autofocus index import` again)"
+
+
+class IndexCorruptError(IndexError_):
+    """A store whose manifest cannot be read, or whose files do not match it (cut short, extended,
+    overwritten, missing): nothing in it can be trusted, it must be built or imported again.
+    ``reason`` is what is wrong, the message adds ``hint``, how to build it again."""
+
+    def __init__(self, reason: str, hint: str = REBUILD_HINT) -> None:
+        super().__init__(f"{reason}; {hint}")
+        self.reason = reason
+
+
+class ChecksumError(IndexCorruptError):
     """The embeddings file does not match the checksum in its manifest."""
 
 
@@ -67,6 +88,12 @@ class DiskFullError(IndexError_):
 
 
 SPACE_MARGIN = 16 << 20  # bytes left free beyond the store and its FAISS copy (manifests, the OS)
+
+
+def store_bytes(num_nodes: int, dim: int) -> int:
+    """Disk bytes of a store of ``num_nodes`` rows: float16 vectors and the done mask, plus room for its
+    FAISS copies at 4 bytes a value (``check_free_space`` wants them free before the first row is embedded)."""
+    return num_nodes * (dim * 2 + 1) + num_nodes * dim * 4
 
 
 def _preallocate(path: Path, what: str) -> None:
@@ -109,6 +136,7 @@ class Manifest(BaseModel):
     dtype: str = "float16"
     rows_done: int = 0
     sha256: str | None = None  # of embeddings.f16.npy; None while a writer has the store open
+    sample: str | None = None  # ``digests.sampled`` of embeddings.f16.npy, checked on every open (with sha256)
     source: str = "embedded"
     updated: str = ""
 
@@ -161,6 +189,63 @@ def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
     return h.hexdigest()
 
 
+def read_manifest(directory: Path) -> Manifest:
+    """The store's manifest; ``IndexCorruptError`` naming the file when it is empty, no JSON or lacks a field."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"no embedding store at {directory} (missing {MANIFEST})")
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except ValueError as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        reason = f"{where}: {first['msg']}" if where else first.get("msg", str(exc).splitlines()[0])
+        raise IndexCorruptError(f"{path}: unreadable manifest ({reason})") from None
+
+
+def _damaged(directory: Path, manifest: Manifest, reason: str) -> IndexCorruptError:
+    """The error for a store whose files do not match its manifest, with the way to rebuild it."""
+    how = ("`autofocus index build` embeds it again" if manifest.source == "embedded" else
+           f"import {manifest.source.removeprefix('imported:')} again with `autofocus index import`")
+    return IndexCorruptError(reason, f"the store {directory} is damaged: {how}")
+
+
+def _check_array_file(directory: Path, manifest: Manifest, name: str, shape: tuple[int, ...], dtype: type) -> None:
+    """The ``.npy`` header of ``name`` says ``shape`` and ``dtype``, and the file is exactly as long as
+    they need: checked before it is memory-mapped, since a writable map pads a short file with zeros."""
+    path = directory / name
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    try:
+        with path.open("rb") as fh:
+            reader = readers.get(np.lib.format.read_magic(fh))
+            if reader is None:
+                raise ValueError("an unknown .npy format version")
+            found_shape, fortran, found_dtype = reader(fh)
+            start = fh.tell()
+    except FileNotFoundError:
+        raise _damaged(directory, manifest, f"{path} is missing") from None
+    except ValueError as exc:
+        raise _damaged(directory, manifest, f"{path}: not a .npy array ({exc})") from None
+    wanted = np.dtype(dtype)
+    if tuple(found_shape) != shape or found_dtype != wanted or fortran:
+        raise _damaged(directory, manifest, f"{path}: holds {tuple(found_shape)} {found_dtype}, the manifest says "
+                                            f"{shape} {wanted}")
+    need = start + int(np.prod(shape)) * wanted.itemsize
+    size = path.stat().st_size
+    if size != need:
+        cut = "cut short" if size < need else "longer than its rows"
+        raise _damaged(directory, manifest, f"{path}: {size:,} bytes, {cut} ({shape} {wanted} need {need:,})")
+
+
+def discard(directory: Path) -> None:
+    """Remove a store's files (the manifest first: a store half removed is no store), keeping the folder."""
+    directory = Path(directory)
+    (directory / MANIFEST).unlink(missing_ok=True)
+    for name in (VECTORS, DONE):
+        (directory / name).unlink(missing_ok=True)
+    shutil.rmtree(directory / "faiss", ignore_errors=True)
+
+
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     paths.replace_atomically(path, json.dumps(data, indent=2) + "\n")
 
@@ -189,6 +274,7 @@ class EmbeddingStore:
         self.manifest = manifest
         self.vectors = vectors
         self.done = done
+        self.verified = False  # the whole file's checksum was checked (``verify``) since it was opened
 
     # -- opening -------------------------------------------------------------------------------------
     @classmethod
@@ -201,7 +287,7 @@ class EmbeddingStore:
         if (directory / MANIFEST).exists():
             raise FileExistsError(f"{directory / MANIFEST} exists; open it or delete the directory")
         directory.mkdir(parents=True, exist_ok=True)
-        check_free_space(directory, num_nodes * (dim * 2 + 1) + num_nodes * dim * 4)  # float16 + mask, float32 FAISS
+        check_free_space(directory, store_bytes(num_nodes, dim))
         try:
             vectors = np.lib.format.open_memmap(directory / VECTORS, mode="w+", dtype=np.float16, shape=(num_nodes, dim))
             _preallocate(directory / VECTORS, "embeddings")
@@ -222,32 +308,29 @@ class EmbeddingStore:
 
     @classmethod
     def open(cls, directory: Path, writable: bool = False) -> EmbeddingStore:
+        """Open the store, checking its files against the manifest (module docstring); a damaged store
+        raises ``IndexCorruptError`` naming the file and what is wrong."""
         directory = Path(directory)
-        path = directory / MANIFEST
-        if not path.is_file():
-            raise FileNotFoundError(f"no embedding store at {directory} (missing {MANIFEST})")
-        try:
-            manifest = Manifest.model_validate_json(path.read_text())
-        except ValueError as exc:
-            raise IndexError_(f"{path}: unreadable manifest: {exc}") from exc
+        manifest = read_manifest(directory)
+        n, dim = manifest.num_nodes, manifest.dim
+        _check_array_file(directory, manifest, VECTORS, (n, dim), np.float16)
+        _check_array_file(directory, manifest, DONE, (n,), np.bool_)
         mode = "r+" if writable else "r"
         if writable:  # a store created sparse (before preallocation) gets its blocks before rows are written
             for name, what in ((VECTORS, "embeddings"), (DONE, "done mask")):
-                if (directory / name).is_file():
-                    _preallocate(directory / name, what)
+                _preallocate(directory / name, what)
         try:
             vectors = np.load(directory / VECTORS, mmap_mode=mode)
             done = np.load(directory / DONE, mmap_mode=mode)
         except (OSError, ValueError) as exc:
             raise IndexError_(f"{directory}: cannot open the embedding arrays: {exc}") from exc
-        if vectors.shape != (manifest.num_nodes, manifest.dim) or vectors.dtype != np.float16:
-            raise IndexError_(
-                f"{directory / VECTORS}: shape {vectors.shape} {vectors.dtype}, manifest says "
-                f"({manifest.num_nodes}, {manifest.dim}) float16"
-            )
-        if done.shape != (manifest.num_nodes,):
-            raise IndexError_(f"{directory / DONE}: shape {done.shape}, expected ({manifest.num_nodes},)")
-        return cls(directory, manifest, vectors, done)
+        store = cls(directory, manifest, vectors, done)
+        if store.consistent:
+            store._check_done()
+            if manifest.sample is not None and digests.sampled(directory / VECTORS) != manifest.sample:
+                raise _damaged(directory, manifest, f"{directory / VECTORS}: its content changed since it was "
+                                                    "written (sampled digest)")
+        return store
 
     # -- checks --------------------------------------------------------------------------------------
     def check(
@@ -284,16 +367,24 @@ class EmbeddingStore:
         """True when the last writer closed the store cleanly (its checksum is current)."""
         return self.manifest.sha256 is not None
 
+    def _check_done(self) -> None:
+        """A finished store's done mask marks exactly the rows its manifest counts."""
+        marked = int(np.count_nonzero(self.done))
+        if marked != self.manifest.rows_done:
+            raise _damaged(self.directory, self.manifest, f"{self.directory / DONE}: marks {marked:,} rows done, "
+                                                          f"the manifest {self.manifest.rows_done:,}")
+
     def verify(self) -> None:
-        """Recompute the SHA-256 of the vectors and compare it with the manifest."""
+        """Recompute the SHA-256 of the vectors (all of them: ~1 s per GB) and compare it with the manifest."""
         if self.manifest.sha256 is None:
             raise IndexIncompleteError(f"{self.directory}: no checksum (a build or import did not finish)")
         actual = sha256_file(self.directory / VECTORS)
         if actual != self.manifest.sha256:
             raise ChecksumError(
-                f"{self.directory / VECTORS}: sha256 {actual[:16]}..., manifest says {self.manifest.sha256[:16]}...; "
-                "the file changed or is corrupt: delete the directory and rebuild"
+                f"{self.directory / VECTORS}: sha256 {actual[:16]}..., manifest says {self.manifest.sha256[:16]}...: "
+                "the file changed or is corrupt"
             )
+        self.verified = True
 
     # -- writing -------------------------------------------------------------------------------------
     def save_manifest(self) -> None:
@@ -312,7 +403,8 @@ class EmbeddingStore:
     def begin_write(self) -> None:
         """Mark the checksum stale before rows change, so a crash leaves no wrong checksum behind."""
         if self.manifest.sha256 is not None:
-            self.manifest.sha256 = None
+            self.manifest.sha256 = self.manifest.sample = None
+            self.verified = False
             self.save_manifest()
 
     def write_rows(self, ids: np.ndarray, vecs: np.ndarray) -> None:
@@ -332,4 +424,6 @@ class EmbeddingStore:
         """Record the checksum of the vectors as they now are."""
         self.manifest.rows_done = int(np.count_nonzero(self.done))
         self.manifest.sha256 = sha256_file(self.directory / VECTORS)
+        self.manifest.sample = digests.sampled(self.directory / VECTORS)
+        self.verified = True
         self.save_manifest()

@@ -39,7 +39,7 @@ import dspy
 from pydantic import ValidationError
 
 from autofocus._version import __version__
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, invalid
 
 FORMAT = "autofocus-program/1"
 
@@ -115,7 +115,7 @@ def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
     try:
         return doc["system"], AutofocusConfig.model_validate(doc["config"])
     except ValidationError as exc:
-        raise ProgramFileError(f"{path}: invalid config: {exc}") from None
+        raise ProgramFileError(str(invalid(exc, f"{path}: config"))) from None
 
 
 def _system_name(spec: str) -> str:
@@ -148,9 +148,7 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     if unsaved:
         raise ProgramFileError(f"{path}: no saved state for {', '.join(unsaved)}")
     for name in predictors.keys() & state.keys():
-        fields = [f for f in ("demos", "signature") if f not in state[name]]
-        if fields:
-            raise ProgramFileError(f"{path}: the state of {name!r} lacks {', '.join(fields)}")
+        _check_state(state[name], f"{path}: state.{name}")
     nearest = _nearest_demos(program, doc, path)
     for name in predictors.keys() & state.keys():
         predictor = predictors[name]
@@ -160,6 +158,26 @@ def load_program_state(program: dspy.Module, path: Path | str) -> dspy.Module:
     if nearest is not None:
         program.nearest_demos = nearest
     return program
+
+
+def _check_state(state: Any, where: str) -> None:
+    """A predictor's saved state has the shape DSPy's ``load_state`` trusts: an object with ``demos`` (a
+    list of examples, each an object of field values) and ``signature`` (an object); DSPy would set
+    whatever is there, and a string of demos becomes one demo per character."""
+    if not isinstance(state, dict):
+        raise ProgramFileError(f"{where}: expected an object, found {type(state).__name__}")
+    missing = [f for f in ("demos", "signature") if f not in state]
+    if missing:
+        raise ProgramFileError(f"{where}: lacks {', '.join(missing)}")
+    demos = state["demos"]
+    if not isinstance(demos, list):
+        raise ProgramFileError(f"{where}.demos: expected a list of examples, found {type(demos).__name__}")
+    bad = next((i for i, d in enumerate(demos) if not isinstance(d, dict)), None)
+    if bad is not None:
+        raise ProgramFileError(f"{where}.demos[{bad}]: expected an example (an object of field values), "
+                               f"found {type(demos[bad]).__name__}")
+    if not isinstance(state["signature"], dict):
+        raise ProgramFileError(f"{where}.signature: expected an object, found {type(state['signature']).__name__}")
 
 
 def _nearest_demos(program: dspy.Module, doc: dict[str, Any], path: Path | str) -> Any:

@@ -139,11 +139,7 @@ def run_tuning(
     params, rerank_trials, test_split, limit, qa_dir = o.params, o.rerank_trials, o.test_split, o.limit, o.qa_dir
     report = reporter_or_log(reporter)
     say = report.note
-    if program_file is not None:
-        from autofocus.optimize.saved import read_program_config
-
-        system, saved_cfg = read_program_config(program_file)
-        config = config or saved_cfg
+    system, config = runtime.resolve_system(system, config, program_file)  # a program brings its system
     name, cfg = registry.resolve_config(system, config)
     spec = tuning.StudySpec(
         metric=o.metric,

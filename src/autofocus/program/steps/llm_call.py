@@ -6,7 +6,10 @@ parse it) is the method's own result: salvage what it says, record an event, go 
 (``is_lm_outage``: timeout, connection error, 5xx, rejected key, empty answer, the question's
 deadline, ``autofocus.usage.question_deadline``) says nothing about the method: the question still falls back (to VSS, to the pre-rerank
 order), but its trace is marked degraded (``Trace.degrade``) so that evaluation records it as such
-and runs it again on resume.
+and runs it again on resume. A prompt over the LM's context window, after the demonstrations were
+trimmed away, is no outage (the same prompt fails the same way) but no answer of the method either:
+it degrades the question too, its reason starting ``context window``, and a resume (with an LM of a
+longer context, or a shorter question) asks it again.
 
 Hostile answers are bounded: every answer is cut to ``MAX_ANSWER_CHARS`` before DSPy parses it
 (its JSON repair is quadratic, a 1 MB answer took 70 s), and JSON nested deeper than any signature's
@@ -40,6 +43,8 @@ _OVERFLOW = re.compile(
     re.IGNORECASE,
 )
 
+
+CONTEXT_WINDOW = "context window"  # how a degradation by a prompt over the LM's context starts
 
 # DSPy's transport names its own knob ("raise it with Timeouts(read=...)"), which an autofocus user cannot set
 _DSPY_TIMEOUT_HINT = re.compile(r"raise it with Timeouts\(read=\.\.\.\)")
@@ -278,6 +283,8 @@ def safe_predict(predictor: dspy.Module, trace: Trace, step: str, *, demos: list
             trace.event(step, "llm_error", text)
             if is_lm_outage(error):
                 trace.degrade(step, text)
+            elif is_context_overflow(error):
+                trace.degrade(step, f"{CONTEXT_WINDOW}: the prompt does not fit the LM's context ({text})")
             raw = getattr(error, "lm_response", None)
             return None, cap_text(raw) if isinstance(raw, str) else None
         if keep < len(demos):

@@ -40,6 +40,7 @@ import numpy as np
 from autofocus.config import AutofocusConfig
 from autofocus.lm import is_local_spec, scoring_weights_of, yes_probabilities
 from autofocus.program.steps.llm_call import (
+    CONTEXT_WINDOW,
     bounded_answers,
     cap_text,
     describe_cuts,
@@ -179,12 +180,13 @@ class _Session:
             self.issues.setdefault(kind, []).append(detail)
 
     def failed(self, kind: str, exc: BaseException) -> None:
-        """Record an LM failure as an issue of ``kind``, and as an outage if the LM gave no answer."""
+        """Record an LM failure as an issue of ``kind``, and as an outage if the LM gave no answer (a
+        prompt still over the context window at the last level included)."""
         text = describe_error(exc)
         self.issue(kind, text[:200])
-        if is_lm_outage(exc):
+        if is_lm_outage(exc) or is_context_overflow(exc):
             with self._lock:
-                self.outages.append(text)
+                self.outages.append(f"{CONTEXT_WINDOW}: {text}" if is_context_overflow(exc) else text)
 
     def block(self, node: int, level: int, budget_tokens: int | None = None) -> str:
         """``[ID] type: description`` at a description level (cached per call)."""

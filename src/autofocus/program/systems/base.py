@@ -16,6 +16,9 @@ class adds what DSPy's conventions promise and a knowledge base needs:
   offline LM server.
 * A call makes no LM call after ``config.runtime.question_deadline_s`` (``autofocus.usage.question_deadline``;
   the evaluation runner's deadline wins when it calls the program).
+* A question longer than ``config.runtime.max_question_chars`` is refused (``usage.QuestionTooLongError``)
+  before any LM call where the program may call one: its prompts would overflow the LM's context
+  window, and the steps would fail and fall back one by one.
 
 Example:
     program = autofocus.open("data/demo", "afr")
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from autofocus.config import AutofocusConfig
-from autofocus.usage import question_deadline
+from autofocus.usage import check_question_length, question_deadline
 
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike
@@ -56,16 +59,23 @@ class RetrievalProgram(dspy.Module):
 
     # --- calling ------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
-        if self.needs_lm(kwargs.get("question", args[0] if args else None)):
-            self._attach_pending_lms()
+        self._prepare(kwargs.get("question", args[0] if args else None))
         with question_deadline(self._deadline_s(), outermost=True):
             return super().__call__(*args, **kwargs)
 
     async def acall(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
-        if self.needs_lm(kwargs.get("question", args[0] if args else None)):
-            self._attach_pending_lms()
+        self._prepare(kwargs.get("question", args[0] if args else None))
         with question_deadline(self._deadline_s(), outermost=True):
             return await super().acall(*args, **kwargs)
+
+    def _prepare(self, question: object) -> None:
+        """Before a call that may ask an LM: refuse a question over the length bound, attach the LMs."""
+        if not self.needs_lm(question):
+            return
+        if self.predictors():  # a program without LLM steps (vss, bm25) takes any question
+            runtime = getattr(getattr(self, "config", None), "runtime", None)
+            check_question_length(question, getattr(runtime, "max_question_chars", None))
+        self._attach_pending_lms()
 
     def needs_lm(self, question: object) -> bool:
         """Whether answering ``question`` may call an LM; where not (a replayed question and no step 8),

@@ -49,7 +49,7 @@ def resolve_config(spec: str, base: AutofocusConfig | None = None) -> tuple[str,
     if name not in _SYSTEMS:
         raise ValueError(f"unknown system {name!r}; known: {', '.join(sorted(_SYSTEMS))}")
     try:
-        nest_settings(overrides, strict=True)
+        nest_settings(overrides)
     except ValueError as e:
         raise ValueError(f"{e} (in {spec!r})") from None
     return name, (base or AutofocusConfig()).updated(_SYSTEMS[name][1]).updated(overrides)

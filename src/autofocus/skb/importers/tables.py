@@ -19,6 +19,7 @@ import codecs
 import contextlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,15 +157,30 @@ def _open(path: Path, strings: set[str] = frozenset(),
     try:
         if path.suffix == ".parquet":
             table = pq.ParquetFile(path)
-            return _guard(path, table.iter_batches(batch_size=BATCH_ROWS)), table.schema_arrow.names
+            names = _unique_columns(path, table.schema_arrow.names)
+            return _guard(path, table.iter_batches(batch_size=BATCH_ROWS)), names
         _check_utf8(path)
         reader = pa_csv.open_csv(path, read_options=pa_csv.ReadOptions(block_size=1 << 24),
                                  convert_options=_csv_options(strings, nulls))
-        return _guard(path, iter(reader), strings, nulls), reader.schema.names
+        return _guard(path, iter(reader), strings, nulls), _unique_columns(path, reader.schema.names)
     except SourceError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(path, exc, strings, nulls) from None
+
+
+def _unique_columns(path: Path, names: list[str]) -> list[str]:
+    """``names``, or an error naming a column the header has twice: a row is read into a dict by column
+    name, where the last of two equal names would silently replace the first (a second ``:ID`` would
+    become the id)."""
+    twice = [name for name, n in Counter(names).items() if n > 1]
+    if twice:
+        where = "line 1 (the header)" if path.suffix == ".csv" else "the schema"
+        said = "; ".join(f"{name!r} is columns {', '.join(str(i + 1) for i, c in enumerate(names) if c == name)}"
+                         for name in twice)
+        raise SourceError(f"{path.name}: {where}: a column name given more than once ({said}); rename or drop "
+                          "all but one of each and import again")
+    return names
 
 
 def _csv_options(strings: set[str], nulls: Sequence[str]) -> pa_csv.ConvertOptions:
