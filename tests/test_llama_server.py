@@ -261,7 +261,7 @@ def test_real_server_restores_a_saved_start_exactly_as_it_evaluated_it(real_serv
         return [(t["id"], t["logprob"]) for t in done["completion_probabilities"][0]["top_logprobs"]]
 
     evaluate(first, 0, "probe-a.bin")
-    second = LocalServer(model, "real@test2", n_ctx=2048, n_parallel=2, log_path=tmp_path / "s2.log").start()
+    second = LocalServer(model, "real@test2", n_ctx=2048, n_parallel=first.n_parallel, log_path=tmp_path / "s2.log").start()
     try:
         assert second.slot_dir is not None
         evaluate(second, 0, "probe-b.bin")  # another process evaluates the same start afresh

@@ -375,7 +375,7 @@ def test_no_slot_folder_is_made_outside_the_prompt_cache(tmp_path: Path, home: P
     before = set(Path(tempfile.gettempdir()).iterdir())
     argv = LocalServer(tmp_path / "m.gguf", "m@1", n_parallel=2).argv(1234)
     folder = Path(argv[argv.index("--slot-save-path") + 1])
-    assert folder.parent == home / "prompt-cache" and folder.is_dir()
+    assert folder.parent.parent == home / "prompt-cache" and folder.name == "2-slots" and folder.is_dir()
     assert set(Path(tempfile.gettempdir()).iterdir()) == before
 
 

@@ -52,9 +52,10 @@ DEFAULT_SLOTS = 8  # twice the questions a run has in flight by default: a slot 
 ATTACH_TIMEOUT_S = 30.0  # a shared server answers its model list at once, however busy its slots are
 STOP_WAIT_S = watchdog.GRACE_S + 5.0  # the watchdog kills a server that ignores SIGTERM before this
 PORT_TAKEN = ("address already in use", "couldn't bind")  # llama-server's words when another listener has the port
-_REASON = re.compile(r"error|fail|unable|couldn't|could not|cannot|can't|invalid|unknown|not found|no such|illegal|"
+_REASON = re.compile(r"error|fail|unable|couldn't|could not|cannot|can't|invalid|not found|no such|illegal|"
                      r"exception|denied|corrupt|not a gguf|out of memory", re.IGNORECASE)
-_PREFIX = re.compile(r"^(?:[\w.]+(?:\(\))?:\s+|srv\s+|main:\s+)+")  # llama.cpp's "function: " before its message
+_LEVELLED = re.compile(r"^(?:\d+(?:\.\d+)+\s+)?(?:([IWEDT])\s+)?(.*)$")  # llama.cpp's "0.00.008.977 E " before a line
+_PREFIX = re.compile(r"^(?:(?:[a-z]{2,4}\s+)?[\w.]+(?:\(\))?:\s+)+")  # and "srv    load_model: " before its message
 
 
 def open_direct(request: str | urllib.request.Request, timeout: float) -> Any:
@@ -261,8 +262,10 @@ class LocalServer:
         return f"{binary.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
     def prompt_cache_dir(self) -> Path:
-        """The folder every server of these settings saves its slots to and restores them from."""
-        path = paths.sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}"
+        """The folder every server of these settings and this many slots saves its slots to and restores
+        them from (a saved slot names the server's number of slots: llama.cpp restores it into a server
+        with as many only)."""
+        path = paths.sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}" / f"{self.n_parallel}-slots"
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -540,8 +543,10 @@ def _reason_of(exc: BaseException) -> str:
 def failure_reason(log: str, returncode: int | None, timeout: float | None) -> str:
     """Why a server did not start, in one line: the first line of its log that names an error (llama.cpp's
     function names taken off), else how it ended."""
-    lines = [_PREFIX.sub("", line.strip()) for line in log.splitlines() if line.strip()]
-    said = next((line for line in lines if _REASON.search(line)), None)
+    parsed = [_LEVELLED.match(line.strip()).groups() for line in log.splitlines() if line.strip()]  # type: ignore[union-attr]
+    lines = [_PREFIX.sub("", text) for _, text in parsed]
+    errors = [line for (level, _), line in zip(parsed, lines, strict=True) if level == "E"]
+    said = next(iter(errors), None) or next((line for line in lines if _REASON.search(line)), None)
     if timeout is not None:
         return f"it did not answer within {timeout:.0f} s" + (f" (it said: {said})" if said else "")
     if said:
