@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -246,12 +247,12 @@ def test_real_server_restores_a_saved_start_exactly_as_it_evaluated_it(real_serv
     lm, model = real_server
     first = scoring_server(lm)
     assert first is not None and first.slot_dir is not None
-    rules = "You sort things into kinds. " + " ".join(f"Rule {i}: a kind has a one-word name." for i in range(12))
+    rules = f"Probe {uuid.uuid4()}: sort things into kinds. " + " ".join(f"Rule {i}: a kind has a one-word name." for i in range(12))
     start = render(first, [{"role": "system", "content": rules}], "", 60)
     asked = render(first, [{"role": "system", "content": rules}, {"role": "user", "content": "Which kind is a banana?"}], "", 60)
 
     def evaluate(server: LocalServer, slot: int, name: str) -> None:
-        server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": True}, 120)
+        server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": False}, 120)
         server.post(f"slots/{slot}?action=save", {"filename": name}, 120)
 
     def next_token(server: LocalServer, slot: int) -> list[tuple[int, float]]:

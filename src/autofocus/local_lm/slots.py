@@ -90,8 +90,10 @@ def _restore(server: LocalServer, slot: int, name: str, timeout: float) -> int |
 
 
 def _evaluate_and_save(server: LocalServer, slot: int, start: str, name: str, timeout: float) -> int:
-    """Evaluate ``start`` into ``slot`` and save it as ``name``; the tokens evaluated."""
-    done = server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": True,
+    """Evaluate ``start`` into ``slot`` and save it as ``name``; the tokens evaluated. All of it, from its first
+    token, whatever the slot held: tokens evaluated after a prefix the slot kept fall in other batches,
+    whose sums round otherwise, and the saved start must be the one a fresh server computes."""
+    done = server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": False,
                                       "temperature": 0.0}, timeout)  # fmt: skip
     evaluated = int(done.get("tokens_evaluated", 0))
     add_usage(calls=1, input_tokens=evaluated, output_tokens=0)
