@@ -40,7 +40,7 @@ VARIANTS = {
 
 
 def run(skb: Path, split: str, variant: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    settings = ",".join(s for s in ("steps=1+7", VARIANTS[variant]) if s)
+    settings = ",".join(s for s in ("steps=1+7", VARIANTS[variant], args.settings) if s)
     env = {k: v for k, v in os.environ.items() if k != "AUTOFOCUS_LLM_SERVER"}
     env["DSPY_CACHEDIR"] = str(out.parent / f"dspy-{out.name}")
     cmd = [sys.executable, "-c", "from autofocus.cli import app; app()", "eval", "--skb", str(skb), "--split", split,
@@ -101,6 +101,8 @@ def main() -> None:
     parser.add_argument("--lm", default="local")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--settings", default="", help="more settings for every variant (doc_variant_step7=text: step 7 "
+                        "searches an index that exists; step 1, measured here, is the same)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs in this directory")
     args = parser.parse_args()
