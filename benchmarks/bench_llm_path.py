@@ -148,6 +148,7 @@ def main() -> None:
                       (r["skb"], r["steps"], r["repeat"]) == (row["skb"], row["steps"], row["repeat"]))  # fmt: skip
         same = sum(row["ranked"].get(q) == r for q, r in before["ranked"].items())
         row["speedup"] = row["questions_per_min"] / before["questions_per_min"]
+        row["speedup_wall"] = before["wall_s"] / row["wall_s"]
         row["same_ranking_as_before"] = f"{same}/{len(before['ranked'])}"
     result = {"command": " ".join(["python benchmarks/bench_llm_path.py", *sys.argv[1:]]), "skbs": [str(s) for s in skbs],
               "split": args.split, "system": args.system, "reranker": args.reranker, "concurrency": c,
@@ -155,12 +156,14 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"{args.system}, reranker {args.reranker}, {args.split} questions, {args.lm}, concurrency {c}")
-    for col in ("SKB", "steps", "revision", "q", "load", "questions/min", "speed-up", "same ranking", "s/q median",
+    for col in ("SKB", "steps", "revision", "q", "load", "wall", "wall speed-up", "questions/min", "speed-up",
+                "same ranking", "s/q median",
                 "LM calls/q", "tokens in/q", "evaluated/q", "out/q", "hit@1", "MRR"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(r["skb"], r["steps"], f"{r['revision']} {r['rev']}", str(r["questions"]),
-                      f"{r['load_avg_start'][0]:.1f}-{r['load_avg_end'][0]:.1f}", f"{r['questions_per_min']:.2f}",
+                      f"{r['load_avg_start'][0]:.1f}-{r['load_avg_end'][0]:.1f}", f"{r['wall_s']:.0f} s",
+                      f"{r['speedup_wall']:.2f}x" if "speedup_wall" in r else "", f"{r['questions_per_min']:.2f}",
                       f"{r['speedup']:.2f}x" if "speedup" in r else "", r.get("same_ranking_as_before", ""),
                       f"{r['question_s_median']:.1f}", f"{r['lm_calls_per_question']:.1f}",
                       f"{r['input_tokens_per_question']:,.0f}", f"{r['evaluated_tokens_per_question']:,.0f}",

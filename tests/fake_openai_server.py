@@ -10,6 +10,8 @@ Given ``p_yes`` or ``choice_logprobs`` it also fakes what llama-server offers fo
 one token), ``POST /apply-template`` and ``POST /completion`` with ``n_probs`` (P(yes) spread over the
 yes-like and no-like tokens it has seen) or, for a prompt of text and token ids, the next token's
 log-probabilities from ``choice_logprobs``. Without them ``/props`` answers 404, as the fallback server does.
+Given ``slot_dir`` (``--slot-save-path``), its slot actions write and read files there as llama-server's
+do: a save writes the slot's prompt tokens, a restore of a missing or damaged file fails with HTTP 400.
 ``GET /fake/stats`` reports the request count, for tests that run it as a subprocess.
 
 Run as a program (``python tests/fake_openai_server.py --port 0 --model_alias m``) it stands in for the
@@ -21,11 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 Reply = str | dict[str, Any]
@@ -77,9 +82,14 @@ class FakeOpenAIServer:
         choice_logprobs: Callable[[list[dict[str, Any]], str], float] | None = None,
         slots: int = 4,
         vocab: Sequence[str] | None = None,
+        slot_dir: str | None = None,
+        n_ctx: int = 4096,
     ) -> None:
         self._script = script
         self.slots = slots
+        self.slot_dir = slot_dir
+        self.n_ctx = n_ctx
+        self.slot_tokens: dict[int, list[int]] = {}  # what each slot last held
         self.vocab: dict[str, int] = {}
         self.token_pieces = dict(enumerate(vocab)) if vocab is not None else None  # ids of prompts' token parts
         self.rendered: dict[str, list[dict[str, Any]]] = {}  # prompt text -> the messages it came from
@@ -165,6 +175,8 @@ class FakeOpenAIServer:
                           for p in self.prompts), default=0)  # fmt: skip
             cached = min(cached, len(ids) - 1)  # the last token is evaluated: its logits are the answer
             self.prompts.append(ids)
+            if "id_slot" in body:
+                self.slot_tokens[int(body["id_slot"])] = ids
             pieces = self.token_pieces or {i: piece for piece, i in self.vocab.items()}
         if body.get("n_predict") == 0:  # the prompt into the cache, nothing generated
             return {"content": "", "tokens_evaluated": len(ids), "timings": {"cache_n": cached}}
@@ -188,6 +200,29 @@ class FakeOpenAIServer:
             top = sorted(top, key=lambda t: -t["logprob"])[: int(body.get("n_probs", 0))]
             probs = [{**top[0], "top_logprobs": top}]
         return {"completion_probabilities": probs, "tokens_evaluated": len(ids), "timings": {"cache_n": cached}}
+
+    def slot_action(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """llama-server's ``/slots/N?action=save|restore``: files in ``slot_dir`` where one is given."""
+        slot = int(path.split("/")[2].split("?")[0])
+        name = str(body.get("filename"))
+        if not self.scores:
+            return 404, {"error": {"message": f"no route {path}"}}
+        if self.slot_dir is None:
+            return 200, {"id_slot": slot, "filename": name}
+        file = Path(self.slot_dir) / name
+        if path.endswith("action=save"):
+            with self._lock:
+                tokens = self.slot_tokens.get(slot, [])
+            file.write_text(json.dumps(tokens))
+            return 200, {"id_slot": slot, "filename": name, "n_saved": len(tokens)}
+        try:
+            tokens = [int(t) for t in json.loads(file.read_text())]
+        except (OSError, ValueError, TypeError):
+            return 400, {"error": {"message": "Unable to restore slot: invalid slot save file"}}
+        with self._lock:
+            self.slot_tokens[slot] = tokens
+            self.prompts.append(tokens)
+        return 200, {"id_slot": slot, "filename": name, "n_restored": len(tokens)}
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -213,7 +248,8 @@ class FakeOpenAIServer:
                     data = [{"id": m, "object": "model", "owned_by": "me"} for m in server.model_ids]
                     self._send(200, {"object": "list", "data": data})
                 elif self.path == "/props" and server.scores:
-                    self._send(200, {"total_slots": server.slots, "model_alias": server.model_ids[0]})
+                    self._send(200, {"total_slots": server.slots, "model_alias": server.model_ids[0],
+                                     "default_generation_settings": {"n_ctx": server.n_ctx}})
                 elif self.path == "/fake/stats":
                     self._send(200, {"requests": server.request_count, "paths": list(server.paths)})
                 else:
@@ -240,8 +276,7 @@ class FakeOpenAIServer:
                 if server.latency:
                     time.sleep(server.latency)
                 if self.path.startswith("/slots/"):  # llama-server's slot actions: save and restore
-                    slot = int(self.path.split("/")[2].split("?")[0])
-                    self._send(200 if server.scores else 404, {"id_slot": slot, "filename": body.get("filename")})
+                    self._send(*server.slot_action(self.path, body))
                     return
                 if self.path in ("/tokenize", "/apply-template", "/completion"):
                     if not server.scores:
@@ -295,13 +330,19 @@ class FakeOpenAIServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--model_alias", default="fake-model")
+    parser.add_argument("--model_alias", "--alias", default="fake-model")
     parser.add_argument("--reply", default=chat_adapter_reply(answer="fake"))
     parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
     parser.add_argument("--choices", default=None, help='JSON {"candidate prefix": logprob} for the sequence route')
     parser.add_argument("--parallel", type=int, default=4, help="slots /props reports")
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
+    parser.add_argument("--slot-save-path", default=None, help="where slot actions write and read files")
+    parser.add_argument("--ctx-size", type=int, default=None, help="the context of all slots (llama-server's)")
+    parser.add_argument("--ignore_sigterm", action="store_true", help="stop only on SIGKILL (a hung server)")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"pid {os.getpid()} ignores SIGTERM", flush=True)
     time.sleep(args.startup_delay)
     p_yes = None if args.p_yes is None else (lambda messages: args.p_yes)
     choices = None
@@ -312,8 +353,13 @@ def main() -> None:
             decided = next((lp for k, lp in table.items() if text.startswith(k)), None)
             return decided if decided is not None else 0.0 if any(k.startswith(text) for k in table) else -20.0
 
-    server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
-                              choice_logprobs=choices, slots=args.parallel)
+    try:
+        server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
+                                  choice_logprobs=choices, slots=args.parallel, slot_dir=args.slot_save_path,
+                                  n_ctx=args.ctx_size // args.parallel if args.ctx_size else 4096)
+    except OSError:  # llama-server's words for a port another listener holds
+        print(f"couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {args.port}", flush=True)
+        raise SystemExit(1) from None
     print(f"listening on {server.base_url}", flush=True)
     server._httpd.serve_forever()
 

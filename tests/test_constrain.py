@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import dspy
 import pytest
@@ -211,3 +212,31 @@ def test_step2_sees_the_same_frequent_triples_for_every_question_then_the_target
     assert context.query_inputs("q", "t7")["relationship_labels"] == shown
     small = SchemaContext("kb", ["a"], rels[:10], [], ["a"])
     assert small.relationships_for("a") == rels[:10]
+
+
+@pytest.mark.parametrize(("settings", "kept", "left_out"), [
+    ({}, ["kb_description", "type_descriptions", "e.g.", "-[:"], []),
+    ({"step1_type_parts": "no_examples"}, ["type_descriptions", "-[:"], ["e.g."]),
+    ({"step1_type_parts": "no_relations"}, ["type_descriptions", "e.g."], ["-[:"]),
+    ({"step1_type_parts": "names"}, ["kb_description", "candidate_types"], ["type_descriptions", "e.g."]),
+    ({"step1_kb_description": False}, ["type_descriptions"], ["kb_description"]),
+])  # fmt: skip
+def test_step1_prompt_parts_are_left_out_as_configured(skb, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       settings: dict, kept: list[str], left_out: list[str]) -> None:
+    """The switches that measure what each part of step 1's prompt buys: the part goes, the rest stays."""
+    from tests.test_systems_common import make_kb
+
+    seen = {}
+
+    def fake(lm, messages, choices, **kwargs):
+        seen["prompt"] = " ".join(m["content"] for m in messages)
+        return [1.0 / len(choices)] * len(choices)
+
+    monkeypatch.setattr(afr, "choice_probabilities", fake)
+    program = AutofocusRetriever(make_kb(skb, tmp_path), AutofocusConfig().updated(settings))
+    step1 = program.target_type
+    step1.lm = dspy.LM("openai/m", api_base="http://127.0.0.1:1/v1", api_key="k")
+    trace = Trace(question="Which errors does json.loads raise?")
+    assert score_target_types(step1, program.context, trace.question, trace, threshold=0.3, most=2)
+    assert all(part in seen["prompt"] for part in kept) and not any(part in seen["prompt"] for part in left_out)
+    assert "json.loads raise" in seen["prompt"]

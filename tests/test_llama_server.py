@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -304,3 +306,80 @@ def test_real_server_reads_the_query_grammar_of_step_2(real_server: tuple[dspy.L
     done = server.post("completion", {"prompt": "A Cypher query for: which classes raise errors?\n", "grammar": grammar,
                                       "n_predict": 6, "temperature": 0.0}, 300)  # fmt: skip
     assert done["content"].startswith("MATCH (y:")
+
+
+def test_real_server_restores_a_saved_start_exactly_as_it_evaluated_it(real_server: tuple[dspy.LM, Path],
+                                                                       tmp_path: Path) -> None:
+    """The prompt cache's promise: a start restored from the file another server saved gives the next
+    token the probabilities a freshly evaluated start gives (the KV cache is the same, bit for bit)."""
+    from autofocus.local_lm.scoring import render, scoring_server
+    from autofocus.local_lm.server import LocalServer
+
+    lm, model = real_server
+    first = scoring_server(lm)
+    assert first is not None and first.slot_dir is not None
+    rules = f"Probe {uuid.uuid4()}: sort things into kinds. " + " ".join(f"Rule {i}: a kind has a one-word name." for i in range(12))
+    start = render(first, [{"role": "system", "content": rules}], "", 60)
+    asked = render(first, [{"role": "system", "content": rules}, {"role": "user", "content": "Which kind is a banana?"}], "", 60)
+
+    def evaluate(server: LocalServer, slot: int, name: str) -> None:
+        server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": False}, 120)
+        server.post(f"slots/{slot}?action=save", {"filename": name}, 120)
+
+    def next_token(server: LocalServer, slot: int) -> list[tuple[int, float]]:
+        done = server.post("completion", {"prompt": asked, "n_predict": 1, "n_probs": 10, "id_slot": slot,
+                                          "cache_prompt": True, "temperature": 0.0}, 120)  # fmt: skip
+        assert done["timings"]["cache_n"] > 0  # the start came from the slot, not evaluated again
+        return [(t["id"], t["logprob"]) for t in done["completion_probabilities"][0]["top_logprobs"]]
+
+    evaluate(first, 0, "probe-a.bin")
+    second = LocalServer(model, "real@test2", n_ctx=2048, n_parallel=first.n_parallel, log_path=tmp_path / "s2.log").start()
+    try:
+        assert second.slot_dir is not None
+        evaluate(second, 0, "probe-b.bin")  # another process evaluates the same start afresh
+        a, b = (first.slot_dir / "probe-a.bin").read_bytes(), (second.slot_dir / "probe-b.bin").read_bytes()  # type: ignore[operator]
+        assert a == b, "two evaluations of one start saved different KV caches"
+        restored = second.post("slots/1?action=restore", {"filename": "probe-b.bin"}, 120)
+        assert restored["n_restored"] > 100 and restored["timings"]["restore_ms"] < 5000
+        assert next_token(second, 1) == next_token(second, 0)  # restored start == freshly evaluated start
+    finally:
+        second.stop()
+        for name in ("probe-a.bin", "probe-b.bin"):
+            (first.slot_dir / name).unlink(missing_ok=True)
+
+
+def _gguf_with_architecture(path: Path, architecture: str) -> Path:
+    """A GGUF file (version 3) whose only metadata is its architecture, and no tensors."""
+    import struct
+
+    key, value = b"general.architecture", architecture.encode()
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+                     + struct.pack("<IQ", 8, len(value)) + value)  # fmt: skip
+    return path
+
+
+def test_real_server_says_in_one_line_why_a_model_file_does_not_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47 item 6: an empty, a truncated and a wrong-architecture GGUF file each give their reason in
+    one line, not the server's log."""
+    from autofocus.local_lm.server import LocalServer, LocalServerError
+
+    launcher, why = _user_launcher("source build")
+    if launcher is None:
+        pytest.skip(why)
+    model = _user_model()
+    monkeypatch.setenv(server_build.ENV, launcher)
+    truncated = tmp_path / "truncated.gguf"
+    if model is not None:
+        with model.open("rb") as fh:
+            truncated.write_bytes(fh.read(8 << 20))
+    cases = {"empty": (tmp_path / "empty.gguf", r"magic|read|file"),
+             "architecture": (_gguf_with_architecture(tmp_path / "arch.gguf", "mamba9"), r"architecture.*mamba9"),
+             **({"truncated": (truncated, r"tensor|data|bounds|read|size")} if model is not None else {})}  # fmt: skip
+    cases["empty"][0].write_bytes(b"")
+    for name, (path, reason) in cases.items():
+        server = LocalServer(path, f"{name}@test", n_ctx=512, n_parallel=1, log_path=tmp_path / f"{name}.log")
+        with pytest.raises(LocalServerError) as caught:
+            server.start()
+        message = str(caught.value)
+        assert "\n" not in message and "did not start" in message and re.search(reason, message, re.I), message
+        assert server.process is None

@@ -357,7 +357,7 @@ def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, Lo
     assert attached.external and attached.process is None and attached.api_base == srv.api_base
     attached.stop()  # never stops a server it did not start
     assert srv.health()
-    with pytest.raises(LocalServerError, match="does not serve"):
+    with pytest.raises(LocalServerError, match=f"serves {re.escape(srv.alias)}, not another-alias"):
         LocalServer.attach(f"127.0.0.1:{srv.port}", other, "another-alias").start()
 
 
@@ -416,7 +416,7 @@ def test_llama_server_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("AUTOFOCUS_LLAMA_SERVER", str(binary))
     srv = LocalServer(tmp_path / "m.gguf", "m@abab", n_ctx=2048, n_parallel=3, n_threads=2, draft_model=tmp_path / "d.gguf")
     argv = srv.argv(1234)
-    assert argv[:3] == [sys.executable, "-m", "autofocus.local_lm.watchdog"] and argv[4] == str(os.getpid())
+    assert argv[:3] == [sys.executable, "-I", server_module.watchdog.__file__] and argv[4] == str(os.getpid())
     native = argv[argv.index("--") + 1 :]
     assert native[0] == str(binary)
     flags = dict(zip(native[1::2], native[2::2], strict=False))

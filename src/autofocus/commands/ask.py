@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -70,9 +72,14 @@ def ask(
             print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {prog.system}"))
             raise typer.Exit(1)
         prog.recorded = {question: (None, query, None)}  # step 1 still asks the LM
+    from autofocus.local_lm.models import ModelError
+    from autofocus.local_lm.server import LocalServerError
+
     try:
-        pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
-    except (QuestionTooLongError, IndexError_) as exc:  # over the length bound; an index damaged or unbuilt
+        with waiting_shown(err_console):
+            pred = prog(question=question)  # under the config's question deadline (RetrievalProgram)
+    except (QuestionTooLongError, IndexError_, LocalServerError, ModelError) as exc:
+        # over the length bound; an index damaged or unbuilt; the offline LM could not be started or reached
         print_error(err_console, exc)
         raise typer.Exit(EXIT_ERROR) from None
     show_prediction(prog.kb.skb, pred, console)
@@ -90,6 +97,30 @@ def ask(
         raise typer.Exit(EXIT_NOTHING)  # no LM call answered (a failed call counts no tokens): nothing is the method's
     if pred.trace.degraded:
         raise typer.Exit(EXIT_PARTIAL)
+
+
+@contextlib.contextmanager
+def waiting_shown(out: Console) -> Iterator[None]:
+    """What the question waits for before its first step (the offline LM starting, its prompt cache
+    restored: ``local_lm.startup``) beside a spinner on ``out``; notes (why a first run is slower) kept."""
+    from autofocus.local_lm import startup
+
+    status = out.status("")
+
+    def hear(kind: str, text: str) -> None:
+        if kind == "wait":
+            status.update(safe(text))
+            status.start()
+        elif kind == "done":
+            status.stop()
+        else:
+            out.print(f"[dim]{safe(text)}[/]")
+
+    try:
+        with startup.listening(hear):
+            yield
+    finally:
+        status.stop()
 
 
 def show_prediction(skb, pred, out: Console, limit: int = 20) -> None:
@@ -150,6 +181,8 @@ def show_trace(skb, tr, out: Console) -> None:
             out.print(safe(f"  support {skb.name(int(node))[:30]}: {path_text(skb, p, 25)}"))
     if d.get("rerank"):
         out.print(safe(f"  rerank: {json.dumps(d['rerank'], default=str)[:400]}"))
+    if d.get("startup"):
+        out.print(safe(f"  start-up, before the steps: {startup_text(d['startup'])}"))
     steps = Table(title="per step")
     for col in ("step", "seconds", "LM calls", "tokens in", "tokens out"):
         steps.add_column(col)
@@ -161,3 +194,18 @@ def show_trace(skb, tr, out: Console) -> None:
             out.print(f"  [yellow]event[/] {safe(e.step)}: {safe(e.kind)} {safe(e.detail[:150])}")
     for g in tr.degraded:
         out.print(f"  [red]degraded[/] {safe(g.step)}: {safe(g.error[:300])}")
+
+
+def startup_text(phases: dict) -> str:
+    """A trace's start-up (``local_lm.startup``) in words: the LM server, then the prompt cache."""
+    parts = []
+    if server := phases.get("lm_server"):
+        how = {"started": "started", "attached": f"in use at {server.get('address')}"}.get(server.get("how"), "waited for")
+        parts.append(f"offline LM {how} ({server['seconds']:.1f} s)")
+    if cache := phases.get("prompt_cache"):
+        if cache.get("evaluated"):
+            parts.append(f"prompts' shared start evaluated, {cache['evaluated']} tokens, and saved ({cache['seconds']:.1f} s: "
+                         "the first run with these prompts; later runs restore it)")
+        else:
+            parts.append(f"prompt cache restored, {cache.get('restored', 0)} starts ({cache['seconds']:.1f} s)")
+    return "; ".join(parts) or "none"

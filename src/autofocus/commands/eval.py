@@ -131,6 +131,7 @@ def eval_command(
     """
     from autofocus.evaluation.program_runs import evaluate_program
     from autofocus.evaluation.runner import RunMismatchError
+    from autofocus.local_lm import startup
     from autofocus.options import EvalOptions
 
     cfg = config_or_exit(config, lm, program_file=program, steps=steps, reranker=reranker,
@@ -140,7 +141,9 @@ def eval_command(
     prog = open_program(skb, system, cfg, program)
     options = EvalOptions(split=split, limit=limit, resume=not force_new, qa_dir=qa_dir, replay=replay)
     try:
-        with RichReporter(console, err_console, bars=progress) as reporter:
+        with RichReporter(console, err_console, bars=progress) as reporter, startup.listening(
+            lambda kind, text: reporter.note(text) if kind != "done" else None  # what the run waits for, and why
+        ):
             done = evaluate_program(prog, out, options, questions=items, reporter=reporter)
     except RunMismatchError as exc:
         raise fail(str(exc), EXIT_MISMATCH) from None

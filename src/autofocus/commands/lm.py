@@ -1,18 +1,19 @@
-"""``autofocus lm setup | check | list``: the offline LM and any DSPy LM string, from the command line."""
+"""``autofocus lm setup | check | list | serve | status | stop``: the offline LM and any DSPy LM string."""
 
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from autofocus.cli_app import command_group
+from autofocus.cli_app import command_group, fail
 from autofocus.console import make_console, safe
 
 console = make_console()
-lm_app = command_group("lm", "Set up, check and list LMs (offline GGUF models or any DSPy model string).")
+lm_app = command_group("lm", "Set up, check, list and serve LMs (offline GGUF models or any DSPy model string).")
 
 
 @lm_app.command("setup")
@@ -119,38 +120,133 @@ def list_cmd() -> None:
     )
 
 
-@lm_app.command("serve")
-def serve_cmd(
-    model: Annotated[str, typer.Option(help="local, local-small or local:/file.gguf")] = "local",
-    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8765,
-) -> None:
-    """Run the offline LM server in the foreground, for several runs to share (one model in memory, its
-    slots serving all of them): start it, then `export AUTOFOCUS_LLM_SERVER=127.0.0.1:PORT` in the shells
-    that run autofocus."""
+def _local_server(model: str, ctx: int | None, parallel: int | None, threads: int | None) -> Any:
+    """The server ``model`` would get with these settings (not started), or exit 1 naming what is wrong."""
     from autofocus.lm import draft_model
     from autofocus.local_lm.models import ModelError, resolve_local
     from autofocus.local_lm.server import LocalServer, LocalServerError
 
     try:
         spec = resolve_local(model)
-        server = LocalServer(spec.path, spec.alias, draft_model=draft_model(model))
-    except ModelError as exc:
-        console.print(f"[red]cannot serve {safe(repr(model))}:[/red] {safe(exc)}")
-        raise typer.Exit(1) from exc
-    server.port = port
+        server = LocalServer(spec.path, spec.alias, draft_model=draft_model(model), n_ctx=ctx, n_parallel=parallel,
+                             n_threads=threads)
+        server.fingerprint()  # the server program is found (or its absence said) now
+    except (ModelError, LocalServerError, ValueError) as exc:
+        raise fail(f"cannot serve {model!r}: {exc}") from None
+    return server
+
+
+def _describe(record: Any) -> str:
+    return f"{record.alias} at {record.url} ({record.slots} slots, process {record.pid})"
+
+
+@lm_app.command("serve")
+def serve_cmd(
+    model: Annotated[str, typer.Option(help="local, local-small or local:/file.gguf")] = "local",
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: a free one)", min=0, max=65535)] = 0,
+    detach: Annotated[bool, typer.Option("--detach", help="run in the background; `autofocus lm stop` stops it")] = False,
+    ctx: Annotated[int | None, typer.Option(help="tokens per slot (default AUTOFOCUS_LLM_CTX, else 4096)", min=256)] = None,
+    parallel: Annotated[int | None, typer.Option(help="slots (default AUTOFOCUS_LLM_PARALLEL, else 8 where memory allows)",
+                                                 min=1)] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default AUTOFOCUS_LLM_THREADS, else the cores)",
+                                                min=1)] = None,
+) -> None:
+    """Keep the offline LM running for every later command: each command that uses this model with the
+    same settings (context per slot, draft model, server build) finds it and uses its slots instead of
+    starting a server of its own; several commands at once share it. Foreground until Ctrl-C, or
+    --detach; `autofocus lm status` lists the servers, `autofocus lm stop` stops them."""
+    from autofocus.local_lm import registry, served
+    from autofocus.local_lm.server import LocalServerError, free_port
+
+    server = _local_server(model, ctx, parallel, threads)
+    if port:
+        try:
+            free_port(server.host, port)
+        except OSError:
+            raise fail(f"port {port} on {server.host} is taken: choose another, or --port 0 for a free one") from None
+    running = registry.find(server.alias, server.fingerprint())
+    if running is not None:
+        console.print(f"already serving {safe(_describe(running))}; `autofocus lm stop` stops it")
+        return
+    if detach:
+        options = ["--model", model, "--port", str(port), "--ctx", str(server.n_ctx), "--parallel", str(server.n_parallel),
+                   "--threads", str(server.n_threads)]  # fmt: skip
+        with console.status(f"starting the offline LM ({safe(server.model_path.name)}) in the background"):
+            try:
+                record = served.detach(options, server, server.startup_timeout + 30)
+            except LocalServerError as exc:
+                raise fail(str(exc)) from None
+        console.print(f"serving {safe(_describe(record))} in the background; `autofocus lm stop` stops it")
+        return
+
+    def ready(record: registry.Record) -> None:
+        status.stop()
+        console.print(f"serving {safe(_describe(record))}; commands using {safe(model)} with these settings use it. "
+                      "Ctrl-C stops it.")  # fmt: skip
+
+    status = console.status(f"starting the offline LM ({safe(server.model_path.name)})")
+    status.start()
     try:
-        server.start()
+        served.serve(server, port, ready)
+    except registry.AlreadyServing as exc:
+        status.stop()
+        console.print(f"already serving{safe(str(exc).removeprefix('already served'))}; `autofocus lm stop` stops it")
     except LocalServerError as exc:
-        console.print(f"[red]{safe(exc)}[/red]")
-        raise typer.Exit(1) from exc
-    kind = (f"llama-server, {server.n_parallel} slots" + (", speculative decoding" if server.draft_model else "")
-            if server.native() else "llama_cpp.server (fallback: one request at a time, no token probabilities)")
-    console.print(f"serving {safe(spec.alias)} at {server.api_base} ({kind}); in other shells: "
-                  f"[bold]export AUTOFOCUS_LLM_SERVER=127.0.0.1:{server.port}[/bold]. Ctrl-C stops it.")
-    try:
-        while server.is_running():
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
+        status.stop()
+        raise fail(str(exc)) from None
     finally:
-        server.stop()
+        status.stop()
+
+
+@lm_app.command("status")
+def status_cmd() -> None:
+    """The offline LM servers that `autofocus lm serve` runs: model, address, slots, settings, whether it answers."""
+    from autofocus.local_lm import registry
+    from autofocus.local_lm.server import LocalServer
+
+    records = registry.live()
+    if not records:
+        console.print("no offline LM server is running; `autofocus lm serve --detach` starts one")
+        return
+    table = Table(title="offline LM servers (`autofocus lm serve`)")
+    for col in ("model", "address", "state", "slots", "context/slot", "process", "up", "prompt cache"):
+        table.add_column(col, overflow="fold")  # a narrow terminal wraps a model's name, never cuts it
+    for record in records:
+        state = record.state
+        if state == "ready":
+            probe = LocalServer.attach(record.url, Path(record.model), record.alias, record)
+            try:
+                state = "answering" if record.alias in probe.models(timeout=5.0) else "serves another model"
+            except (OSError, ValueError, KeyError):
+                state = "not answering"
+        up = time.time() - record.started
+        table.add_row(safe(record.alias), safe(record.url if record.port else "-"), state, str(record.slots or "-"),
+                      str(record.settings.get("n_ctx", "-")), str(record.pid), f"{up / 60:.0f} min",
+                      safe(record.slot_dir or "-"))  # fmt: skip
+    console.print(table)
+
+
+@lm_app.command("stop")
+def stop_cmd(
+    model: Annotated[str | None, typer.Option(help="stop only this model's servers (local, local-small, local:/file.gguf)")] = None,
+) -> None:
+    """Stop the offline LM servers that `autofocus lm serve` runs (all of them, or one model's)."""
+    from autofocus.local_lm import registry
+    from autofocus.local_lm.models import ModelError, resolve_local
+
+    records = registry.live()
+    if model is not None:
+        try:
+            alias = resolve_local(model).alias
+        except ModelError as exc:
+            raise fail(f"cannot stop {model!r}: {exc}") from None
+        records = [r for r in records if r.alias == alias]
+    if not records:
+        console.print("no offline LM server " + (f"of {safe(model)} " if model else "") + "is running")
+        return
+    for record in records:
+        with console.status(f"stopping {safe(_describe(record))}"):
+            gone = registry.stop(record)
+        if not gone:
+            raise fail(f"{_describe(record)} did not stop")
+        console.print(f"stopped {safe(_describe(record))}")

@@ -10,21 +10,27 @@ grammars; token probabilities (``autofocus.local_lm.scoring``). Where it could n
 Weights are read into memory, not mmapped: on these VMs mmapped weights got paged out and timings swung 3-8x.
 The server runs under ``autofocus.local_lm.watchdog``, which stops
 it when the process that started it is gone.
+
+A process uses a server that ``autofocus lm serve`` keeps running with the same model and settings
+(``local_lm.registry``, ``LocalServer.fingerprint``) instead of starting its own, and the slots of every
+server of those settings are saved to and restored from one folder under the autofocus home, the prompt
+cache that outlives the server (``local_lm.slots``).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import re
-import shutil
+import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -35,7 +41,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
-from autofocus.local_lm.server_build import ServerBuildError, server_command, usable_cores
+from autofocus.local_lm import registry, startup, watchdog
+from autofocus.local_lm.server_build import WHEEL, ServerBuildError, server_command, usable_cores
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
@@ -43,6 +50,13 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 KV_BYTES_PER_TOKEN = 28 << 10  # Qwen2.5 1.5B: 28 layers x (K + V) x 256 x f16; smaller models need less
 SPARE_MEMORY_BYTES = 4 << 30  # what the rest of a run (indexes, encoder, workers) keeps beside the server
 DEFAULT_SLOTS = 8  # twice the questions a run has in flight by default: a slot per prompt family and question
+ATTACH_TIMEOUT_S = 30.0  # a shared server answers its model list at once, however busy its slots are
+STOP_WAIT_S = watchdog.GRACE_S + 5.0  # the watchdog kills a server that ignores SIGTERM before this
+PORT_TAKEN = ("address already in use", "couldn't bind")  # llama-server's words when another listener has the port
+_REASON = re.compile(r"error|fail|unable|couldn't|could not|cannot|can't|invalid|not found|no such|illegal|"
+                     r"exception|denied|corrupt|not a gguf|out of memory", re.IGNORECASE)
+_LEVELLED = re.compile(r"^(?:\d+(?:\.\d+)+\s+)?(?:([IWEDT])\s+)?(.*)$")  # llama.cpp's "0.00.008.977 E " before a line
+_PREFIX = re.compile(r"^(?:(?:[a-z]{2,4}\s+)?[\w.]+(?:\(\))?:\s+)+")  # and "srv    load_model: " before its message
 
 
 def open_direct(request: str | urllib.request.Request, timeout: float) -> Any:
@@ -130,9 +144,10 @@ def server_env() -> dict[str, str]:
     return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = "127.0.0.1", port: int = 0) -> int:
+    """A port on ``host`` that nobody listens on now (``port`` itself when it is free; OSError if not)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        sock.bind((host, port))
         return sock.getsockname()[1]
 
 
@@ -186,8 +201,11 @@ class LocalServer:
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
         self._native: bool | None = None
-        self.external = False  # attached to a server another process runs (``AUTOFOCUS_LLM_SERVER``)
-        self.slot_dir: Path | None = None  # where llama-server saves and restores slots (``local_lm.slots``)
+        self.external = False  # attached to a server another process runs (``lm serve``, ``AUTOFOCUS_LLM_SERVER``)
+        self.served: registry.Record | None = None  # the record of the ``lm serve`` server it attached to
+        self._checked = False  # an attached server's model and settings were checked once (start-up reported)
+        self.record_file: Path | None = None  # the registry file of ``lm serve``, which its watchdog empties at the end
+        self.slot_dir: Path | None = None  # where the server saves and restores slots (``local_lm.slots``)
         self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
         self._leased: set[int] = set()
         self._leases = threading.Condition()
@@ -218,14 +236,55 @@ class LocalServer:
                 self._leased.discard(slot)
                 self._leases.notify()
 
+    def settings(self) -> dict[str, object]:
+        """What a server must share with this one for a run to use it in its place: the model (its alias
+        carries the file's sha256), a slot's context, the draft model, the server program and the
+        weights' layout. Slots and threads are capacity, not settings: a shared server keeps its own."""
+        draft = self.draft_model
+        return {"alias": self.alias, "n_ctx": self.n_ctx, "program": self.program(), "repack": repack_weights(),
+                "draft": None if draft is None else f"{Path(draft).name}:{_size(Path(draft))}"}
+
+    def fingerprint(self) -> str:
+        """A short hash of ``settings``: the name of a served server's record and of the prompt cache."""
+        return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:12]
+
+    def program(self) -> str:
+        """Which server program runs: the given command, else the llama-server file (path, size, time),
+        else the Python fallback."""
+        if self.command is not None:
+            return " ".join(self.command)
+        try:
+            launcher = server_command()
+        except ServerBuildError as exc:
+            raise LocalServerError(str(exc)) from exc
+        if launcher is None:
+            return "llama_cpp.server"
+        if len(launcher) > 1:  # the wheel's server: its package's version names the llama.cpp it runs
+            return f"{' '.join(launcher[1:])} {importlib.metadata.version(WHEEL)}"
+        binary = Path(launcher[0])
+        stat = binary.stat()
+        return f"{binary.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+    def prompt_cache_dir(self) -> Path:
+        """The folder every server of these settings and this many slots saves its slots to and restores
+        them from (a saved slot names the server's number of slots: llama.cpp restores it into a server
+        with as many only)."""
+        path = paths.sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}" / f"{self.n_parallel}-slots"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     @classmethod
-    def attach(cls, url: str, model_path: Path, alias: str) -> LocalServer:
+    def attach(cls, url: str, model_path: Path, alias: str, record: registry.Record | None = None) -> LocalServer:
         """A server started elsewhere (``autofocus lm serve``) that several runs share: one model in
-        memory, where a server per process would make them fight over the cores."""
+        memory, where a server per process would make them fight over the cores. ``record``: its
+        registry record (it names the prompt cache folder of its slots)."""
         parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
-        server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1", n_parallel=1)
+        slots = (record.slots or 1) if record is not None else 1
+        server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1", n_parallel=slots)
         server.port = parsed.port or 80
         server.external = True
+        server.served = record
+        server.slot_dir = Path(record.slot_dir) if record is not None and record.slot_dir else None
         return server
 
     @property
@@ -239,19 +298,24 @@ class LocalServer:
         return f"{self.base_url}/v1"
 
     def argv(self, port: int) -> list[str]:
-        """The server's command line, under the watchdog that stops it with this process."""
+        """The server's command line, under the watchdog that stops it with this process (run as a file,
+        isolated: it needs the standard library only, and importing autofocus would delay every start)."""
+        guard = [sys.executable, "-I", str(Path(watchdog.__file__)), "--parent", str(os.getpid()),
+                 *(["--release", str(self.record_file)] if self.record_file is not None else []), "--"]
         if self.command is not None:
-            return [part.replace("{port}", str(port)) for part in self.command]
-        watchdog = [sys.executable, "-m", "autofocus.local_lm.watchdog", "--parent", str(os.getpid()), "--"]
+            if self.slot_dir is None and any("{slot_dir}" in part for part in self.command):
+                self.slot_dir = self.prompt_cache_dir()
+            return [*guard, *(part.replace("{port}", str(port)).replace("{slot_dir}", str(self.slot_dir))
+                              for part in self.command)]
         try:
             launcher = server_command()
         except ServerBuildError as exc:
             raise LocalServerError(str(exc)) from exc
         if launcher is not None:
-            return [*watchdog, *self.llama_server_args(launcher, port)]
+            return [*guard, *self.llama_server_args(launcher, port)]
         require_llama_cpp()
         return [
-            *watchdog, sys.executable, "-m", "autofocus.local_lm.serve",
+            *guard, sys.executable, "-m", "autofocus.local_lm.serve",
             "--model", str(self.model_path), "--model_alias", self.alias,
             "--host", self.host, "--port", str(port),
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
@@ -261,10 +325,10 @@ class LocalServer:
     def llama_server_args(self, launcher: Sequence[str], port: int) -> list[str]:
         """llama-server: ``n_parallel`` slots of ``n_ctx`` tokens each with continuous batching; prompts
         kept per slot and in RAM (``AUTOFOCUS_LLM_CACHE_MB``) so a request starts from the longest prefix
-        any earlier one left; slots saved to and restored from a folder of this server's own
-        (``local_lm.slots``); a draft model where one is given."""
+        any earlier one left; slots saved to and restored from the prompt cache of its settings
+        (``prompt_cache_dir``, ``local_lm.slots``); a draft model where one is given."""
         if self.slot_dir is None:
-            self.slot_dir = Path(tempfile.mkdtemp(prefix="autofocus-slots-"))
+            self.slot_dir = self.prompt_cache_dir()
         args = [
             *launcher, "--model", str(self.model_path), "--alias", self.alias,
             "--host", self.host, "--port", str(port),
@@ -285,7 +349,7 @@ class LocalServer:
         asked for; asked once per start (a shared server may be either kind)."""
         if self._native is None:
             try:
-                with open_direct(f"{self.base_url}/props", 600.0 if self.external else 10.0) as resp:
+                with open_direct(f"{self.base_url}/props", ATTACH_TIMEOUT_S if self.external else 10.0) as resp:
                     props = json.load(resp)
                 self._native = "total_slots" in props
                 if self._native:
@@ -319,44 +383,92 @@ class LocalServer:
     def health(self) -> bool:
         if not self.is_running():
             return False
-        try:  # a shared server may be busy with other runs' requests: give it time to answer
-            return self.alias in self.models(timeout=600.0 if self.external else 2.0)
+        try:  # a shared server answers its model list from its HTTP threads, however busy its slots
+            return self.alias in self.models(timeout=ATTACH_TIMEOUT_S if self.external else 2.0)
         except (OSError, ValueError, KeyError):
             return False
 
     def start(self) -> LocalServer:
-        """Start (idempotent) and wait until healthy; a restart keeps the port when it is still free."""
+        """Start (idempotent) and wait until healthy; a restart keeps the port when it is still free. An
+        attached server is checked instead; one that ``lm serve`` ran and that is gone is replaced by a
+        server of this process's own, on its port where that is free (the LMs made for it keep working)."""
         with self._lock:
-            if self.health():
-                return self
             if self.external:
-                raise LocalServerError(
-                    f"AUTOFOCUS_LLM_SERVER={self.base_url} does not serve {self.alias}: start it with "
-                    "`autofocus lm serve`, or unset the variable to start a server per process"
-                )
+                if self._attached_ok():
+                    return self
+                self.external, self.served, self.slot_dir = False, None, None
+            elif self.health():
+                return self
             self._stop_locked()
             self._native = None
             t0 = time.perf_counter()
-            ports = [self.port] if self.port is not None else []
-            for attempt in range(3):
-                port = ports[attempt] if attempt < len(ports) else free_port(self.host)
-                self._spawn(port)
-                if self._wait_healthy():
-                    self.startup_seconds = time.perf_counter() - t0
-                    return self
-                tail = self.log_tail()
-                self._stop_locked()
-                if "address already in use" not in tail.lower():
-                    raise LocalServerError(
-                        f"local LM server for {self.alias} did not start (see {self.log_path}):\n{tail}"
-                    )
-            raise LocalServerError(f"local LM server for {self.alias}: no free port after 3 tries (see {self.log_path})")
+            name = self.model_path.name
+            with startup.phase("lm_server", f"starting the offline LM ({name})") as detail:
+                ports = [self.port] if self.port is not None else []
+                for attempt in range(3):
+                    port = ports[attempt] if attempt < len(ports) else free_port(self.host)
+                    self._spawn(port)
+                    outcome = self._wait_healthy()
+                    if outcome == "ready":
+                        self.startup_seconds = time.perf_counter() - t0
+                        detail.update(how="started", address=f"{self.host}:{port}")
+                        return self
+                    code = self.process.poll() if self.process is not None else None
+                    log = self.log_since_start()
+                    self._stop_locked()
+                    if outcome == "exited" and any(words in log.lower() for words in PORT_TAKEN):
+                        continue  # another listener took the port between choosing and binding it: another
+                    reason = failure_reason(log, code, None if outcome == "exited" else self.startup_timeout)
+                    raise LocalServerError(f"the offline LM server ({name}) did not start: {reason} (log: {self.log_path})")
+            raise LocalServerError(f"the offline LM server ({name}): no free port after 3 tries (log: {self.log_path})")
+
+    def _attached_ok(self) -> bool:
+        """Whether the attached server serves this model with these settings; False for a served one that
+        is gone (this process then starts its own); a one-line error for ``AUTOFOCUS_LLM_SERVER``."""
+        where = f"AUTOFOCUS_LLM_SERVER={self.host}:{self.port}"
+        first, self._checked = not self._checked, True
+        with startup.phase("lm_server", f"connecting to the offline LM at {self.host}:{self.port}") if first \
+                else contextlib.nullcontext({}) as detail:  # fmt: skip
+            detail.update(how="attached", address=f"{self.host}:{self.port}")
+            try:
+                served = self.models(timeout=ATTACH_TIMEOUT_S)
+            except TimeoutError:
+                if self.served is not None:
+                    return False
+                raise LocalServerError(f"{where} does not answer within {ATTACH_TIMEOUT_S:.0f} s") from None
+            except (OSError, ValueError, KeyError) as exc:
+                if self.served is not None:
+                    return False
+                raise LocalServerError(f"{where} cannot be reached ({_reason_of(exc)}): start it with "
+                                       "`autofocus lm serve --detach`, or unset the variable") from None
+        if self.alias not in served:
+            if self.served is not None:
+                return False
+            raise LocalServerError(f"{where} serves {', '.join(served) or 'no model'}, not {self.alias}: start "
+                                   "this model with `autofocus lm serve`, or unset the variable")
+        if self.served is None:
+            self._check_context(where)
+        return True
+
+    def _check_context(self, where: str) -> None:
+        """A server found by address (not by its record) must give a slot the context this process
+        would: a prompt that fits one would overflow the other."""
+        if not self.native():
+            return
+        try:
+            with open_direct(f"{self.base_url}/props", ATTACH_TIMEOUT_S) as resp:
+                n_ctx = int(json.load(resp)["default_generation_settings"]["n_ctx"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if n_ctx != self.n_ctx:
+            raise LocalServerError(f"{where} gives each slot a context of {n_ctx} tokens, not {self.n_ctx} "
+                                   "(AUTOFOCUS_LLM_CTX): start one with these settings (`autofocus lm serve`)")
 
     def _spawn(self, port: int) -> None:
         argv = self.argv(port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}\n".encode())
+        self._log.write(f"\n{_START_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}\n".encode())
         self._log.flush()
         self.port = port
         # own session: a Ctrl-C meant for the caller must not kill the server under a run that is saving work;
@@ -366,43 +478,48 @@ class LocalServer:
             start_new_session=True, env=server_env(),
         )  # fmt: skip
 
-    def _wait_healthy(self) -> bool:
+    def _wait_healthy(self) -> str:
+        """``ready``, ``exited`` (the process ended first) or ``timeout``."""
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if not self.is_running():
-                return False
+                return "exited"
             with contextlib.suppress(OSError, ValueError, KeyError):
                 if self.alias in self.models(timeout=1.0):
-                    return True
-            time.sleep(0.2)
-        return False
+                    return "ready"
+            time.sleep(0.1)
+        return "timeout"
 
-    def log_tail(self, n: int = 20) -> str:
+    def log_since_start(self) -> str:
+        """What the server wrote to its log since its last start."""
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
+            text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(lines[-n:])
+        return text[text.rfind(_START_MARK) :].partition("\n")[2]
+
+    def log_tail(self, n: int = 20) -> str:
+        return "\n".join(self.log_since_start().splitlines()[-n:])
 
     def stop(self) -> None:
         with self._lock:
             self._stop_locked()
 
     def _stop_locked(self) -> None:
+        """SIGTERM to the watchdog, which passes it on and kills a server that ignores it after its grace;
+        a watchdog still there after ours is killed with its whole process group (the server in it)."""
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own session (``_spawn``): the group is its own
                 proc.wait(timeout=10)
         if self._log is not None:
             self._log.close()
             self._log = None
-        if self.slot_dir is not None:
-            shutil.rmtree(self.slot_dir, ignore_errors=True)
-            self.slot_dir = None
         self.slot_starts.clear()
 
     def __enter__(self) -> LocalServer:
@@ -412,13 +529,44 @@ class LocalServer:
         self.stop()
 
 
+_START_MARK = "=== autofocus:"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _reason_of(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc)
+
+
+def failure_reason(log: str, returncode: int | None, timeout: float | None) -> str:
+    """Why a server did not start, in one line: the first line of its log that names an error (llama.cpp's
+    function names taken off), else how it ended."""
+    parsed = [_LEVELLED.match(line.strip()).groups() for line in log.splitlines() if line.strip()]  # type: ignore[union-attr]
+    lines = [_PREFIX.sub("", text) for _, text in parsed]
+    errors = [line for (level, _), line in zip(parsed, lines, strict=True) if level == "E"]
+    said = next(iter(errors), None) or next((line for line in lines if _REASON.search(line)), None)
+    if timeout is not None:
+        return f"it did not answer within {timeout:.0f} s" + (f" (it said: {said})" if said else "")
+    if said:
+        return said[:300]
+    ended = f"exited with code {returncode}" if returncode is not None else "exited"
+    return f"it {ended} before serving" + (f"; its last words: {lines[-1][:200]}" if lines else ", writing nothing")
+
+
 _SERVERS: dict[Path, LocalServer] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
 def get_server(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
-    """The process-wide server for ``model_path``, started (or restarted) if needed; with
-    ``AUTOFOCUS_LLM_SERVER`` set, the shared server at that address instead."""
+    """The process-wide server for ``model_path``, started (or restarted) if needed: with
+    ``AUTOFOCUS_LLM_SERVER`` set, the shared server at that address; else one that ``autofocus lm serve``
+    runs with this model and these settings (``local_lm.registry``), else one of this process's own."""
     key = Path(model_path).resolve()
     shared = os.environ.get("AUTOFOCUS_LLM_SERVER")
     with _REGISTRY_LOCK:
@@ -426,9 +574,21 @@ def get_server(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
         if server is None:
             if not _SERVERS:
                 atexit.register(stop_all)
-            server = LocalServer.attach(shared, key, alias) if shared else LocalServer(key, alias, **kwargs)  # type: ignore[arg-type]
+            server = LocalServer.attach(shared, key, alias) if shared else served_or_own(key, alias, **kwargs)
             _SERVERS[key] = server
     return server.start()
+
+
+def served_or_own(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
+    """The server ``autofocus lm serve`` runs with these settings, attached (waiting a while for one that
+    is starting); else a new one for this process."""
+    own = LocalServer(model_path, alias, **kwargs)  # type: ignore[arg-type]
+    fingerprint = own.fingerprint()
+    record = registry.find(alias, fingerprint)
+    if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
+        with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
+            record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
+    return own if record is None else LocalServer.attach(record.url, model_path, alias, record)
 
 
 def server_for_api_base(api_base: str | None) -> LocalServer | None:

@@ -24,13 +24,16 @@ class TargetType(dspy.Signature):
     target_type: str = dspy.OutputField(desc="exactly one of the candidate types")
 
 
-def target_type_signature(types: list[str], described: bool = False) -> type[dspy.Signature]:
+def target_type_signature(types: list[str], described: bool = False, kb_description: bool = True) -> type[dspy.Signature]:
     """Step 1's signature with its output constrained to the SKB's candidate types; ``described`` adds
-    what distinguishes each type (its relationships and an example node), which a small LM needs."""
+    what distinguishes each type (its relationships and an example node), which a small LM needs;
+    ``kb_description`` False leaves out what the knowledge base is about."""
     sig = TargetType.with_updated_fields("target_type", type_=Literal[tuple(types)])  # type: ignore[valid-type]
+    if not kb_description:
+        sig = sig.delete("kb_description")
     if described:
         sig = sig.insert(
-            2,
+            2 if kb_description else 1,
             "type_descriptions",
             dspy.InputField(desc="per candidate type: its relationships in the graph and an example node"),
             type_=list[str],

@@ -125,9 +125,10 @@ class SchemaGraph:
         walk(src, [])
         return out
 
-    def describe_label(self, label: str, max_relations: int = 6, description: str = "") -> str:
+    def describe_label(self, label: str, max_relations: int = 6, description: str = "", example: bool = True) -> str:
         """One line on what distinguishes a label: the schema's description of it (what a question
-        that names no label, "who ...", needs to be read), its relationships and an example node."""
+        that names no label, "who ...", needs to be read), its relationships (``max_relations`` 0:
+        none) and an example node."""
         rels = sorted(self.touching(label), key=lambda r: -r.count)[:max_relations]
         parts = []
         for r in rels:
@@ -137,7 +138,7 @@ class SchemaGraph:
             text += f" = {description.strip()}"
         if parts:
             text += ": " + ", ".join(parts)
-        if label in self.examples:
+        if example and label in self.examples:
             text += f"; e.g. {self.examples[label]!r}"
         return text
 

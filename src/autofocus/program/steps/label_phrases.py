@@ -16,12 +16,33 @@ import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-import inflect
+from typing import Any
 
 from autofocus.skb.documents import CASE_CHANGE
 
-_ENGINE = inflect.engine()
+
+def _unchecked(target: Any = None, **_options: Any) -> Any:
+    """``typeguard.typechecked`` as it is under ``python -O``: the function (or a decorator) as it is."""
+    return target if target is not None else (lambda function: function)
+
+
+def _inflect_engine() -> Any:
+    """inflect's engine, its module imported with typeguard's run-time checks off, as ``python -O`` does:
+    inflect decorates its functions with ``typeguard.typechecked``, which recompiles each one at import
+    (4 s of CPU, the larger part of starting ``autofocus ask`` on 2 cores, against 0.2 s); the checks guard
+    the types of inflect's own arguments, and this module gives it words."""
+    import typeguard
+
+    checked = typeguard.typechecked
+    typeguard.typechecked = _unchecked
+    try:
+        import inflect
+    finally:
+        typeguard.typechecked = checked
+    return inflect.engine()
+
+
+_ENGINE = _inflect_engine()
 WORD = re.compile(r"[^\s,;!?()\[\]{}\"`]+")
 _ALTERNATIVES = re.compile(r"[/|]")
 _SEPARATORS = re.compile(r"[\W_]+")

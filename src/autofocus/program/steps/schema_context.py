@@ -47,9 +47,10 @@ class SchemaContext:
         )
 
     @classmethod
-    def from_skb(cls, skb: SKB) -> SchemaContext:
+    def from_skb(cls, skb: SKB, type_parts: str = "full") -> SchemaContext:
         """From the graph itself (``SchemaGraph``): every (label, relationship, label) triple that occurs,
-        most frequent first, and for step 1 what distinguishes each candidate type."""
+        most frequent first, and for step 1 what distinguishes each candidate type (``type_parts``:
+        ``QueryConfig.step1_type_parts``)."""
         base = cls.from_schema(skb.schema)
         sg = schema_graph(skb)
         rels = [
@@ -62,7 +63,10 @@ class SchemaContext:
             relationship_labels=rels or base.relationship_labels,
             attribute_names=base.attribute_names,
             candidate_types=base.candidate_types,
-            type_descriptions=[sg.describe_label(t, description=_described(skb, t)) for t in base.candidate_types],
+            type_descriptions=[] if type_parts == "names" else [
+                sg.describe_label(t, max_relations=0 if type_parts == "no_relations" else 6,
+                                  description=_described(skb, t), example=type_parts != "no_examples")
+                for t in base.candidate_types],
         )
 
     def relationships_for(self, target_type: str | None) -> list[str]:

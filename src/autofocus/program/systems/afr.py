@@ -198,9 +198,13 @@ class AutofocusRetriever(RetrievalProgram):
         self.config = config or AutofocusConfig()
         self.system = system
         graph = self.config.query.prompt_schema == "graph"
-        self.context = SchemaContext.from_skb(kb.skb) if graph else SchemaContext.from_schema(kb.skb.schema)
+        query = self.config.query
+        self.context = (SchemaContext.from_skb(kb.skb, query.step1_type_parts) if graph
+                        else SchemaContext.from_schema(kb.skb.schema))  # fmt: skip
         types = self.context.candidate_types
-        self.target_type = dspy.Predict(target_type_signature(types, described=graph)) if len(types) > 1 else None
+        described = graph and query.step1_type_parts != "names"
+        self.target_type = (dspy.Predict(target_type_signature(types, described, query.step1_kb_description))
+                            if len(types) > 1 else None)  # fmt: skip
         self.cypher = dspy.Predict(TextToCypher)
         sg = schema_graph(kb.skb)
         self.query_graph = dspy.Predict(

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from autofocus.config import AutofocusConfig
+from autofocus.local_lm import startup
 from autofocus.usage import check_question_length, question_deadline
 
 if TYPE_CHECKING:
@@ -61,12 +62,12 @@ class RetrievalProgram(dspy.Module):
     def __call__(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
         self._prepare(kwargs.get("question", args[0] if args else None))
         with question_deadline(self._deadline_s(), outermost=True):
-            return super().__call__(*args, **kwargs)
+            return with_startup(super().__call__(*args, **kwargs))
 
     async def acall(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
         self._prepare(kwargs.get("question", args[0] if args else None))
         with question_deadline(self._deadline_s(), outermost=True):
-            return await super().acall(*args, **kwargs)
+            return with_startup(await super().acall(*args, **kwargs))
 
     def _prepare(self, question: object) -> None:
         """Before a call that may ask an LM: refuse a question over the length bound, attach the LMs."""
@@ -131,6 +132,16 @@ class RetrievalProgram(dspy.Module):
         else:
             super().load(path, allow_pickle=allow_pickle, allow_unsafe_lm_state=allow_unsafe_lm_state)
         return self
+
+
+def with_startup(pred: Any) -> Any:
+    """``pred`` with what its process waited for before its steps (the offline LM starting, its prompt
+    cache restored: ``local_lm.startup``) in its trace's ``startup``, apart from the steps' times; only
+    the first question after such a wait carries it."""
+    trace = getattr(pred, "trace", None)
+    if isinstance(getattr(trace, "data", None), dict) and (phases := startup.claim()):
+        trace.data["startup"] = phases
+    return pred
 
 
 class SeedSystem(RetrievalProgram):
