@@ -19,14 +19,29 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autofocus.language import DEFAULT as DEFAULT_LANGUAGE
+from autofocus.language import available as available_languages
 
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
+RepairRule = Literal[
+    "names_as_text", "drop_unsupported", "bind_names", "named_relations", "via_named_label", "solve", "extend_to_asked",
+    "star_constants", "name_from_question", "orient_by_question", "constrain_mentions", "either_target", "asked_class",
+    "turn_round", "own_links",
+]  # fmt: skip
+REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
+# switches of older configs -> the rules they turned off (an empty tuple: every rule)
+LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...]] = {
+    "repair": (), "repair_mentions": ("names_as_text", "name_from_question", "constrain_mentions"),
+    "repair_asked": ("extend_to_asked",), "repair_class": ("asked_class",), "either_target": ("either_target",),
+    "turn_round": ("turn_round",), "own_links": ("own_links",),
+}
 
 
 LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
@@ -118,38 +133,42 @@ class QueryConfig(_Group):
         "auto", description="step 2: constrain decoding to the schema: a grammar (llama.cpp), JSON-schema enums "
         "(typed format, structured outputs) or off; auto picks what the step's LM takes"
     )
-    repair: bool = Field(
-        True, description="step 3b: repair labels, relationships, directions and hops the schema rejects, so a "
-        "nearly right query of a small LM still grounds (false: the paper's)"
+    repairs: list[RepairRule] = Field(
+        default_factory=lambda: list(REPAIR_RULES),
+        description="step 3b: the rules that repair the query against the schema and the question, run in this order "
+        "([] = the paper's: none; a shorter list is an ablation; docs/grounding.md describes each)",
     )
-    repair_mentions: bool = Field(
-        True, description="step 3b: link entities the question names and the query left out to the target (with repair)"
-    )
-    repair_asked: bool = Field(
-        True, description="step 3b: answer with the label the question asks for, one schema hop from the query's answers"
-    )
-    repair_class: bool = Field(
-        True, description="step 3b: where the question asks for a node that the graph uses as a class (\"Which "
-        "composers ...\" for a node 'composer' that persons are instances of) and names no label, link the target to it"
-    )
-    either_target: bool = Field(
-        True, description="step 3b: where step 1's type and the query's label for the target differ and the query's "
-        "own relationships link step 1's type as well, ground the target as either label"
+    language: str = Field(
+        DEFAULT_LANGUAGE, description="the language of the questions: the words step 1's cue and step 3b's rules read "
+        "(a module of autofocus.language: en, fr)"
     )
     class_type_floor: float = Field(
         0.1, ge=0.0, le=1.0, description="step 3b: beside the types step 1 kept, the types it scored at least this "
         "likely are labels whose class node the question may name (\"Which rivers ...\": a class of natural objects "
         "where step 1 kept location); 1: the kept types only"
     )
-    turn_round: bool = Field(
-        True, description="step 5: where the query grounds nothing, read its links between the target and a named node "
-        "the other way round first, where the graph links their labels both ways and the question's wording does not "
-        "read them the way they are written"
-    )
-    own_links: bool = Field(
-        True, description="step 5: where the query and its other readings ground nothing, read a link to a named node "
-        "that has no link of the relationship written as any relationship, either way"
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _switches(cls, data: Any) -> Any:
+        """Configs written before the rules were a list name them by switches: a switch that is off
+        drops its rules from ``repairs`` (``repair: false`` drops them all)."""
+        if not isinstance(data, Mapping) or not LEGACY_REPAIR_SWITCHES.keys() & data.keys():
+            return data
+        data = dict(data)
+        rules = list(data.get("repairs", REPAIR_RULES))
+        for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
+            if data.pop(switch, True) is False:
+                rules = [r for r in rules if r not in dropped] if dropped else []
+        data["repairs"] = rules
+        return data
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, v: str) -> str:
+        if v not in available_languages():
+            raise ValueError(f"no language resource {v!r}; available: {', '.join(available_languages())}")
+        return v
 
 
 class GroundingConfig(_Group):
@@ -395,7 +414,7 @@ def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str,
     ``strict`` raises ``ValueError`` on a name no group or top-level field has; otherwise such names
     stay at the top, where validation ignores them (a flat file from an older version loads).
     """
-    groups = setting_groups()
+    groups = {**setting_groups(), **dict.fromkeys(LEGACY_REPAIR_SWITCHES, "query")}
     out: dict[str, Any] = {}
     loose: list[tuple[str, str, Any]] = []
     for key, value in data.items():
@@ -412,7 +431,7 @@ def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str,
         else:
             out[key] = value
     for group, name, value in loose:
-        if strict and name not in GROUPS[group].model_fields:
+        if strict and name not in GROUPS[group].model_fields and name not in LEGACY_REPAIR_SWITCHES:
             raise ValueError(f"unknown setting {group}.{name}; `autofocus config show` lists them")
         target = out.setdefault(group, {})
         if not isinstance(target, dict):
