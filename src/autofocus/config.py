@@ -1,4 +1,4 @@
-"""One validated, serialisable configuration for every program (architecture principle 6), grouped by
+"""One validated, serialisable configuration for every program, grouped by
 the step each setting changes.
 
 ``AutofocusConfig`` holds ``steps`` and one group per stage: ``query`` (steps 1-3), ``grounding``
