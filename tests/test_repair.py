@@ -545,3 +545,15 @@ def test_a_text_filter_naming_a_node_of_another_label_becomes_a_relationship(skb
         kept = repaired(skb, cypher.replace('"json"', f'"{value}"'), "function", question)
         assert not [r for r in kept.repairs if r.kind == "text_name"], value
         assert [c.value for c in kept.query.symbols["y"].constraints if c.key == "signature"] == [value]
+
+
+def test_a_query_of_one_node_goes_through_every_rule(skb) -> None:
+    """A query without a relationship is read as any other: carried to the asked label, its invented
+    constant dropped and the nameless node named from the question."""
+    one = repaired(skb, "MATCH (m:module {name: 'json'}) RETURN m", "module",
+                   question="Which functions does the json module define?")
+    assert one.query.target_type == "function" and [r.kind for r in one.repairs] == ["asked"]
+    invented = repaired(skb, "MATCH (m:module {name: 'yaml'}) RETURN m", "module",
+                        question="Which functions does the json module define?")
+    assert [r.kind for r in invented.repairs] == ["unsupported", "asked", "mention"]
+    assert invented.query.symbols["m"].name_value() == "json"

@@ -50,7 +50,7 @@ def repair_query(qg: QueryGraph, reading: QuestionReading, target_type: str | Se
     step 2 was asked for, all are labels the asked class may settle the target on."""
     skb = reading.skb
     ctx = Context(skb, reading.graph, mapper_for(skb.schema), tuple(as_types(target_type)))
-    draft = Draft(written=qg, query=qg)
+    draft = Draft(query=qg)
     for name in rules:
         draft = RULES[name].apply(draft, reading, ctx)
     return Repaired(draft.query, list(draft.repairs), list(draft.readings), list(draft.cut))

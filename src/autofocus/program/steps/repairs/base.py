@@ -62,7 +62,6 @@ class Context:
 class Draft:
     """The repair of one query so far."""
 
-    written: QueryGraph  # the query as parsed, before any rule
     query: QueryGraph
     repairs: tuple[Repair, ...] = ()
     readings: tuple[Reading, ...] = ()  # second readings, in the order grounding tries them

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autofocus.program.steps.reading import Naming, QuestionReading
-from autofocus.program.steps.repairs.base import Context, Draft, Repair, Rewrite
+from autofocus.program.steps.repairs.base import Context, Repair, Rewrite
 from autofocus.query_graph import QueryGraph
 
 
@@ -12,9 +12,6 @@ class DropUnsupported(Rewrite):
     small LM also invents constants (an example's name, the answer itself)."""
 
     name = "drop_unsupported"
-
-    def apply(self, draft: Draft, reading: QuestionReading, ctx: Context) -> Draft:
-        return super().apply(draft, reading, ctx) if draft.written.triplets else draft
 
     def rewrite(self, query: QueryGraph, reading: QuestionReading, ctx: Context) -> tuple[QueryGraph, list[Repair]]:
         symbols, repairs = dict(query.symbols), []

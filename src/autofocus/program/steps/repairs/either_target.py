@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autofocus.program.steps.reading import QuestionReading
-from autofocus.program.steps.repairs.base import Context, Draft, Repair, Rewrite
+from autofocus.program.steps.repairs.base import Context, Repair, Rewrite
 from autofocus.query_graph import QueryGraph
 
 
@@ -16,9 +16,6 @@ class EitherTarget(Rewrite):
 
     name = "either_target"
     readings = True
-
-    def apply(self, draft: Draft, reading: QuestionReading, ctx: Context) -> Draft:
-        return super().apply(draft, reading, ctx) if draft.written.triplets else draft
 
     def rewrite(self, query: QueryGraph, reading: QuestionReading, ctx: Context) -> tuple[QueryGraph, list[Repair]]:
         sg, step1 = ctx.graph, ctx.step1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from autofocus.program.steps.reading import QuestionReading
-from autofocus.program.steps.repairs.base import Context, Draft, Repair, Rewrite
+from autofocus.program.steps.repairs.base import Context, Repair, Rewrite
 from autofocus.program.steps.repairs.links import fresh, link, only_link
 from autofocus.query_graph import QueryGraph, Symbol
 
@@ -19,9 +19,6 @@ class ExtendToAsked(Rewrite):
 
     name = "extend_to_asked"
     readings = True
-
-    def apply(self, draft: Draft, reading: QuestionReading, ctx: Context) -> Draft:
-        return super().apply(draft, reading, ctx) if draft.written.triplets else draft
 
     def rewrite(self, query: QueryGraph, reading: QuestionReading, ctx: Context) -> tuple[QueryGraph, list[Repair]]:
         sg, asked = ctx.graph, reading.asked_label

@@ -17,7 +17,7 @@ class OwnLinks:
     name = "own_links"
 
     def apply(self, draft: Draft, reading: QuestionReading, ctx: Context) -> Draft:
-        loosened = unlinked_reading(draft.query, ctx) if draft.written.triplets else None
+        loosened = unlinked_reading(draft.query, ctx)
         if loosened is None:
             return draft
         return draft.but(readings=(*draft.readings, (loosened[0], [*draft.repairs, *loosened[1]])))

@@ -17,7 +17,7 @@ class TurnRound:
     name = "turn_round"
 
     def apply(self, draft: Draft, reading: QuestionReading, ctx: Context) -> Draft:
-        turned = reversed_reading(draft.query, reading, ctx) if draft.written.triplets else None
+        turned = reversed_reading(draft.query, reading, ctx)
         if turned is None:
             return draft
         return draft.but(readings=((turned[0], [*draft.repairs, *turned[1]]), *draft.readings))
