@@ -34,6 +34,8 @@ def test_the_asked_label_is_the_longest_whole_phrase_after_the_question_word() -
         "Which proteins interact with TP53?": "gene/protein",
         "What effect phenotypes does aspirin cause?": "Effect-Phenotype",
         "Who directed Jaws?": None,  # names no label: the LM reads it
+        "Who are the people in Jaws?": "person",  # a person question word, a copula and a determiner
+        "Who is the sports team of Boston?": "SportsTeam",
         "Which team won the 1986 final?": None,  # a word of a label is not the label
         "Which part of the film was shot in Malta?": None,
         "Where was the film shot?": None,

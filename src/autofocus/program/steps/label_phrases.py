@@ -77,26 +77,34 @@ def _phrases(labels: frozenset[str], lang: Language) -> LabelPhrases:
     return LabelPhrases(phrases, max((len(w) for w in phrases), default=0))
 
 
-def after_question_word(words: list[str], lang: Language) -> list[str] | None:
-    """The question's words after its first question word ("which", "what", "list", ...); None where
-    it has none."""
+def asked_start(words: list[str], lang: Language) -> list[str] | None:
+    """The question's words from where its asked phrase begins: after its first question word ("which",
+    "what", "list", ...) and a copula ("What are the parts ...") or the join word ("which of its
+    functions") right after it; after a person question word with a copula and a determiner ("Who are the
+    astronauts ..."). None where it has no asked phrase ("Who wrote Hamlet?", "How do I ...")."""
+    if words[:1] and words[0] in lang.person_words:
+        ok = words[1:2] and words[1] in lang.copulas and words[2:3] and words[2] in lang.determiners
+        return words[2:] if ok else None
     start = next((i for i, w in enumerate(words) if w in lang.ask_words), None)
-    return None if start is None else words[start + 1 :]
+    if start is None:
+        return None
+    rest = words[start + 1 :]
+    if rest[:1] == [lang.join_word] or (rest[:1] and rest[0] in lang.copulas and rest[1:2] and rest[1] in lang.determiners):
+        return rest[1:]
+    return rest
 
 
 def asked_label(words: list[str], phrases: LabelPhrases, lang: Language,
                 related: Callable[[str, str], bool] | None = None) -> str | None:
-    """The label the question (its ``words``) asks for: the head of the phrase after its first question
-    word, past a few modifiers ("What shutil functions", "Which standard library modules", "which of its
-    functions", "What is the function ..."); none where a verb or a preposition comes first ("What
-    errors can the functions ..." asks for no label it names). Of two labels in a row, the second
-    is the head where the schema relates the two ("class methods" are methods of a class), else the
-    first names the kind ("exception classes" are exceptions)."""
-    rest = after_question_word(words, lang)
+    """The label the question (its ``words``) asks for: the head of its asked phrase (``asked_start``),
+    past a few modifiers ("What shutil functions", "Which standard library modules", "which of its
+    functions", "What is the function ...", "Who are the directors of ..."); none where a verb or a
+    preposition comes first ("What errors can the functions ..." asks for no label it names). Of two
+    labels in a row, the second is the head where the schema relates the two ("class methods" are methods
+    of a class), else the first names the kind ("exception classes" are exceptions)."""
+    rest = asked_start(words, lang)
     if rest is None:
         return None
-    if rest[:1] == [lang.join_word] or (rest[:1] and rest[0] in lang.copulas and rest[1:2] and rest[1] in lang.determiners):
-        rest = rest[1:]  # "which of its functions", "What is the function that ..."
     found: str | None = None
     skipped, i = 0, 0
     while i < len(rest):

@@ -22,7 +22,7 @@ import numpy as np
 from rapidfuzz import fuzz
 
 from autofocus.language import DEFAULT, Language, language
-from autofocus.program.steps.label_phrases import LabelPhrases, after_question_word, asked_label
+from autofocus.program.steps.label_phrases import LabelPhrases, asked_label, asked_start
 from autofocus.skb.model import SKB
 from autofocus.skb.names import named_ids
 from autofocus.skb.schema_graph import SchemaGraph, schema_graph
@@ -169,13 +169,8 @@ class QuestionReading:
         longest: "Which tennis players came from Australia?" gives "tennis players came", "players came",
         "came", "tennis players", "tennis player", ...; the head word also in the singular (the last
         word, or the first before the join word: "bodies of water")."""
-        lang, words = self.lang, self.words
-        asks_person = bool(words[:1]) and words[0] in lang.person_words
-        rest = words[1:] if asks_person else after_question_word(words, lang) or []
-        if rest[:1] and rest[0] in lang.copulas and rest[1:2] and rest[1] in lang.determiners:
-            rest = rest[1:]  # "What are the parts of ...", "Who are the astronauts?"
-        elif asks_person:
-            return []  # "Who wrote Hamlet?": a verb, no asked phrase
+        lang = self.lang
+        rest = asked_start(self.words, lang) or []
         join = lang.join_word
         start = 0
         while start < len(rest) and (rest[start] in lang.determiners or rest[start] == join):
