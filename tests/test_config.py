@@ -13,7 +13,7 @@ from autofocus import runtime
 from autofocus.cli import app
 from autofocus.config import (
     GROUPS,
-    LEGACY_REPAIR_SWITCHES,
+    LEGACY_SETTINGS,
     REPAIR_RULES,
     AutofocusConfig,
     describe,
@@ -59,7 +59,7 @@ def test_a_flat_file_of_the_old_form_loads_with_every_value() -> None:
     assert cfg.runtime.lm.default == "openai/m" and cfg.runtime.lm.for_step("rerank") == "local"
     assert cfg.experimental.scan_shards == 2 and cfg.systems.critic_rounds == 3
     loaded = cfg.flat(mode="json")
-    kept = {k: v for k, v in flat.items() if k != "lm" and k not in LEGACY_REPAIR_SWITCHES}
+    kept = {k: v for k, v in flat.items() if k != "lm" and k not in LEGACY_SETTINGS}
     assert {k: v for k, v in loaded.items() if k in kept} == kept
     assert flat["lm"].items() <= loaded["lm"].items()  # nothing lost (LM settings added since at their defaults)
     assert flat["repair_mentions"] and cfg.query.repairs == list(REPAIR_RULES)  # switches on: every rule
@@ -74,6 +74,8 @@ def test_switches_of_older_configs_drop_their_rules_from_the_list(tmp_path: Path
                                                           "constrain_mentions", "turn_round")]
     assert AutofocusConfig().updated({"repair": False}).query.repairs == []
     assert AutofocusConfig().updated({"repairs": ["solve"], "own_links": True}).query.repairs == ["solve"]
+    assert AutofocusConfig(target_type_cue=1.0, target_type_prior_k=0).query.target_type_inputs == []
+    assert AutofocusConfig(target_type_cue=4.0, target_type_prior_k=30).query.target_type_inputs == ["prior", "spelled"]
     with pytest.raises(ValueError, match="repairs"):
         AutofocusConfig().updated({"repairs": ["no_such_rule"]})
     with pytest.raises(ValueError, match="no language resource 'xx'"):

@@ -177,16 +177,18 @@ def test_step1_combines_its_inputs_in_one_place(skb) -> None:
 
     kb = _KB()
     kb.skb = skb
-    program = AutofocusRetriever(kb, AutofocusConfig(target_type_prior_k=0, target_type_cue=4.0))
-    prior, cue = program.type_inputs("Which functions raise KeyError?")
-    assert (prior.name, set(prior.weights.values())) == ("prior", {1.0})
-    assert (cue.name, cue.weights) == ("spelled", {"module": 1.0, "class": 1.0, "exception": 1.0, "function": 4.0})
-    plain = AutofocusRetriever(kb, AutofocusConfig(target_type_prior_k=0, target_type_cue=1.0))
-    assert [i.name for i in plain.type_inputs("Which functions raise KeyError?")] == ["prior"]
+    program = AutofocusRetriever(kb, AutofocusConfig(target_type_inputs=["spelled"]))
+    [named] = program.type_inputs("Which functions raise KeyError?")
+    assert (named.name, named.weights, named.decisive) == ("spelled", {"function": 1.0}, True)
+    assert program.type_inputs("What raises KeyError?") == []  # the question spells no label
     lm = TypeInput("lm", {"module": 0.1, "class": 0.2, "exception": 0.6, "function": 0.1})
-    combined = combine(TYPES, [lm, prior, cue])
-    assert list(combined)[:2] == ["exception", "function"] and combined["function"] == pytest.approx(0.4 / 1.3)
-    assert kept(combined, 0.3, 2) == ["exception", "function"] and kept(combined, 0.9, 2) == ["exception"]
+    prior = TypeInput("prior", {"module": 0.1, "class": 0.1, "exception": 0.7, "function": 0.1})
+    assert list(combine(TYPES, [lm, prior])) == ["exception", "class", "module", "function"]
+    assert combine(TYPES, [lm, prior])["exception"] == pytest.approx(0.42 / 0.46)
+    # the label the question spells comes first, level with the best: no prior overrules it
+    combined = combine(TYPES, [lm, prior, named])
+    assert list(combined)[:2] == ["function", "exception"] and combined["function"] == combined["exception"]
+    assert kept(combined, 0.3, 2) == ["function", "exception"] and kept(combined, 0.3, 1) == ["function"]
     assert combine(["a", "b"], [TypeInput("x", {})]) == {"a": 0.5, "b": 0.5}  # nothing known: uniform
 
 

@@ -35,13 +35,18 @@ RepairRule = Literal[
     "star_constants", "name_from_question", "orient_by_question", "constrain_mentions", "either_target", "asked_class",
     "turn_round", "own_links",
 ]  # fmt: skip
+TypeInputName = Literal["prior", "spelled"]
+TYPE_INPUTS: tuple[str, ...] = get_args(TypeInputName)
 REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
-# switches of older configs -> the rules they turned off (an empty tuple: every rule)
+# settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
+# every rule); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
 LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...]] = {
     "repair": (), "repair_mentions": ("names_as_text", "name_from_question", "constrain_mentions"),
     "repair_asked": ("extend_to_asked",), "repair_class": ("asked_class",), "either_target": ("either_target",),
     "turn_round": ("turn_round",), "own_links": ("own_links",),
 }
+LEGACY_TYPE_SETTINGS: dict[str, tuple[str, float]] = {"target_type_cue": ("spelled", 1.0), "target_type_prior_k": ("prior", 0)}
+LEGACY_SETTINGS = frozenset({*LEGACY_REPAIR_SWITCHES, "target_type_cue"})
 
 
 LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
@@ -113,13 +118,13 @@ class QueryConfig(_Group):
         "lower keeps more types for step 7 to search"
     )
     target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
-    target_type_cue: float = Field(
-        4.0, ge=1.0, description="step 1 scoring: weight of the type the question names after its question word "
-        "(\"Which modules ...\"; 1: off)"
+    target_type_inputs: list[TypeInputName] = Field(
+        default_factory=lambda: list(TYPE_INPUTS), description="step 1: its evidence beside the LM's answer, combined "
+        "in one place (program.steps.target_type): prior (how the question's nearest nodes split over the types), "
+        "spelled (the label the question asks for by name comes first, whatever the others weigh); [] = the LM's alone"
     )
     target_type_prior_k: int = Field(
-        20, ge=0, description="step 1 scoring: weigh the types by how the question's k nearest nodes split over "
-        "them (0: off)"
+        20, ge=1, description="step 1's prior: the question's nearest nodes whose types it counts"
     )
     prompt_schema: Literal["graph", "declared"] = Field(
         "graph", description="steps 1-2 see the triples the graph really has and each type's relations (graph), "
@@ -150,17 +155,24 @@ class QueryConfig(_Group):
 
     @model_validator(mode="before")
     @classmethod
-    def _switches(cls, data: Any) -> Any:
-        """Configs written before the rules were a list name them by switches: a switch that is off
-        drops its rules from ``repairs`` (``repair: false`` drops them all)."""
-        if not isinstance(data, Mapping) or not LEGACY_REPAIR_SWITCHES.keys() & data.keys():
+    def _older_settings(cls, data: Any) -> Any:
+        """Configs written before the lists name their entries by settings: a repair switch that is off
+        drops its rules from ``repairs`` (``repair: false`` drops them all); step 1's cue weight 1 drops
+        ``spelled`` from its inputs, a prior of 0 nodes drops ``prior``."""
+        if not isinstance(data, Mapping):
             return data
         data = dict(data)
-        rules = list(data.get("repairs", REPAIR_RULES))
-        for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
-            if data.pop(switch, True) is False:
-                rules = [r for r in rules if r not in dropped] if dropped else []
-        data["repairs"] = rules
+        if LEGACY_REPAIR_SWITCHES.keys() & data.keys():
+            rules = list(data.get("repairs", REPAIR_RULES))
+            for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
+                if data.pop(switch, True) is False:
+                    rules = [r for r in rules if r not in dropped] if dropped else []
+            data["repairs"] = rules
+        for key, (name, off) in LEGACY_TYPE_SETTINGS.items():
+            if key in data and data[key] == off:
+                data.pop(key)
+                data["target_type_inputs"] = [i for i in data.get("target_type_inputs", TYPE_INPUTS) if i != name]
+        data.pop("target_type_cue", None)  # a weight above 1: the spelled label stays an input
         return data
 
     @field_validator("language")
@@ -414,7 +426,7 @@ def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str,
     ``strict`` raises ``ValueError`` on a name no group or top-level field has; otherwise such names
     stay at the top, where validation ignores them (a flat file from an older version loads).
     """
-    groups = {**setting_groups(), **dict.fromkeys(LEGACY_REPAIR_SWITCHES, "query")}
+    groups = {**setting_groups(), **dict.fromkeys(LEGACY_SETTINGS, "query")}
     out: dict[str, Any] = {}
     loose: list[tuple[str, str, Any]] = []
     for key, value in data.items():
@@ -431,7 +443,7 @@ def nest_settings(data: Mapping[str, Any], *, strict: bool = False) -> dict[str,
         else:
             out[key] = value
     for group, name, value in loose:
-        if strict and name not in GROUPS[group].model_fields and name not in LEGACY_REPAIR_SWITCHES:
+        if strict and name not in GROUPS[group].model_fields and name not in LEGACY_SETTINGS:
             raise ValueError(f"unknown setting {group}.{name}; `autofocus config show` lists them")
         target = out.setdefault(group, {})
         if not isinstance(target, dict):

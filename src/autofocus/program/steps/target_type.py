@@ -8,12 +8,15 @@ Step 1 asks which candidate type the answers have. Several inputs bear on it, ea
   usual misreading corrected by the embeddings ("which methods can throw KeyError?" read as asking for
   an exception);
 * ``spelled``: the label the question asks for by name (``QuestionReading.asked_label``: "Which
-  modules ...", "the body parts that ..."), weighted by ``query.target_type_cue``;
+  modules ...", "Who are the directors of ..."). It is *decisive*: a label phrase the question spells
+  out is evidence no prior overrules, so that type comes first, level with the best of the others;
 * a trained type reader's probabilities, where one is trained for the knowledge base, is one more input.
 
-``combine`` multiplies the inputs' weights per type and renormalises; ``kept`` keeps the types within
-``threshold`` of the best (at most ``most``), most likely first. A new input is one more ``TypeInput``
-in the list the program passes (``AutofocusRetriever.type_inputs``), nothing else.
+``combine`` multiplies the weights of the inputs that are not decisive per type and renormalises, then
+lifts a decisive input's type to the best probability, first; ``kept`` keeps the types within
+``threshold`` of the best (at most ``most``), most likely first. ``query.target_type_inputs`` lists the
+inputs beside the LM's; a new input is one more ``TypeInput`` in the list ``AutofocusRetriever.type_inputs``
+returns, nothing else.
 """
 
 from __future__ import annotations
@@ -25,22 +28,35 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class TypeInput:
     """One input to step 1: a non-negative weight per candidate type (a type it leaves out weighs 0), and
-    its name for the trace (``data.target_type_inputs``)."""
+    its name for the trace (``data.target_type_inputs``). ``decisive``: its best type comes first whatever
+    the others weigh (``combine``)."""
 
     name: str
     weights: Mapping[str, float]
+    decisive: bool = False
 
 
 def combine(types: Sequence[str], inputs: Sequence[TypeInput]) -> dict[str, float]:
-    """Each type's probability from ``inputs``: the product of their weights, renormalised to sum to one
-    (uniform where every product is zero), most likely first (ties in ``types``' order)."""
+    """Each type's probability from ``inputs``: the product of the weights of those that are not decisive,
+    renormalised to sum to one (uniform where every product is zero); then a decisive input's best type
+    raised to the best probability and put first, and the whole renormalised. Most likely first (ties in
+    ``types``' order)."""
     product = {t: 1.0 for t in types}
     for given in inputs:
-        for t in types:
-            product[t] *= float(given.weights.get(t, 0.0))
+        if not given.decisive:
+            for t in types:
+                product[t] *= float(given.weights.get(t, 0.0))
     total = sum(product.values())
     probs = {t: p / total for t, p in product.items()} if total > 0 else {t: 1.0 / len(types) for t in types}
-    return dict(sorted(probs.items(), key=lambda tp: -tp[1]))
+    ranked = dict(sorted(probs.items(), key=lambda tp: -tp[1]))
+    for given in inputs:
+        first = max(given.weights, key=given.weights.__getitem__, default=None) if given.decisive else None
+        if first in ranked:
+            top = max(ranked.values())
+            ranked = {first: top, **{t: p for t, p in ranked.items() if t != first}}
+            total = sum(ranked.values())
+            ranked = {t: p / total for t, p in ranked.items()}
+    return ranked
 
 
 def kept(probs: Mapping[str, float], threshold: float, most: int) -> list[str]:
@@ -51,9 +67,6 @@ def kept(probs: Mapping[str, float], threshold: float, most: int) -> list[str]:
     return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
 
 
-def spelled(types: Sequence[str], asked: str | None, cue: float) -> TypeInput | None:
-    """The label the question asks for by name, as an input that weighs it ``cue`` times the others
-    (None where the question names no candidate type, or ``cue`` is 1)."""
-    if asked not in types or cue <= 1:
-        return None
-    return TypeInput("spelled", {t: cue if t == asked else 1.0 for t in types})
+def spelled(types: Sequence[str], asked: str | None) -> TypeInput | None:
+    """The label the question asks for by name, as a decisive input (None where it names no candidate type)."""
+    return TypeInput("spelled", {asked: 1.0}, decisive=True) if asked in types else None

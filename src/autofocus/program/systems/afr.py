@@ -233,16 +233,25 @@ class AutofocusRetriever(RetrievalProgram):
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace,
                             demos: list[dspy.Example] | None = None) -> str | list[str] | None:
-        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes;
-        ``demos`` replace the step's own for this call."""
+        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes, with
+        the other inputs (``type_inputs``); ``demos`` replace the step's own for this call."""
         cfg = self.config
+        inputs = functools.partial(self.type_inputs, question)
         if self.target_type is not None and cfg.query.target_type_scoring == "auto":
-            inputs = functools.partial(self.type_inputs, question)
             found = score_target_types(self.target_type, self.context, question, trace,
                                        cfg.query.target_type_threshold, cfg.query.target_type_max, inputs, demos)
             if found:
                 return found if len(found) > 1 else found[0]
-        return derive_target_type(self.target_type, self.context, question, trace, demos)
+        written = derive_target_type(self.target_type, self.context, question, trace, demos)
+        types = self.context.candidate_types
+        named = (spelled(types, self.reading(question, cfg).asked_label)
+                 if self.target_type is not None and written and "spelled" in cfg.query.target_type_inputs else None)
+        if named is None:
+            return written
+        found = kept(combine(types, [TypeInput("lm", {written: 1.0}), named]), cfg.query.target_type_threshold,
+                     cfg.query.target_type_max)
+        trace.data["target_type_inputs"] = [named.name]
+        return found if len(found) > 1 else found[0]
 
     def question_demos(self, question: str, trace: Trace) -> dict[str, list[dspy.Example]]:
         """Steps 1 and 2's demos for this question (``nearest_demos``), by step; empty without a pool."""
@@ -255,15 +264,18 @@ class AutofocusRetriever(RetrievalProgram):
         return {s: step_demos(steps[s], near.pool, chosen) for s in near.steps if steps.get(s) is not None}
 
     def type_inputs(self, question: str) -> list[TypeInput]:
-        """Step 1's inputs beside the LM's probabilities (``program.steps.target_type``): how the question's
-        nearest nodes split over the types (``target_type_prior_k``), and the label the question asks for
-        by name (``target_type_cue``)."""
+        """Step 1's inputs beside the LM's answer (``program.steps.target_type``), as ``target_type_inputs``
+        lists them: how the question's nearest nodes split over the types (``prior``), the label the
+        question asks for by name (``spelled``)."""
         cfg, types = self.config, self.context.candidate_types
-        inputs = [TypeInput("prior", vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k,
-                                                    cfg.merge.doc_variant_step7)
-                            if cfg.query.target_type_prior_k else dict.fromkeys(types, 1.0))]
-        named = spelled(types, self.reading(question, cfg).asked_label, cfg.query.target_type_cue)
-        return inputs if named is None else [*inputs, named]
+        inputs: list[TypeInput] = []
+        for name in cfg.query.target_type_inputs:
+            if name == "prior":
+                inputs.append(TypeInput("prior", vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k,
+                                                                cfg.merge.doc_variant_step7)))
+            elif name == "spelled" and (named := spelled(types, self.reading(question, cfg).asked_label)) is not None:
+                inputs.append(named)
+        return inputs
 
     def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
                      sample: int = 0, demos: list[dspy.Example] | None = None) -> str | None:
