@@ -48,7 +48,8 @@ from autofocus.program.steps.grounding import GroundingResult, support_paths
 from autofocus.program.steps.llm_call import ANSWER_START, answer_header, call_adapter, prefills, safe_predict
 from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, step_demos
 from autofocus.program.steps.reading import QuestionReading, Readings
-from autofocus.program.steps.rerank import make_reranker, rerank_candidates
+from autofocus.program.steps.rerank import rerank_candidates
+from autofocus.program.steps.rerankers import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.target_type import TypeInput, combine, kept, spelled
 from autofocus.program.steps.typed_query import spec_to_cypher
