@@ -166,8 +166,8 @@ class QuestionReading:
     @cached_property
     def asked_phrases(self) -> list[str]:
         """Candidate names in the phrase after the question word, the rightmost-ending first, then the
-        longest: "Which tennis players came from Australia?" gives "tennis players came", "players came",
-        "came", "tennis players", "tennis player", ...; the head word also in the singular (the last
+        longest: "Which chess players live in Oslo?" gives "chess players live", "players live", "live",
+        "chess players", "chess player", ...; the head word also in the singular (the last
         word, or the first before the join word: "bodies of water")."""
         lang = self.lang
         rest = asked_start(self.words, lang) or []
