@@ -39,7 +39,8 @@ from scipy.special import ndtr
 from scipy.stats import kendalltau
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.steps.rerank import ListwiseReranker, PairwiseReranker, Reranker, TournamentReranker
+from autofocus.program.steps.rerank import Reranker
+from autofocus.program.steps.rerankers import ListwiseReranker, PairwiseReranker, TournamentReranker
 from autofocus.skb.graph import TypedGraph
 from autofocus.skb.model import SKB
 from autofocus.skb.schema import NodeTypeInfo, Schema

@@ -26,7 +26,7 @@ from rich.table import Table
 from autofocus.config import AutofocusConfig
 from autofocus.kb import KnowledgeBase
 from autofocus.lm import get_lm
-from autofocus.program.steps.rerank import make_reranker
+from autofocus.program.steps.rerankers import make_reranker
 from autofocus.skb.qa import load_qa
 from autofocus.trace import Trace
 

@@ -1,6 +1,6 @@
 """SKB scale benchmark: cache build, cache load, resident memory, batched neighbour expansion.
 
-Targets (architecture.md) on a MAG-sized synthetic SKB (1.9 M nodes, 40 M edges, 384-d float16
+Targets on a MAG-sized synthetic SKB (1.9 M nodes, 40 M edges, 384-d float16
 embeddings), 2 CPU cores: load <= 30 s, resident memory <= 8 GB, expanding 10,000 nodes through
 one edge type and direction <= 20 ms (median). Each phase runs in its own process, so memory
 numbers are not inflated by the previous phase. With ``--dir-nodes`` it also times the

@@ -78,15 +78,16 @@ def python(code: str, timeout: float) -> tuple[Any, str, float]:
 STEP3 = """
     import time
     from autofocus.cypher import parse_cypher
-    from autofocus.cypher.mapping import mapper_for
-    from autofocus.program.steps.repair import repair_query
-    from autofocus.skb.schema_graph import schema_graph
+    from autofocus.language import language
+    from autofocus.program.steps.reading import QuestionReading
+    from autofocus.program.steps.repairs import repair_query
     from autofocus.skb.skbdir import load_skb_dir
     skb = load_skb_dir("{skb}", progress=False)
     text = "\\n".join(f"MATCH (n{{i}}:paper)-[:paper_cites_paper]->(m{{i}}:paper)" for i in range({n})) + "\\nRETURN n0"
     start = time.perf_counter()
     qg = parse_cypher(text, skb.schema, target_type="paper")
-    repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "paper", "Which papers cite Graph Retrieval at Scale?")
+    reading = QuestionReading("Which papers cite Graph Retrieval at Scale?", skb, language("en"))
+    repair_query(qg, reading, "paper")
     print(f"{{time.perf_counter() - start:.2f}} s, {{len(qg.triplets)}} triplets kept")
 """
 

@@ -466,11 +466,17 @@ def test_a_candidate_the_question_names_goes_last(kb: KnowledgeBase) -> None:
 
 
 def test_a_name_counts_as_given_only_whole_and_as_written() -> None:
-    from autofocus.program.steps.vss import named_in_question
+    from autofocus.language import language
+    from autofocus.program.steps.reading import QuestionReading
+    from autofocus.program.steps.vss import named_in_question as named_in
 
     skb = make_skb(["class"], [0] * 6, [], {}, names=["queue.SimpleQueue", "queue.SimpleQueue.put", "os", "Event",
                                                         "Ascii", "jsonschema"])  # fmt: skip
     ids = list(range(6))
+
+    def named_in_question(skb, ids, question):
+        return named_in(skb, ids, QuestionReading(question, skb, language("en")))
+
     assert named_in_question(skb, ids, "What depends on jsonschema-specifications?") == set()  # a longer name
     assert named_in_question(skb, ids, "What depends on jsonschema, or on json-jsonschema?") == {5}
     assert named_in_question(skb, ids, "Which class defines queue.SimpleQueue.put?") == {1}  # not its prefix

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from autofocus.config import AutofocusConfig, QueryConfig
+from autofocus.config import REPAIR_RULES, AutofocusConfig
 from autofocus.cypher import parse_cypher
-from autofocus.cypher.mapping import mapper_for
-from autofocus.program.steps.asked_class import asked_phrases, find_asked_class, link_asked_class
+from autofocus.language import language
 from autofocus.program.steps.grounded_strand import ground_strand
-from autofocus.program.steps.repair import repair_query
-from autofocus.skb.schema_graph import schema_graph
+from autofocus.program.steps.reading import QuestionReading
+from autofocus.program.steps.repairs import repair_query
+from autofocus.program.steps.repairs.asked_class import find_asked_class, link_asked_class
 from autofocus.trace import Trace
 from tests.skb_factory import GraphOnlyKB, make_skb
 
@@ -34,9 +34,20 @@ EDGE_TYPES = {"instance_of": ("person", "person"), "born_in": ("person", "locati
               "member_of": ("person", "person")}
 
 
+WITHOUT_CLASS = [r for r in REPAIR_RULES if r != "asked_class"]
+
+
 @pytest.fixture(scope="module")
 def skb():
     return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+
+
+def read(skb, question: str) -> QuestionReading:
+    return QuestionReading(question, skb, language("en"))
+
+
+def asked_phrases(question: str) -> list[str]:
+    return read(make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES), question).asked_phrases
 
 
 
@@ -50,38 +61,37 @@ def test_the_asked_phrase_gives_its_names_rightmost_and_longest_first_the_head_i
 
 
 def test_a_node_that_members_of_the_target_type_point_at_is_the_asked_class(skb) -> None:
-    found = find_asked_class(skb, "Which composers came from Brazil?", "person")
+    found = find_asked_class(read(skb, "Which composers came from Brazil?"), ("person",))
     assert found is not None
     # its membership relationship; "member_of" (2 links against 11) is no way of being a composer
     assert (found.name, found.rels, found.members_point_at_class, found.members) == ("composer", ("instance_of",), True, 11)
     # a class of two words, asked in the plural
-    assert find_asked_class(skb, "Which tennis players were left-handed?", "person").name == "tennis player"
+    assert find_asked_class(read(skb, "Which tennis players were left-handed?"), ("person",)).name == "tennis player"
     # the class's members are of another type than the target: no class for it
-    assert find_asked_class(skb, "Which composers came from Brazil?", "location") is None
+    assert find_asked_class(read(skb, "Which composers came from Brazil?"), ("location",)) is None
     # "heart" has body parts pointing at it: a class of body parts, not of persons
-    assert find_asked_class(skb, "Which heart chambers pump blood?", "body_part").name == "heart"
+    assert find_asked_class(read(skb, "Which heart chambers pump blood?"), ("body_part",)).name == "heart"
 
 
 def test_no_class_where_the_question_names_a_label_or_no_node(skb) -> None:
-    assert find_asked_class(skb, "Which persons came from Brazil?", "person") is None  # the label is asked
-    assert find_asked_class(skb, "Which painters came from Brazil?", "person") is None  # no node "painter"
-    assert find_asked_class(skb, "Which Elgar came from England?", "person") is None  # Elgar is no class (0 members)
+    assert find_asked_class(read(skb, "Which persons came from Brazil?"), ("person",)) is None  # the label is asked
+    assert find_asked_class(read(skb, "Which painters came from Brazil?"), ("person",)) is None  # no node "painter"
+    assert find_asked_class(read(skb, "Which Elgar came from England?"), ("person",)) is None  # Elgar is no class (0 members)
 
 
 def test_repair_links_the_target_to_the_class_the_query_left_out(skb) -> None:
     qg = parse_cypher('MATCH (y:person)-[:born_in]->(b:location {name: "Brazil"}) RETURN y', skb.schema)
     question = "Which composers came from Brazil?"
-    result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "person", question=question)
+    result = repair_query(qg, read(skb, question), "person")
     query = result.query
     link = query.triplets[-1]
     assert (link.head, link.rel, query.symbols[link.tail].name_value()) == ("y", "instance_of", "composer")
     assert [r.kind for r in result.repairs] == ["class"]
     # a query that names the class already is left alone
     named = parse_cypher('MATCH (y:person)-[:instance_of]->(c:person {name: "composer"}) RETURN y', skb.schema)
-    assert link_asked_class(named, skb, question) == (named, None)
+    assert link_asked_class(named, read(skb, question)) == (named, None)
     # switched off
-    off = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), "person", question=question,
-                       options=QueryConfig(repair_class=False))
+    off = repair_query(qg, read(skb, question), "person", WITHOUT_CLASS)
     assert off.query == qg and off.repairs == []
 
 
@@ -99,6 +109,6 @@ def test_grounding_keeps_the_class_and_drops_the_llms_condition_where_both_exclu
     assert strand.answers.tolist() == [1, 2, 3, *range(15, 23)]
     assert strand.relaxed[-1].startswith("triplets: dropped (y)-[:instance_of]-(w)")
     # without the class link the LM's reading stands
-    off = ground_strand(GraphOnlyKB(skb), qg, cfg.updated({"repair_class": False}), Trace(question="Which composers were also writers?"),
+    off = ground_strand(GraphOnlyKB(skb), qg, cfg.updated({"repairs": WITHOUT_CLASS}), Trace(question="Which composers were also writers?"),
                         "person")
     assert off.answers.tolist() == [7, 8]

@@ -11,7 +11,16 @@ from typer.testing import CliRunner
 
 from autofocus import runtime
 from autofocus.cli import app
-from autofocus.config import GROUPS, AutofocusConfig, describe, flat_settings, nest_settings, setting_groups
+from autofocus.config import (
+    GROUPS,
+    LEGACY_SETTINGS,
+    REPAIR_RULES,
+    AutofocusConfig,
+    describe,
+    flat_settings,
+    nest_settings,
+    setting_groups,
+)
 from autofocus.evaluation.runner import without_waits
 from autofocus.program.systems.registry import resolve_config
 
@@ -50,9 +59,27 @@ def test_a_flat_file_of_the_old_form_loads_with_every_value() -> None:
     assert cfg.runtime.lm.default == "openai/m" and cfg.runtime.lm.for_step("rerank") == "local"
     assert cfg.experimental.scan_shards == 2 and cfg.systems.critic_rounds == 3
     loaded = cfg.flat(mode="json")
-    assert {k: v for k, v in loaded.items() if k in flat and k != "lm"} == {k: v for k, v in flat.items() if k != "lm"}
+    kept = {k: v for k, v in flat.items() if k != "lm" and k not in LEGACY_SETTINGS}
+    assert {k: v for k, v in loaded.items() if k in kept} == kept
     assert flat["lm"].items() <= loaded["lm"].items()  # nothing lost (LM settings added since at their defaults)
+    assert flat["repair_mentions"] and cfg.query.repairs == list(REPAIR_RULES)  # switches on: every rule
     assert runtime.load_config(FLAT_V1) == cfg
+
+
+def test_switches_of_older_configs_drop_their_rules_from_the_list(tmp_path: Path) -> None:
+    old = {"query": {"repair_class": False, "repair_mentions": False}, "turn_round": False}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    rules = AutofocusConfig.load(tmp_path / "old.json").query.repairs
+    assert rules == [r for r in REPAIR_RULES if r not in ("asked_class", "names_as_text", "name_from_question",
+                                                          "constrain_mentions", "turn_round")]
+    assert AutofocusConfig().updated({"repair": False}).query.repairs == []
+    assert AutofocusConfig().updated({"repairs": ["solve"], "own_links": True}).query.repairs == ["solve"]
+    assert AutofocusConfig(target_type_cue=1.0, target_type_prior_k=0).query.target_type_inputs == []
+    assert AutofocusConfig(target_type_cue=4.0, target_type_prior_k=30).query.target_type_inputs == ["prior", "spelled"]
+    with pytest.raises(ValueError, match="repairs"):
+        AutofocusConfig().updated({"repairs": ["no_such_rule"]})
+    with pytest.raises(ValueError, match="no language resource 'xx'"):
+        AutofocusConfig().updated({"language": "xx"})
 
 
 def test_grouped_form_round_trips_and_is_what_is_saved(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from autofocus.program.steps.constrain import (
 )
 from autofocus.program.steps.llm_call import ANSWER_START
 from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.steps.target_type import TypeInput, combine, kept
 from autofocus.program.systems import afr
 from autofocus.program.systems.afr import AutofocusRetriever, score_target_types
 from autofocus.signatures import target_type_signature
@@ -126,9 +127,10 @@ def test_step1_keeps_the_types_the_lm_finds_likely(skb, monkeypatch: pytest.Monk
     trace = Trace(question="Which errors does json.loads raise?")
     kept = score_target_types(step1, context, trace.question, trace, threshold=0.3, most=2)
     weighed = Trace(question=trace.question)  # an embedding prior that favours exceptions outweighs the LM's class
-    assert score_target_types(step1, context, trace.question, weighed, 0.3, 2,
-                              prior=lambda: {"exception": 1.0, "class": 0.1}) == ["exception"]
+    prior = TypeInput("prior", {"exception": 1.0, "class": 0.1})  # a type it leaves out weighs 0
+    assert score_target_types(step1, context, trace.question, weighed, 0.3, 2, inputs=lambda: [prior]) == ["exception"]
     assert weighed.data["target_type_lm_probs"]["class"] == 0.5 and weighed.data["target_type_probs"]["exception"] > 0.8
+    assert weighed.data["target_type_inputs"] == ["prior"]
     assert kept == ["class", "exception"]
     assert "json.loads raise" in seen["prompt"] and "e.g." in seen["prompt"] and seen["prefix"].startswith("[[ ## target_type")
     assert trace.data["target_type_probs"]["class"] == 0.5
@@ -176,17 +178,25 @@ def test_typed_queries_ask_hosted_lms_for_json_schema_enums(skb) -> None:
     assert AutofocusRetriever(kb, AutofocusConfig(query_format="typed")).step2_mode() == "grammar"  # local LM
 
 
-def test_step1_weights_multiply_the_cue_into_the_embedding_prior(skb) -> None:
+def test_step1_combines_its_inputs_in_one_place(skb) -> None:
     class _KB:
         pass
 
     kb = _KB()
     kb.skb = skb
-    program = AutofocusRetriever(kb, AutofocusConfig(target_type_prior_k=0, target_type_cue=4.0))
-    assert program._type_prior("Which functions raise KeyError?") == {"module": 1.0, "class": 1.0, "exception": 1.0,
-                                                                      "function": 4.0}
-    plain = AutofocusRetriever(kb, AutofocusConfig(target_type_prior_k=0, target_type_cue=1.0))
-    assert set(plain._type_prior("Which functions raise KeyError?").values()) == {1.0}
+    program = AutofocusRetriever(kb, AutofocusConfig(target_type_inputs=["spelled"]))
+    [named] = program.type_inputs("Which functions raise KeyError?")
+    assert (named.name, named.weights, named.decisive) == ("spelled", {"function": 1.0}, True)
+    assert program.type_inputs("What raises KeyError?") == []  # the question spells no label
+    lm = TypeInput("lm", {"module": 0.1, "class": 0.2, "exception": 0.6, "function": 0.1})
+    prior = TypeInput("prior", {"module": 0.1, "class": 0.1, "exception": 0.7, "function": 0.1})
+    assert list(combine(TYPES, [lm, prior])) == ["exception", "class", "module", "function"]
+    assert combine(TYPES, [lm, prior])["exception"] == pytest.approx(0.42 / 0.46)
+    # the label the question spells comes first, level with the best: no prior overrules it
+    combined = combine(TYPES, [lm, prior, named])
+    assert list(combined)[:2] == ["function", "exception"] and combined["function"] == combined["exception"]
+    assert kept(combined, 0.3, 2) == ["function", "exception"] and kept(combined, 0.3, 1) == ["function"]
+    assert combine(["a", "b"], [TypeInput("x", {})]) == {"a": 0.5, "b": 0.5}  # nothing known: uniform
 
 
 def test_step2_sees_the_same_frequent_triples_for_every_question_then_the_target_types_own() -> None:

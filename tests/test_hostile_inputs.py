@@ -41,20 +41,20 @@ from autofocus.console import safe
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.builder import MAX_TRIPLETS
 from autofocus.cypher.lexer import tokenize
-from autofocus.cypher.mapping import mapper_for
 from autofocus.evaluation import runner
 from autofocus.evaluation.report import load_run, summarize
 from autofocus.evaluation.runner import RunBusyError, run_eval
 from autofocus.index import store as store_mod
 from autofocus.index.build import build_embeddings
 from autofocus.index.embedders import l2_normalise
+from autofocus.language import language
 from autofocus.program.steps.grounded_strand import parse_step, repair_step
 from autofocus.program.steps.llm_call import describe_error
-from autofocus.program.steps.repair import repair_query
+from autofocus.program.steps.reading import QuestionReading
+from autofocus.program.steps.repairs import repair_query
 from autofocus.redact import REDACTED, redact, register_secret
 from autofocus.skb.importers import import_skb
 from autofocus.skb.importers.model import ImportOptions, SourceError
-from autofocus.skb.schema_graph import schema_graph
 from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir
 from autofocus.trace import Trace
@@ -105,9 +105,9 @@ def test_repair_stops_its_search_at_the_question_deadline(tiny_skb: Any, monkeyp
         now[0] += 1.0
         return real()
 
-    monkeypatch.setattr("autofocus.program.steps.repair.deadline_passed", passed)
+    monkeypatch.setattr("autofocus.program.steps.repairs.solver.deadline_passed", passed)
     with usage.question_deadline(2.5):
-        result = repair_query(qg, tiny_skb, schema_graph(tiny_skb), mapper_for(tiny_skb.schema), "paper", QUESTION)
+        result = repair_query(qg, QuestionReading(QUESTION, tiny_skb, language("en")), "paper")
     assert calls["n"] == 3 and result.cut and re.search(r"deadline passed after 768 of [\d,]+ label", result.cut[0])
     assert result.query.target == "a0"  # the best reading found before the deadline
 

@@ -198,7 +198,7 @@ def test_step1_scored_by_probabilities_sees_the_questions_demos(kb: KnowledgeBas
         return [0.9 if c == last else 0.1 for c in choices]
 
     monkeypatch.setattr(afr, "choice_probabilities", probabilities)
-    program = build_program("afr", kb, config(target_type_scoring="auto", target_type_prior_k=0), with_lms=False)
+    program = build_program("afr", kb, config(target_type_scoring="auto", target_type_inputs=["spelled"]), with_lms=False)
     program.nearest_demos = NearestDemos.build(kb, POOL, k=2)
     with dspy.context(lm=copying_lm()):
         pred = program(question="Authors of Dense Passage Ranking?")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,13 +11,14 @@ from hypothesis import strategies as st
 
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher, to_cypher
-from autofocus.cypher.mapping import mapper_for
+from autofocus.language import language
 from autofocus.program.steps.grounded_strand import ground_strand, relaxations
 from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
-from autofocus.program.steps.repair import question_mentions, repair_query
+from autofocus.program.steps.reading import Naming, QuestionReading, tokenise, words_of
+from autofocus.program.steps.repairs import repair_query
 from autofocus.query_graph import Constraint, QueryGraph, Symbol, Triplet
 from autofocus.skb.names import labels_named, named_ids
-from autofocus.skb.schema_graph import SchemaGraph, schema_graph
+from autofocus.skb.schema_graph import SchemaGraph
 from autofocus.trace import Trace
 from tests.skb_factory import make_skb
 
@@ -47,14 +50,22 @@ EDGE_TYPES = {
 }
 
 
+@functools.cache
+def _graph():
+    return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+
+
 @pytest.fixture(scope="module")
 def skb():
-    return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+    return _graph()
+
+
+EN = language("en")
 
 
 def repaired(skb, cypher: str, target_type: str | None = None, question: str = ""):
     qg = parse_cypher(cypher, skb.schema, target_type=target_type)
-    return repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=question)
+    return repair_query(qg, QuestionReading(question, skb, EN), target_type)
 
 
 def triples(qg: QueryGraph) -> list[tuple[str | None, str | None, str | None]]:
@@ -104,7 +115,7 @@ def test_a_reversed_relationship_is_turned_round(skb) -> None:
         "y": Symbol(var="y", type="exception", label="exception"),
         "f": Symbol(var="f", type="function", label="function", constraints=[Constraint(key="name", value="json.loads")]),
     }, triplets=[Triplet(head="y", rel_label="function_raises_exception", tail="f")])  # fmt: skip
-    result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema))
+    result = repair_query(qg, QuestionReading("", skb, EN))
     t = result.query.triplets[0]
     assert (t.head, t.rel, t.tail) == ("f", "function_raises_exception", "y")
     assert [r.kind for r in result.repairs] == ["relation", "direction"]
@@ -159,10 +170,13 @@ def test_a_plain_word_beside_another_labels_word_binds_no_symbol(skb) -> None:
     assert not [r for r in result.repairs if r.kind == "bind"]
 
 
-def test_question_mentions_skip_stopwords_and_label_words() -> None:
-    mentions = dict(question_mentions("Which module of the json library defines loads?", {"module", "modules"}))
+def test_question_mentions_skip_stopwords_and_label_words(skb) -> None:
+    mentions = dict(QuestionReading("Which module of the json library defines loads?", skb, EN)._phrases_beside_labels())
     assert "json" in mentions and "module" not in mentions and "the" not in mentions
     assert mentions["json"] == set() and "json library" in mentions
+    assert mentions["json library"] == set() and mentions["loads"] == set()
+    beside = dict(QuestionReading("Which classes does the json module define?", skb, EN)._phrases_beside_labels())
+    assert beside["json"] == {"module"}
 
 
 def test_relaxations_loosen_one_rung_at_a_time_farthest_from_the_target_first() -> None:
@@ -264,9 +278,15 @@ def test_hostile_queries_still_give_a_strand(skb, parts: list[str], question: st
     assert len(strand.relaxed) <= cfg.grounding.relax_max_rungs + 2  # the second readings, then the ladder's rungs
 
 
-def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:
-    from autofocus.program.steps.repair import supported_by
+def supported_by(name: str, question: str) -> bool:
+    return QuestionReading(question, _graph(), EN).names(name, Naming.PART)
 
+
+def named_in(name: str, question: str) -> bool:
+    return QuestionReading(question, _graph(), EN).names(name, Naming.NEAR)
+
+
+def test_constants_the_question_does_not_mention_are_dropped(skb) -> None:
     assert supported_by("ExtractError", "Which classes have a method that raises tarfile.ExtractError?")
     assert supported_by("Stanford University", "papers from Stanford after 2019")  # half of its words
     assert supported_by("float", "an accurate floating point sum")
@@ -372,8 +392,6 @@ def test_the_strand_tries_the_second_reading_when_the_written_one_grounds_nothin
 
 
 def test_a_name_the_question_gives_is_verbatim_and_a_short_one_a_word_of_its_own() -> None:
-    from autofocus.program.steps.repair import named_in, supported_by
-
     assert supported_by("sys", "How do I find out how many CPUs the system has?")  # kept, but only supported
     assert not named_in("sys", "How do I find out how many CPUs the system has?")
     assert not named_in("os", "Which is the most common error?")
@@ -384,7 +402,7 @@ def test_a_name_the_question_gives_is_verbatim_and_a_short_one_a_word_of_its_own
 
 
 def test_the_label_a_question_asks_for_heads_the_phrase_after_its_question_word() -> None:
-    words = LabelPhrases.of(["module", "class", "method", "exception", "function"])
+    words = LabelPhrases.of(["module", "class", "method", "exception", "function"], EN)
     asked = {
         "Which modules define their own subclass of KeyError?": "module",
         "Which standard library modules declare an exception that inherits from KeyError?": "module",
@@ -411,7 +429,10 @@ def test_the_label_a_question_asks_for_heads_the_phrase_after_its_question_word(
         "What is the name of the exception that json raises?": None,
         "What is json?": None,
     }
-    assert {q: asked_label(q, words, lambda a, b: frozenset((a, b)) in related) for q in asked} == asked
+    def ask(q: str) -> str | None:
+        return asked_label(words_of(tokenise(q, EN)), words, EN, lambda a, b: frozenset((a, b)) in related)
+
+    assert {q: ask(q) for q in asked} == asked
 
 
 def test_a_query_that_answers_with_another_label_is_carried_to_the_one_asked_for(skb) -> None:
@@ -429,7 +450,7 @@ def test_a_query_that_answers_with_another_label_is_carried_to_the_one_asked_for
     parsed = parse_cypher(subclasses, skb.schema, target_type="exception")
     assert ground_strand(_KB(skb), parsed, AutofocusConfig(), trace, "exception").answers.tolist() == [0]  # json
     assert ("3_repair", "asked") in [(e.step, e.kind) for e in trace.events]
-    off = ground_strand(_KB(skb), parsed, AutofocusConfig(repair_asked=False), Trace(question=trace.question), "exception")
+    off = ground_strand(_KB(skb), parsed, AutofocusConfig().updated({"repairs": [r for r in AutofocusConfig().query.repairs if r != "extend_to_asked"]}), Trace(question=trace.question), "exception")
     assert off.answers.tolist() == [4]  # json.JSONDecodeError: the exception, not its module
     for question in ("Which exceptions subclass ValueError?", "Which modules' exceptions subclass ValueError?",
                      "What subclasses ValueError?"):
@@ -475,7 +496,7 @@ def test_a_list_written_as_a_chain_of_named_nodes_becomes_a_star() -> None:
     result = repaired(skb, cypher, "module", question="Which modules import base64 and also os?")
     assert sorted((t.head, t.tail) for t in result.query.triplets) == [("y", "b"), ("y", "c")]
     assert [r.kind for r in result.repairs] == ["star"]
-    strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repair=False), Trace(question="q"), "module")
+    strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repairs=[]), Trace(question="q"), "module")
     assert strand.answers.tolist() == [3]  # importlib; email imports base64 but not os
     # a triplet the target's label cannot take stays as written: a module depends on no package
     typed = make_skb(["module", "package"], [0, 0, 1, 1], [(2, "ships", 0), (2, "depends_on", 3)],
@@ -506,7 +527,7 @@ def test_a_same_type_relationship_is_turned_the_way_the_question_reads(question:
     assert ((t.head, t.tail) != before) is flipped
     assert any(r.kind == "direction" for r in result.repairs) is flipped
     if flipped and name == "importlib":
-        strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repair=False), Trace(question=question), "module")
+        strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repairs=[]), Trace(question=question), "module")
         assert sorted(strand.answers.tolist()) == [0, 1]  # what importlib imports: base64, os
 
 
@@ -524,3 +545,15 @@ def test_a_text_filter_naming_a_node_of_another_label_becomes_a_relationship(skb
         kept = repaired(skb, cypher.replace('"json"', f'"{value}"'), "function", question)
         assert not [r for r in kept.repairs if r.kind == "text_name"], value
         assert [c.value for c in kept.query.symbols["y"].constraints if c.key == "signature"] == [value]
+
+
+def test_a_query_of_one_node_goes_through_every_rule(skb) -> None:
+    """A query without a relationship is read as any other: carried to the asked label, its invented
+    constant dropped and the nameless node named from the question."""
+    one = repaired(skb, "MATCH (m:module {name: 'json'}) RETURN m", "module",
+                   question="Which functions does the json module define?")
+    assert one.query.target_type == "function" and [r.kind for r in one.repairs] == ["asked"]
+    invented = repaired(skb, "MATCH (m:module {name: 'yaml'}) RETURN m", "module",
+                        question="Which functions does the json module define?")
+    assert [r.kind for r in invented.repairs] == ["unsupported", "asked", "mention"]
+    assert invented.query.symbols["m"].name_value() == "json"

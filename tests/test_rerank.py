@@ -18,15 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.steps.rerank import (
+from autofocus.program.steps.rerank import complete_ranking, salvage_ids, salvage_score
+from autofocus.program.steps.rerankers import (
     ListwiseReranker,
     PairwiseReranker,
     PointwiseReranker,
     TournamentReranker,
-    complete_ranking,
     make_reranker,
-    salvage_ids,
-    salvage_score,
 )
 from autofocus.trace import Trace
 from autofocus.usage import install_usage_callback

@@ -702,7 +702,7 @@ def test_the_round_trip_keeps_only_questions_whose_own_query_grounds_their_answe
     lm = ScriptedLM({"question": writer, "fact": fact_writer, "cypher": cypher,
                      "target_type": lambda u: {"target_type": field_value(u, "question").split()[1]}})  # "Which <type> nodes"
     cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none", l_max=1,
-                          repair=False, relax=[])
+                          repairs=[], relax=[])
     checker = assemble("afr", kb, cfg, lms=False)
     with dspy.context(lm=lm):
         result = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5), round_trip=checker)
@@ -734,7 +734,7 @@ def test_the_round_trip_drops_questions_whose_own_query_grounds_far_more_than_th
     lm = ScriptedLM({"question": writer, "fact": fact_writer, "cypher": cypher,
                      "target_type": lambda u: {"target_type": field_value(u, "question").split()[1]}})
     cfg = AutofocusConfig(lm=LMConfig(default="test/scripted"), concurrency=1, k=4, reranker="none", l_max=100,
-                          repair=False, relax=[])
+                          repairs=[], relax=[])
     checker = assemble("afr", kb, cfg, lms=False)
     with dspy.context(lm=lm):
         recall_only = synthesise(kb, 6, SynthOptions(seed=0, max_answers=5, round_trip_precision=0.0), round_trip=checker)

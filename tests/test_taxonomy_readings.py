@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import REPAIR_RULES, AutofocusConfig
 from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.cypher.render import to_cypher
-from autofocus.program.steps.asked_class import asked_phrases, find_asked_class
+from autofocus.language import language
 from autofocus.program.steps.grounded_strand import ground_strand
-from autofocus.program.steps.repair import either_target, name_from_question, repair_query, reversed_reading
+from autofocus.program.steps.reading import QuestionReading
+from autofocus.program.steps.repairs import Context, repair_query
+from autofocus.program.steps.repairs.asked_class import find_asked_class
+from autofocus.program.steps.repairs.either_target import EitherTarget
+from autofocus.program.steps.repairs.name_from_question import NameFromQuestion
+from autofocus.program.steps.repairs.turn_round import reversed_reading
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from tests.skb_factory import GraphOnlyKB, make_skb
@@ -50,13 +55,38 @@ def skb():
 
 
 
+def read(skb, question: str) -> QuestionReading:
+    return QuestionReading(question, skb, language("en"))
+
+
+def context(skb, *types: str) -> Context:
+    return Context(skb, schema_graph(skb), mapper_for(skb.schema), types)
+
+
+def without(*rules: str) -> list[str]:
+    """The default rules but ``rules``."""
+    return [r for r in REPAIR_RULES if r not in rules]
+
+
+def asked_phrases(question: str) -> list[str]:
+    return read(make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES), question).asked_phrases
+
+
+def either_target(qg, skb, step1: str):
+    return EitherTarget().rewrite(qg, read(skb, ""), context(skb, step1))
+
+
+def name_from_question(qg, skb, question: str):
+    return NameFromQuestion().rewrite(qg, read(skb, question), context(skb))
+
+
 def _strand(skb, question: str, cypher: str, target_type: str, **cfg):
     qg = parse_cypher(cypher, skb.schema)
     return ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True, **cfg), Trace(question=question), target_type)
 
 
 def test_the_asked_class_reaches_its_subclasses_through_the_relationship_that_chains_there(skb) -> None:
-    found = find_asked_class(skb, "What family is the sunfish in?", "animal")
+    found = find_asked_class(read(skb, "What family is the sunfish in?"), ("animal",))
     assert found is not None and found.rels == ("is_a",)
     assert set(found.extent) == {0, 1, 2, 3, 4}  # "family", its kinds and their kinds
     # the sunfish's family is a kind of a kind of "family": the LM's member_of link and the class agree
@@ -68,7 +98,7 @@ def test_the_asked_class_reaches_its_subclasses_through_the_relationship_that_ch
 
 
 def test_members_of_subclasses_may_link_another_way_than_the_subclasses(skb) -> None:
-    found = find_asked_class(skb, "Which bodies of water are part of the North Sea?", "natural_object")
+    found = find_asked_class(read(skb, "Which bodies of water are part of the North Sea?"), ("natural_object",))
     assert found is not None and set(found.rels) == {"is_a", "instance_of"}  # "Kattegatt" instance_of "strait"
     strand = _strand(skb, "Which bodies of water are part of the North Sea?",
                      'MATCH (y:natural_object)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y',
@@ -82,7 +112,7 @@ def test_a_same_type_link_that_grounds_nothing_is_read_the_other_way_round(skb) 
     assert strand.answers.tolist() == [8]
     assert strand.relaxed == ["reading: turned round: (b)-[:part_of]->(y)"]
     # switched off, relaxation loosens the query instead and does not find the forearm
-    off = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part", turn_round=False,
+    off = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part", repairs=without("turn_round"),
                   relax=["triplets", "edges"])
     assert 8 not in off.answers.tolist() and not any(r.startswith("reading") for r in off.relaxed)
 
@@ -90,7 +120,7 @@ def test_a_same_type_link_that_grounds_nothing_is_read_the_other_way_round(skb) 
 def _second_readings(skb, question: str, cypher: str, target_type: str) -> str:
     """Every repair of the second readings that step 3b offers, as one text."""
     qg = parse_cypher(cypher, skb.schema)
-    repaired = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=question)
+    repaired = repair_query(qg, read(skb, question), target_type)
     return " | ".join(r.detail for _, reps in repaired.alternatives for r in reps)
 
 
@@ -106,7 +136,7 @@ def test_a_link_between_two_labels_that_the_graph_links_both_ways_is_turned_roun
     assert strand.answers.tolist() == [29] and strand.relaxed == ["reading: turned round: (b)-[:made_of]->(y)"]
     # the graph never links the labels the other way: nothing to turn
     qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
-    assert reversed_reading(qg, skb, schema_graph(skb), "Which plants grow in Mexico?") is None
+    assert reversed_reading(qg, read(skb, "Which plants grow in Mexico?"), context(skb)) is None
     # the question words the direction written: kept
     assert "turned round" not in _second_readings(skb, "Which plants are made of pastis?",
                                                   'MATCH (y:plant)-[:made_of]->(b:food {name: "pastis"}) RETURN y', "plant")
@@ -118,7 +148,7 @@ def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) ->
     strand = _strand(skb, "Where is Tepic?", cypher, "location")
     assert strand.answers.tolist() == [25]
     assert strand.relaxed == ["reading: any relationship: 'Tepic' has no is_a link: (y)-[]-(b)"]
-    off = _strand(skb, "Where is Tepic?", cypher, "location", own_links=False, relax=[])
+    off = _strand(skb, "Where is Tepic?", cypher, "location", repairs=without("own_links"), relax=[])
     assert off.empty
     # a named node that has the relationship keeps it: the reading is the graph's, not a guess
     assert "any relationship" not in _second_readings(
@@ -128,7 +158,7 @@ def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) ->
 def test_a_target_step_1_and_the_query_label_differently_grounds_as_either_where_the_graph_links_both(skb) -> None:
     question = "Which bodies of water are part of the North Sea?"
     cypher = 'MATCH (y:location)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y'
-    strand = _strand(skb, question, cypher, "natural_object", repair_class=False)
+    strand = _strand(skb, question, cypher, "natural_object", repairs=without("asked_class"))
     assert strand.answers.tolist() == [19, 20, 21, 32]  # the straits, the sea inlet and the coast
     # with the asked class ("bodies of water") linked too, the coast is no answer
     assert _strand(skb, question, cypher, "natural_object").answers.tolist() == [19, 20, 21]
@@ -138,17 +168,16 @@ def test_a_target_step_1_and_the_query_label_differently_grounds_as_either_where
     assert "MATCH (y)-[:part_of]->(b:natural_object)" in shown and "WHERE (y:location OR y:natural_object)" in shown
     # step 1 agrees with the query, or the switch is off: the query's label alone
     assert _strand(skb, question, cypher, "location").answers.tolist() == [32]
-    assert _strand(skb, question, cypher, "natural_object", either_target=False, repair_class=False).answers.tolist() == [32]
+    assert _strand(skb, question, cypher, "natural_object", repairs=without("either_target", "asked_class")).answers.tolist() == [32]
     # a relationship step 1's type has not (no food is part of a location): the query's own reading
-    sg = schema_graph(skb)
     qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
-    assert either_target(qg, sg, "food") == (qg, [])
+    assert either_target(qg, skb, "food") == (qg, [])
     # plants are parts of locations, never the other way round: the direction written counts
     qg = parse_cypher('MATCH (y:natural_object)<-[:part_of]-(b:location {name: "Wadden coast"}) RETURN y', skb.schema)
-    assert either_target(qg, sg, "plant") == (qg, [])
-    both, [repair] = either_target(parse_cypher(cypher, skb.schema), sg, "natural_object")
+    assert either_target(qg, skb, "plant") == (qg, [])
+    both, [repair] = either_target(parse_cypher(cypher, skb.schema), skb, "natural_object")
     assert repair.kind == "either" and both.symbols["y"].also == ["natural_object"]
-    assert either_target(both, sg, "natural_object") == (both, [])  # once
+    assert either_target(both, skb, "natural_object") == (both, [])  # once
 
 
 def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:
@@ -157,7 +186,7 @@ def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:
     named, repairs = name_from_question(qg, skb, question)
     assert named.symbols["b"].name_value() == "nerve cell" and [r.kind for r in repairs] == ["mention"]
     # "parts" is a relationship's word ("part_of"), not the class "part" that axon and dendrite are kinds of
-    assert find_asked_class(skb, question, "body_part") is None
+    assert find_asked_class(read(skb, question), ("body_part",)) is None
     strand = _strand(skb, question, "MATCH (y:body_part)-[:part_of]->(b:body_part) RETURN y", "body_part")
     assert strand.answers.tolist() == [13, 14]
     # nothing to name: every symbol but the target has a name, or the question names no node of its label
@@ -175,7 +204,7 @@ def test_the_new_readings_take_any_question_text(skb) -> None:
     for question in ["", "?", "'" * 500, "Ünïcödé 💥 parts of a nerve cell", "parts " * 5000 + "of a nerve cell"]:
         named, _ = name_from_question(qg, skb, question)
         assert named.symbols["b"].name_value() in (None, "nerve cell")
-        find_asked_class(skb, question, "body_part")
+        find_asked_class(read(skb, question), ("body_part",))
         asked_phrases(question)
 
 
@@ -188,7 +217,7 @@ def test_the_asked_class_may_settle_the_target_on_a_type_step_1_found_plausible(
     assert strand.answers.tolist() == [19, 20, 21] and strand.relaxed == []
     assert strand.query_graph.symbols["y"].types == ["location", "natural_object"]
     # the class comes from the question's own words ("bodies of water"): the answers are the graph's, exactly
-    assert strand.named_exactly(skb, question)
+    assert strand.named_exactly(skb, read(skb, question))
     [linked] = [r.detail for r in strand.repairs if r.kind == "class"]
     assert "natural_object nodes (step 1's natural_object, not the query's location) of the class 'body of water'" in linked
     # step 1 found location alone plausible: no class of locations is named, the query's reading stands
@@ -198,8 +227,8 @@ def test_the_asked_class_may_settle_the_target_on_a_type_step_1_found_plausible(
 def test_a_name_the_query_has_as_a_constant_is_no_asked_class_and_the_search_goes_on(skb) -> None:
     # "North Sea" is a class of its parts by shape, but the question asks for straits that join it
     question = "Which straits join North Sea?"
-    assert find_asked_class(skb, question, "natural_object").name == "North Sea"
-    assert find_asked_class(skb, question, "natural_object", named=frozenset({"north sea"})).name == "strait"
+    assert find_asked_class(read(skb, question), ("natural_object",)).name == "North Sea"
+    assert find_asked_class(read(skb, question), ("natural_object",), named=frozenset({"north sea"})).name == "strait"
     strand = _strand(skb, question, 'MATCH (y:natural_object)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y',
                      "natural_object")
     assert strand.answers.tolist() == [19, 20]  # Kattegatt and Skagerrak, not the Zuider Zee (an inlet)

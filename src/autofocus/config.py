@@ -1,4 +1,4 @@
-"""One validated, serialisable configuration for every program (architecture principle 6), grouped by
+"""One validated, serialisable configuration for every program, grouped by
 the step each setting changes.
 
 ``AutofocusConfig`` holds ``steps`` and one group per stage: ``query`` (steps 1-3), ``grounding``
@@ -21,14 +21,34 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autofocus.language import DEFAULT as DEFAULT_LANGUAGE
+from autofocus.language import available as available_languages
 
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
+RepairRule = Literal[
+    "names_as_text", "drop_unsupported", "bind_names", "named_relations", "via_named_label", "solve", "extend_to_asked",
+    "star_constants", "name_from_question", "orient_by_question", "constrain_mentions", "either_target", "asked_class",
+    "turn_round", "own_links",
+]  # fmt: skip
+TypeInputName = Literal["prior", "spelled"]
+TYPE_INPUTS: tuple[str, ...] = get_args(TypeInputName)
+REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
+# settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
+# every rule); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
+LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...]] = {
+    "repair": (), "repair_mentions": ("names_as_text", "name_from_question", "constrain_mentions"),
+    "repair_asked": ("extend_to_asked",), "repair_class": ("asked_class",), "either_target": ("either_target",),
+    "turn_round": ("turn_round",), "own_links": ("own_links",),
+}
+LEGACY_TYPE_SETTINGS: dict[str, tuple[str, float]] = {"target_type_cue": ("spelled", 1.0), "target_type_prior_k": ("prior", 0)}
+LEGACY_SETTINGS = frozenset({*LEGACY_REPAIR_SWITCHES, "target_type_cue"})
 
 
 LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
@@ -100,13 +120,13 @@ class QueryConfig(_Group):
         "lower keeps more types for step 7 to search"
     )
     target_type_max: int = Field(2, ge=1, description="step 1 scoring: at most this many types kept")
-    target_type_cue: float = Field(
-        4.0, ge=1.0, description="step 1 scoring: weight of the type the question names after its question word "
-        "(\"Which modules ...\"; 1: off)"
+    target_type_inputs: list[TypeInputName] = Field(
+        default_factory=lambda: list(TYPE_INPUTS), description="step 1: its evidence beside the LM's answer, combined "
+        "in one place (program.steps.target_type): prior (how the question's nearest nodes split over the types), "
+        "spelled (the label the question asks for by name comes first, whatever the others weigh); [] = the LM's alone"
     )
     target_type_prior_k: int = Field(
-        20, ge=0, description="step 1 scoring: weigh the types by how the question's k nearest nodes split over "
-        "them (0: off)"
+        20, ge=1, description="step 1's prior: the question's nearest nodes whose types it counts"
     )
     prompt_schema: Literal["graph", "declared"] = Field(
         "graph", description="steps 1-2 see the triples the graph really has and each type's relations (graph), "
@@ -128,38 +148,49 @@ class QueryConfig(_Group):
         "auto", description="step 2: constrain decoding to the schema: a grammar (llama.cpp), JSON-schema enums "
         "(typed format, structured outputs) or off; auto picks what the step's LM takes"
     )
-    repair: bool = Field(
-        True, description="step 3b: repair labels, relationships, directions and hops the schema rejects, so a "
-        "nearly right query of a small LM still grounds (false: the paper's)"
+    repairs: list[RepairRule] = Field(
+        default_factory=lambda: list(REPAIR_RULES),
+        description="step 3b: the rules that repair the query against the schema and the question, run in this order "
+        "([] = the paper's: none; a shorter list is an ablation; docs/grounding.md describes each)",
     )
-    repair_mentions: bool = Field(
-        True, description="step 3b: link entities the question names and the query left out to the target (with repair)"
-    )
-    repair_asked: bool = Field(
-        True, description="step 3b: answer with the label the question asks for, one schema hop from the query's answers"
-    )
-    repair_class: bool = Field(
-        True, description="step 3b: where the question asks for a node that the graph uses as a class (\"Which "
-        "composers ...\" for a node 'composer' that persons are instances of) and names no label, link the target to it"
-    )
-    either_target: bool = Field(
-        True, description="step 3b: where step 1's type and the query's label for the target differ and the query's "
-        "own relationships link step 1's type as well, ground the target as either label"
+    language: str = Field(
+        DEFAULT_LANGUAGE, description="the language of the questions: the words step 1's cue and step 3b's rules read "
+        "(a module of autofocus.language: en, fr)"
     )
     class_type_floor: float = Field(
         0.1, ge=0.0, le=1.0, description="step 3b: beside the types step 1 kept, the types it scored at least this "
         "likely are labels whose class node the question may name (\"Which rivers ...\": a class of natural objects "
         "where step 1 kept location); 1: the kept types only"
     )
-    turn_round: bool = Field(
-        True, description="step 5: where the query grounds nothing, read its links between the target and a named node "
-        "the other way round first, where the graph links their labels both ways and the question's wording does not "
-        "read them the way they are written"
-    )
-    own_links: bool = Field(
-        True, description="step 5: where the query and its other readings ground nothing, read a link to a named node "
-        "that has no link of the relationship written as any relationship, either way"
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_settings(cls, data: Any) -> Any:
+        """Configs written before the lists name their entries by settings: a repair switch that is off
+        drops its rules from ``repairs`` (``repair: false`` drops them all); step 1's cue weight 1 drops
+        ``spelled`` from its inputs, a prior of 0 nodes drops ``prior``."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if LEGACY_REPAIR_SWITCHES.keys() & data.keys():
+            rules = list(data.get("repairs", REPAIR_RULES))
+            for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
+                if data.pop(switch, True) is False:
+                    rules = [r for r in rules if r not in dropped] if dropped else []
+            data["repairs"] = rules
+        for key, (name, off) in LEGACY_TYPE_SETTINGS.items():
+            if key in data and data[key] == off:
+                data.pop(key)
+                data["target_type_inputs"] = [i for i in data.get("target_type_inputs", TYPE_INPUTS) if i != name]
+        data.pop("target_type_cue", None)  # a weight above 1: the spelled label stays an input
+        return data
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, v: str) -> str:
+        if v not in available_languages():
+            raise ValueError(f"no language resource {v!r}; available: {', '.join(available_languages())}")
+        return v
 
 
 class GroundingConfig(_Group):
@@ -410,7 +441,7 @@ def nest_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     A name no group or top-level field has raises ``ValueError`` naming the closest known one, at the
     top as in a group: a misspelt setting would otherwise run with its default.
     """
-    groups = setting_groups()
+    groups = {**setting_groups(), **dict.fromkeys(LEGACY_SETTINGS, "query")}
     out: dict[str, Any] = {}
     loose: list[tuple[str, str, Any]] = []
     for key, value in data.items():
@@ -427,7 +458,7 @@ def nest_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     for group, name, value in loose:
-        if name not in GROUPS[group].model_fields:
+        if name not in GROUPS[group].model_fields and name not in LEGACY_SETTINGS:
             raise ValueError(f"unknown setting {group}.{name}{closest(name)}; `autofocus config show` lists them")
         target = out.setdefault(group, {})
         if not isinstance(target, dict):

@@ -39,11 +39,11 @@ class Symbol(BaseModel):
     label: str | None = None  # the label as written in the query, before mapping
     # other node types the symbol may have: step 1's type for a target the query labels otherwise, where
     # the query's relationships link both or the asked class's members have it (step 3b, ``either_target``,
-    # ``program.steps.asked_class``); grounded as any of them
+    # ``program.steps.repairs.asked_class``); grounded as any of them
     also: list[str] = Field(default_factory=list)
     constraints: list[Constraint] = Field(default_factory=list)
     # the nodes the symbol stands for where the program fixed them (a class and its subclasses,
-    # ``program.steps.asked_class``) instead of searching its name; left out of dumps (it can be large)
+    # ``program.steps.repairs.asked_class``) instead of searching its name; left out of dumps (it can be large)
     extent: list[int] = Field(default_factory=list, exclude=True, repr=False)
     # how the class's kinds reach it (``extent``'s relationship, at most ``KIND_DEPTH`` hops), for the
     # query as Cypher

@@ -1,4 +1,4 @@
-"""Per-question trace (architecture principle 3): what each step saw, decided, cost and dropped.
+"""Per-question trace: what each step saw, decided, cost and dropped.
 
 Programs fill one ``Trace`` per question; evaluation writes it as one JSONL line and aggregates
 latency, LLM usage and the error-propagation counts of the paper's section 4.2 from it.

@@ -1,4 +1,4 @@
-"""Run a program over a QA split: concurrent, streamed to ``traces.jsonl``, resumable (principle 7).
+"""Run a program over a QA split: concurrent, streamed to ``traces.jsonl``, resumable.
 
 A run directory holds ``manifest.json`` (what was run: system, config, split, SKB fingerprint,
 versions, LMs) and ``traces.jsonl`` (one line per finished question). Rerunning into the same

@@ -77,7 +77,6 @@ SPACE: dict[str, Param] = {
     "step7_exclude": Param("cat", ("grounded", "none")),
     "exact_name_first": Param("cat", (True, False)),
     "exact_name_only": Param("cat", (True, False)),
-    "repair": Param("cat", (True, False)),
     "alpha_rule": Param("cat", ("fixed", "evidence")),
     "alpha_relaxed": Param("float", low=0.0, high=1.0),
     "alpha_large": Param("float", low=0.0, high=1.0),
@@ -93,13 +92,7 @@ SPACE: dict[str, Param] = {
     "rerank_fusion": Param("cat", ("none", "rrf", "prior"), rerank_only=True),
     "rerank_fusion_k": Param("int", low=1, high=100, log=True, rerank_only=True),
     "rerank_prior_weight": Param("float", low=0.0, high=3.0, rerank_only=True),
-    "repair_asked": Param("cat", (True, False)),
-    "repair_mentions": Param("cat", (True, False)),
-    "repair_class": Param("cat", (True, False)),
-    "either_target": Param("cat", (True, False)),
     "class_type_floor": Param("float", low=0.0, high=1.0),
-    "turn_round": Param("cat", (True, False)),
-    "own_links": Param("cat", (True, False)),
 }
 DEFAULT_PARAMS: tuple[str, ...] = (
     "alpha", "l_max", "expansion", "type_mode", "edge_mode",

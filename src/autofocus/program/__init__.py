@@ -1,1 +1,1 @@
-"""The design card's ``program``: ``steps`` (parts shared by systems) and ``systems`` (what composes them)."""
+"""The retrieval programs: ``steps`` (the parts systems share) and ``systems`` (what composes them)."""

@@ -97,6 +97,10 @@ class SchemaGraph:
         """Relations from ``src`` to ``dst`` (in that direction)."""
         return self._by_pair.get((src, dst), [])
 
+    def related(self, a: str, b: str) -> bool:
+        """Whether a relationship connects two labels, either way."""
+        return bool(self.between(a, b) or self.between(b, a))
+
     def touching(self, label: str) -> list[Relation]:
         return [r for r in self.relations if label in (r.src, r.dst)]
 

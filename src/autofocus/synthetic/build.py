@@ -129,7 +129,7 @@ class SelfCheck:
 
         self.kb = kb
         # the gold query is schema-valid and grounds: nothing to repair or relax
-        self.config = AutofocusConfig(l_max=1, steps="1-5", reranker="none", repair=False, relax=[])
+        self.config = AutofocusConfig(l_max=1, steps="1-5", reranker="none", repairs=[], relax=[])
         program = assemble("afr", kb, self.config, lms=False)  # steps 3-5 only: no LM
         assert isinstance(program, AutofocusRetriever)
         self.program = program

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 
+from autofocus.language import Language, language
 from autofocus.program.steps.direction import points_to, relation_phrase
-from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
-from autofocus.program.steps.repair import related_in
+from autofocus.program.steps.reading import QuestionReading
 from autofocus.skb.model import SKB
-from autofocus.skb.schema_graph import schema_graph
 from autofocus.synthetic.clues import fact_stated
 from autofocus.synthetic.patterns import VARS, Pattern
 
+VERBALISED_IN: Language = language("en")  # the language the verbaliser's prompt asks for (``signatures.synthetic``)
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")  # a chat adapter's field marker a small LM echoes
 _SYNTAX = re.compile(r"-\[|\]->|\(\w+:\w+|\by\.\w+|\bMATCH\b|\bRETURN\b")
 _OPS = {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"}
@@ -88,7 +88,7 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "a filter's value is not stated"  # the question asks for a larger set than the answers
     if turned_round(text, pattern, skb):
         return "a relationship is turned round"
-    if asks_another_label(text, pattern, skb):
+    if asks_another_label(QuestionReading(text, skb, VERBALISED_IN), pattern):
         return "the question asks for another label"
     if pattern.clue is not None and not (fact_stated(pattern.clue, lower) if pattern.clue_kind == "fact"
                                          else _states(pattern.clue, lower)):
@@ -103,13 +103,12 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
     return None
 
 
-def asks_another_label(question: str, pattern: Pattern, skb: SKB) -> bool:
+def asks_another_label(reading: QuestionReading, pattern: Pattern) -> bool:
     """Whether the question asks for a label other than the answers' ("Which class defines the method
-    ..." for methods), read as step 3b reads it (``repair.asked_label``). Such a question's label is
-    another question's, and its gold query, shown as a demo, teaches step 2 the mismatch."""
+    ..." for methods), read as step 3b reads it (``QuestionReading.asked_label``). Such a question's label
+    is another question's, and its gold query, shown as a demo, teaches step 2 the mismatch."""
     target = pattern.query.symbols[pattern.query.target].type
-    sg = schema_graph(skb)
-    asked = asked_label(question, LabelPhrases.of(sg.labels), related_in(sg))
+    asked = reading.asked_label
     return asked is not None and asked != target
 
 
@@ -124,7 +123,7 @@ def turned_round(question: str, pattern: Pattern, skb: SKB) -> bool:
             continue
         phrase = relation_phrase(str(t.rel), info.src_type, info.dst_type)
         # the head's name, or those of the constants it is tied to
-        if any(points_to(question, phrase, name) for name in _names_at(pattern, t.head)):
+        if any(points_to(question, phrase, name, VERBALISED_IN) for name in _names_at(pattern, t.head)):
             return True
     return False
 

@@ -7,13 +7,14 @@ round. The question's own wording says which reading it means: the relationship'
 a name ("Which packages depend on numpy?": the answers point to numpy) or the name before them
 ("Which packages does numpy depend on?", and the passive "... depended on by numpy": numpy points to
 the answers). Matching is on words, so a relationship the question words otherwise reads neither way.
+The passive's agent word and the verb's stem come from the question's ``Language``.
 """
 
 from __future__ import annotations
 
 import re
 
-_FILLER = r"(?:\s+(?!by\b)[\w\"',-]+){0,3}?"  # "the package", "both", a list; not the passive's "by"
+from autofocus.language import Language
 
 
 def relation_phrase(rel: str, src_type: str | None, dst_type: str | None) -> str:
@@ -25,21 +26,36 @@ def relation_phrase(rel: str, src_type: str | None, dst_type: str | None) -> str
     return " ".join(words) or rel
 
 
-def _verb(phrase: str) -> str:
+def relation_word(rel: str, src_type: str | None, dst_type: str | None, lang: Language) -> str:
+    """A relationship's first word that is not a stop word, without its endpoint labels: near a name, it
+    is wording enough ("subclass KeyError", "the parts of the heart", "the pubis is part of"). A phrase
+    of stop words only is kept whole: the "is" of "where is Tepic" is no ``is_a``, "is a" would be."""
+    phrase = relation_phrase(rel, src_type, dst_type)
+    return next((w for w in phrase.split() if w.lower() not in lang.stop_words), phrase)
+
+
+def _verb(phrase: str, lang: Language) -> str:
     """The phrase as a pattern, its first word by its stem ("depends on" also reads "depend on")."""
     words = phrase.split()
-    first = re.escape(words[0][: max(4, len(words[0]) - 2)]) + r"\w*"
+    first = re.escape(lang.verb_stem(words[0])) + r"\w*"
     return first + "".join(rf"\s+{re.escape(w)}" for w in words[1:])
 
 
-def points_to(question: str, phrase: str, name: str) -> bool:
+def _filler(lang: Language) -> str:
+    """Up to three words between a relationship's words and a name ("the package", "both", a list), not
+    the passive's agent word."""
+    return rf"(?:\s+(?!{re.escape(lang.agent_word)}\b)[\w\"',-]+){{0,3}}?"
+
+
+def points_to(question: str, phrase: str, name: str, lang: Language) -> bool:
     """The question asks for what relates to ``name`` ("depend on numpy"): answer -[rel]-> name."""
-    return re.search(rf"\b{_verb(phrase)}{_FILLER}\s+\W?{re.escape(name)}", question, re.IGNORECASE) is not None
+    pattern = rf"\b{_verb(phrase, lang)}{_filler(lang)}\s+\W?{re.escape(name)}"
+    return re.search(pattern, question, re.IGNORECASE) is not None
 
 
-def points_from(question: str, phrase: str, name: str) -> bool:
+def points_from(question: str, phrase: str, name: str, lang: Language) -> bool:
     """The question asks for what ``name`` relates to ("does numpy depend on", "depended on by numpy"):
     name -[rel]-> answer."""
-    n, verb = re.escape(name), _verb(phrase)
+    n, verb, agent = re.escape(name), _verb(phrase, lang), re.escape(lang.agent_word)
     return (re.search(rf"{n}\W?(?:\s+[\w-]+){{0,2}}?\s+{verb}", question, re.IGNORECASE) is not None
-            or re.search(rf"\b{verb}\s+by\s+\W?{n}", question, re.IGNORECASE) is not None)  # fmt: skip
+            or re.search(rf"\b{verb}\s+{agent}\s+\W?{n}", question, re.IGNORECASE) is not None)  # fmt: skip

@@ -22,13 +22,13 @@ import numpy as np
 
 from autofocus.config import AutofocusConfig, QueryConfig
 from autofocus.cypher import parse_cypher
-from autofocus.cypher.mapping import mapper_for
+from autofocus.language import language
 from autofocus.program.steps.grounding import GroundingResult, component_of, ground_with_expansion
-from autofocus.program.steps.repair import Repair, Repaired, named_in, repair_query
+from autofocus.program.steps.reading import Naming, QuestionReading
+from autofocus.program.steps.repairs import Repair, Repaired, repair_query
 from autofocus.program.steps.symbols import NAME_KEYS, retrieve_symbol_candidates
 from autofocus.query_graph import QueryGraph, as_types
 from autofocus.skb.names import named_ids
-from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from autofocus.usage import deadline_passed
 
@@ -51,16 +51,16 @@ class Strand:
     def empty(self) -> bool:
         return len(self.answers) == 0
 
-    def named_exactly(self, skb: SKB, question: str) -> bool:
+    def named_exactly(self, skb: SKB, reading: QuestionReading) -> bool:
         """Strong evidence: every constant of the query as grounded is a name the question gives and
         that identifies nodes, and nothing was relaxed (a second reading of a hop is no relaxation), so
         the answers are exactly what the question's own entities give through the graph. The asked class
-        (``program.steps.asked_class``) is read from the question's own words ("bodies of water")."""
+        (``program.steps.repairs.asked_class``) is read from the question's own words ("bodies of water")."""
         qg = self.query_graph
         if qg is None or self.empty or any(not r.startswith("reading") for r in self.relaxed):
             return False
         names = [s.name_value() or "" for s in qg.constants if not s.extent]
-        return bool(names) and all(named_in(n, question) and len(named_ids(skb, n)[0]) for n in names)
+        return bool(names) and all(reading.names(n, Naming.NEAR) and len(named_ids(skb, n)[0]) for n in names)
 
 
 def parse_mode(config: AutofocusConfig) -> str:
@@ -89,14 +89,20 @@ def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: Autofoc
     return qg
 
 
+def reading_of(kb: KB, question: str, options: QueryConfig) -> QuestionReading:
+    """The question's one reading against ``kb``'s schema, in the configured language."""
+    return QuestionReading(question, kb.skb, language(options.language))
+
+
 def repair_step(kb: KB, qg: QueryGraph, target_type: str | Sequence[str] | None, trace: Trace,
-                options: QueryConfig | None = None) -> Repaired:
-    """Step 3b: the reading of the query that the schema accepts (``program.steps.repair``);
-    ``target_type``: step 1's type, or its plausible types (most likely first)."""
-    skb = kb.skb
+                options: QueryConfig | None = None, reading: QuestionReading | None = None) -> Repaired:
+    """Step 3b: the query repaired by the configured rules (``program.steps.repairs``); ``target_type``:
+    step 1's type, or its plausible types (most likely first); ``reading``: the question's, where the
+    caller has it."""
+    options = options or QueryConfig()
+    reading = reading or reading_of(kb, trace.question, options)
     with trace.step("3_repair"):
-        result = repair_query(qg, skb, schema_graph(skb), mapper_for(skb.schema), target_type, question=trace.question,
-                              options=options)
+        result = repair_query(qg, reading, target_type, options.repairs)
     repaired, repairs = result.query, result.repairs
     for r in repairs:
         trace.event("3_repair", r.kind, r.detail)
@@ -109,16 +115,17 @@ def repair_step(kb: KB, qg: QueryGraph, target_type: str | Sequence[str] | None,
 
 
 def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Trace,
-                  target_type: str | Sequence[str] | None = None) -> Strand:
-    """Steps 3b-5 for a parsed query: repair (``cfg.query.repair``), candidates, grounding, relaxation;
-    ``target_type``: step 1's type, or its plausible types (most likely first; the first is step 2's)."""
+                  target_type: str | Sequence[str] | None = None, reading: QuestionReading | None = None) -> Strand:
+    """Steps 3b-5 for a parsed query: repair (``cfg.query.repairs``), candidates, grounding, relaxation;
+    ``target_type``: step 1's type, or its plausible types (most likely first; the first is step 2's);
+    ``reading``: the question's, where the caller has it."""
     empty = Strand(np.zeros(0, np.int64))
     if qg is None:
         return empty
     repairs: list[Repair] = []
     alternatives: list[tuple[QueryGraph, list[Repair]]] = []
-    if cfg.query.repair:
-        repaired = repair_step(kb, qg, target_type, trace, cfg.query)
+    if cfg.query.repairs:
+        repaired = repair_step(kb, qg, target_type, trace, cfg.query, reading)
         qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False
@@ -168,7 +175,7 @@ def _out_of_time(trace: Trace, strand: Strand) -> bool:
 
 
 def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Trace,
-                    target_type: str | Sequence[str] | None = None) -> Strand:
+                    target_type: str | Sequence[str] | None = None, reading: QuestionReading | None = None) -> Strand:
     """Self-consistency (``query_samples`` > 1): ground every sampled query and keep the nodes that at
     least ``query_votes`` of the grounding samples agree on, so one bad sample neither empties the
     strand nor fills it with its own mistakes. The first (greedy) sample's trace is kept in full."""
@@ -176,7 +183,7 @@ def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Tra
     primary = next(iter(as_types(target_type)), None)
     for i, cypher in enumerate(queries):
         sub = trace if i == 0 else Trace(system=trace.system, question=trace.question)
-        strand = ground_strand(kb, parse_step(kb, cypher, primary, cfg, sub), cfg, sub, target_type)
+        strand = ground_strand(kb, parse_step(kb, cypher, primary, cfg, sub), cfg, sub, target_type, reading)
         strands.append(strand)
         if i:
             for name, rec in sub.steps.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from autofocus.program.steps.reading import Naming, QuestionReading
 
 if TYPE_CHECKING:
     from autofocus.index.search import Head
@@ -158,22 +159,14 @@ def fuse_strands(ids: list[int], scores: dict[int, float], grounded: list[int], 
     return [ids[j] for j in np.lexsort((np.arange(n), -(from_vss + from_graph)))]
 
 
-MIN_NAMED = 3  # shorter names ("re", "os") are too often parts of ordinary text
-
-
-def named_in_question(skb: SKB, ids: list[int], question: str) -> set[int]:
-    """The candidates whose whole name the question writes verbatim (case and all; ``queue.SimpleQueue``
-    is not named by ``queue.SimpleQueue.put``, nor ``jsonschema`` by ``jsonschema-specifications``): a
-    question names the nodes it starts from, not its answers, so such a candidate is a constant of the
-    question, e.g. the paper whose citations it asks. Stricter than ``repair.named_in`` (any case,
-    fuzzy for long names), which on the demo also caught answers ("socket server" in a question whose
-    answer is ``socketserver``)."""
-    out = set()
-    for i in ids:
-        name = skb.name(i).strip()
-        if len(name) >= MIN_NAMED and re.search(rf"(?<![\w.-]){re.escape(name)}(?!\w|[.-]\w)", question):
-            out.add(int(i))
-    return out
+def named_in_question(skb: SKB, ids: list[int], reading: QuestionReading) -> set[int]:
+    """The candidates whose whole name the question writes verbatim (``Naming.VERBATIM``: case and all;
+    ``queue.SimpleQueue`` is not named by ``queue.SimpleQueue.put``, nor ``jsonschema`` by
+    ``jsonschema-specifications``): a question names the nodes it starts from, not its answers, so such a
+    candidate is a constant of the question, e.g. the paper whose citations it asks. A looser grade
+    (``Naming.NEAR``: any case, fuzzy for long names) would also catch answers ("socket server" in a
+    question whose answer is ``socketserver``)."""
+    return {int(i) for i in ids if reading.names(skb.name(i), Naming.VERBATIM)}
 
 
 def named_last(ids: list[int], named: set[int]) -> list[int]:

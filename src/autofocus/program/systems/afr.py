@@ -25,6 +25,7 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
+from autofocus.language import language
 from autofocus.lm import is_local_spec
 from autofocus.local_lm.decoding import warm_tokenizer
 from autofocus.local_lm.scoring import choice_probabilities
@@ -37,14 +38,20 @@ from autofocus.program.steps.constrain import (
     query_opening,
     query_spec_grammar,
 )
-from autofocus.program.steps.grounded_strand import Strand, ground_by_votes, ground_strand, parse_step
+from autofocus.program.steps.grounded_strand import (
+    Strand,
+    ground_by_votes,
+    ground_strand,
+    parse_step,
+)
 from autofocus.program.steps.grounding import GroundingResult, support_paths
-from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
 from autofocus.program.steps.llm_call import ANSWER_START, answer_header, call_adapter, prefills, safe_predict
 from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, step_demos
-from autofocus.program.steps.repair import related_in
-from autofocus.program.steps.rerank import make_reranker, rerank_candidates
+from autofocus.program.steps.reading import QuestionReading, Readings
+from autofocus.program.steps.rerank import rerank_candidates
+from autofocus.program.steps.rerankers import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
+from autofocus.program.steps.target_type import TypeInput, combine, kept, spelled
 from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import (
     SCAN_SLACK,
@@ -112,17 +119,18 @@ def derive_target_type(
 
 def score_target_types(
     predictor: dspy.Predict, context: SchemaContext, question: str, trace: Trace, threshold: float, most: int,
-    prior: Callable[[], dict[str, float]] | None = None, demos: list[dspy.Example] | None = None,
+    inputs: Callable[[], list[TypeInput]] | None = None, demos: list[dspy.Example] | None = None,
 ) -> list[str] | None:
     """Step 1 from the LM's probabilities: every candidate type scored as the whole answer to step 1's
-    prompt, times the weights ``prior()`` returns (e.g. ``vss_type_prior``) and renormalised; the types within ``threshold``
-    of the best (most likely first, at most ``most``). None where the LM exposes no probabilities, so
-    the caller lets it write its answer instead. ``demos`` replace the predictor's own for this call."""
+    prompt, combined with the other ``inputs()`` (``program.steps.target_type``); the types within
+    ``threshold`` of the best (most likely first, at most ``most``). None where the LM exposes no
+    probabilities, so the caller lets it write its answer instead. ``demos`` replace the predictor's own
+    for this call."""
     lm = predictor.lm or dspy.settings.lm
     types = context.candidate_types
-    asked, inputs, demos = as_examples(predictor, demos, step1_inputs(predictor, context, question))
+    asked, step_inputs, demos = as_examples(predictor, demos, step1_inputs(predictor, context, question))
     with trace.step("1_target_type"):
-        messages = call_adapter(lm).format(asked.signature, predictor.demos if demos is None else demos, inputs)
+        messages = call_adapter(lm).format(asked.signature, predictor.demos if demos is None else demos, step_inputs)
         start = "" if prefills(lm) else answer_header(asked.signature)  # else the messages end with it
         try:
             probs = choice_probabilities(lm, messages, types, assistant_prefix=start, suffix="\n\n")
@@ -131,16 +139,16 @@ def score_target_types(
             return None
         if probs is None:
             return None
-        weights = prior() if prior is not None else None
-    if weights:
-        trace.data["target_type_lm_probs"] = {t: round(p, 4) for t, p in zip(types, probs, strict=True)}
-        probs = [p * weights.get(t, 0.0) for t, p in zip(types, probs, strict=True)]
-        total = sum(probs) or 1.0
-        probs = [p / total for p in probs]
-    ranked = sorted(zip(types, probs, strict=True), key=lambda tp: -tp[1])
+        lm_probs = dict(zip(types, probs, strict=True))
+        others = inputs() if inputs is not None else []
+    combined = combine(types, [TypeInput("lm", lm_probs), *others]) if others else lm_probs
+    if others:
+        trace.data["target_type_lm_probs"] = {t: round(p, 4) for t, p in lm_probs.items()}
+        trace.data["target_type_inputs"] = [i.name for i in others]
+    ranked = sorted(combined.items(), key=lambda tp: -tp[1])
     trace.data["target_type_probs"] = {t: round(p, 4) for t, p in ranked}
-    record_call(predictor, inputs, dspy.Prediction(target_type=ranked[0][0]))
-    return [t for t, p in ranked[:most] if p >= ranked[0][1] * threshold]
+    record_call(predictor, step_inputs, dspy.Prediction(target_type=ranked[0][0]))
+    return kept(combined, threshold, most)
 
 
 def record_call(predictor: dspy.Predict, inputs: dict[str, Any], pred: dspy.Prediction) -> None:
@@ -217,6 +225,11 @@ class AutofocusRetriever(RetrievalProgram):
         self.recorded: dict[str, tuple[str | list[str] | None, str | None, dict[str, float] | None]] | None = None
         self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
         self.starts_shared = False  # the prompt starts shared by all questions are in the LM server's slots
+        self.readings = Readings()  # the questions' readings, made once per question
+
+    def reading(self, question: str, cfg: AutofocusConfig | None = None) -> QuestionReading:
+        """The question's one reading (``program.steps.reading``), shared by step 1's cue and steps 3-7."""
+        return self.readings.get(question, self.kb.skb, language((cfg or self.config).query.language))
 
     def needs_lm(self, question: object) -> bool:
         replayed = isinstance(question, str) and question in (self.recorded or {}) and self.recorded[question][0] is not None
@@ -225,16 +238,25 @@ class AutofocusRetriever(RetrievalProgram):
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace,
                             demos: list[dspy.Example] | None = None) -> str | list[str] | None:
-        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes;
-        ``demos`` replace the step's own for this call."""
+        """Step 1: the types kept by their probabilities where the LM has them, else the one it writes, with
+        the other inputs (``type_inputs``); ``demos`` replace the step's own for this call."""
         cfg = self.config
+        inputs = functools.partial(self.type_inputs, question)
         if self.target_type is not None and cfg.query.target_type_scoring == "auto":
-            prior = functools.partial(self._type_prior, question)
-            kept = score_target_types(self.target_type, self.context, question, trace,
-                                      cfg.query.target_type_threshold, cfg.query.target_type_max, prior, demos)
-            if kept:
-                return kept if len(kept) > 1 else kept[0]
-        return derive_target_type(self.target_type, self.context, question, trace, demos)
+            found = score_target_types(self.target_type, self.context, question, trace,
+                                       cfg.query.target_type_threshold, cfg.query.target_type_max, inputs, demos)
+            if found:
+                return found if len(found) > 1 else found[0]
+        written = derive_target_type(self.target_type, self.context, question, trace, demos)
+        types = self.context.candidate_types
+        named = (spelled(types, self.reading(question, cfg).asked_label)
+                 if self.target_type is not None and written and "spelled" in cfg.query.target_type_inputs else None)
+        if named is None:
+            return written
+        found = kept(combine(types, [TypeInput("lm", {written: 1.0}), named]), cfg.query.target_type_threshold,
+                     cfg.query.target_type_max)
+        trace.data["target_type_inputs"] = [named.name]
+        return found if len(found) > 1 else found[0]
 
     def question_demos(self, question: str, trace: Trace) -> dict[str, list[dspy.Example]]:
         """Steps 1 and 2's demos for this question (``nearest_demos``), by step; empty without a pool."""
@@ -246,18 +268,19 @@ class AutofocusRetriever(RetrievalProgram):
         steps = {"target_type": self.target_type, "cypher": self.cypher}
         return {s: step_demos(steps[s], near.pool, chosen) for s in near.steps if steps.get(s) is not None}
 
-    def _type_prior(self, question: str) -> dict[str, float]:
-        """Weights on step 1's type probabilities: how the question's nearest nodes split over the types
-        (``target_type_prior_k``), times ``target_type_cue`` for the type the question names after its
-        question word."""
+    def type_inputs(self, question: str) -> list[TypeInput]:
+        """Step 1's inputs beside the LM's answer (``program.steps.target_type``), as ``target_type_inputs``
+        lists them: how the question's nearest nodes split over the types (``prior``), the label the
+        question asks for by name (``spelled``)."""
         cfg, types = self.config, self.context.candidate_types
-        prior = (vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k, cfg.merge.doc_variant_step7)
-                 if cfg.query.target_type_prior_k else dict.fromkeys(types, 1.0))  # fmt: skip
-        asked = (asked_label(question, LabelPhrases.of(types), related_in(schema_graph(self.kb.skb)))
-                 if cfg.query.target_type_cue > 1 else None)  # fmt: skip
-        if asked is not None:
-            prior[asked] *= cfg.query.target_type_cue
-        return prior
+        inputs: list[TypeInput] = []
+        for name in cfg.query.target_type_inputs:
+            if name == "prior":
+                inputs.append(TypeInput("prior", vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k,
+                                                                cfg.merge.doc_variant_step7)))
+            elif name == "spelled" and (named := spelled(types, self.reading(question, cfg).asked_label)) is not None:
+                inputs.append(named)
+        return inputs
 
     def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,
                      sample: int = 0, demos: list[dspy.Example] | None = None) -> str | None:
@@ -402,15 +425,16 @@ class AutofocusRetriever(RetrievalProgram):
         before step 3), else the question is embedded first and step 7 scans after grounding."""
         primary = types1[0] if types1 else None
         qvec = self.kb.embed_query(question) if ahead is None else None
+        reading = self.reading(question, cfg)
 
         strand = Strand(np.zeros(0, np.int64))
         if cfg.steps != "1+7" and isinstance(cypher, list):
-            strand = ground_by_votes(self.kb, cypher, cfg, trace, plausible_types(types1, trace, cfg))
+            strand = ground_by_votes(self.kb, cypher, cfg, trace, plausible_types(types1, trace, cfg), reading)
         elif cfg.steps != "1+7":
             qg = parse_step(self.kb, cypher, primary, cfg, trace)
             if ahead is not None and qg is not None and cfg.merge.step7_types == "agree":
                 ahead.scan([t for t in [qg.target_type] if t in self.context.candidate_types])  # in case it grounds
-            strand = ground_strand(self.kb, qg, cfg, trace, plausible_types(types1, trace, cfg))
+            strand = ground_strand(self.kb, qg, cfg, trace, plausible_types(types1, trace, cfg), reading)
         grounded = strand.answers
         round_of = strand.grounding.round_of if strand.grounding is not None else {}
 
@@ -450,7 +474,7 @@ class AutofocusRetriever(RetrievalProgram):
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
         bonus = rrf_weight = None
-        strong = cfg.merge.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, question)
+        strong = cfg.merge.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, reading)
         if cfg.merge.merge_rule != "block" and step6 and step7 and not strong:
             if cfg.merge.doc_variant_step6 != cfg.merge.doc_variant_step7:  # both strands on step 7's scale
                 s67 = self.kb.index(cfg.merge.doc_variant_step7).scores(qvec, np.asarray(step6))
@@ -464,7 +488,7 @@ class AutofocusRetriever(RetrievalProgram):
         merged = merge(step6, step7, cfg.merge.k, scores, bonus, rrf_weight)
         ids, named = merged.ids, set()
         if cfg.merge.named_last:
-            named = named_in_question(self.kb.skb, ids, question)
+            named = named_in_question(self.kb.skb, ids, reading)
             ids = named_last(ids, named)
             if named:
                 trace.data["named_last"] = sorted(named)

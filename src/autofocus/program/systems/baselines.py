@@ -18,7 +18,8 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.steps.rerank import make_reranker, rerank_candidates
+from autofocus.program.steps.rerank import rerank_candidates
+from autofocus.program.steps.rerankers import make_reranker
 from autofocus.program.steps.vss import step7_rank_rest
 from autofocus.program.systems.base import SeedSystem
 from autofocus.skb.model import SKB

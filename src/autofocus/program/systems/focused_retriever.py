@@ -25,7 +25,8 @@ from autofocus.config import AutofocusConfig
 from autofocus.program.steps.grounded_strand import ground_strand, parse_step
 from autofocus.program.steps.grounding import support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import make_reranker, rerank_candidates
+from autofocus.program.steps.rerank import rerank_candidates
+from autofocus.program.steps.rerankers import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.vss import grounded_slots, merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.afr import derive_target_type

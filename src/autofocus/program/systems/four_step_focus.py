@@ -28,7 +28,8 @@ from autofocus.cypher import mapper_for
 from autofocus.program.steps.entities import named_node, relation_label
 from autofocus.program.steps.grounding import ground_triplets, support_paths
 from autofocus.program.steps.llm_call import safe_predict
-from autofocus.program.steps.rerank import make_reranker, rerank_candidates
+from autofocus.program.steps.rerank import rerank_candidates
+from autofocus.program.steps.rerankers import make_reranker
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.vss import merge, step6_rank_grounded, step7_rank_rest
 from autofocus.program.systems.base import SeedSystem

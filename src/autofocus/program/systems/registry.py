@@ -99,8 +99,8 @@ def build_program(spec: str, kb: KnowledgeBaseLike, config: AutofocusConfig | No
 
 # what autofocus adds to AF-Retriever's grounded strand, switched off (the papers' methods as published)
 PAPER: dict[str, object] = {
-    "repair": False, "relax": [], "exact_name_only": False, "alpha_rule": "fixed", "step7_types": "step1",
-    "target_type_scoring": "generate", "target_type_prior_k": 0, "target_type_cue": 1.0, "constrain": "off", "prompt_schema": "declared",
+    "repairs": [], "relax": [], "exact_name_only": False, "alpha_rule": "fixed", "step7_types": "step1",
+    "target_type_scoring": "generate", "target_type_inputs": [], "constrain": "off", "prompt_schema": "declared",
     "rerank_evidence": False, "merge_rule": "block", "rerank_depth": None, "named_last": False,
 }  # fmt: skip
 

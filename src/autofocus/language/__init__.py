@@ -1,0 +1,62 @@
+"""The words of one natural language that reading a question needs, as a resource chosen by a setting.
+
+Step 1's cue and step 3b's rules read a question through a few closed classes of words: how a question
+introduces what it asks for, determiners, copulas, auxiliaries, stop words, the word that joins a head
+noun to its complement ("bodies *of* water"), the passive's agent ("depended on *by*"), and how nouns
+and verbs inflect. Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
+``query.language`` picks it (English by default), as bm25s takes ``stopwords="en"``. Nothing else in
+the question-reading code names a word of any language.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+DEFAULT = "en"  # English: the default of ``query.language``
+
+
+@dataclass(frozen=True)
+class Language:
+    """The closed word classes and inflections of one language, as question reading uses them."""
+
+    code: str
+    ask_words: frozenset[str]  # words after which a question names what it asks for ("which", "list")
+    person_words: frozenset[str]  # question words that ask for a person and are followed by a verb ("who")
+    determiners: frozenset[str]
+    copulas: frozenset[str]
+    auxiliaries: frozenset[str]
+    stop_words: frozenset[str]
+    join_word: str  # joins a head noun to its complement: "bodies of water", "which of its functions"
+    agent_word: str  # introduces the passive's agent: "depended on by numpy"
+    clitics: tuple[str, ...]  # attached to a word and not part of it: a possessive "'s", an elided "l'"
+    plural_endings: tuple[str, ...]  # regular plural endings, for a word matched loosely ("modules")
+    relation_stem: int  # a relationship's word and the question's match on this many first letters
+    singular: Callable[[str], str]  # a noun in the singular where it reads as a plural, else as written
+    plurals: Callable[[str], set[str]]  # a noun as written, in the plural and in the singular
+    verb_stem: Callable[[str], str]  # a verb's stem, so that its inflected forms share it
+
+    def strip_clitics(self, token: str) -> str:
+        """``token`` without the clitics attached to it ("module's" -> "module", "l'os" -> "os")."""
+        for clitic in self.clitics:
+            if clitic.startswith("'") and token.endswith(clitic):
+                token = token[: -len(clitic)]
+            elif clitic.endswith("'") and token.lower().startswith(clitic) and len(token) > len(clitic):
+                token = token[len(clitic) :]
+        return token
+
+
+def available() -> list[str]:
+    """The language codes that have a resource module."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+@cache
+def language(code: str) -> Language:
+    """The resource of language ``code`` (``en``, ``fr``); a clear error for one that has none."""
+    if code not in available():
+        raise ValueError(f"no language resource {code!r}; available: {', '.join(available())}")
+    return importlib.import_module(f"{__name__}.{code}").LANGUAGE

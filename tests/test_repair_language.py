@@ -1,0 +1,99 @@
+"""Step 3b on a schema and questions in French, read with the French language resource: every word the
+rules need comes from ``autofocus.language``, none is left in the rules themselves."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from autofocus.config import AutofocusConfig
+from autofocus.cypher import parse_cypher
+from autofocus.language import language
+from autofocus.program.steps import direction, label_phrases, reading
+from autofocus.program.steps import repairs as repairs_package
+from autofocus.program.steps.grounded_strand import ground_strand
+from autofocus.program.steps.reading import QuestionReading
+from autofocus.program.steps.repairs import repair_query
+from autofocus.trace import Trace
+from tests.skb_factory import GraphOnlyKB, make_skb
+
+FR, EN = language("fr"), language("en")
+TYPES = ["module", "fonction", "exception", "personne", "lieu", "article"]
+NAMES = ["json", "json.loads", "json.dumps", "ValueError", "TypeError",  # 0-4
+         "compositeur", "Villa-Lobos", "Jobim", "Elgar", "Brésil", "Angleterre",  # 5-10
+         "Dupont2020", "Martin2021", "Durand2019"]  # 11-13
+NODE_TYPE = [0, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 5, 5, 5]
+EDGES = [
+    (1, "fonction_définie_dans_module", 0), (2, "fonction_définie_dans_module", 0),
+    (1, "fonction_lève_exception", 3), (2, "fonction_lève_exception", 4),
+    (6, "instance_de", 5), (7, "instance_de", 5), (8, "instance_de", 5),
+    (6, "né_à", 9), (7, "né_à", 9), (8, "né_à", 10),
+    (11, "cite", 12), (11, "cite", 13), (12, "cite", 13),
+]
+EDGE_TYPES = {"fonction_définie_dans_module": ("fonction", "module"), "fonction_lève_exception": ("fonction", "exception"),
+              "instance_de": ("personne", "personne"), "né_à": ("personne", "lieu"), "cite": ("article", "article")}
+
+
+@pytest.fixture(scope="module")
+def skb():
+    return make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES)
+
+
+def repaired(skb, cypher: str, question: str, target_type: str, lang=FR):
+    return repair_query(parse_cypher(cypher, skb.schema), QuestionReading(question, skb, lang), target_type)
+
+
+def test_the_reading_of_a_french_question_comes_from_the_french_resource(skb) -> None:
+    read = QuestionReading("Quels compositeurs sont nés au Brésil ?", skb, FR)
+    assert "compositeur" in read.asked_phrases and read.asked_label is None  # a class node, not a label
+    assert QuestionReading("Quels modules définissent json.loads ?", skb, FR).asked_label == "module"
+    assert QuestionReading("Quels modules définissent json.loads ?", skb, EN).asked_label is None  # English reads no ask word
+    assert [m.text for m in QuestionReading("Les fonctions du module json", skb, FR).mentions] == ["json"]
+    assert QuestionReading("Quelles fonctions lèvent l'exception ValueError ?", skb, FR).tokens[3] == "exception"  # "l'" off
+
+
+def test_a_query_that_answers_with_another_label_is_carried_to_the_french_asked_label(skb) -> None:
+    cypher = "MATCH (f:fonction)-[:fonction_lève_exception]->(e:exception {name: 'ValueError'}) RETURN f"
+    result = repaired(skb, cypher, "Quels modules définissent une fonction qui lève ValueError ?", "fonction")
+    assert [r.kind for r in result.repairs] == ["asked"] and result.query.target_type == "module"
+    # read as English, the question asks for no label: the query is left alone
+    assert repaired(skb, cypher, "Quels modules définissent une fonction qui lève ValueError ?", "fonction", EN).repairs == []
+
+
+def test_the_french_asked_class_and_the_passive_agent(skb) -> None:
+    question = "Quels compositeurs sont nés au Brésil ?"
+    cypher = "MATCH (y:personne)-[:né_à]->(b:lieu {name: 'Brésil'}) RETURN y"
+    linked = repaired(skb, cypher, question, "personne")
+    assert [r.kind for r in linked.repairs] == ["class"] and "'compositeur'" in linked.repairs[0].detail
+    strand = ground_strand(GraphOnlyKB(skb), parse_cypher(cypher, skb.schema), AutofocusConfig(language="fr"),
+                           Trace(question=question), "personne")
+    assert strand.answers.tolist() == [6, 7]
+    # "cités par Dupont2020": the articles Dupont2020 cites, though the LM wrote those that cite it
+    cited = "MATCH (y:article)-[:cite]->(b:article {name: 'Dupont2020'}) RETURN y"
+    turned = repaired(skb, cited, "Quels articles sont cités par Dupont2020 ?", "article")
+    assert [r.kind for r in turned.repairs] == ["direction"]
+    assert repaired(skb, cited, "Quels articles citent Dupont2020 ?", "article").repairs == []
+    assert direction.points_from("Quels articles sont cités par Dupont2020 ?", "cite", "Dupont2020", FR)
+
+
+def _string_words(path: Path) -> set[str]:
+    """Every string literal of a module that is a lower-case word, docstrings aside."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings and n.value.isalpha() and n.value.islower()}
+
+
+def test_no_word_of_a_language_is_left_in_the_rules() -> None:
+    modules = [Path(reading.__file__), Path(label_phrases.__file__), Path(direction.__file__),
+               *Path(repairs_package.__file__).parent.glob("*.py")]
+    words = EN.ask_words | EN.person_words | EN.determiners | EN.copulas | EN.auxiliaries | EN.stop_words
+    words |= FR.ask_words | FR.person_words | FR.determiners | FR.copulas | FR.stop_words | {"by", "par", "of", "de"}
+    # the program's own words, not the question's: a node's name keys, the graph's directions, trace texts
+    words -= {"name", "title", "in", "out", "any"}
+    found = {p.name: _string_words(p) & words for p in modules}
+    assert not {name: w for name, w in found.items() if w}
