@@ -265,6 +265,7 @@ def test_eval_with_a_saved_program_uses_its_system_config_and_state(
         program.state = json.loads(Path(path).read_text())["state"]
 
     saved.read_program_config, saved.load_program_state = read_program_config, load_program_state
+    saved.ProgramFileError = type("ProgramFileError", (ValueError,), {})
     monkeypatch.setitem(sys.modules, "autofocus.optimize.saved", saved)
     prog = tmp_path / "optimised.json"
     prog.write_text(json.dumps({"system": "scripted", "config": {"k": 2, "alpha": 0.4}, "state": "tuned"}))

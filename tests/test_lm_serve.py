@@ -79,6 +79,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(server_module, "_SERVERS", {})  # this test's servers only
     yield tmp_path / "home"
     server_module.stop_all()
+    for record in registry.live():  # a test that failed half-way leaves no served server running
+        registry.stop(record, timeout=10.0)
 
 
 @pytest.fixture

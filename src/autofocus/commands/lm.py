@@ -208,10 +208,8 @@ def status_cmd() -> None:
     if not records:
         console.print("no offline LM server is running; `autofocus lm serve --detach` starts one")
         return
-    table = Table(title="offline LM servers (`autofocus lm serve`)")
-    for col in ("model", "address", "state", "slots", "context/slot", "process", "up", "prompt cache"):
-        table.add_column(col, overflow="fold")  # a narrow terminal wraps a model's name, never cuts it
-    for record in records:
+    console.print("offline LM servers (`autofocus lm serve`):")
+    for record in records:  # a line each, wrapped as a whole: readable on a terminal of any width
         state = record.state
         if state == "ready":
             probe = LocalServer.attach(record.url, Path(record.model), record.alias, record)
@@ -219,11 +217,10 @@ def status_cmd() -> None:
                 state = "answering" if record.alias in probe.models(timeout=5.0) else "serves another model"
             except (OSError, ValueError, KeyError):
                 state = "not answering"
-        up = time.time() - record.started
-        table.add_row(safe(record.alias), safe(record.url if record.port else "-"), state, str(record.slots or "-"),
-                      str(record.settings.get("n_ctx", "-")), str(record.pid), f"{up / 60:.0f} min",
-                      safe(record.slot_dir or "-"))  # fmt: skip
-    console.print(table)
+        up = (time.time() - record.started) / 60
+        console.print(f"- {safe(record.alias)} at {safe(record.url if record.port else '-')}: {state}, "
+                      f"{record.slots or '-'} slots of {record.settings.get('n_ctx', '-')} tokens, process {record.pid}, "
+                      f"up {up:.0f} min, prompt cache {safe(record.slot_dir or '-')}", soft_wrap=True)  # fmt: skip
 
 
 @lm_app.command("stop")
