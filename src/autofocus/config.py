@@ -29,7 +29,7 @@ from autofocus.language import DEFAULT as DEFAULT_LANGUAGE
 from autofocus.language import available as available_languages
 
 DocVariant = Literal["text", "text+rel"]
-Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament"]
+Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament", "cross-encoder"]
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 RepairRule = Literal[
@@ -37,7 +37,7 @@ RepairRule = Literal[
     "star_constants", "name_from_question", "orient_by_question", "constrain_mentions", "either_target", "asked_class",
     "turn_round", "own_links",
 ]  # fmt: skip
-TypeInputName = Literal["prior", "spelled"]
+TypeInputName = Literal["prior", "spelled", "reader"]
 TYPE_INPUTS: tuple[str, ...] = get_args(TypeInputName)
 REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
 # settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
@@ -123,7 +123,12 @@ class QueryConfig(_Group):
     target_type_inputs: list[TypeInputName] = Field(
         default_factory=lambda: list(TYPE_INPUTS), description="step 1: its evidence beside the LM's answer, combined "
         "in one place (program.steps.target_type): prior (how the question's nearest nodes split over the types), "
-        "spelled (the label the question asks for by name comes first, whatever the others weigh); [] = the LM's alone"
+        "spelled (the label the question asks for by name comes first, whatever the others weigh), reader (a trained "
+        "type reader's probabilities, where `autofocus adapt` trained one); [] = the LM's alone"
+    )
+    type_reader_weight: float = Field(
+        1.0, ge=0.0, le=5.0, description="step 1: the trained type reader's probabilities (`autofocus adapt`) raised "
+        "to this power multiply the LM's, as the other priors do (0: left out)"
     )
     target_type_prior_k: int = Field(
         20, ge=1, description="step 1's prior: the question's nearest nodes whose types it counts"
@@ -285,9 +290,10 @@ class RerankConfig(_Group):
     """Step 8: the LM reranker and what it sees."""
 
     reranker: Reranker = Field(
-        "auto", description="step 8's method: auto is none for the offline LMs (their yes/no judge did not beat "
-        "steps 1-7's order on the demo or WordNet) and listwise for hosted ones; none returns steps 1-7's order "
-        "(no LM call); pointwise scores yes/no, also on a local LM"
+        "auto", description="step 8's method: auto is the program's trained cross-encoder where it has one "
+        "(`autofocus adapt`), else none for the offline LMs (their yes/no judge did not beat steps 1-7's order on "
+        "the demo or WordNet) and listwise for hosted ones; none returns steps 1-7's order (no LM call); pointwise "
+        "scores yes/no, also on a local LM; cross-encoder needs a program made by `autofocus adapt`"
     )
     rerank_depth: int | None = Field(
         10, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
@@ -506,6 +512,10 @@ class AutofocusConfig(BaseModel):
     steps: str = Field(
         "1-8", description="the steps that run: 1-8, or the paper's ablations 1+7 (type + vector search), 1-5 "
         "(grounded nodes only), 1-6, 1-7 (no reranking, no step-8 LM calls)"
+    )
+    trained: str | None = Field(
+        None, description="folder of the models `autofocus adapt` trained on this knowledge base (a cross-encoder "
+        "reranker for step 8, a type reader for step 1); a program file made by adapt names its own"
     )
     query: QueryConfig = Field(default_factory=QueryConfig, description=QueryConfig.__doc__)
     grounding: GroundingConfig = Field(default_factory=GroundingConfig, description=GroundingConfig.__doc__)

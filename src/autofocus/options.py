@@ -132,6 +132,9 @@ class SynthOptions:
         round_trip_precision: with ``round_trip``, also drop a question whose answers are fewer than this
             share of what it grounds (a vague wording admits other nodes; 0: recall only).
         threads: LM calls in parallel.
+        writer: who writes the questions: ``lm`` (the configured LM, ``VerbalizePattern``) or ``template``
+            (``synthetic.templates``: no LM call, thousands a second, plainer wording; text clues are
+            then ``phrase`` clues).
         out: the folder of the split's files (None: beside the SKB's QA file).
         chat: also write step 2's fine-tuning data (chat JSONL) to this file.
     """
@@ -145,6 +148,7 @@ class SynthOptions:
     round_trip: bool = False
     round_trip_precision: float = 0.5
     threads: int = 1
+    writer: str = "lm"
     out: Path | str | None = None
     chat: Path | str | None = None
 
@@ -170,3 +174,43 @@ class EvalOptions:
     concurrency: int | None = None
     qa_dir: Path | str | None = None
     replay: Path | str | None = None
+
+
+@dataclass(frozen=True)
+class AdaptOptions:
+    """Models trained on a knowledge base's own questions (``autofocus adapt``, ``adapt.run``).
+
+    Attributes:
+        out: the program file written (its trained models go to ``<stem>.trained/`` beside it).
+        system: the AF-Retriever preset adapted; its steps 3-7 mine the candidate lists.
+        splits: the training questions: splits of the SKB or of ``qa_dir`` (``synthetic`` for questions from
+            ``autofocus synth``); labelled splits make a labelled adaptation. Empty: ``templates`` only.
+        qa_dir: the folder of whole-file splits (``autofocus synth --out``).
+        templates: also synthesise this many template-written questions first (``synth --writer template``,
+            no LM), into ``<stem>.trained/questions``.
+        val_share: the share of the training questions held out for early stopping and the fusion weight.
+        sources: candidate lists mined per question (``adapt.mining``: ``grounded``, ``vector``).
+        runs: evaluation runs on training questions whose steps 1-7 lists are mined too (the truest lists).
+        reranker: train the cross-encoder reranker.
+        type_reader: fit the type reader.
+        epochs, batch_size, learning_rate, max_length, positives, negatives: the cross-encoder's training.
+        seed: every random choice (held-out part, positives kept, the trainer's).
+    """
+
+    out: Path | str = "runs/adapted.json"
+    system: str = "afr"
+    splits: Sequence[str] = ()
+    qa_dir: Path | str | None = None
+    templates: int = 0
+    val_share: float = 0.15
+    sources: Sequence[str] = ("grounded", "vector")
+    runs: Sequence[Path | str] = ()
+    reranker: bool = True
+    type_reader: bool = True
+    epochs: int = 1
+    batch_size: int = 16
+    learning_rate: float = 5e-5
+    max_length: int = 128
+    positives: int = 2
+    negatives: int = 7
+    seed: int = 0

@@ -63,6 +63,10 @@ def synth_command(
     lm: Annotated[str | None, typer.Option(help="LM that writes the questions (default: the config's)")] = None,
     config: Annotated[Path | None, typer.Option(help="config JSON (embedder, LM)", exists=True)] = None,
     threads: Annotated[int, typer.Option(help="LM calls in parallel", min=1)] = 1,
+    writer: Annotated[
+        str, typer.Option(help="lm: the LM writes each question; template: templates over the schema's labels "
+                               "(no LM, thousands a second, plainer wording: training data for `autofocus adapt`)")
+    ] = "lm",
     export_chat: Annotated[
         Path | None, typer.Option(help="also write step 2 fine-tuning data (chat JSONL) to this file")
     ] = None,
@@ -80,12 +84,12 @@ def synth_command(
     options = SynthOptions(
         seed=seed, max_answers=max_answers, max_triplets=max_triplets, filter_rate=filter_rate, clue_share=clue_share,
         clue_kind=clue_kind, round_trip=round_trip, round_trip_precision=round_trip_precision, threads=threads,
-        out=out, chat=export_chat,
+        writer=writer, out=out, chat=export_chat,
     )  # fmt: skip
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, disable=not progress)
     tasks = {"patterns": bar.add_task("self-checked patterns", total=None),
-             "questions": bar.add_task("questions asked of the LM", total=None)}
+             "questions": bar.add_task("questions written", total=None)}
     try:
         with bar:
             done = run_synthesis(skb, cfg, n, options, tick=lambda stage, k: bar.advance(tasks[stage], k))

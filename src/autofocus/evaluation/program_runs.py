@@ -166,6 +166,7 @@ def evaluate_program(
         skb_fingerprint=skb_fingerprint(kb.skb),
         index_checksums=index_checksums(kb, cfg),
         program_file=program_file,
+        trained=program.trained.summary if getattr(program, "trained", None) is not None else None,
         extra={"replay": str(replay)} if replay is not None else None,
     )
     result = run_eval(

@@ -297,6 +297,7 @@ def summarize(
             "split": manifest.get("split"),
             "limit": manifest.get("limit"),
             "skb": (manifest.get("skb") or {}).get("path"),
+            "ranked_by": ranked_by(manifest, ok),
         },
         "n": len(records),
         "expected": expected,
@@ -312,6 +313,21 @@ def summarize(
         "error_propagation": _error_propagation(records),
         "events": _events(ok),
     }
+
+
+def ranked_by(manifest: Mapping[str, Any], ok: Sequence[Mapping[str, Any]]) -> str | None:
+    """Step 8's method as the run's traces record it, with the trained model's folder and size where a
+    program made by ``autofocus adapt`` ranked it; None where no question was reranked."""
+    methods = Counter(((r.get("trace") or {}).get("data") or {}).get("rerank", {}).get("method") for r in ok)
+    methods.pop(None, None)
+    if not methods:
+        return None
+    method = methods.most_common(1)[0][0]
+    trained = (manifest.get("trained") or {}).get("reranker") or {}
+    if method == "cross-encoder" and trained:
+        folder = (manifest.get("trained") or {}).get("folder")
+        return f"cross-encoder {folder} ({trained.get('pairs')} pairs, {trained.get('epochs')} epochs)"
+    return str(method)
 
 
 def _metric_names(ok: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -468,9 +484,11 @@ def summary_tables(summary: Mapping[str, Any], title: str) -> list[tuple[str, li
     count = (f"{n} questions" if summary.get("complete", True) else
              f"{n} of {expected} questions; run incomplete (killed or still running: the same eval command "
              "finishes it)")  # fmt: skip
+    step8 = summary.get("run", {}).get("ranked_by")
     tables.append(
         (
             f"{title}: {count}"
+            + (f"; step 8: {step8}" if step8 else "")
             + (f", {degraded} degraded ({_pct(degraded / n)}%: LM outages or work bounds, fallback results)" if degraded else "")
             + (f", {errors} raised (scored 0)" if errors else ""),
             ["metric", "%", "95% CI"],

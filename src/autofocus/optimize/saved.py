@@ -62,12 +62,17 @@ def save_program(
 ) -> Path:
     """Write ``program`` (built as ``system`` with ``config``) to ``path``, atomically."""
     path = Path(path)
+    dumped = config.model_dump()
+    if dumped.get("trained"):  # beside the program file: stored relative, so the two move together
+        trained = Path(dumped["trained"]).resolve()
+        if trained.parent == path.parent.resolve():
+            dumped["trained"] = trained.name
     doc = {
         "format": FORMAT,
         "autofocus_version": __version__,
         "dspy_version": dspy.__version__,
         "system": system,
-        "config": config.model_dump(),
+        "config": dumped,
         "optimizer": optimizer or {},
         "state": program_state(program),
     }
@@ -112,8 +117,12 @@ def is_program_file(path: Path | str) -> bool:
 def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:
     """The system spec and config a saved program was optimised with."""
     doc = read_program(path)
+    config = dict(doc["config"])
+    trained = config.get("trained")
+    if isinstance(trained, str) and trained and not Path(trained).is_absolute():
+        config["trained"] = str(Path(path).parent / trained)  # relative to the program file
     try:
-        return doc["system"], AutofocusConfig.model_validate(doc["config"])
+        return doc["system"], AutofocusConfig.model_validate(config)
     except ValidationError as exc:
         raise ProgramFileError(str(invalid(exc, f"{path}: config"))) from None
 

@@ -40,6 +40,7 @@ from autofocus.redact import redact
 from autofocus.signatures import StateFact, VerbalizePattern
 from autofocus.synthetic.clues import FACT_DOC_CHARS, FACT_SIMILAR, ClueFinder, fact_problem, tidy_fact
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
+from autofocus.synthetic.templates import TemplateWriter
 from autofocus.synthetic.verbalise import clean_question, describe, question_problem
 from autofocus.trace import Trace
 from autofocus.usage import UsageCallback, map_concurrently, usage_scope
@@ -257,6 +258,12 @@ def synthesise(
     clues, clue_rng = ClueFinder(kb.skb, seed), np.random.default_rng([seed, 1])
     if clue_kind not in ("fact", "phrase"):
         raise ValueError(f"clue_kind must be 'fact' or 'phrase', not {clue_kind!r}")
+    if o.writer not in ("lm", "template"):
+        raise ValueError(f"writer must be 'lm' or 'template', not {o.writer!r}")
+    template = TemplateWriter(kb.skb, seed=seed) if o.writer == "template" else None
+    if template is not None:
+        clue_kind = "phrase"  # a fact clue is the LM's words
+        settings.update(clue_kind="phrase", writer="template", lm=None)
     verbalizer, stater = dspy.Predict(VerbalizePattern), dspy.Predict(StateFact)
     kb_description = kb.skb.schema.description or f"A knowledge base named {kb.skb.schema.name}."
     texts: set[str] = set()
@@ -271,8 +278,11 @@ def synthesise(
             if item[0].clue_kind == "fact" and item[0].clue_answer is not None:
                 state_fact(item[0])
             text = describe(item[0], kb.skb)
-            pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
-            question = clean_question(str(pred.question))
+            if template is not None:
+                question = template(item[0])
+            else:
+                pred = verbalizer(kb_description=kb_description, answer_type=item[0].target_type, pattern=text)
+                question = clean_question(str(pred.question))
             if round_trip is not None and question_problem(question, item[0], kb.skb) is None:
                 missed = check_round_trip(question, item[0])
                 if missed is not None:

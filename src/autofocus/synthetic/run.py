@@ -65,10 +65,14 @@ def run_synthesis(
     kb = runtime.open_kb(skb, config.index.embedder, config.index.index_kind, config.index.doc_budget_tokens)
     options = options or SynthOptions()
     folder, qa_name = (Path(options.out), QA_FILE) if options.out is not None else qa_folder(skb)
-    lm = get_lm(config.runtime.lm.default, **{**config.runtime.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
     checker = runtime.assemble("afr", kb, config, lms=True) if options.round_trip else None  # the config's own LMs
-    with dspy.context(lm=lm):
+    if options.writer == "template":  # no LM writes, so none is opened
         result = synthesise(kb, n, options, round_trip=checker, tick=tick)
+    else:
+        lm = get_lm(config.runtime.lm.default,
+                    **{**config.runtime.lm.client_options(), "max_tokens": VERBALISE_MAX_TOKENS})
+        with dspy.context(lm=lm):
+            result = synthesise(kb, n, options, round_trip=checker, tick=tick)
     paths = write_synthetic(result, kb.skb, folder, qa_name)
     chat = export_chat(result, kb.skb, options.chat) if options.chat is not None else None
     return SynthesisRun(result, kb, paths, chat)

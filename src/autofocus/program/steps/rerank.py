@@ -247,6 +247,7 @@ class Reranker(dspy.Module):
     """Shared entry point: validation, description budget, trace; subclasses rank positions."""
 
     method = ""
+    uses_lm = True  # a replay of steps 1-2 still needs the LM for step 8
 
     def __init__(
         self,

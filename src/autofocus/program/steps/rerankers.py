@@ -268,21 +268,30 @@ RERANKERS: dict[str, type[Reranker]] = {
 }
 
 
-def make_reranker(config: AutofocusConfig, lm_spec: str, **kwargs: Any) -> Reranker | None:
+def make_reranker(config: AutofocusConfig, lm_spec: str, trained: Any | None = None, **kwargs: Any) -> Reranker | None:
     """The step-8 module for ``config.rerank.reranker``; None for ``"none"``.
 
-    ``"auto"`` picks by the rerank LM: for the small offline models (``local*`` specs) none, because
-    their yes/no judge did not beat steps 1-7's order on either labelled benchmark (demo, WordNet:
-    docs/results.md); for hosted LMs the listwise reranker, the paper's default (one prompt; Table 7).
-    An explicit ``"pointwise"`` scores yes/no on a local LM (small models cannot write a usable
-    ranking). Extra kwargs go to the reranker.
+    ``"auto"`` is the trained cross-encoder where ``trained`` (``program.trained.TrainedParts``) has
+    one; otherwise it picks by the rerank LM: for the small offline models (``local*`` specs) none,
+    because their yes/no judge did not beat steps 1-7's order on either labelled benchmark (demo,
+    WordNet: docs/results.md); for hosted LMs the listwise reranker, the paper's default (one prompt;
+    Table 7). An explicit ``"pointwise"`` scores yes/no on a local LM (small models cannot write a
+    usable ranking). Extra kwargs go to the reranker.
     """
     local = is_local_spec(lm_spec)
     choice = config.rerank.reranker
+    model = getattr(trained, "reranker", None)
     if choice == "auto":
-        choice = "none" if local else "listwise"
+        choice = "cross-encoder" if model is not None else "none" if local else "listwise"
     if choice == "none":
         return None
+    if choice == "cross-encoder":
+        if model is None:
+            raise ValueError("reranker 'cross-encoder' needs a trained one: make it with `autofocus adapt` and run "
+                             "the program it writes (--program FILE)")
+        from autofocus.program.steps.cross_encoder import CrossEncoderReranker
+
+        return CrossEncoderReranker(config, model=model, **kwargs)
     if choice == "pointwise":
         kwargs.setdefault("scoring", "yes_no" if local else "signature")
     return RERANKERS[choice](config, **kwargs)

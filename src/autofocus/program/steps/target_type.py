@@ -10,7 +10,8 @@ Step 1 asks which candidate type the answers have. Several inputs bear on it, ea
 * ``spelled``: the label the question asks for by name (``QuestionReading.asked_label``: "Which
   modules ...", "Who are the directors of ..."). It is *decisive*: a label phrase the question spells
   out is evidence no prior overrules, so that type comes first, level with the best of the others;
-* a trained type reader's probabilities, where one is trained for the knowledge base, is one more input.
+* ``reader``: a trained type reader's probabilities (``autofocus adapt``), where one is trained for the
+  knowledge base: one more input, as the prior is.
 
 ``combine`` multiplies the weights of the inputs that are not decisive per type and renormalises, then
 lifts a decisive input's type to the best probability, first; ``kept`` keeps the types within

@@ -50,6 +50,7 @@ from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, ste
 from autofocus.program.steps.reading import QuestionReading, Readings
 from autofocus.program.steps.rerank import rerank_candidates
 from autofocus.program.steps.rerankers import make_reranker
+from autofocus.program.trained import load_trained
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.target_type import TypeInput, combine, kept, spelled
 from autofocus.program.steps.typed_query import spec_to_cypher
@@ -219,7 +220,8 @@ class AutofocusRetriever(RetrievalProgram):
             typed_query_signature(sg.labels, sg.rel_names) if self.step2_mode() == "json_schema" and sg.rel_names
             else TextToQueryGraph
         )
-        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
+        self.trained = load_trained(self.config.trained, kb)
+        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"), self.trained)
         self._grammars: dict[tuple[object, ...], str] = {}  # step 2 grammars by header and step 1's types
         # question -> (step 1's type(s), step 2's query, step 1's type probabilities)
         self.recorded: dict[str, tuple[str | list[str] | None, str | None, dict[str, float] | None]] | None = None
@@ -233,7 +235,8 @@ class AutofocusRetriever(RetrievalProgram):
 
     def needs_lm(self, question: object) -> bool:
         replayed = isinstance(question, str) and question in (self.recorded or {}) and self.recorded[question][0] is not None
-        return not (replayed and self.config.steps != "1-8")
+        step8_lm = self.config.steps == "1-8" and getattr(self.reranker, "uses_lm", False)
+        return not (replayed and not step8_lm)
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
     def predict_target_type(self, question: str, trace: Trace,
@@ -274,12 +277,16 @@ class AutofocusRetriever(RetrievalProgram):
         question asks for by name (``spelled``)."""
         cfg, types = self.config, self.context.candidate_types
         inputs: list[TypeInput] = []
+        reader = self.trained.type_reader if self.trained is not None else None
         for name in cfg.query.target_type_inputs:
             if name == "prior":
                 inputs.append(TypeInput("prior", vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k,
                                                                 cfg.merge.doc_variant_step7)))
             elif name == "spelled" and (named := spelled(types, self.reading(question, cfg).asked_label)) is not None:
                 inputs.append(named)
+            elif name == "reader" and reader is not None and cfg.query.type_reader_weight:
+                read = reader.probabilities(self.kb.embed_query(question))
+                inputs.append(TypeInput("reader", {t: read.get(t, 0.0) ** cfg.query.type_reader_weight for t in types}))
         return inputs
 
     def derive_query(self, question: str, target_type: str | list[str] | None, trace: Trace,

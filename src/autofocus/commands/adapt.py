@@ -1,0 +1,96 @@
+"""``autofocus adapt``: train a reranker and a type reader on the knowledge base's own questions.
+
+Example (no labels; docs/adapt.md):
+    autofocus adapt --skb kb/movies --templates 1500 --out runs/adapted.json
+    autofocus eval --skb kb/movies --split test --program runs/adapted.json --lm local --out runs/adapted-test
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from autofocus.cli_app import QADirOpt, app, config_or_exit, fail
+from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, safe
+
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+@app.command("adapt")
+def adapt_command(
+    skb: Annotated[Path, typer.Option(help="SKB directory (or STaRK processed directory)", exists=True)],
+    out: Annotated[Path, typer.Option(help="program file to write; its models go to <stem>.trained/ beside it")] = Path(
+        "runs/adapted.json"),
+    split: Annotated[
+        list[str] | None, typer.Option(help="training questions: a split of the SKB or of --qa-dir (repeatable; "
+                                            "synthetic: from `autofocus synth`); labelled splits make a labelled adaptation")
+    ] = None,
+    qa_dir: QADirOpt = None,
+    templates: Annotated[
+        int, typer.Option(help="also write this many template questions from the graph first (no LM)", min=0)
+    ] = 0,
+    system: Annotated[str, typer.Option(help="AF-Retriever preset to adapt")] = "afr",
+    config: Annotated[Path | None, typer.Option(help="config JSON to adapt (embedder, settings)", exists=True)] = None,
+    run: Annotated[
+        list[Path] | None, typer.Option(help="an `autofocus eval` run on training questions: its steps 1-7 lists are "
+                                             "mined too (repeatable)", exists=True, file_okay=False)
+    ] = None,
+    reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="train the cross-encoder")] = True,
+    type_reader: Annotated[bool, typer.Option("--type-reader/--no-type-reader", help="fit the type reader")] = True,
+    epochs: Annotated[int, typer.Option(help="cross-encoder epochs (the best on held-out questions is kept)", min=1)] = 1,
+    negatives: Annotated[int, typer.Option(help="hard negatives per question", min=1)] = 7,
+    val_share: Annotated[float, typer.Option(help="share of the questions held out", min=0.0, max=0.5)] = 0.15,
+    seed: Annotated[int, typer.Option(help="seed of every random choice")] = 0,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
+) -> None:
+    """Fit autofocus to this knowledge base: mine candidate lists for its questions with steps 3-7, train a
+    cross-encoder reranker for step 8 and a type reader for step 1, and write a program that uses them."""
+    from autofocus.adapt import adapt
+    from autofocus.options import AdaptOptions
+
+    if not split and not templates:
+        raise fail("no training questions: give --split (e.g. --split synthetic --qa-dir DIR) or --templates N")
+    cfg = config_or_exit(config)
+    options = AdaptOptions(out=out, system=system, splits=tuple(split or ()), qa_dir=qa_dir, templates=templates,
+                           runs=tuple(run or ()), reranker=reranker, type_reader=type_reader, epochs=epochs,
+                           negatives=negatives, val_share=val_share, seed=seed)  # fmt: skip
+    try:
+        with RichReporter(console, bars=progress) as reporter:
+            result = adapt(skb, cfg, options, reporter)
+    except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown split, no usable questions
+        print_error(err_console, exc)
+        raise typer.Exit(1) from None
+    console.print(_table(result.summary))
+    console.print(safe(f"Wrote {result.program} and {result.folder}/. Run it with --program {result.program}, "
+                       f"e.g. autofocus eval --skb {skb} --split test --program {result.program}"))
+
+
+def _table(s: dict) -> Table:
+    table = Table(title="Adaptation")
+    table.add_column("part")
+    table.add_column("what", overflow="fold")
+    q = s["questions"]
+    table.add_row("questions", f"{q['total']} ({', '.join(f'{k}: {v}' for k, v in q['by_source'].items())})")
+    for source, m in s.get("mining", {}).items():
+        table.add_row(f"lists: {source}", f"{m['questions']} questions, answer first {100 * m['answer_first']:.0f}%, "
+                                          f"listed {100 * m['answer_listed']:.0f}%")
+    r = s.get("reranker")
+    if r:
+        table.add_row("reranker", f"{r['pairs']} pairs ({r['positive_pairs']} answers), {r['epochs']} epochs, "
+                                  f"{r['minutes']} min")
+        b, a = r.get("val_before", {}), r.get("val_after", {})
+        if a:
+            table.add_row("held-out MRR@10", f"{b.get('base_mrr@10', float('nan')):.3f} steps 3-7 -> "
+                                              f"{a.get('mrr@10', float('nan')):.3f} reranked ({r['val_questions']} questions)")
+        if "fusion" in r:
+            table.add_row("fusion weight", f"{r['fusion']['used']:.2f} ({r['fusion']['n']} questions)")
+    t = s.get("type_reader")
+    if t:
+        acc = "-" if t["val_accuracy"] is None else f"{100 * t['val_accuracy']:.0f}%"
+        table.add_row("type reader", f"{t['train_questions']} questions, held-out accuracy {acc}")
+    table.add_row("minutes", str(s["minutes"]))
+    return table

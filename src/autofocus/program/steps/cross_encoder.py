@@ -1,0 +1,33 @@
+"""Step 8 by a cross-encoder trained on the knowledge base's own questions (``autofocus adapt``).
+
+No LM call: the question and each candidate's description (``program.trained.candidate_text``: name,
+type, relations, document) are read together by a small transformer that gives P(answer). Its
+log-odds go into the reranker's usual fusion with steps 1-7's order (``rerank.prior_fuse``, weight
+``rerank.rerank_prior_weight``; the adaptation stores the weight its validation questions chose).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autofocus.config import AutofocusConfig
+from autofocus.program.steps.rerank import Reranker, Session
+from autofocus.program.trained import RerankerModel, candidate_text
+
+
+class CrossEncoderReranker(Reranker):
+    """Scores every candidate with a trained cross-encoder in one batch; stable sort by score."""
+
+    method = "cross-encoder"
+    uses_lm = False
+
+    def __init__(self, config: AutofocusConfig | None = None, *, model: RerankerModel, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.model = model
+
+    def _rank(self, s: Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
+        texts = [candidate_text(s.skb, node) for node in s.ids]
+        probs = self.model.probabilities(s.question, texts)
+        scores = [float(p) for p in probs]
+        data.update(scores=scores, scored_by=["cross-encoder"] * len(scores), model=str(self.model.folder))
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))

@@ -1,0 +1,220 @@
+"""Models a program was adapted with (``autofocus adapt``): a cross-encoder reranker for step 8 and a
+type reader for step 1, trained on one knowledge base's own questions.
+
+They are files beside the program file, in a folder named after it (``adapted.json`` ->
+``adapted.trained/``): ``reranker/`` (a sentence-transformers ``CrossEncoder`` folder) and
+``type_reader.json`` (a linear classifier over the question's embedding), with ``manifest.json``
+saying what each was trained on (the knowledge base's content digest, the base model, pairs, epochs,
+minutes, validation scores). The program file names the folder, so a saved program carries them.
+
+A part trained on another knowledge base ranks that one's documents: loading it beside a knowledge
+base with another content digest warns (it may still help a near copy); a missing, half-written or
+foreign folder is an error that names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autofocus.skb.documents import describe_node
+from autofocus.skb.model import SKB
+
+log = logging.getLogger("autofocus")
+
+MANIFEST = "manifest.json"
+RERANKER_DIR = "reranker"
+TYPE_READER_FILE = "type_reader.json"
+FORMAT = "autofocus-trained/1"
+CANDIDATE_TOKENS = 100  # a candidate's description in the cross-encoder's input: name, type, relations, text
+
+
+class TrainedPartsError(ValueError):
+    """A trained-parts folder that is missing, incomplete or not one (names the file and what is wrong)."""
+
+
+def parts_folder(program_file: Path | str) -> Path:
+    """Where a program file's trained parts live: ``adapted.json`` -> ``adapted.trained``."""
+    path = Path(program_file)
+    return path.with_name(f"{path.stem}.trained")
+
+
+def candidate_text(skb: SKB, node: int, budget_tokens: int = CANDIDATE_TOKENS) -> str:
+    """A candidate as the cross-encoder reads it, in training and in step 8 alike: name and type, its
+    relations (a multi-hop question asks about them), then its document, within ``budget_tokens``."""
+    return describe_node(skb, int(node), relations="full", budget_tokens=budget_tokens)
+
+
+class RerankerModel:
+    """A trained cross-encoder: P(candidate answers question) per candidate, in batches."""
+
+    def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32) -> None:
+        from sentence_transformers.cross_encoder import CrossEncoder
+
+        self.folder = Path(folder)
+        try:
+            self.model = CrossEncoder(str(self.folder), max_length=max_length, device="cpu", local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:  # a folder without weights, config or tokenizer
+            raise TrainedPartsError(f"{self.folder}: not a cross-encoder folder ({type(exc).__name__}: {exc})") from None
+        self.batch_size = batch_size
+
+    def logits(self, question: str, texts: list[str]) -> np.ndarray:
+        """Raw scores (log-odds of an answer), one per text."""
+        import torch
+
+        if not texts:
+            return np.zeros(0, dtype=np.float64)
+        out = self.model.predict([(question, t) for t in texts], batch_size=self.batch_size,
+                                 activation_fn=torch.nn.Identity(), show_progress_bar=False, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float64).reshape(-1)
+
+    def probabilities(self, question: str, texts: list[str]) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.logits(question, texts)))
+
+
+@dataclass
+class TypeReader:
+    """Step 1's answer type from the question's embedding: multinomial logistic regression, fitted on a
+    knowledge base's own questions (their answers' types), so a schema's ways of asking are learnt,
+    not written as rules."""
+
+    types: list[str]
+    coef: np.ndarray  # (types, dim)
+    intercept: np.ndarray  # (types,)
+    embedder: str  # the model whose question vectors it reads
+
+    def probabilities(self, vector: np.ndarray) -> dict[str, float]:
+        z = self.coef @ np.asarray(vector, dtype=np.float64) + self.intercept
+        z = np.exp(z - z.max())
+        p = z / z.sum()
+        return {t: float(v) for t, v in zip(self.types, p, strict=True)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"types": self.types, "coef": self.coef.round(6).tolist(), "intercept": self.intercept.round(6).tolist(),
+                "embedder": self.embedder}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str) -> TypeReader:
+        try:
+            types, coef = [str(t) for t in doc["types"]], np.asarray(doc["coef"], dtype=np.float64)
+            intercept = np.asarray(doc["intercept"], dtype=np.float64)
+            embedder = str(doc["embedder"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TrainedPartsError(f"{where}: not a type reader ({type(exc).__name__}: {exc})") from None
+        if coef.ndim != 2 or coef.shape[0] != len(types) or intercept.shape != (len(types),):
+            raise TrainedPartsError(f"{where}: type reader shapes disagree ({len(types)} types, coef {coef.shape}, "
+                                    f"intercept {intercept.shape})")
+        if not np.isfinite(coef).all() or not np.isfinite(intercept).all():
+            raise TrainedPartsError(f"{where}: type reader weights are not finite")
+        return cls(types, coef, intercept, embedder)
+
+
+@dataclass
+class TrainedParts:
+    """The trained models of one adapted program and what they were trained on (``manifest``)."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    reranker: RerankerModel | None = None
+    type_reader: TypeReader | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What a run's manifest and ``report`` say about the models that ranked it."""
+        m = self.manifest
+        return {"folder": str(self.folder), "content_digest": m.get("content_digest"),
+                "reranker": m.get("reranker"), "type_reader": m.get("type_reader")}
+
+    @classmethod
+    def load(cls, folder: Path | str, skb: SKB | None = None, embedder: str | None = None) -> TrainedParts:
+        """Open a trained-parts folder; warns (``warnings``, the log) where it was trained on another
+        knowledge base or its type reader reads another embedder's vectors."""
+        folder = Path(folder)
+        path = folder / MANIFEST
+        try:
+            manifest = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise TrainedPartsError(f"{path}: no trained-parts manifest (was `autofocus adapt` interrupted?)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TrainedPartsError(f"{path}: unreadable manifest ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise TrainedPartsError(f"{path}: not a trained-parts manifest (format {FORMAT!r} expected)")
+        parts = cls(folder, manifest)
+        if manifest.get("reranker"):
+            parts.reranker = RerankerModel(folder / RERANKER_DIR, max_length=manifest["reranker"].get("max_length"))
+        if manifest.get("type_reader"):
+            reader_path = folder / TYPE_READER_FILE
+            try:
+                doc = json.loads(reader_path.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise TrainedPartsError(f"{reader_path}: unreadable type reader ({exc})") from None
+            parts.type_reader = TypeReader.from_dict(doc, str(reader_path))
+        parts.check(skb, embedder)
+        return parts
+
+    def check(self, skb: SKB | None, embedder: str | None) -> None:
+        """Warn where the parts do not fit the knowledge base they are loaded beside."""
+        if skb is not None:
+            from autofocus.skb.cache import content_digest
+
+            trained_on = self.manifest.get("content_digest")
+            if trained_on and trained_on != content_digest(skb):
+                self.warn(f"{self.folder}: trained on another knowledge base ({self.manifest.get('skb', '?')}, content "
+                          f"{trained_on[:12]}); its scores may not fit this one: run `autofocus adapt` on it")
+            if self.type_reader is not None:
+                unknown = sorted(set(self.type_reader.types) - set(skb.schema.answer_types))
+                if unknown:
+                    raise TrainedPartsError(f"{self.folder / TYPE_READER_FILE}: types {', '.join(unknown)} are no "
+                                            "answer type of this knowledge base: it was trained on another one")
+        if self.type_reader is not None and embedder is not None and self.type_reader.embedder != embedder:
+            self.warn(f"{self.folder / TYPE_READER_FILE}: reads {self.type_reader.embedder} vectors, the program "
+                      f"embeds with {embedder}; the type reader is left out")
+            self.type_reader = None
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+        log.warning(text)
+
+
+_LOADED: dict[tuple[str, int, str], TrainedParts] = {}
+
+
+def load_trained(folder: str | Path | None, kb: Any) -> TrainedParts | None:
+    """A config's ``trained`` folder opened for ``kb`` (once per folder and manifest version: programs are
+    deep-copied and rebuilt per trial); None without one."""
+    if not folder:
+        return None
+    folder = Path(folder)
+    try:
+        stamp = (folder / MANIFEST).stat().st_mtime_ns
+    except OSError:
+        stamp = -1
+    embedder = getattr(getattr(kb, "embedder", None), "name", None)
+    key = (str(folder.resolve()), stamp, str(embedder))
+    if key not in _LOADED:
+        _LOADED[key] = TrainedParts.load(folder, getattr(kb, "skb", None), embedder)
+    return _LOADED[key]
+
+
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
+    """The manifest last, atomically: a folder without one is an unfinished adaptation."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps({"format": FORMAT, **manifest}, indent=2, default=_json_default))
+    tmp.replace(folder / MANIFEST)
+    return folder / MANIFEST
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)

@@ -1,0 +1,264 @@
+"""Adaptation by training (``autofocus adapt``): template questions, mined lists, the cross-encoder and
+the type reader, the program that carries them, and what bad input gets.
+
+The knowledge base is the tiny bibliography with the hashing embedder (real stores and FAISS); the
+cross-encoder is the packaged MiniLM, trained for real on a few dozen pairs (slow tests).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autofocus import runtime
+from autofocus.adapt import adapt
+from autofocus.adapt.mining import answer_type, mine
+from autofocus.adapt.reranker import Documents, RerankerTraining, pairs, train_reranker
+from autofocus.adapt.type_reader import fit_type_reader
+from autofocus.config import AutofocusConfig
+from autofocus.options import AdaptOptions, SynthOptions
+from autofocus.program.steps.cross_encoder import CrossEncoderReranker
+from autofocus.program.steps.rerankers import make_reranker
+from autofocus.program.trained import (
+    RerankerModel,
+    TrainedParts,
+    TrainedPartsError,
+    TypeReader,
+    candidate_text,
+    load_trained,
+    parts_folder,
+    write_manifest,
+)
+from autofocus.skb.qa import QAItem
+from autofocus.synthetic.build import synthesise
+from autofocus.synthetic.patterns import PatternSampler
+from autofocus.synthetic.templates import TemplateWriter
+from tests.test_systems_common import make_kb
+
+# --- template questions -------------------------------------------------------------------------
+
+
+def test_template_questions_name_constants_and_label_and_are_seeded(tiny_skb, tmp_path):
+    sampler = PatternSampler(tiny_skb, max_answers=5)
+    rng = np.random.default_rng(0)
+    patterns = [p for _ in range(40) if (p := sampler.sample("paper", rng)) is not None]
+    assert patterns
+    writer, again = TemplateWriter(tiny_skb, seed=3), TemplateWriter(tiny_skb, seed=3)
+    for p in patterns:
+        q = writer(p)
+        assert q == again(p)  # the wording is a function of the pattern and the seed
+        assert q[-1] in "?."
+        assert "paper" in q.lower()
+        for var in p.constants:
+            assert str(p.query.symbols[var].name_value()) in q
+        assert "unknown answer" not in q and "MATCH" not in q
+
+
+def test_template_synthesis_writes_checked_questions_without_an_lm(tiny_skb, tmp_path):
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    result = synthesise(kb, 6, SynthOptions(writer="template", max_answers=5, clue_share=0.0))
+    assert result.pairs and result.lm_calls == 0
+    assert result.settings["writer"] == "template"
+    for pair in result.pairs:
+        assert pair.question and pair.pattern.answers.size
+
+
+def test_unknown_writer_is_refused(tiny_skb, tmp_path):
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    with pytest.raises(ValueError, match="writer"):
+        synthesise(kb, 2, SynthOptions(writer="poet"))
+
+
+# --- mining -------------------------------------------------------------------------------------
+
+
+def _program(kb):
+    return runtime.assemble("afr", kb, AutofocusConfig(steps="1-7"), lms=False)
+
+
+def test_mined_lists_put_a_gold_querys_answers_first_and_negatives_exclude_answers(tiny_skb, tmp_path):
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    item = QAItem(0, "Which papers cite Graph Retrieval at Scale?", [1, 2, 11], target_type="paper",
+                  cypher="MATCH (y:paper)-[:paper_cites_paper]->(a:paper {title: 'Graph Retrieval at Scale'}) RETURN y")
+    (mined,) = mine(_program(kb), [item])
+    assert set(mined.lists) == {"grounded", "vector"}
+    assert set(mined.lists["grounded"][:3]) == {1, 2, 11}
+    negatives = mined.negatives(5)
+    assert negatives and not set(negatives) & {1, 2, 11}
+    assert all(tiny_skb.type_of(n) == "paper" for n in mined.lists["vector"])
+
+
+def test_answer_type_of_a_labelled_question_is_its_answers_type(tiny_skb):
+    assert answer_type(QAItem(0, "who?", [4, 5, 0]), tiny_skb.type_of) == "author"
+    assert answer_type(QAItem(0, "which?", [4], target_type="paper"), tiny_skb.type_of) == "paper"
+
+
+def test_unknown_mining_source_is_refused(tiny_skb, tmp_path):
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    with pytest.raises(ValueError, match="unknown candidate sources"):
+        mine(_program(kb), [QAItem(0, "q", [0])], sources=["oracle"])
+
+
+# --- the cross-encoder ---------------------------------------------------------------------------
+
+TOPICS = {9: "Information Retrieval", 10: "Natural Language Processing"}
+
+
+def _topic_items(skb) -> list[QAItem]:
+    """Questions whose answers differ from the other papers by their topic edge only: what a relation-
+    reading reranker must learn."""
+    papers = [int(i) for i in skb.ids_of_type("paper")]
+    items = []
+    for k, (field, name) in enumerate(TOPICS.items()):
+        gold = [p for p in papers if field in skb.graph.neighbours(np.array([p]), ["paper_has_topic_field"]).tolist()]
+        for j, form in enumerate(("Which papers are about {}?", "Papers with the topic {}", "List papers on {}",
+                                  "Find the paper that has topic {}", "What papers have topic {}?")):
+            items.append(QAItem(10 * k + j, form.format(name), gold, target_type="paper"))
+    return items
+
+
+@pytest.mark.slow
+def test_training_raises_answers_above_non_answers(tiny_skb, tmp_path):
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    mined = mine(_program(kb), _topic_items(tiny_skb), sources=["vector"])
+    opts = RerankerTraining(epochs=4, batch_size=8, learning_rate=1e-4, max_length=96, negatives=4)
+    docs = Documents(tiny_skb)
+    cols = pairs(mined, docs, opts)
+    untrained = RerankerModel.__new__(RerankerModel)  # the base model with its fresh head, as training starts
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    from autofocus.adapt.reranker import base_model_dir
+
+    import torch
+
+    torch.manual_seed(0)
+    untrained.model, untrained.batch_size, untrained.folder = CrossEncoder(
+        str(base_model_dir(None)), num_labels=1, max_length=96, device="cpu"), 8, Path("base")
+
+    def margin(model: RerankerModel) -> float:
+        scores = np.array([model.logits(q, [d])[0] for q, d in zip(cols["query"], cols["document"], strict=True)])
+        labels = np.array(cols["label"])
+        return float(scores[labels == 1].mean() - scores[labels == 0].mean())
+
+    before = margin(untrained)
+    record = train_reranker(mined, [], tiny_skb, tmp_path / "parts", opts, progress=False)
+    after = margin(RerankerModel(tmp_path / "parts" / "reranker"))
+    assert record["pairs"] == len(cols["label"]) and record["positive_pairs"] > 0
+    assert after > before + 1.0  # answers now score well above the hard negatives
+
+
+def test_no_pairs_of_both_kinds_is_a_clear_error(tiny_skb, tmp_path):
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    papers = [int(i) for i in tiny_skb.ids_of_type("paper")]
+    mined = mine(_program(kb), [QAItem(0, "Which papers exist?", papers, target_type="paper")], sources=["vector"])
+    with pytest.raises(ValueError, match="no training pairs of both kinds"):
+        train_reranker(mined, [], tiny_skb, tmp_path / "parts", RerankerTraining(epochs=1), progress=False)
+
+
+# --- the type reader -----------------------------------------------------------------------------
+
+
+def test_type_reader_learns_a_schemas_way_of_asking():
+    rng = np.random.default_rng(0)
+    centres = {"author": rng.normal(size=8), "paper": rng.normal(size=8), "venue": rng.normal(size=8)}
+    ys = [t for t in centres for _ in range(30)]
+    xs = np.stack([centres[t] + 0.3 * rng.normal(size=8) for t in ys])
+    reader, record = fit_type_reader(xs[::2], ys[::2], xs[1::2], ys[1::2], ["author", "paper", "venue", "field"], "e")
+    assert record["val_accuracy"] == 1.0
+    probs = reader.probabilities(centres["venue"])
+    assert max(probs, key=probs.get) == "venue"
+    assert probs["field"] < 0.01  # no question asked for it: possible, not likely
+    again = TypeReader.from_dict(json.loads(json.dumps(reader.to_dict())), "reader.json")
+    assert again.probabilities(centres["venue"]) == pytest.approx(probs, abs=1e-5)
+
+
+def test_type_reader_needs_two_types():
+    with pytest.raises(ValueError, match="two types"):
+        fit_type_reader(np.zeros((3, 4)), ["paper"] * 3, np.zeros((0, 4)), [], ["paper", "author"], "e")
+
+
+# --- the adapted program -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def adapted(two_type_skb, tmp_path, monkeypatch):
+    """An adaptation of the tiny SKB (papers and authors as answers) on template questions and its
+    labelled train split."""
+    from autofocus.skb.skbdir import load_skb_dir
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
+                           batch_size=8, max_length=96, val_share=0.3)
+    return kb, adapt(two_type_skb, AutofocusConfig(), options)
+
+
+@pytest.mark.slow
+def test_adapted_program_reranks_with_its_model_and_reloads_identically(adapted):
+    kb, result = adapted
+    folder = parts_folder(result.program)
+    assert result.folder == folder and (folder / "manifest.json").is_file()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["reranker"]["pairs"] > 0 and manifest["type_reader"]["train_questions"] > 0
+    saved = json.loads(result.program.read_text())
+    assert saved["config"]["trained"] == folder.name  # relative: program and models move together
+    program = runtime.open_program(kb, "afr", None, result.program, lms=False)
+    assert isinstance(program.reranker, CrossEncoderReranker)
+    question = "Which papers cite Graph Retrieval at Scale?"
+    cypher = "MATCH (y:paper)-[:paper_cites_paper]->(a:paper {title: 'Graph Retrieval at Scale'}) RETURN y"
+    found = program.retrieve(question, "paper", cypher)
+    from autofocus.trace import Trace
+
+    first = program.rerank(question, "paper", found, {}, program.config, Trace())
+    moved = result.program.parent.parent / "moved"
+    shutil.copytree(result.program.parent, moved)
+    again = runtime.open_program(kb, "afr", None, moved / result.program.name, lms=False)
+    assert again.trained.folder.resolve() == (moved / folder.name).resolve()
+    assert again.rerank(question, "paper", found, {}, again.config, Trace()) == first
+
+
+def test_missing_or_corrupt_parts_folder_is_a_clear_error(tmp_path, tiny_skb):
+    with pytest.raises(TrainedPartsError, match="no trained-parts manifest"):
+        TrainedParts.load(tmp_path / "nothing.trained", tiny_skb)
+    broken = tmp_path / "broken.trained"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{not json")
+    with pytest.raises(TrainedPartsError, match="unreadable manifest"):
+        TrainedParts.load(broken, tiny_skb)
+    write_manifest(broken, {"reranker": {"max_length": 64}})
+    with pytest.raises(TrainedPartsError, match="not a cross-encoder folder"):
+        TrainedParts.load(broken, tiny_skb)
+
+
+def test_parts_of_another_knowledge_base_warn_or_fail(tmp_path, tiny_skb, caplog):
+    folder = tmp_path / "other.trained"
+    reader = TypeReader(["paper"], np.zeros((1, 4)), np.zeros(1), "test:hash")  # the tiny KB asks for papers only
+    folder.mkdir()
+    (folder / "type_reader.json").write_text(json.dumps(reader.to_dict()))
+    write_manifest(folder, {"type_reader": {"train_questions": 3}, "content_digest": "0" * 32, "skb": "elsewhere"})
+    parts = TrainedParts.load(folder, tiny_skb, "test:hash")
+    assert any("trained on another knowledge base" in w for w in parts.warnings)
+    assert parts.type_reader is not None
+    assert TrainedParts.load(folder, tiny_skb, "local:other").type_reader is None  # another embedder's vectors
+    foreign = TypeReader(["protein", "drug"], np.zeros((2, 4)), np.zeros(2), "test:hash")
+    (folder / "type_reader.json").write_text(json.dumps(foreign.to_dict()))
+    with pytest.raises(TrainedPartsError, match="no answer type of this knowledge base"):
+        TrainedParts.load(folder, tiny_skb, "test:hash")
+
+
+def test_cross_encoder_reranker_without_a_model_is_refused():
+    cfg = AutofocusConfig(reranker="cross-encoder")
+    with pytest.raises(ValueError, match="autofocus adapt"):
+        make_reranker(cfg, "local")
+    assert make_reranker(AutofocusConfig(), "local") is None  # auto without a trained model: as before
+    assert load_trained(None, None) is None
+
+
+def test_candidate_text_reads_name_type_relations_and_document(tiny_skb):
+    text = candidate_text(tiny_skb, 11)
+    assert text.startswith("Multi-hop Reasoning over Graphs (paper)")
+    assert "paper_cites_paper" in text and "knowledge graph" in text
