@@ -129,11 +129,10 @@ def test_training_raises_answers_above_non_answers(tiny_skb, tmp_path):
     docs = Documents(tiny_skb)
     cols = pairs(mined, docs, opts)
     untrained = RerankerModel.__new__(RerankerModel)  # the base model with its fresh head, as training starts
+    import torch
     from sentence_transformers.cross_encoder import CrossEncoder
 
     from autofocus.adapt.reranker import base_model_dir
-
-    import torch
 
     torch.manual_seed(0)
     untrained.model, untrained.batch_size, untrained.folder = CrossEncoder(

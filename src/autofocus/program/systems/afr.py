@@ -50,7 +50,6 @@ from autofocus.program.steps.nearest_demos import NearestDemos, as_examples, ste
 from autofocus.program.steps.reading import QuestionReading, Readings
 from autofocus.program.steps.rerank import rerank_candidates
 from autofocus.program.steps.rerankers import make_reranker
-from autofocus.program.trained import load_trained
 from autofocus.program.steps.schema_context import SchemaContext
 from autofocus.program.steps.target_type import TypeInput, combine, kept, spelled
 from autofocus.program.steps.typed_query import spec_to_cypher
@@ -66,6 +65,7 @@ from autofocus.program.steps.vss import (
     step7_rank_rest,
 )
 from autofocus.program.systems.base import RetrievalProgram
+from autofocus.program.trained import load_trained
 from autofocus.query_graph import QueryGraph, as_types
 from autofocus.signatures import TextToCypher, TextToQueryGraph, target_type_signature, typed_query_signature
 from autofocus.skb.documents import path_text

@@ -20,6 +20,7 @@ import numpy as np
 from autofocus.config import AutofocusConfig
 from autofocus.program.steps.rerank import rerank_candidates
 from autofocus.program.steps.rerankers import make_reranker
+from autofocus.program.trained import load_trained
 from autofocus.program.steps.vss import step7_rank_rest
 from autofocus.program.systems.base import SeedSystem
 from autofocus.skb.model import SKB
@@ -123,11 +124,16 @@ class BM25Retriever(SeedSystem):
 
 class VSSRetriever(SeedSystem):
     """STaRK's VSS (question vs node embeddings of the candidate types) and, when ``config.rerank.reranker``
-    is not ``none``, VSS + LLM reranker over its top ``k`` (STaRK reranks the top 20 pointwise)."""
+    is not ``none``, VSS + a reranker over its top ``k``: an LM (STaRK reranks the top 20 pointwise) or the
+    cross-encoder ``autofocus adapt`` trained (``config.trained``), which needs no LM."""
 
     def __init__(self, kb: KnowledgeBaseLike, config: AutofocusConfig | None = None, system: str = "vss") -> None:
         super().__init__(kb, config, system)
-        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"))
+        self.trained = load_trained(self.config.trained, kb)
+        self.reranker = make_reranker(self.config, self.config.runtime.lm.for_step("rerank"), self.trained)
+
+    def needs_lm(self, question: object) -> bool:
+        return getattr(self.reranker, "uses_lm", False)
 
     def forward(self, question: str) -> dspy.Prediction:
         cfg = self.config
