@@ -20,9 +20,9 @@ import numpy as np
 from autofocus.config import AutofocusConfig
 from autofocus.program.steps.rerank import rerank_candidates
 from autofocus.program.steps.rerankers import make_reranker
-from autofocus.program.trained import load_trained
 from autofocus.program.steps.vss import step7_rank_rest
 from autofocus.program.systems.base import SeedSystem
+from autofocus.program.trained import load_trained
 from autofocus.skb.model import SKB
 from autofocus.trace import Trace
 
