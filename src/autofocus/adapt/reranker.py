@@ -10,9 +10,10 @@ reads). A held-out part of the questions (never a labelled test split) is rerank
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,8 @@ def train_reranker(
     samples = eval_samples(val, docs, eval_source)
     base = base_model_dir(opts.base)
     torch.manual_seed(opts.seed)
-    model = CrossEncoder(str(base), num_labels=1, max_length=opts.max_length, device="cpu", local_files_only=True)
+    with _quiet_transformers():  # its load report lists the new head's weights as missing, as they are
+        model = CrossEncoder(str(base), num_labels=1, max_length=opts.max_length, device="cpu", local_files_only=True)
     evaluator = (CrossEncoderRerankingEvaluator(samples, at_k=10, always_rerank_positives=False, name="val",
                                                 batch_size=64, write_csv=False) if samples else None)  # fmt: skip
     before = evaluator(model) if evaluator is not None else {}
@@ -162,6 +164,18 @@ def fusion_cases(model: RerankerModel, mined: Sequence[Mined], docs: Documents, 
         if c is not None:
             cases.append(c)
     return cases
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _metrics(result: dict[str, Any]) -> dict[str, float]:
