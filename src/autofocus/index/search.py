@@ -465,7 +465,8 @@ class NodeIndex:
                 if isinstance(found, dict) and {k: v for k, v in found.items() if k != "digest"} == meta:
                     if found.get("digest") == digests.sampled(path):
                         return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if kind == "flat" else 0)
-                    log.warning("rebuilding FAISS index %s: its bytes changed since it was written", path)
+                    log.warning("rebuilding FAISS index %s: %s", path, "its bytes changed since it was written"
+                                if "digest" in found else "written by an older autofocus, without a digest to check it by")
             except (RuntimeError, ValueError) as exc:
                 log.warning("rebuilding unreadable FAISS index %s: %s", path, exc)
         if not self.store.verified:
