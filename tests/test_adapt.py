@@ -260,4 +260,7 @@ def test_cross_encoder_reranker_without_a_model_is_refused():
 def test_candidate_text_reads_name_type_relations_and_document(tiny_skb):
     text = candidate_text(tiny_skb, 11)
     assert text.startswith("Multi-hop Reasoning over Graphs (paper)")
-    assert "paper_cites_paper" in text and "knowledge graph" in text
+    # every relationship type in words, however many neighbours the first ones have
+    assert "paper cites paper -> Graph Retrieval at Scale; Cypher Queries from Text" in text
+    assert "paper has topic field -> Information Retrieval; Natural Language Processing" in text
+    assert "year: 2022" in text and "Answering questions that need several hops" in text

@@ -193,6 +193,8 @@ class AdaptOptions:
         runs: evaluation runs on training questions whose steps 1-7 lists are mined too (the truest lists).
         reranker: train the cross-encoder reranker.
         type_reader: fit the type reader.
+        base: the folder the cross-encoder starts from (a cross-encoder or BERT-like model); None: the
+            packaged MiniLM's weights with a new head.
         epochs, batch_size, learning_rate, max_length, positives, negatives: the cross-encoder's training.
         seed: every random choice (held-out part, positives kept, the trainer's).
     """
@@ -207,6 +209,7 @@ class AdaptOptions:
     runs: Sequence[Path | str] = ()
     reranker: bool = True
     type_reader: bool = True
+    base: Path | str | None = None
     epochs: int = 1
     batch_size: int = 16
     learning_rate: float = 5e-5

@@ -136,7 +136,7 @@ def train_reranker(
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(cols),
                                   loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)
     trainer.train()
-    after = evaluator(model) if evaluator is not None else {}
+    after = _best_eval(trainer.state.log_history, f"eval_val_{METRIC}")  # the kept epoch's, as evaluated in training
     folder = out / RERANKER_DIR
     model.save_pretrained(str(folder))
     _remove(work)
@@ -164,6 +164,16 @@ def fusion_cases(model: RerankerModel, mined: Sequence[Mined], docs: Documents, 
         if c is not None:
             cases.append(c)
     return cases
+
+
+def _best_eval(history: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """The trainer's evaluation of its best epoch (the one ``load_best_model_at_end`` kept), named as the
+    evaluator names its metrics; empty without an evaluator."""
+    evals = [h for h in history if metric in h]
+    if not evals:
+        return {}
+    best = max(evals, key=lambda h: h[metric])
+    return {k.removeprefix("eval_"): v for k, v in best.items() if k.startswith("eval_val_")}
 
 
 @contextlib.contextmanager

@@ -99,7 +99,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     settings: dict[str, Any] = {}
     if options.reranker:
         report.note(f"training the cross-encoder on {len(mined_train)} questions", "section")
-        training = RerankerTraining(epochs=options.epochs, batch_size=options.batch_size,
+        training = RerankerTraining(base=str(options.base) if options.base else None, epochs=options.epochs, batch_size=options.batch_size,
                                     learning_rate=options.learning_rate, max_length=options.max_length,
                                     positives=options.positives, negatives=options.negatives, seed=options.seed)
         eval_source = "run" if runs else "grounded"

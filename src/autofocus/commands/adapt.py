@@ -41,6 +41,8 @@ def adapt_command(
     ] = None,
     reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="train the cross-encoder")] = True,
     type_reader: Annotated[bool, typer.Option("--type-reader/--no-type-reader", help="fit the type reader")] = True,
+    base: Annotated[Path | None, typer.Option(help="model folder the cross-encoder starts from (default: the packaged "
+                                                   "MiniLM with a new head)", exists=True, file_okay=False)] = None,
     epochs: Annotated[int, typer.Option(help="cross-encoder epochs (the best on held-out questions is kept)", min=1)] = 1,
     negatives: Annotated[int, typer.Option(help="hard negatives per question", min=1)] = 7,
     val_share: Annotated[float, typer.Option(help="share of the questions held out", min=0.0, max=0.5)] = 0.15,
@@ -56,7 +58,7 @@ def adapt_command(
         raise fail("no training questions: give --split (e.g. --split synthetic --qa-dir DIR) or --templates N")
     cfg = config_or_exit(config)
     options = AdaptOptions(out=out, system=system, splits=tuple(split or ()), qa_dir=qa_dir, templates=templates,
-                           runs=tuple(run or ()), reranker=reranker, type_reader=type_reader, epochs=epochs,
+                           runs=tuple(run or ()), reranker=reranker, type_reader=type_reader, base=base, epochs=epochs,
                            negatives=negatives, val_share=val_share, seed=seed)  # fmt: skip
     try:
         with RichReporter(console, bars=progress) as reporter:
