@@ -74,8 +74,8 @@ def test_switches_of_older_configs_drop_their_rules_from_the_list(tmp_path: Path
                                                           "constrain_mentions", "turn_round")]
     assert AutofocusConfig().updated({"repair": False}).query.repairs == []
     assert AutofocusConfig().updated({"repairs": ["solve"], "own_links": True}).query.repairs == ["solve"]
-    assert AutofocusConfig(target_type_cue=1.0, target_type_prior_k=0).query.target_type_inputs == ["reader"]
-    assert AutofocusConfig(target_type_cue=4.0, target_type_prior_k=30).query.target_type_inputs == ["prior", "spelled", "reader"]
+    assert AutofocusConfig(target_type_cue=1.0, target_type_prior_k=0).query.target_type_inputs == []
+    assert AutofocusConfig(target_type_cue=4.0, target_type_prior_k=30).query.target_type_inputs == ["prior", "spelled"]
     with pytest.raises(ValueError, match="repairs"):
         AutofocusConfig().updated({"repairs": ["no_such_rule"]})
     with pytest.raises(ValueError, match="no language resource 'xx'"):

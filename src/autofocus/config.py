@@ -38,7 +38,9 @@ RepairRule = Literal[
     "turn_round", "own_links",
 ]  # fmt: skip
 TypeInputName = Literal["prior", "spelled", "reader"]
-TYPE_INPUTS: tuple[str, ...] = get_args(TypeInputName)
+# the default inputs; ``reader`` (a type reader `autofocus adapt` trained) is listed by choice: on both
+# labelled benchmarks it made step 1's type worse where the LM's was right (docs/results.md, 2026-11-28)
+TYPE_INPUTS: tuple[str, ...] = ("prior", "spelled")
 REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
 # settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
 # every rule); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
@@ -124,7 +126,7 @@ class QueryConfig(_Group):
         default_factory=lambda: list(TYPE_INPUTS), description="step 1: its evidence beside the LM's answer, combined "
         "in one place (program.steps.target_type): prior (how the question's nearest nodes split over the types), "
         "spelled (the label the question asks for by name comes first, whatever the others weigh), reader (a trained "
-        "type reader's probabilities, where `autofocus adapt` trained one); [] = the LM's alone"
+        "type reader's probabilities, where `autofocus adapt` trained one; not a default); [] = the LM's alone"
     )
     type_reader_weight: float = Field(
         1.0, ge=0.0, le=5.0, description="step 1: the trained type reader's probabilities (`autofocus adapt`) raised "
