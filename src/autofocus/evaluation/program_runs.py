@@ -30,6 +30,7 @@ from autofocus.evaluation.report import (
     write_summary,
 )
 from autofocus.evaluation.runner import EvalResult, build_manifest, run_eval
+from autofocus.evaluation.traces import to_jsonable
 from autofocus.options import EvalOptions
 from autofocus.progress import Reporter, reporter_or_log
 
@@ -166,9 +167,10 @@ def evaluate_program(
         skb_fingerprint=skb_fingerprint(kb.skb),
         index_checksums=index_checksums(kb, cfg),
         program_file=program_file,
-        trained=program.trained.summary if getattr(program, "trained", None) is not None else None,
         extra={"replay": str(replay)} if replay is not None else None,
     )
+    if getattr(program, "trained", None) is not None:  # the models that ranked the run (``autofocus adapt``)
+        manifest["trained"] = to_jsonable(dict(program.trained.summary))
     result = run_eval(
         lambda: program_copy(program),
         items,

@@ -132,7 +132,6 @@ def build_manifest(
     index_checksums: Mapping[str, str] | None = None,
     lms: Mapping[str, Any] | None = None,
     program_file: Path | str | None = None,
-    trained: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything needed to reproduce or refuse to mix runs; LMs default to the config's ``lm``."""
@@ -165,8 +164,6 @@ def build_manifest(
         },
         "created": _now(),
     }
-    if trained:
-        manifest["trained"] = to_jsonable(dict(trained))  # the models that ranked the run (``autofocus adapt``)
     if extra:
         manifest["extra"] = to_jsonable(dict(extra))
     return manifest
