@@ -44,6 +44,12 @@ def test_the_tokenizer_is_read_from_the_gguf_once_and_saved_beside_it(tmp_path: 
     assert tokenizer.eos_token == len(tokens) - 1 and tokenizer.decode_str(ids) == "hello world<|im_end|>"
     saved = gguf_tokenizer.saved_dir(model)
     assert saved.parent == tmp_path and (saved / "tokenizer.json").is_file()
+    import llguidance.hf
+    from transformers import AutoTokenizer
+
+    # read without transformers, the tokenizer is the one llguidance builds from transformers' reading
+    via_transformers = llguidance.hf.from_tokenizer(AutoTokenizer.from_pretrained(str(saved)))
+    assert via_transformers.eos_tokens == tokenizer.eos_tokens and via_transformers.tokenize_str("hello world<|im_end|>") == ids
 
     def no_conversion(path: Path) -> None:
         raise AssertionError("converted again")

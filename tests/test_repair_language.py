@@ -54,14 +54,6 @@ def test_the_reading_of_a_french_question_comes_from_the_french_resource(skb) ->
     assert QuestionReading("Quelles fonctions lèvent l'exception ValueError ?", skb, FR).tokens[3] == "exception"  # "l'" off
 
 
-def test_a_query_that_answers_with_another_label_is_carried_to_the_french_asked_label(skb) -> None:
-    cypher = "MATCH (f:fonction)-[:fonction_lève_exception]->(e:exception {name: 'ValueError'}) RETURN f"
-    result = repaired(skb, cypher, "Quels modules définissent une fonction qui lève ValueError ?", "fonction")
-    assert [r.kind for r in result.repairs] == ["asked"] and result.query.target_type == "module"
-    # read as English, the question asks for no label: the query is left alone
-    assert repaired(skb, cypher, "Quels modules définissent une fonction qui lève ValueError ?", "fonction", EN).repairs == []
-
-
 def test_the_french_asked_class_and_the_passive_agent(skb) -> None:
     question = "Quels compositeurs sont nés au Brésil ?"
     cypher = "MATCH (y:personne)-[:né_à]->(b:lieu {name: 'Brésil'}) RETURN y"

@@ -210,8 +210,8 @@ def test_a_class_with_its_kinds_runs_in_the_database(falkordb: LocalFalkorDB, tm
 
 
 def test_a_target_of_either_label_runs_in_the_database(falkordb: LocalFalkorDB, tmp_path: Path) -> None:
-    """Step 3b grounds a target as step 1's label or the query's (``either_target``); the printed query
-    says so in a condition FalkorDB reads (it rejects Neo4j's ``(y:A|B)``) and answers the same nodes."""
+    """A target of two labels (``Symbol.also``: the asked class may settle it on a second type) is printed
+    as a condition FalkorDB reads (it rejects Neo4j's ``(y:A|B)``) and answers the same nodes."""
     from falkordb import FalkorDB
 
     from autofocus.config import AutofocusConfig
@@ -230,7 +230,8 @@ def test_a_target_of_either_label_runs_in_the_database(falkordb: LocalFalkorDB, 
     write_skb_dir(tmp_path / "sea", schema, nodes, [(1, "lives_in", 0), (2, "lives_in", 0)])
     skb = load_skb_dir(tmp_path / "sea", progress=False)
     qg = parse_cypher('MATCH (y:sea_animal)-[:lives_in]->(b:water_body {name: "North Sea"}) RETURN y', skb.schema)
-    strand = ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True),
+    qg = qg.model_copy(update={"symbols": {**qg.symbols, "y": qg.symbols["y"].model_copy(update={"also": ["sea_plant"]})}})
+    strand = ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True, repairs=[]),
                            Trace(question="What lives in the North Sea?"), "sea_plant")
     assert strand.answers.tolist() == [1, 2]
     pasted = console_cypher(strand.query_graph, skb.schema)

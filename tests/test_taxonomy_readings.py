@@ -1,6 +1,6 @@
 """Readings of a small LM's query on a taxonomy-shaped schema (multi-word labels and names, one type on
-both ends of most relationships): the asked class with its subclasses, a same-type link turned round
-when it grounds nothing, and a name the query forgot taken from the question."""
+both ends of most relationships): the asked class with its subclasses, a link to a named node that lacks
+the relationship read as any, and a name the query forgot taken from the question."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from autofocus.program.steps.grounded_strand import ground_strand
 from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs import Context, repair_query
 from autofocus.program.steps.repairs.asked_class import find_asked_class
-from autofocus.program.steps.repairs.either_target import EitherTarget
 from autofocus.program.steps.repairs.name_from_question import NameFromQuestion
-from autofocus.program.steps.repairs.turn_round import reversed_reading
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from tests.skb_factory import GraphOnlyKB, make_skb
@@ -72,10 +70,6 @@ def asked_phrases(question: str) -> list[str]:
     return read(make_skb(TYPES, NODE_TYPE, EDGES, EDGE_TYPES, names=NAMES), question).asked_phrases
 
 
-def either_target(qg, skb, step1: str):
-    return EitherTarget().rewrite(qg, read(skb, ""), context(skb, step1))
-
-
 def name_from_question(qg, skb, question: str):
     return NameFromQuestion().rewrite(qg, read(skb, question), context(skb))
 
@@ -106,40 +100,11 @@ def test_members_of_subclasses_may_link_another_way_than_the_subclasses(skb) -> 
     assert strand.answers.tolist() == [19, 20, 21] and strand.relaxed == []
 
 
-def test_a_same_type_link_that_grounds_nothing_is_read_the_other_way_round(skb) -> None:
-    cypher = 'MATCH (y:body_part)-[:part_of]->(b:body_part {name: "ulnar vein"}) RETURN y'
-    strand = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part")
-    assert strand.answers.tolist() == [8]
-    assert strand.relaxed == ["reading: turned round: (b)-[:part_of]->(y)"]
-    # switched off, relaxation loosens the query instead and does not find the forearm
-    off = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part", repairs=without("turn_round"),
-                  relax=["triplets", "edges"])
-    assert 8 not in off.answers.tolist() and not any(r.startswith("reading") for r in off.relaxed)
-
-
 def _second_readings(skb, question: str, cypher: str, target_type: str) -> str:
     """Every repair of the second readings that step 3b offers, as one text."""
     qg = parse_cypher(cypher, skb.schema)
     repaired = repair_query(qg, read(skb, question), target_type)
     return " | ".join(r.detail for _, reps in repaired.alternatives for r in reps)
-
-
-def test_no_turn_where_the_question_words_the_relationship(skb) -> None:
-    readings = _second_readings(skb, "Which veins are part of the hand?",
-                                'MATCH (y:body_part)-[:part_of]->(b:body_part {name: "hand"}) RETURN y', "body_part")
-    assert "turned round" not in readings
-
-
-def test_a_link_between_two_labels_that_the_graph_links_both_ways_is_turned_round(skb) -> None:
-    cypher = 'MATCH (y:plant)-[:made_of]->(b:food {name: "absinth"}) RETURN y'
-    strand = _strand(skb, "Which plant is absinth made from?", cypher, "plant")
-    assert strand.answers.tolist() == [29] and strand.relaxed == ["reading: turned round: (b)-[:made_of]->(y)"]
-    # the graph never links the labels the other way: nothing to turn
-    qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
-    assert reversed_reading(qg, read(skb, "Which plants grow in Mexico?"), context(skb)) is None
-    # the question words the direction written: kept
-    assert "turned round" not in _second_readings(skb, "Which plants are made of pastis?",
-                                                  'MATCH (y:plant)-[:made_of]->(b:food {name: "pastis"}) RETURN y', "plant")
 
 
 def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) -> None:
@@ -153,31 +118,6 @@ def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) ->
     # a named node that has the relationship keeps it: the reading is the graph's, not a guess
     assert "any relationship" not in _second_readings(
         skb, "Where is country?", 'MATCH (y:location)-[:is_a]->(b:location {name: "country"}) RETURN y', "location")
-
-
-def test_a_target_step_1_and_the_query_label_differently_grounds_as_either_where_the_graph_links_both(skb) -> None:
-    question = "Which bodies of water are part of the North Sea?"
-    cypher = 'MATCH (y:location)-[:part_of]->(b:natural_object {name: "North Sea"}) RETURN y'
-    strand = _strand(skb, question, cypher, "natural_object", repairs=without("asked_class"))
-    assert strand.answers.tolist() == [19, 20, 21, 32]  # the straits, the sea inlet and the coast
-    # with the asked class ("bodies of water") linked too, the coast is no answer
-    assert _strand(skb, question, cypher, "natural_object").answers.tolist() == [19, 20, 21]
-    target = strand.query_graph.symbols["y"]
-    assert (target.type, target.also, target.types) == ("location", ["natural_object"], ["location", "natural_object"])
-    shown = to_cypher(strand.query_graph)  # what FalkorDB and Neo4j both read
-    assert "MATCH (y)-[:part_of]->(b:natural_object)" in shown and "WHERE (y:location OR y:natural_object)" in shown
-    # step 1 agrees with the query, or the switch is off: the query's label alone
-    assert _strand(skb, question, cypher, "location").answers.tolist() == [32]
-    assert _strand(skb, question, cypher, "natural_object", repairs=without("either_target", "asked_class")).answers.tolist() == [32]
-    # a relationship step 1's type has not (no food is part of a location): the query's own reading
-    qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
-    assert either_target(qg, skb, "food") == (qg, [])
-    # plants are parts of locations, never the other way round: the direction written counts
-    qg = parse_cypher('MATCH (y:natural_object)<-[:part_of]-(b:location {name: "Wadden coast"}) RETURN y', skb.schema)
-    assert either_target(qg, skb, "plant") == (qg, [])
-    both, [repair] = either_target(parse_cypher(cypher, skb.schema), skb, "natural_object")
-    assert repair.kind == "either" and both.symbols["y"].also == ["natural_object"]
-    assert either_target(both, skb, "natural_object") == (both, [])  # once
 
 
 def test_a_name_the_query_forgot_is_taken_from_the_question(skb) -> None:

@@ -33,21 +33,23 @@ Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournam
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 RepairRule = Literal[
-    "names_as_text", "drop_unsupported", "bind_names", "named_relations", "via_named_label", "solve", "extend_to_asked",
-    "star_constants", "name_from_question", "orient_by_question", "constrain_mentions", "either_target", "asked_class",
-    "turn_round", "own_links",
+    "via_named_label", "solve", "star_constants", "name_from_question", "orient_by_question", "constrain_mentions",
+    "asked_class", "own_links",
 ]  # fmt: skip
+# rules removed because no labelled benchmark lost anything without them (docs/results.md, 2026-11-28): an older
+# config that lists one runs without it
+RETIRED_RULES = frozenset({"names_as_text", "drop_unsupported", "bind_names", "named_relations", "extend_to_asked",
+                           "either_target", "turn_round"})  # fmt: skip
 TypeInputName = Literal["prior", "spelled", "reader"]
 # the default inputs; ``reader`` (a type reader `autofocus adapt` trained) is listed by choice: on both
 # labelled benchmarks it made step 1's type worse where the LM's was right (docs/results.md, 2026-11-28)
 TYPE_INPUTS: tuple[str, ...] = ("prior", "spelled")
 REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
-# settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
-# every rule); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
-LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...]] = {
-    "repair": (), "repair_mentions": ("names_as_text", "name_from_question", "constrain_mentions"),
-    "repair_asked": ("extend_to_asked",), "repair_class": ("asked_class",), "either_target": ("either_target",),
-    "turn_round": ("turn_round",), "own_links": ("own_links",),
+# settings of older configs that the lists replaced: the switches -> the rules they turned off (None: every rule;
+# empty: rules since retired); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
+LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...] | None] = {
+    "repair": None, "repair_mentions": ("name_from_question", "constrain_mentions"), "repair_asked": (),
+    "repair_class": ("asked_class",), "either_target": (), "turn_round": (), "own_links": ("own_links",),
 }
 LEGACY_TYPE_SETTINGS: dict[str, tuple[str, float]] = {"target_type_cue": ("spelled", 1.0), "target_type_prior_k": ("prior", 0)}
 LEGACY_SETTINGS = frozenset({*LEGACY_REPAIR_SWITCHES, "target_type_cue"})
@@ -174,8 +176,9 @@ class QueryConfig(_Group):
     @classmethod
     def _older_settings(cls, data: Any) -> Any:
         """Configs written before the lists name their entries by settings: a repair switch that is off
-        drops its rules from ``repairs`` (``repair: false`` drops them all); step 1's cue weight 1 drops
-        ``spelled`` from its inputs, a prior of 0 nodes drops ``prior``."""
+        drops its rules from ``repairs`` (``repair: false`` drops them all), and a retired rule is dropped
+        from the list; step 1's cue weight 1 drops ``spelled`` from its inputs, a prior of 0 nodes drops
+        ``prior``."""
         if not isinstance(data, Mapping):
             return data
         data = dict(data)
@@ -183,8 +186,10 @@ class QueryConfig(_Group):
             rules = list(data.get("repairs", REPAIR_RULES))
             for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
                 if data.pop(switch, True) is False:
-                    rules = [r for r in rules if r not in dropped] if dropped else []
+                    rules = [r for r in rules if r not in dropped] if dropped is not None else []
             data["repairs"] = rules
+        if isinstance(data.get("repairs"), list):
+            data["repairs"] = [r for r in data["repairs"] if r not in RETIRED_RULES]
         for key, (name, off) in LEGACY_TYPE_SETTINGS.items():
             if key in data and data[key] == off:
                 data.pop(key)

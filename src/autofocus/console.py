@@ -91,6 +91,7 @@ class RichReporter:
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
         self.bars = Progress(*columns, console=bars_console or make_console(stderr=True), disable=not bars)
+        self.draws_bars = bars  # what a run's own bars (a trainer's) follow: ``progress.draws_bars``
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> RichReporter:

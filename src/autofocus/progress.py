@@ -39,5 +39,11 @@ class LogReporter:
         return None
 
 
+def draws_bars(reporter: Reporter | None) -> bool:
+    """Whether ``reporter`` draws progress bars, so that work it hands on (a library's trainer with bars of
+    its own) shows them too, or stays as quiet."""
+    return bool(getattr(reporter, "draws_bars", False))
+
+
 def reporter_or_log(reporter: Reporter | None) -> Reporter:
     return reporter if reporter is not None else LogReporter()

@@ -35,7 +35,7 @@ from autofocus.program.trained import (
     parts_folder,
     write_manifest,
 )
-from autofocus.progress import Reporter, reporter_or_log
+from autofocus.progress import Reporter, draws_bars, reporter_or_log
 from autofocus.skb.qa import QAItem
 
 
@@ -103,9 +103,8 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
                                     learning_rate=options.learning_rate, max_length=options.max_length,
                                     positives=options.positives, negatives=options.negatives, seed=options.seed)
         eval_source = "run" if runs else "grounded"
-        bars = not getattr(getattr(reporter, "bars", None), "disable", True)  # the trainer's bars follow the reporter's
         summary["reranker"] = train_reranker(mined_train, mined_val, kb.skb, folder, training, eval_source=eval_source,
-                                             progress=bars)
+                                             progress=draws_bars(reporter))
         settings.update(_fusion(folder, mined_val, kb.skb, runs, summary["reranker"], report))
     asked = {m.target_type for m in mined_train}
     if options.type_reader and len(asked) > 1:

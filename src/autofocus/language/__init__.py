@@ -34,7 +34,6 @@ class Language:
     agent_word: str  # introduces the passive's agent: "depended on by numpy"
     clitics: tuple[str, ...]  # attached to a word and not part of it: a possessive "'s", an elided "l'"
     plural_endings: tuple[str, ...]  # regular plural endings, for a word matched loosely ("modules")
-    relation_stem: int  # a relationship's word and the question's match on this many first letters
     singular: Callable[[str], str]  # a noun in the singular where it reads as a plural, else as written
     plurals: Callable[[str], set[str]]  # a noun as written, in the plural and in the singular
     verb_stem: Callable[[str], str]  # a verb's stem, so that its inflected forms share it

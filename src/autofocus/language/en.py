@@ -65,7 +65,6 @@ LANGUAGE = Language(
     agent_word="by",
     clitics=("'s",),
     plural_endings=("s", "es"),
-    relation_stem=5,
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,

@@ -57,7 +57,6 @@ LANGUAGE = Language(
     agent_word="par",
     clitics=("l'", "d'", "qu'", "n'", "s'", "c'", "j'"),
     plural_endings=("s", "x"),
-    relation_stem=5,
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,

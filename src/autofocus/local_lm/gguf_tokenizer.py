@@ -10,6 +10,7 @@ read-only); loading it takes about a second.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -66,8 +67,15 @@ def _convert(model_path: Path) -> Any:
 
 
 def load(model_path: Path) -> Any:
-    """llguidance's ``LLTokenizer`` of the GGUF model at ``model_path``."""
-    import llguidance.hf
-    from transformers import AutoTokenizer
+    """llguidance's ``LLTokenizer`` of the GGUF model at ``model_path``, built from the saved ``tokenizer.json``
+    as ``llguidance.hf.from_tokenizer`` builds it from a transformers tokenizer, without importing
+    transformers: that import alone costs seconds of CPU, and this runs beside the first question's steps."""
+    from llguidance import LLTokenizer
 
-    return llguidance.hf.from_tokenizer(AutoTokenizer.from_pretrained(str(ensure_saved(model_path))))
+    folder = ensure_saved(model_path)
+    backend = json.loads((folder / "tokenizer.json").read_text())
+    backend["padding"] = backend["truncation"] = None
+    eos = json.loads((folder / "tokenizer_config.json").read_text()).get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    ids = [t["id"] for t in backend.get("added_tokens", []) if t.get("content") == eos] if eos else []
+    return LLTokenizer(json.dumps(backend), eos_token=ids[0] if ids else None)

@@ -118,11 +118,15 @@ def fit_prior_weight(
     arrays = _stack(usable)
     a, b, ll = _fit(*arrays)
     rng = np.random.default_rng(seed)
+    fits: dict[bytes, float] = {}  # a resample is its multiset of questions: few distinct ones where questions are few
     weights = []
     for _ in range(bootstrap):
-        pick = rng.integers(0, len(usable), len(usable))
-        ba, bb, _ = _fit(*(x[pick] for x in arrays))
-        weights.append(bb / ba)
+        pick = np.sort(rng.integers(0, len(usable), len(usable)))
+        key = pick.tobytes()
+        if key not in fits:
+            ba, bb, _ = _fit(*(x[pick] for x in arrays))
+            fits[key] = bb / ba
+        weights.append(fits[key])
     low, high = (float(v) for v in np.percentile(weights, [2.5, 97.5])) if weights else (b / a, b / a)
     return FusionFit(weight=b / a, a=a, b=b, low=low, high=high, n=len(usable),
                      skipped=len(cases) - len(usable), log_likelihood=ll)  # fmt: skip

@@ -4,9 +4,8 @@ A question is split into tokens once (``WORD``: what whitespace and sentence pun
 every view the steps need is derived from those tokens: its words in lower case, the phrases that name
 nodes (``Mention``: with the label words beside them and the node ids they name), the phrase after its
 question word (``asked_phrases``: names of a class it may ask about), the label it asks for by name
-(``asked_label``), the labels it writes anywhere, and the relationships it words by a word of their
-own. "The question names X" is one graded test (``Naming``, ``QuestionReading.names``): each caller
-says how closely it needs the name given. Every word of a natural language comes from the reading's
+(``asked_label``) and the labels it writes anywhere. "The question names X" is one graded test
+(``Naming``, ``QuestionReading.names``): each caller says how closely it needs the name given. Every word of a natural language comes from the reading's
 ``Language`` (``autofocus.language``); the views are computed when first asked for.
 """
 
@@ -42,7 +41,6 @@ class Naming(IntEnum):
     """How closely a question gives a name, each grade implying the ones below it."""
 
     NONE = 0
-    PART = 1  # a part of it: nearly verbatim, its last qualified segment, or half its words
     NEAR = 2  # the name itself up to case: nearly verbatim; a short name as a word of its own (or its plural)
     VERBATIM = 3  # as written, case and all, not inside a longer name; at least ``MIN_VERBATIM`` characters
 
@@ -101,11 +99,6 @@ class QuestionReading:
     def words(self) -> list[str]:
         """The question's words (``words_of``)."""
         return words_of(self.tokens)
-
-    @cached_property
-    def parts(self) -> list[str]:
-        """The tokens' alphanumeric parts in lower case (``json.loads`` -> ``json``, ``loads``)."""
-        return [p for t in self.tokens for p in _PARTS.split(t.lower()) if p]
 
     @cached_property
     def phrases(self) -> LabelPhrases:
@@ -193,26 +186,9 @@ class QuestionReading:
                         out.append(form)
         return out
 
-    @cached_property
-    def relations(self) -> frozenset[str]:
-        """Relationships the question words by a word of their own ("define", "subclass", "raises"): the
-        words of a relationship's name that are neither a label's word nor a stop word, matched on their
-        first ``Language.relation_stem`` letters."""
-        n = self.lang.relation_stem
-        shortest = n - 1  # a word shorter than its stem less one letter is too short to stand for a relationship
-        said = {w[:n] for w in self.parts if len(w) >= shortest}
-        named = set()
-        for r in self.graph.relations:
-            own = {w for w in _PARTS.split(r.rel.lower())
-                   if len(w) >= shortest and w not in self.label_words and w not in self.lang.stop_words}
-            if any(w[:n] in said for w in own):
-                named.add(r.rel)
-        return frozenset(named)
-
     def names(self, name: str, at_least: Naming = Naming.NEAR) -> bool:
         """Whether the question gives ``name`` at least as closely as ``at_least`` (``Naming``): the one test
-        of "the question names X". An empty question gives every name in part (a query on its own has
-        nothing to check against) and none more closely."""
+        of "the question names X"."""
         if at_least <= Naming.NONE:
             return True
         if at_least >= Naming.VERBATIM:
@@ -220,15 +196,7 @@ class QuestionReading:
             return len(name) >= MIN_VERBATIM and re.search(rf"(?<![\w.-]){re.escape(name)}(?!\w|[.-]\w)",
                                                            self.text) is not None
         q, n = self.text.lower(), name.strip().lower()
-        if at_least == Naming.NEAR:
-            return bool(n) and self._appears(n, q)
-        if not q.strip():
-            return True
-        last = re.sub(r".*[./:\\|>]", "", n)
-        if fuzz.partial_ratio(n, q) >= 85 or (len(last) >= 3 and fuzz.partial_ratio(last, q) >= 90):
-            return True
-        words, said = [w for w in _PARTS.split(n) if len(w) >= 3], [w for w in self.parts if len(w) >= 3]
-        return bool(words) and sum(any(a.startswith(w) for a in said) for w in words) * 2 >= len(words)
+        return bool(n) and self._appears(n, q)
 
     def _appears(self, name: str, text: str) -> bool:
         """Nearly verbatim in ``text``; a short name as a word of its own, or with a plural ending or clitic."""

@@ -17,27 +17,19 @@ from autofocus.cypher.mapping import mapper_for
 from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs.asked_class import AskedClassRule
 from autofocus.program.steps.repairs.base import Context, Draft, Repair, Repaired, Rule
-from autofocus.program.steps.repairs.bind_names import BindNames
 from autofocus.program.steps.repairs.constrain_mentions import ConstrainMentions
-from autofocus.program.steps.repairs.drop_unsupported import DropUnsupported
-from autofocus.program.steps.repairs.either_target import EitherTarget
-from autofocus.program.steps.repairs.extend_to_asked import ExtendToAsked
 from autofocus.program.steps.repairs.name_from_question import NameFromQuestion
-from autofocus.program.steps.repairs.named_relations import NamedRelations
-from autofocus.program.steps.repairs.names_as_text import NamesAsText
 from autofocus.program.steps.repairs.orient_by_question import OrientByQuestion
 from autofocus.program.steps.repairs.own_links import OwnLinks
 from autofocus.program.steps.repairs.solver import Solve
 from autofocus.program.steps.repairs.star_constants import StarConstants
-from autofocus.program.steps.repairs.turn_round import TurnRound
 from autofocus.program.steps.repairs.via_named_label import ViaNamedLabel
 from autofocus.query_graph import QueryGraph, as_types
 
 # every rule, in the order the default runs them (``QueryConfig.repairs``)
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
-    NamesAsText(), DropUnsupported(), BindNames(), NamedRelations(), ViaNamedLabel(), Solve(), ExtendToAsked(),
-    StarConstants(), NameFromQuestion(), OrientByQuestion(), ConstrainMentions(), EitherTarget(), AskedClassRule(),
-    TurnRound(), OwnLinks(),
+    ViaNamedLabel(), Solve(), StarConstants(), NameFromQuestion(), OrientByQuestion(), ConstrainMentions(),
+    AskedClassRule(), OwnLinks(),
 )}  # fmt: skip
 
 __all__ = ["RULES", "Context", "Draft", "Repair", "Repaired", "Rule", "repair_query"]

@@ -65,7 +65,6 @@ class Draft:
     query: QueryGraph
     repairs: tuple[Repair, ...] = ()
     readings: tuple[Reading, ...] = ()  # second readings, in the order grounding tries them
-    worded: frozenset[str] = frozenset()  # hint: relationships the question words and the query does not write
     via: frozenset[str] = frozenset()  # hint: labels the question names that the query skips
     cut: tuple[str, ...] = ()
 

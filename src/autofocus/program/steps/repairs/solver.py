@@ -11,9 +11,8 @@ Every assignment of node labels to the query's variables is scored jointly with 
   connects them, the shortest schema path (two hops) whose relationship names fit stands in for it (a
   two-hop question written as one hop).
 
-A hop's second reading (a two-hop path, or the relationship a worded path replaced) is kept for
-grounding to try when the first grounds nothing. The hints of ``named_relations`` and
-``via_named_label`` steer the paths.
+A hop's second reading (a two-hop path) is kept for grounding to try when the first grounds nothing.
+The hint of ``via_named_label`` steers the paths.
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ class Solve:
         def choice(i: int, head: str, tail: str) -> tuple[_Choice, _Choice | None]:
             key = (i, head, tail)
             if key not in memo:
-                memo[key] = _triplet_choice(sg, rel_scores[i], head, tail, qg.triplets[i].directed, draft.via, draft.worded)
+                memo[key] = _triplet_choice(sg, rel_scores[i], head, tail, qg.triplets[i].directed, draft.via)
             return memo[key]
 
         ends = [(variables.index(t.head), variables.index(t.tail)) for t in qg.triplets]
@@ -159,8 +158,7 @@ def label_evidence(qg: QueryGraph, ctx: Context) -> tuple[dict[str, dict[str, fl
 
 
 def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: str, tail: str,
-                    directed: bool, via: frozenset[str] = frozenset(),
-                    worded: frozenset[str] = frozenset()) -> tuple[_Choice, _Choice | None]:
+                    directed: bool, via: frozenset[str] = frozenset()) -> tuple[_Choice, _Choice | None]:
     """The best way for a triplet to connect ``head`` and ``tail`` labels in the graph, and a second reading.
 
     A relationship that connects the labels (in the written direction or reversed) comes first, scored
@@ -168,9 +166,7 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
     stands in (a two-hop question written as one hop). When a relationship was chosen whose name is not
     the one written, the best two-hop path is the second reading. A path through a label the question
     names and the query skips (``via``) fits better, and is the second reading even of a relationship
-    written exactly right. Where the written name fits no relationship, a path of relationships the
-    question words (``worded``) comes first when it covers more of them than the best relationship does;
-    that relationship is the second reading.
+    written exactly right.
     """
     direct = [(flipped, r) for flipped, (a, b) in ((False, (head, tail)), (True, (tail, head))) for r in sg.between(a, b)]
     if rel_scores is None and direct:  # no type written: any relationship between the labels will do
@@ -193,10 +189,6 @@ def _triplet_choice(sg: SchemaGraph, rel_scores: dict[str, float] | None, head: 
     if rel_scores.get(best.rel or "", 0.0) >= EXACT:  # the name written, up to form
         via_paths = [c for c in paths if c.path and _through(c.path, head, tail, via)]
         return best, max(via_paths, key=lambda c: c.score) if via_paths else None
-    covered = [c for c in paths if all(h.rel in worded for h in c.path)
-               and len({h.rel for h in c.path}) > (best.rel in worded)]
-    if covered:
-        return _Choice(best.score, path=max(covered, key=lambda c: c.score).path), best
     return best, (None if best_path is None or best_path.score <= 0 else best_path)
 
 

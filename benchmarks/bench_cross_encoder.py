@@ -1,0 +1,67 @@
+"""What step 8 by a trained cross-encoder costs per question: its candidates' texts and one scoring batch.
+
+A program ``autofocus adapt`` wrote brings its cross-encoder. For each question of a split, the first
+``k`` candidates of vector search (no LM) are reranked exactly as step 8 does it
+(``CrossEncoderReranker``: ``candidate_text`` for each candidate, then one batch through the model);
+the wall seconds of that step alone are timed per question, after one warm-up question. Torch's
+threads are set by ``--threads`` (the machine's cores by default), so the figure is what one question
+costs on this CPU with nothing else running.
+
+    .venv/bin/python benchmarks/bench_cross_encoder.py --skb data/demo --program runs/adapted.json --k 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import autofocus
+from autofocus.evaluation.program_runs import load_split
+from autofocus.program.trained import candidate_text
+
+RESULTS = Path(__file__).parent / "results" / "cross_encoder.json"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skb", type=Path, required=True)
+    parser.add_argument("--program", type=Path, required=True, help="a program file `autofocus adapt` wrote")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--k", type=int, default=20, help="candidates reranked per question")
+    parser.add_argument("--limit", type=int, default=30, help="questions timed")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    adapted = autofocus.open(args.skb, program=args.program, lm=None)
+    model = getattr(getattr(adapted, "trained", None), "reranker", None)
+    if model is None:
+        raise SystemExit(f"{args.program}: no trained cross-encoder")
+    vss = autofocus.open(args.skb, "vss")
+    skb = vss.kb.skb
+    questions = [item.query for item in load_split(args.skb, args.split)][: args.limit + 1]
+    seconds = []
+    for n, question in enumerate(questions):
+        ids = vss(question=question).ranked_ids[: args.k]
+        t0 = time.perf_counter()
+        model.probabilities(question, [candidate_text(skb, int(i)) for i in ids])
+        if n:  # the first question warms the model up
+            seconds.append(time.perf_counter() - t0)
+    result = {"skb": str(args.skb), "program": str(args.program), "split": args.split, "k": args.k,
+              "threads": args.threads, "questions": len(seconds), "median_s": round(statistics.median(seconds), 3),
+              "mean_s": round(statistics.fmean(seconds), 3), "max_s": round(max(seconds), 3),
+              "load_avg": round(os.getloadavg()[0], 2)}  # fmt: skip
+    print(json.dumps(result, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
