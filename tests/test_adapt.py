@@ -125,7 +125,7 @@ def _topic_items(skb) -> list[QAItem]:
 def test_training_raises_answers_above_non_answers(tiny_skb, tmp_path):
     kb = make_kb(tiny_skb, tmp_path / "index")
     mined = mine(_program(kb), _topic_items(tiny_skb), sources=["vector"])
-    opts = RerankerTraining(epochs=10, batch_size=8, learning_rate=3e-4, max_length=96, negatives=4)
+    opts = RerankerTraining(epochs=5, batch_size=8, learning_rate=5e-4, max_length=96, negatives=4)
     docs = Documents(tiny_skb)
     cols = pairs(mined, docs, opts)
     untrained = RerankerModel.__new__(RerankerModel)  # the base model with its fresh head, as training starts

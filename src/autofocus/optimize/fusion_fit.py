@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import logsumexp
 
 from autofocus.program.steps.rerank import judge_logits
 
@@ -87,22 +86,23 @@ def _stack(cases: Sequence[FusionCase]) -> tuple[np.ndarray, np.ndarray, np.ndar
     return logits, ranks, gold, valid
 
 
-def _fit(logits: np.ndarray, ranks: np.ndarray, gold: np.ndarray, valid: np.ndarray) -> tuple[float, float, float]:
-    """(a, b, log-likelihood) maximising the answers' summed softmax probability per question."""
+def _fit(logits: np.ndarray, ranks: np.ndarray, gold: np.ndarray, valid: np.ndarray,
+         start: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float, float]:
+    """(a, b, log-likelihood) maximising the answers' summed softmax probability per question, searched
+    from ``start``."""
 
     def negative(params: np.ndarray) -> tuple[float, np.ndarray]:
         a, b = params
-        z = np.where(valid, a * logits - b * ranks, -np.inf)
-        p = np.exp(z - logsumexp(z, axis=1, keepdims=True))
-        zg = np.where(gold, z, -np.inf)
-        pg = np.exp(zg - logsumexp(zg, axis=1, keepdims=True))  # posterior over the answers
-        ll = logsumexp(zg, axis=1) - logsumexp(z, axis=1)
-        expect = lambda x, w: (np.where(valid, x, 0.0) * w).sum(axis=1)  # noqa: E731
-        grad_a = expect(logits, pg) - expect(logits, p)
-        grad_b = -(expect(ranks, pg) - expect(ranks, p))
-        return -float(ll.sum()), -np.array([grad_a.sum(), grad_b.sum()])
+        z = a * logits - b * ranks
+        top = np.where(valid, z, -np.inf).max(axis=1, keepdims=True)  # shifts keep exp in range, as logsumexp does
+        top_gold = np.where(gold, z, -np.inf).max(axis=1, keepdims=True)
+        e, eg = np.exp(z - top) * valid, np.exp(z - top_gold) * gold
+        total, answers = e.sum(axis=1, keepdims=True), eg.sum(axis=1, keepdims=True)
+        ll = (np.log(answers) + top_gold) - (np.log(total) + top)
+        diff = eg / answers - e / total  # the posterior over the answers less the softmax over all
+        return -float(ll.sum()), -np.array([(diff * logits).sum(), -(diff * ranks).sum()])
 
-    result = minimize(negative, x0=np.array([1.0, 1.0]), jac=True, method="L-BFGS-B",
+    result = minimize(negative, x0=np.array(start), jac=True, method="L-BFGS-B",
                       bounds=[(1e-3, 100.0), (0.0, 100.0)])  # fmt: skip
     a, b = (float(v) for v in result.x)
     return a, b, -float(result.fun)
@@ -124,7 +124,7 @@ def fit_prior_weight(
         pick = np.sort(rng.integers(0, len(usable), len(usable)))
         key = pick.tobytes()
         if key not in fits:
-            ba, bb, _ = _fit(*(x[pick] for x in arrays))
+            ba, bb, _ = _fit(*(x[pick] for x in arrays), start=(a, b))  # a resample's optimum lies near the whole's
             fits[key] = bb / ba
         weights.append(fits[key])
     low, high = (float(v) for v in np.percentile(weights, [2.5, 97.5])) if weights else (b / a, b / a)
