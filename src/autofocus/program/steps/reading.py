@@ -28,7 +28,7 @@ from autofocus.skb.schema_graph import SchemaGraph, schema_graph
 
 WORD = re.compile(r"[^\s,;!?()\[\]{}\"`]+")  # a token: what whitespace and sentence punctuation separate
 _PARTS = re.compile(r"[\W_]+")  # a token's parts: "json.loads" -> json, loads
-_EDGES = ".:'"  # punctuation a token may carry at either end ("Tepic.", "'json'")
+_EDGES = ".:'"  # punctuation a token may carry at either end ("Oslo.", "'json'")
 _IDENTIFIER = re.compile(r"[._\d/:]|[a-z][A-Z]")  # json.loads, base64, snake_case, camelCase: a name, not a word
 language(DEFAULT)  # loaded with the steps that read questions, not on the first question (inflections load slowly)
 MAX_MENTION_WORDS = 4  # words of a phrase that may name a node
@@ -161,7 +161,7 @@ class QuestionReading:
         """Candidate names in the phrase after the question word, the rightmost-ending first, then the
         longest: "Which chess players live in Oslo?" gives "chess players live", "players live", "live",
         "chess players", "chess player", ...; the head word also in the singular (the last
-        word, or the first before the join word: "bodies of water")."""
+        word, or the first before the join word: "works of art")."""
         lang = self.lang
         rest = asked_start(self.words, lang) or []
         join = lang.join_word
