@@ -94,9 +94,9 @@ def _fit(logits: np.ndarray, ranks: np.ndarray, gold: np.ndarray, valid: np.ndar
     def negative(params: np.ndarray) -> tuple[float, np.ndarray]:
         a, b = params
         z = a * logits - b * ranks
-        top = np.where(valid, z, -np.inf).max(axis=1, keepdims=True)  # shifts keep exp in range, as logsumexp does
-        top_gold = np.where(gold, z, -np.inf).max(axis=1, keepdims=True)
-        e, eg = np.exp(z - top) * valid, np.exp(z - top_gold) * gold
+        zv, zg = np.where(valid, z, -np.inf), np.where(gold, z, -np.inf)
+        top, top_gold = zv.max(axis=1, keepdims=True), zg.max(axis=1, keepdims=True)  # shifts keep exp in range
+        e, eg = np.exp(zv - top), np.exp(zg - top_gold)  # 0 outside the list, and outside the answers
         total, answers = e.sum(axis=1, keepdims=True), eg.sum(axis=1, keepdims=True)
         ll = (np.log(answers) + top_gold) - (np.log(total) + top)
         diff = eg / answers - e / total  # the posterior over the answers less the softmax over all
