@@ -44,6 +44,9 @@ def main() -> None:
     program = autofocus.open(args.skb, program=args.program, lm=None)
     if getattr(program, "trained", None) is None or program.trained.type_reader is None:
         raise SystemExit(f"{args.program}: no trained type reader")
+    listed = program.config.query.target_type_inputs
+    if "reader" not in listed:  # the default inputs leave the reader out: this compares with it on
+        program.config = program.config.updated({"target_type_inputs": [*listed, "reader"]})
     skb = program.kb.skb
     print("| run | questions | first type right: zero-shot / adapted / reader alone (diff, p) | gold type kept: zero-shot / adapted |")
     print("| --- | --- | --- | --- |")
