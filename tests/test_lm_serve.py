@@ -214,7 +214,7 @@ def test_the_prompt_start_is_restored_from_disk_by_the_next_server(fake_llama: s
     with startup.listening(lambda kind, text: heard.append((kind, text))):
         evaluated = share_prompt_starts(get_lm(fake_llama, cache=False), families)
     assert len(evaluated) == 2 and min(evaluated) > 20  # each start evaluated once ...
-    assert sorted(p.name for p in first.slot_dir.iterdir()) == sorted(start_file(s) for s in set(first.slot_prompts.values()))
+    assert sorted(p.name for p in first.slot_dir.iterdir()) == sorted(start_file(s) for s in set(first.slot_starts.values()))
     assert heard[0][0] == "wait" and "first run" in heard[0][1] and any(k == "note" for k, _ in heard)
     assert startup.claim()["prompt_cache"]["evaluated"] == sum(evaluated)
 
@@ -227,7 +227,7 @@ def test_the_prompt_start_is_restored_from_disk_by_the_next_server(fake_llama: s
         assert share_prompt_starts(get_lm(fake_llama, cache=False), families) == [0, 0]  # ... and restored after
     paths = _stats(second)["paths"][before:]
     assert "/completion" not in paths and paths.count("/slots/0?action=restore") == 1
-    assert sorted(second.slot_prompts) == [0, 1, 2, 3]
+    assert sorted(second.slot_starts) == [0, 1, 2, 3]
     assert ("wait", "restoring the prompt cache") in heard
     phase = startup.claim()["prompt_cache"]
     assert phase["restored"] == 2 and phase["evaluated"] == 0

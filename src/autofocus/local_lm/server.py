@@ -49,7 +49,6 @@ SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 KV_BYTES_PER_TOKEN = 28 << 10  # Qwen2.5 1.5B: 28 layers x (K + V) x 256 x f16; smaller models need less
 SPARE_MEMORY_BYTES = 4 << 30  # what the rest of a run (indexes, encoder, workers) keeps beside the server
-MIN_SHARED_CHARS = 200  # a shorter shared prompt start is not worth a slot
 DEFAULT_SLOTS = 8  # twice the questions a run has in flight by default: a slot per prompt family and question
 ATTACH_TIMEOUT_S = 30.0  # a shared server answers its model list at once, however busy its slots are
 STOP_WAIT_S = watchdog.GRACE_S + 5.0  # the watchdog kills a server that ignores SIGTERM before this
@@ -207,8 +206,7 @@ class LocalServer:
         self._checked = False  # an attached server's model and settings were checked once (start-up reported)
         self.record_file: Path | None = None  # the registry file of ``lm serve``, which its watchdog empties at the end
         self.slot_dir: Path | None = None  # where the server saves and restores slots (``local_lm.slots``)
-        self.slot_prompts: dict[int, str] = {}  # the text each slot's cache begins with: the start it was given
-        # (``local_lm.slots``), then the last prompt sent to it
+        self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
         self._leased: set[int] = set()
         self._leases = threading.Condition()
 
@@ -219,15 +217,17 @@ class LocalServer:
         this process is sent to it meanwhile. llama-server gives an idle slot to whichever request comes,
         and the pauses between a sequence's requests left its slot idle: on WordNet, whose 12 types make
         ~25 requests a question, other questions' requests took it and each next request evaluated the
-        question again. The free slot where ``prompt`` is worth most (``_worth``) is taken: the server
-        evaluates only what the slot does not hold. Prompts that differ after a long common part (step 2's
-        schema for the asked type, which comes before the question) so find the slot that last evaluated
-        that part. Waits while every slot is held."""
+        question again. The free slot whose given start (``slot_starts``) begins ``prompt``, else a free
+        one given none, else any (its start is then gone); waits while every slot is held."""
         with self._leases:
             self._leases.wait_for(lambda: len(self._leased) < self.n_parallel)
             free = [s for s in range(self.n_parallel) if s not in self._leased]
-            slot = max(free, key=lambda s: (self._worth(prompt, s), -s))
-            self.slot_prompts[slot] = prompt
+            fits = [s for s in free if prompt.startswith(self.slot_starts.get(s, "\0"))]
+            if fits:
+                slot = max(fits, key=lambda s: len(self.slot_starts[s]))
+            else:
+                slot = ([s for s in free if s not in self.slot_starts] or free)[0]
+                self.slot_starts.pop(slot, None)
             self._leased.add(slot)
         try:
             yield slot
@@ -235,16 +235,6 @@ class LocalServer:
             with self._leases:
                 self._leased.discard(slot)
                 self._leases.notify()
-
-    def _worth(self, prompt: str, slot: int) -> int:
-        """What sending ``prompt`` to ``slot`` is worth, in characters: the part of it the slot's cache holds
-        already (a share shorter than a start worth keeping counts for nothing) less the part of the cache
-        it overwrites. So a prompt goes to the slot that evaluated most of it, and not to a slot whose
-        longer content it would throw away for a few more shared characters."""
-        held = self.slot_prompts.get(slot, "")
-        n = len(os.path.commonprefix([prompt, held]))  # noqa: RUF071 (characters, as meant)
-        n = n if n >= MIN_SHARED_CHARS else 0
-        return n - (len(held) - n)
 
     def settings(self) -> dict[str, object]:
         """What a server must share with this one for a run to use it in its place: the model (its alias
@@ -530,7 +520,7 @@ class LocalServer:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self.slot_prompts.clear()
+        self.slot_starts.clear()
 
     def __enter__(self) -> LocalServer:
         return self.start()

@@ -29,9 +29,10 @@ from typing import Any
 
 from autofocus.local_lm import startup
 from autofocus.local_lm.scoring import Messages, render, scoring_server
-from autofocus.local_lm.server import MIN_SHARED_CHARS, LocalServer, LocalServerError
+from autofocus.local_lm.server import LocalServer, LocalServerError
 from autofocus.usage import add_usage
 
+MIN_START_CHARS = 200  # a shorter shared start is not worth a slot
 PART_MAX_AGE_S = 3600.0  # a half-written file this old was left by a process that died while saving
 
 
@@ -120,7 +121,7 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
     evaluated: list[int] = []
     try:
         starts = [shared_start(render(server, a, "", timeout), render(server, b, "", timeout)) for a, b in families]
-        starts = [s for s in starts if len(s) >= MIN_SHARED_CHARS][: server.n_parallel]
+        starts = [s for s in starts if len(s) >= MIN_START_CHARS][: server.n_parallel]
         folder = server.slot_dir
         cached = [folder is not None and (folder / start_file(s)).is_file() for s in starts]
         waiting = ("restoring the prompt cache" if all(cached) else
@@ -131,10 +132,10 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
                 name = start_file(start)
                 restored = _restore(server, i, name, timeout) if cached[i] else None
                 evaluated.append(0 if restored is not None else _evaluate_and_save(server, i, start, name, timeout))
-                server.slot_prompts[i] = start
+                server.slot_starts[i] = start
                 for slot in range(i + len(starts), server.n_parallel, len(starts)):
                     if _restore(server, slot, name, timeout) is not None:
-                        server.slot_prompts[slot] = start
+                        server.slot_starts[slot] = start
             detail.update(starts=len(starts), restored=evaluated.count(0), evaluated=sum(evaluated))
         if sum(evaluated):
             startup.notify("note", f"first run with these prompts on this model: their shared start ({sum(evaluated)} "
