@@ -36,8 +36,8 @@ RepairRule = Literal[
     "via_named_label", "solve", "star_constants", "name_from_question", "orient_by_question", "constrain_mentions",
     "asked_class", "own_links",
 ]  # fmt: skip
-# rules removed because no labelled benchmark lost anything without them (docs/results.md, 2026-11-28): an older
-# config that lists one runs without it
+# rules removed because neither labelled benchmark lost anything without them (docs/results.md, 2026-11-28): an
+# older config that lists one runs without it
 RETIRED_RULES = frozenset({"names_as_text", "drop_unsupported", "bind_names", "named_relations", "extend_to_asked",
                            "either_target", "turn_round"})  # fmt: skip
 TypeInputName = Literal["prior", "spelled", "reader"]
@@ -45,11 +45,12 @@ TypeInputName = Literal["prior", "spelled", "reader"]
 # labelled benchmarks it made step 1's type worse where the LM's was right (docs/results.md, 2026-11-28)
 TYPE_INPUTS: tuple[str, ...] = ("prior", "spelled")
 REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
-# settings of older configs that the lists replaced: the switches -> the rules they turned off (None: every rule;
-# empty: rules since retired); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
-LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...] | None] = {
-    "repair": None, "repair_mentions": ("name_from_question", "constrain_mentions"), "repair_asked": (),
-    "repair_class": ("asked_class",), "either_target": (), "turn_round": (), "own_links": ("own_links",),
+# settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
+# every rule); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
+LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...]] = {
+    "repair": (), "repair_mentions": ("names_as_text", "name_from_question", "constrain_mentions"),
+    "repair_asked": ("extend_to_asked",), "repair_class": ("asked_class",), "either_target": ("either_target",),
+    "turn_round": ("turn_round",), "own_links": ("own_links",),
 }
 LEGACY_TYPE_SETTINGS: dict[str, tuple[str, float]] = {"target_type_cue": ("spelled", 1.0), "target_type_prior_k": ("prior", 0)}
 LEGACY_SETTINGS = frozenset({*LEGACY_REPAIR_SWITCHES, "target_type_cue"})
@@ -186,7 +187,7 @@ class QueryConfig(_Group):
             rules = list(data.get("repairs", REPAIR_RULES))
             for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
                 if data.pop(switch, True) is False:
-                    rules = [r for r in rules if r not in dropped] if dropped is not None else []
+                    rules = [r for r in rules if r not in dropped] if dropped else []
             data["repairs"] = rules
         if isinstance(data.get("repairs"), list):
             data["repairs"] = [r for r in data["repairs"] if r not in RETIRED_RULES]

@@ -37,9 +37,8 @@ class Symbol(BaseModel):
     var: str
     type: str | None = None  # a node type of the SKB after mapping (None: unknown / untyped)
     label: str | None = None  # the label as written in the query, before mapping
-    # other node types the symbol may have: step 1's type for a target the query labels otherwise, where
-    # the query's relationships link both or the asked class's members have it (step 3b, ``either_target``,
-    # ``program.steps.repairs.asked_class``); grounded as any of them
+    # other node types the symbol may have: a type step 1 found plausible whose nodes are members of the
+    # class the question asks about (step 3b, ``program.steps.repairs.asked_class``); grounded as any of them
     also: list[str] = Field(default_factory=list)
     constraints: list[Constraint] = Field(default_factory=list)
     # the nodes the symbol stands for where the program fixed them (a class and its subclasses,

@@ -5,8 +5,9 @@ every view the steps need is derived from those tokens: its words in lower case,
 nodes (``Mention``: with the label words beside them and the node ids they name), the phrase after its
 question word (``asked_phrases``: names of a class it may ask about), the label it asks for by name
 (``asked_label``) and the labels it writes anywhere. "The question names X" is one graded test
-(``Naming``, ``QuestionReading.names``): each caller says how closely it needs the name given. Every word of a natural language comes from the reading's
-``Language`` (``autofocus.language``); the views are computed when first asked for.
+(``Naming``, ``QuestionReading.names``): each caller says how closely it needs the name given. Every
+word of a natural language comes from the reading's ``Language`` (``autofocus.language``); the views
+are computed when first asked for.
 """
 
 from __future__ import annotations
@@ -51,14 +52,7 @@ class Mention:
 
     text: str
     beside: frozenset[str]
-    ids: np.ndarray
-    how: str
-    looks_like_name: bool  # ``base64``, ``json.loads``: a name wherever it stands
     labels: frozenset[str]  # the labels of the nodes it names
-
-    def names_a(self, label: str) -> bool:
-        """Counts as a name for ``label``: beside that label's word, or a name anywhere."""
-        return label in self.beside or self.looks_like_name
 
 
 def tokenise(text: str, lang: Language) -> list[str]:
@@ -123,20 +117,19 @@ class QuestionReading:
     @cached_property
     def mentions(self) -> list[Mention]:
         """The phrases that may be names and name nodes: next to a label's word ("the logging module") or
-        looking like a name (``base64``, ``json.loads``), so "a list of words" names no class ``list``
-        (``Mention.names_a`` asks for the label's own word). Longest first."""
+        looking like a name (``base64``, ``json.loads``), so "a list of words" names no class ``list``.
+        Longest first."""
         if not self.text:
             return []
         found: list[Mention] = []
         for text, near in self._phrases_beside_labels():
             beside = frozenset(self.label_words[w] for w in near)
-            looks_like_name = bool(_IDENTIFIER.search(text))
-            if not (beside or looks_like_name):
+            if not (beside or _IDENTIFIER.search(text)):
                 continue
-            ids, how = named_ids(self.skb, text)
+            ids, _ = named_ids(self.skb, text)
             if len(ids):
                 labels = frozenset(self.skb.node_type_names[int(c)] for c in np.unique(self.skb.node_type[ids]))
-                found.append(Mention(text, beside, ids, how, looks_like_name, labels))
+                found.append(Mention(text, beside, labels))
         return found
 
     def _phrases_beside_labels(self) -> list[tuple[str, set[str]]]:

@@ -25,7 +25,7 @@ from autofocus.skb.schema_graph import SchemaGraph
 class Repair:
     """One change to the query, as the trace shows it (``3_repair: <kind>``)."""
 
-    kind: str  # text_name | unsupported | bind | label | relabel | relation | path | asked | star | direction | mention | either | class
+    kind: str  # label | relabel | relation | path | star | direction | mention | class
     detail: str
 
 
