@@ -44,7 +44,7 @@ def main() -> None:
     model = getattr(getattr(adapted, "trained", None), "reranker", None)
     if model is None:
         raise SystemExit(f"{args.program}: no trained cross-encoder")
-    vss = autofocus.open(args.skb, "vss")
+    vss = autofocus.open(adapted.kb, "vss")  # the knowledge base already open
     skb = vss.kb.skb
     questions = [item.query for item in load_split(args.skb, args.split)][: args.limit + 1]
     seconds = []
