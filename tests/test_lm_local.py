@@ -5,6 +5,7 @@ of get_lm, yes/no aggregation, the fallback server's max_completion_tokens middl
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -29,7 +30,7 @@ from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
 from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
 from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
-from autofocus.local_lm.slots import share_prompt_starts, shared_start
+from autofocus.local_lm.slots import keep_start, share_prompt_starts, shared_start
 from autofocus.usage import usage_scope
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_openai_server.py"))
@@ -270,6 +271,41 @@ def test_the_shared_prompt_start_is_evaluated_once_and_restored_into_the_other_s
     ]
     assert shared_start("rules\nmore rules\nQ: one", "rules\nmore rules\nQ: two") == "rules\nmore rules\n"
     assert share_prompt_starts(dspy.LM("openai/gpt-4o-mini", api_key="k"), [(conv("a"), conv("b"))]) == []
+
+
+def test_a_start_some_questions_share_is_evaluated_once_and_restored_by_the_lease(
+    fake_local_model: tuple[str, LocalServer],
+) -> None:
+    """Step 2's start for one asked type: the first of four questions in flight evaluates it after the
+    restored shared start, the others wait for it; later leases restore it; a later process reads it."""
+    spec, srv = fake_local_model
+    rules = "Sort things into kinds.\n" + "A kind has a one-word name.\n" * 10
+    kinds = "The kind asked for: fruit. Fruits grow on plants and are eaten.\n" * 6
+
+    def conv(part: str, thing: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": rules}, {"role": "user", "content": f"{part}Which kind is {thing}?"}]
+
+    lm = get_lm(spec, cache=False)
+    share_prompt_starts(lm, [(conv("", "a"), conv("", "b"))])
+    before = len(_get(f"{srv.base_url}/fake/stats")["paths"])
+    family = (conv(kinds, "a banana"), conv(kinds, "a hammer"))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        evaluated = list(pool.map(lambda _: keep_start(lm, family, "evaluating"), range(4)))
+    paths = _get(f"{srv.base_url}/fake/stats")["paths"][before:]
+    assert evaluated.count(0) == 3  # one evaluation, three waited for it
+    saves = [p for p in paths if p.endswith("action=save")]
+    assert len(saves) == 1 and paths.count("/completion") == 1
+    slot = int(saves[0].split("/")[2].split("?")[0])
+    assert f"/slots/{slot}?action=restore" in paths[: paths.index(saves[0])]  # the shared start, restored first
+    start = max(srv.saved_starts, key=len)
+    assert start.endswith("<|user|>" + kinds)  # up to where the questions differ
+
+    srv.slot_starts.clear()  # every slot since given to other prompts
+    with srv.lease(start + "Which kind is a plum?") as leased:
+        assert srv.slot_starts[leased] == start
+    assert _get(f"{srv.base_url}/fake/stats")["paths"][-1] == f"/slots/{leased}?action=restore"
+    assert keep_start(lm, family, "evaluating") == 0  # known: nothing asked of the server
+    assert keep_start(dspy.LM("openai/gpt-4o-mini", api_key="k"), family, "evaluating") == 0
 
 
 def test_a_server_that_cannot_save_slots_leaves_them_to_fill_themselves(

@@ -151,6 +151,12 @@ def free_port(host: str = "127.0.0.1", port: int = 0) -> int:
         return sock.getsockname()[1]
 
 
+def start_file(start: str) -> str:
+    """The prompt cache's name for a saved prompt start: the hash of its text (the folder names the model
+    and settings)."""
+    return f"start-{hashlib.sha256(start.encode()).hexdigest()[:32]}.bin"
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
@@ -207,18 +213,22 @@ class LocalServer:
         self.record_file: Path | None = None  # the registry file of ``lm serve``, which its watchdog empties at the end
         self.slot_dir: Path | None = None  # where the server saves and restores slots (``local_lm.slots``)
         self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
+        self.saved_starts: set[str] = set()  # starts saved in ``slot_dir`` that a lease restores (``local_lm.slots``)
         self._leased: set[int] = set()
         self._leases = threading.Condition()
 
     @contextlib.contextmanager
-    def lease(self, prompt: str) -> Iterator[int]:
+    def lease(self, prompt: str, timeout: float = 60.0) -> Iterator[int]:
         """A slot held for a sequence of requests that build on one prompt (the trie of a question's
         choices, the candidates of one yes/no question): each request names it, and no other request of
         this process is sent to it meanwhile. llama-server gives an idle slot to whichever request comes,
         and the pauses between a sequence's requests left its slot idle: on WordNet, whose 12 types make
         ~25 requests a question, other questions' requests took it and each next request evaluated the
-        question again. The free slot whose given start (``slot_starts``) begins ``prompt``, else a free
-        one given none, else any (its start is then gone); waits while every slot is held."""
+        question again. The free slot holding the longest start (``slot_starts``) that begins ``prompt``,
+        else a free one given none, else any; where a longer start that begins ``prompt`` is saved
+        (``saved_starts``), it is restored into the slot first, a file copy instead of an evaluation.
+        Waits while every slot is held."""
+        best = max((s for s in self.saved_starts if prompt.startswith(s)), key=len, default="")
         with self._leases:
             self._leases.wait_for(lambda: len(self._leased) < self.n_parallel)
             free = [s for s in range(self.n_parallel) if s not in self._leased]
@@ -230,11 +240,29 @@ class LocalServer:
                 self.slot_starts.pop(slot, None)
             self._leased.add(slot)
         try:
+            if len(best) > len(self.slot_starts.get(slot, "")) and self.restore_slot(slot, best, timeout) is not None:
+                self.slot_starts[slot] = best
             yield slot
         finally:
             with self._leases:
                 self._leased.discard(slot)
                 self._leases.notify()
+
+    def restore_slot(self, slot: int, start: str, timeout: float) -> int | None:
+        """Restore the saved ``start`` into ``slot``: its tokens, or None where it would not restore (a
+        damaged or foreign file is dropped, and the start forgotten)."""
+        name = start_file(start)
+        try:
+            done = self.post(f"slots/{slot}?action=restore", {"filename": name}, timeout)
+        except (LocalServerError, OSError):
+            self.saved_starts.discard(start)
+            if self.slot_dir is not None:
+                (self.slot_dir / name).unlink(missing_ok=True)
+            return None
+        if self.slot_dir is not None:
+            with contextlib.suppress(OSError):
+                os.utime(self.slot_dir / name)  # recently used: pruned last
+        return int(done.get("n_restored", done.get("n_tokens", 0)) or 0)
 
     def settings(self) -> dict[str, object]:
         """What a server must share with this one for a run to use it in its place: the model (its alias

@@ -19,7 +19,6 @@ file; the folder is kept under ``AUTOFOCUS_PROMPT_CACHE_MB`` by dropping the lea
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 from autofocus.local_lm import startup
 from autofocus.local_lm.scoring import Messages, render, scoring_server
-from autofocus.local_lm.server import LocalServer, LocalServerError
+from autofocus.local_lm.server import LocalServer, LocalServerError, start_file
 from autofocus.usage import add_usage
 
 MIN_START_CHARS = 200  # a shorter shared start is not worth a slot
@@ -41,11 +40,6 @@ def shared_start(first: str, second: str) -> str:
     cut at a line break tokenizes as the whole prompt does."""
     n = next((i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b), min(len(first), len(second)))
     return first[: first.rfind("\n", 0, n) + 1]
-
-
-def start_file(start: str) -> str:
-    """The prompt cache's name for a start: the hash of its text (the folder names the model and settings)."""
-    return f"start-{hashlib.sha256(start.encode()).hexdigest()[:32]}.bin"
 
 
 def cache_limit_bytes() -> int:
@@ -74,26 +68,13 @@ def prune(folder: Path, limit: int | None = None) -> None:
         total -= size
 
 
-def _restore(server: LocalServer, slot: int, name: str, timeout: float) -> int | None:
-    """Restore the saved start ``name`` into ``slot``: its tokens, or None where it would not restore
-    (a damaged or foreign file is dropped)."""
-    try:
-        done = server.post(f"slots/{slot}?action=restore", {"filename": name}, timeout)
-    except LocalServerError:
-        if server.slot_dir is not None:
-            (server.slot_dir / name).unlink(missing_ok=True)
-        return None
-    if server.slot_dir is not None:
-        with contextlib.suppress(OSError):
-            os.utime(server.slot_dir / name)  # recently used: pruned last
-    return int(done.get("n_restored", done.get("n_tokens", 0)) or 0)
-
-
-def _evaluate_and_save(server: LocalServer, slot: int, start: str, name: str, timeout: float) -> int:
+def _evaluate_and_save(server: LocalServer, slot: int, start: str, name: str, timeout: float,
+                       after_cached: bool = False) -> int:
     """Evaluate ``start`` into ``slot`` and save it as ``name``; the tokens evaluated. All of it, from its first
-    token, whatever the slot held: tokens evaluated after a prefix the slot kept fall in other batches,
-    whose sums round otherwise, and the saved start must be the one a fresh server computes."""
-    done = server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": False,
+    token, whatever the slot held (tokens evaluated after a prefix the slot kept fall in other batches,
+    whose sums round otherwise, and the saved start must be the one a fresh server computes), unless
+    ``after_cached``: the slot holds a saved start just restored, and the rest is evaluated after it."""
+    done = server.post("completion", {"prompt": start, "n_predict": 0, "id_slot": slot, "cache_prompt": after_cached,
                                       "temperature": 0.0}, timeout)  # fmt: skip
     evaluated = int(done.get("tokens_evaluated", 0))
     add_usage(calls=1, input_tokens=evaluated, output_tokens=0)
@@ -130,11 +111,12 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
         with startup.phase("prompt_cache", waiting) as detail:
             for i, start in enumerate(starts):
                 name = start_file(start)
-                restored = _restore(server, i, name, timeout) if cached[i] else None
+                restored = server.restore_slot(i, start, timeout) if cached[i] else None
                 evaluated.append(0 if restored is not None else _evaluate_and_save(server, i, start, name, timeout))
                 server.slot_starts[i] = start
+                server.saved_starts.add(start)
                 for slot in range(i + len(starts), server.n_parallel, len(starts)):
-                    if _restore(server, slot, name, timeout) is not None:
+                    if server.restore_slot(slot, start, timeout) is not None:
                         server.slot_starts[slot] = start
             detail.update(starts=len(starts), restored=evaluated.count(0), evaluated=sum(evaluated))
         if sum(evaluated):
@@ -143,3 +125,45 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
     except (LocalServerError, OSError, ValueError, KeyError):  # an optimisation: the slots fill themselves
         return evaluated  # (e.g. a shared server started without --slot-save-path)
     return evaluated
+
+
+def keep_start(lm: Any, family: tuple[Messages, Messages], waiting: str, timeout: float = 900.0) -> int:
+    """Save the start a family of prompts shares (two conversations that differ only where questions
+    differ), so that every later request with that start has it restored into its slot by the lease
+    (``LocalServer.lease``), not evaluated: for a start that depends on something some questions share
+    (step 2's schema part for the asked type), where ``share_prompt_starts`` keeps what all share. The
+    first question that needs it evaluates it, after the longest saved start it begins with (restored
+    first, so the saved state is the same whichever slot did it), while the others that need it wait:
+    four slots evaluating one start at once would each take four times as long. Saved in the prompt
+    cache, it outlives the process. ``waiting`` tells a listener what that first evaluation is
+    (``local_lm.startup``). Returns the tokens evaluated (0 where the start was saved before, or ``lm``
+    is not on llama-server)."""
+    server = scoring_server(lm)
+    if server is None:
+        return 0
+    start = shared_start(*(render(server, messages, "", timeout) for messages in family))
+    if len(start) < MIN_START_CHARS or start in server.saved_starts:
+        return 0
+    with _START_LOCKS_LOCK:
+        lock = _START_LOCKS.setdefault(start, threading.Lock())
+    with lock:
+        name = start_file(start)
+        on_disk = server.slot_dir is not None and (server.slot_dir / name).is_file()
+        if start not in server.saved_starts and not on_disk:
+            base = max((s for s in server.saved_starts if start.startswith(s)), key=len, default="")
+            startup.notify("wait", waiting)
+            try:
+                with server.lease(start, timeout) as slot:
+                    after = bool(base) and server.restore_slot(slot, base, timeout) is not None
+                    evaluated = _evaluate_and_save(server, slot, start, name, timeout, after_cached=after)
+                    server.slot_starts[slot] = start
+            finally:
+                startup.notify("done", waiting)
+        else:
+            evaluated = 0
+        server.saved_starts.add(start)
+        return evaluated
+
+
+_START_LOCKS: dict[str, threading.Lock] = {}  # start text -> held while the first question evaluates it
+_START_LOCKS_LOCK = threading.Lock()

@@ -29,7 +29,7 @@ from autofocus.language import language
 from autofocus.lm import is_local_spec
 from autofocus.local_lm.decoding import warm_tokenizer
 from autofocus.local_lm.scoring import choice_probabilities
-from autofocus.local_lm.slots import share_prompt_starts
+from autofocus.local_lm.slots import keep_start, share_prompt_starts
 from autofocus.program.steps.constrain import (
     QUERY_END,
     QUERY_STOP,
@@ -227,6 +227,7 @@ class AutofocusRetriever(RetrievalProgram):
         self.recorded: dict[str, tuple[str | list[str] | None, str | None, dict[str, float] | None]] | None = None
         self.nearest_demos: NearestDemos | None = None  # per-question demos of steps 1-2 (a program file's)
         self.starts_shared = False  # the prompt starts shared by all questions are in the LM server's slots
+        self._type_starts: set[str | None] = set()  # types whose step-2 start is saved (``keep_type_start``)
         self.readings = Readings()  # the questions' readings, made once per question
 
     def reading(self, question: str, cfg: AutofocusConfig | None = None) -> QuestionReading:
@@ -306,6 +307,7 @@ class AutofocusRetriever(RetrievalProgram):
                     pred, _ = safe_predict(self.query_graph, trace, "2_query", config=config, **inputs)
                 cypher = spec_to_cypher(pred.query) if pred is not None else None
             else:
+                self.keep_type_start(types[0] if types else None)
                 predictor, inputs, demos = as_examples(self.cypher, demos, inputs, before="target_type")
                 pred, raw = safe_predict(predictor, trace, "2_query", demos=demos, config=config, **inputs)
                 cypher = str(pred.cypher) if pred is not None else raw
@@ -340,6 +342,19 @@ class AutofocusRetriever(RetrievalProgram):
             for lm, pairs in families.values():
                 share_prompt_starts(lm, pairs)
             self.starts_shared = True
+
+    def keep_type_start(self, target_type: str | None) -> None:
+        """Step 2's prompt start for ``target_type`` (the schema part shown for it, up to the question)
+        saved in the local LM server's prompt cache on the first question asking for that type and
+        restored for the others (``local_lm.slots.keep_start``). Nothing for other LMs."""
+        if target_type in self._type_starts:
+            return
+        lm = self.cypher.lm or dspy.settings.lm
+        adapter = call_adapter(lm)
+        family = tuple(adapter.format(self.cypher.signature, self.cypher.demos, self.context.query_inputs(q, target_type))
+                       for q in ("Which one?", "What else is there?"))
+        keep_start(lm, family, f"evaluating step 2's prompt start for {target_type} (saved for later questions)")
+        self._type_starts.add(target_type)
 
     def step2_mode(self) -> str:
         """How step 2 is constrained: a GBNF grammar (llama.cpp servers), JSON-schema structured outputs
