@@ -55,7 +55,7 @@ def ask(
     """Print the ranked answers with names and the strand each came from; exit 3 when a step fell back
     (degraded: an LM call gave no answer, a bound cut a step), 4 when no LM call answered (the answers
     are a fallback's alone), 1 for a question over the length bound or a damaged index."""
-    import autofocus
+    from autofocus import resident
     from autofocus.index.store import IndexError_
     from autofocus.runtime import with_waits
     from autofocus.usage import QuestionTooLongError
@@ -63,14 +63,15 @@ def ask(
     cfg = config_or_exit(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
     cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
     try:
-        prog = autofocus.open(skb, system, config=cfg, program=program)
+        prog = resident.opened(skb, system, cfg, program)  # in `lm serve`'s worker, kept open
     except OPEN_ERRORS as exc:  # a damaged SKB or index, an unknown system
         print_error(err_console, exc)
         raise typer.Exit(EXIT_ERROR) from None
+    if query is not None and not hasattr(prog, "recorded"):
+        print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {prog.system}"))
+        raise typer.Exit(1)
+    recorded = getattr(prog, "recorded", None)
     if query is not None:
-        if not hasattr(prog, "recorded"):
-            print_error(err_console, ValueError(f"--query needs a system with a query step (afr), not {prog.system}"))
-            raise typer.Exit(1)
         prog.recorded = {question: (None, query, None)}  # step 1 still asks the LM
     from autofocus.local_lm.models import ModelError
     from autofocus.local_lm.server import LocalServerError
@@ -82,6 +83,9 @@ def ask(
         # over the length bound; an index damaged or unbuilt; the offline LM could not be started or reached
         print_error(err_console, exc)
         raise typer.Exit(EXIT_ERROR) from None
+    finally:
+        if query is not None:
+            prog.recorded = recorded  # a program kept open (``resident``) answers the next ask from its LM
     show_prediction(prog.kb.skb, pred, console)
     for d in pred.trace.degraded:
         err_console.print(f"[yellow]degraded: {safe(d.step)}: {safe(d.error)} (these answers come from a fallback)[/]")

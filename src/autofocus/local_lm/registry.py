@@ -43,6 +43,7 @@ class Record:
     settings: dict[str, Any] = field(default_factory=dict)
     log: str = ""
     started: float = field(default_factory=time.time)
+    worker: str | None = None  # the Unix socket where its process answers ``ask`` (``autofocus.resident``)
 
     @property
     def url(self) -> str:

@@ -19,18 +19,19 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from autofocus import paths
+from autofocus import paths, resident
 from autofocus.local_lm import registry
 from autofocus.local_lm.server import LocalServer, LocalServerError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-def record_of(server: LocalServer, state: str) -> registry.Record:
+def record_of(server: LocalServer, state: str, worker: Path | None = None) -> registry.Record:
     return registry.Record(
         alias=server.alias, fingerprint=server.fingerprint(), pid=os.getpid(), host=server.host, port=server.port,
         state=state, slots=server.n_parallel, slot_dir=str(server.slot_dir) if server.slot_dir else None,
         model=str(server.model_path), settings=server.settings(), log=str(server.log_path),
+        worker=str(worker) if worker is not None else None,
     )  # fmt: skip
 
 
@@ -46,24 +47,31 @@ def _stop_requested() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
-def serve(server: LocalServer, port: int | None, on_ready: Callable[[registry.Record], None]) -> None:
+def serve(server: LocalServer, port: int | None, on_ready: Callable[[registry.Record], None],
+          answer: bool = True) -> None:
     """Start ``server`` (on ``port``, else a free one), publish it, call ``on_ready`` and serve until a
-    stop signal; ``registry.AlreadyServing`` when these settings are served already, ``LocalServerError``
-    when the server does not start or stops on its own."""
+    stop signal; ``answer``: this process also answers ``ask`` (``autofocus.resident``).
+    ``registry.AlreadyServing`` when these settings are served already, ``LocalServerError`` when the
+    server does not start or stops on its own."""
     with registry.serving(server.alias, server.fingerprint()) as publish, _stop_requested() as stop:
         publish(record_of(server, "starting"))
         server.port = port or None
         server.record_file = registry.record_path(server.alias, server.fingerprint())
+        worker = None
         try:
             server.start()
             server.native()  # its slots, as the server reports them
-            ready = record_of(server, "ready")
+            if answer:
+                worker = resident.Worker(resident.socket_path(server.record_file)).start()
+            ready = record_of(server, "ready", worker.path if worker is not None else None)
             publish(ready)
             on_ready(ready)
             while not stop.wait(1.0):
                 if not server.is_running():
                     raise LocalServerError(f"the offline LM server stopped on its own (log: {server.log_path})")
         finally:
+            if worker is not None:
+                worker.stop()
             server.stop()
 
 
