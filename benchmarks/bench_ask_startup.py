@@ -6,7 +6,11 @@ command's start to its exit:
 * ``first``: no server running and no prompt cache on disk (the folder of the server's settings is
   emptied first): the server starts and the prompts' shared start is evaluated and saved;
 * ``cold``: no server running, the prompt cache on disk: the server starts and restores it;
-* ``warm``: a server that ``autofocus lm serve --detach`` started beforehand (not timed) and kept.
+* ``warm``: a server that ``autofocus lm serve --detach`` started beforehand (not timed) and kept; its
+  process answers the ``ask`` (``autofocus.resident``) after one other question (not timed) opened the
+  knowledge base and program there, as for a user's second question;
+* ``warm-own``: the same, with ``AUTOFOCUS_RESIDENT=0``: the ``ask`` runs in its own process and uses
+  only the server.
 
 Arms alternate within each repeat (first, cold, warm), so a change in the machine's load hits them alike;
 the load average is recorded beside each run. Each run's trace gives its start-up (the server, the prompt
@@ -32,7 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "ask_startup.json"
 QUESTION = "Which functions of the json module raise TypeError?"
-CLI = [sys.executable, "-c", "from autofocus.cli import app; app()"]
+WARM_UP = "Which exceptions defined in the json module subclass ValueError?"  # another question, opening the program
+CLI = [sys.executable, "-m", "autofocus"]
 
 
 def prompt_cache(lm: str) -> Path:
@@ -45,12 +50,19 @@ def prompt_cache(lm: str) -> Path:
     return LocalServer(spec.path, spec.alias, draft_model=draft_model(lm)).prompt_cache_dir()
 
 
-def ask(args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
+def environment(tmp: Path, name: str, own: bool = False) -> dict[str, str]:
+    """A run's environment: a DSPy answer cache of its own; ``own``: not answered by ``lm serve``'s process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOFOCUS_LLM_SERVER", "AUTOFOCUS_RESIDENT")}
+    env["DSPY_CACHEDIR"] = str(tmp / f"dspy-{name}")
+    if own:
+        env["AUTOFOCUS_RESIDENT"] = "0"
+    return env
+
+
+def ask(args: argparse.Namespace, tmp: Path, name: str, env: dict[str, str], question: str | None = None) -> dict[str, Any]:
     """One `autofocus ask` in a fresh process: wall seconds, its trace's start-up, steps and ranking."""
     trace = tmp / f"{name}.json"
-    env = {k: v for k, v in os.environ.items() if k != "AUTOFOCUS_LLM_SERVER"}
-    env["DSPY_CACHEDIR"] = str(tmp / f"dspy-{name}")
-    cmd = [*CLI, "ask", args.question, "--skb", str(args.skb), "--system", args.system, "--lm", args.lm,
+    cmd = [*CLI, "ask", question or args.question, "--skb", str(args.skb), "--system", args.system, "--lm", args.lm,
            "--trace-json", str(trace)]  # fmt: skip
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -66,11 +78,11 @@ def ask(args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
             "stderr_notes": [line for line in done.stderr.splitlines() if line.strip()][-3:]}  # fmt: skip
 
 
-def serve(args: argparse.Namespace, stop: bool = False) -> float:
-    """``lm serve --detach`` (or ``lm stop``): its wall seconds."""
+def serve(args: argparse.Namespace, stop: bool = False, env: dict[str, str] | None = None) -> float:
+    """``lm serve --detach`` (or ``lm stop``) in ``env``: its wall seconds."""
     t0 = time.perf_counter()
     cmd = [*CLI, "lm", "stop"] if stop else [*CLI, "lm", "serve", "--model", args.lm, "--detach"]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
     return time.perf_counter() - t0
 
 
@@ -80,8 +92,8 @@ def main() -> None:
     parser.add_argument("--system", default="afr:steps=1-7")
     parser.add_argument("--lm", default="local")
     parser.add_argument("--question", default=QUESTION)
-    parser.add_argument("--repeats", type=int, default=2, help="rounds of first, cold, warm")
-    parser.add_argument("--arms", default="first,cold,warm")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of the arms")
+    parser.add_argument("--arms", default="first,cold,warm,warm-own")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     arms = args.arms.split(",")
@@ -97,13 +109,16 @@ def main() -> None:
         for rep in range(args.repeats):
             for arm in arms:
                 serve_s = None
+                env = environment(tmp, f"{arm}-{rep}", own=arm == "warm-own")
                 if arm == "first":
                     for saved in folder.glob("start-*.bin"):
                         saved.unlink()
-                if arm == "warm":
-                    serve_s = serve(args)
-                run = {"arm": arm, "repeat": rep, **ask(args, tmp, f"{arm}-{rep}"), "serve_s": serve_s}
-                if arm == "warm":
+                if arm.startswith("warm"):
+                    serve_s = serve(args, env=env)
+                    if arm == "warm":
+                        ask(args, tmp, f"{arm}-{rep}-warm-up", env, WARM_UP)
+                run = {"arm": arm, "repeat": rep, **ask(args, tmp, f"{arm}-{rep}", env), "serve_s": serve_s}
+                if arm.startswith("warm"):
                     serve(args, stop=True)
                 runs.append(run)
                 console.print(f"{arm} #{rep}: {run['wall_s']:.1f} s wall (load {run['load_avg']:.1f}); start-up "
