@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from autofocus import paths
 from autofocus.skb.model import SKB
 from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir
@@ -138,13 +139,16 @@ TINY_SPLITS: dict[str, list[int]] = {"train": [0, 1, 2], "val": [3], "test": [5,
 def _isolated_autofocus_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Point ``AUTOFOCUS_HOME`` at a temporary folder so tests never write caches into ``~``.
 
-    Exported ONNX models are derived from the packaged weights alone, so they are kept across sessions
-    in the checkout's ``.cache/models`` (ignored by git) instead of being exported again every run.
+    Exported ONNX and OpenVINO models are derived from the packaged weights alone, so they are kept across
+    sessions in the checkout's ``.cache/models`` (ignored by git) instead of being exported again every
+    run, and those the user's own runs exported (``make demo``'s) are read where they are, not made again.
     """
     home = tmp_path_factory.mktemp("autofocus_home")
     old = os.environ.get("AUTOFOCUS_HOME")
+    users = os.environ.get("AUTOFOCUS_MODELS") or str(paths.home() / "models")
     os.environ["AUTOFOCUS_HOME"] = str(home)
-    os.environ.setdefault("AUTOFOCUS_MODELS", str(Path(__file__).resolve().parents[1] / ".cache" / "models"))
+    checkout = Path(__file__).resolve().parents[1] / ".cache" / "models"
+    os.environ["AUTOFOCUS_MODELS"] = os.pathsep.join([str(checkout), users])
     os.environ.pop("AUTOFOCUS_LLM_SERVER", None)  # a shared LM server of the user's must not serve the tests
     yield home
     if old is None:

@@ -4,6 +4,7 @@ document budget per embedder, only-used variants, chunk sorting and dedup, and t
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -188,3 +189,28 @@ def test_exported_vectors_agree_with_torch(backend: str, floor: float) -> None:
     cos = (vecs * torch_vecs).sum(axis=1)
     assert cos.min() >= floor, cos
     np.testing.assert_array_equal(emb.embed(TEXTS[:1]), emb.embed(TEXTS[:1]))  # deterministic
+
+
+def test_an_export_is_found_in_any_listed_models_folder_and_made_in_the_first(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.index import exported_encoder
+
+    model = tmp_path / "tiny-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    made: list[Path] = []
+
+    def export(model_dir: Path, folder: Path) -> None:
+        made.append(folder)
+        (folder / "model.onnx").write_bytes(b"onnx")
+
+    first, second = tmp_path / "checkout", tmp_path / "users"
+    monkeypatch.setenv("AUTOFOCUS_MODELS", f"{first}{os.pathsep}{second}")
+    path = exported_encoder.exported_file(model, "v1", "model.onnx", export)
+    assert path.parent.parent == first and len(made) == 1  # made in the first folder
+    moved = second / path.parent.name
+    second.mkdir()
+    path.parent.rename(moved)  # as a user's own run (make demo) left it in theirs
+    assert exported_encoder.exported_file(model, "v1", "model.onnx", export) == moved / "model.onnx"
+    assert len(made) == 1  # found, not made again
+    assert exported_encoder.exported_file(model, "v2", "model.onnx", export).parent.parent == first and len(made) == 2

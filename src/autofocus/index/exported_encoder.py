@@ -3,7 +3,7 @@
 exported, and the length-batched encoding loop.
 
 Exports are made from the very weights the torch backend loads, never downloaded, into
-``<AUTOFOCUS_HOME>/models`` (or ``AUTOFOCUS_MODELS``), keyed by the weights' digest and the library
+``<AUTOFOCUS_HOME>/models`` (or the folders ``AUTOFOCUS_MODELS`` lists), keyed by the weights' digest and the library
 versions, under a file lock so that parallel processes export once. Only BERT-like encoders with mean
 pooling are exported; anything else stays on torch.
 """
@@ -31,14 +31,14 @@ class ExportUnavailable(RuntimeError):
     """An exported backend cannot serve this model here (missing package, unsupported architecture)."""
 
 
-def models_dir() -> Path:
-    """Where exported models live: ``AUTOFOCUS_MODELS`` or ``<AUTOFOCUS_HOME>/models``."""
-    root = os.environ.get("AUTOFOCUS_MODELS")
-    if root:
-        path = Path(root)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    return paths.sub("models")
+def models_dirs() -> list[Path]:
+    """Where exported models live: the folders ``AUTOFOCUS_MODELS`` lists (separated as in ``PATH``; an
+    export found in any is used, a new one goes into the first), else ``<AUTOFOCUS_HOME>/models``."""
+    listed = [Path(p) for p in os.environ.get("AUTOFOCUS_MODELS", "").split(os.pathsep) if p]
+    if not listed:
+        return [paths.sub("models")]
+    listed[0].mkdir(parents=True, exist_ok=True)
+    return listed
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -98,7 +98,11 @@ def exported_file(model_dir: Path, versions: str, filename: str, export: Callabl
     ``export(model_dir, folder)`` on first use; ``export`` writes under temporary names, then renames."""
     model_dir = Path(model_dir)
     key = hashlib.sha256(f"{_weights_digest(model_dir)}|{versions}".encode()).hexdigest()[:16]
-    folder = models_dir() / f"{model_dir.resolve().name}-{key}"
+    name = f"{model_dir.resolve().name}-{key}"
+    found = [d / name / filename for d in models_dirs() if (d / name / filename).is_file()]
+    if found:
+        return found[0]
+    folder = models_dirs()[0] / name
     path = folder / filename
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
