@@ -97,6 +97,7 @@ def test_a_detached_lm_serve_answers_ask_and_stops_its_worker(fake_llama: str, t
     assert cli("lm", "serve", "--model", fake_llama, "--detach").exit_code == 0
     record = _record(fake_llama)
     assert record is not None and record.worker and Path(record.worker).exists()
+    assert f"answers `ask` at {record.worker}" in cli("lm", "status").text
     ask = [sys.executable, "-m", "autofocus", "ask", QUESTION, "--skb", str(two_type_skb), "--lm", fake_llama,
            "--system", "afr:steps=1-7", "-k", "3"]
     done = subprocess.run(ask, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})

@@ -224,7 +224,9 @@ def status_cmd() -> None:
         up = (time.time() - record.started) / 60
         console.print(f"- {safe(record.alias)} at {safe(record.url if record.port else '-')}: {state}, "
                       f"{record.slots or '-'} slots of {record.settings.get('n_ctx', '-')} tokens, process {record.pid}, "
-                      f"up {up:.0f} min, prompt cache {safe(record.slot_dir or '-')}", soft_wrap=True)  # fmt: skip
+                      f"up {up:.0f} min, prompt cache {safe(record.slot_dir or '-')}, "
+                      f"{'answers `ask` at ' + safe(record.worker) if record.worker else 'does not answer `ask`'}",
+                      soft_wrap=True)  # fmt: skip
 
 
 @lm_app.command("stop")
