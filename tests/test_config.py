@@ -70,9 +70,10 @@ def test_switches_of_older_configs_drop_their_rules_from_the_list(tmp_path: Path
     old = {"query": {"repair_class": False, "repair_mentions": False}, "turn_round": False}
     (tmp_path / "old.json").write_text(json.dumps(old))
     rules = AutofocusConfig.load(tmp_path / "old.json").query.repairs
-    assert rules == [r for r in REPAIR_RULES if r not in ("asked_class", "name_from_question", "constrain_mentions")]
+    assert rules == [r for r in REPAIR_RULES if r not in ("asked_class", "name_from_question", "constrain_mentions",
+                                                          "turn_round")]
     # a list naming rules retired since runs without them
-    assert AutofocusConfig().updated({"repairs": ["bind_names", "solve", "turn_round"]}).query.repairs == ["solve"]
+    assert AutofocusConfig().updated({"repairs": ["bind_names", "solve", "turn_round"]}).query.repairs == ["solve", "turn_round"]
     assert AutofocusConfig().updated({"repair": False}).query.repairs == []
     assert AutofocusConfig().updated({"repairs": ["solve"], "own_links": True}).query.repairs == ["solve"]
     assert AutofocusConfig(target_type_cue=1.0, target_type_prior_k=0).query.target_type_inputs == []

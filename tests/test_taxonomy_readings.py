@@ -1,6 +1,7 @@
 """Readings of a small LM's query on a taxonomy-shaped schema (multi-word labels and names, one type on
-both ends of most relationships): the asked class with its subclasses, a link to a named node that lacks
-the relationship read as any, and a name the query forgot taken from the question."""
+both ends of most relationships): the asked class with its subclasses, a same-type link turned round
+when it grounds nothing, a link to a named node that lacks the relationship read as any, and a name the
+query forgot taken from the question."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs import Context, repair_query
 from autofocus.program.steps.repairs.asked_class import find_asked_class
 from autofocus.program.steps.repairs.name_from_question import NameFromQuestion
+from autofocus.program.steps.repairs.turn_round import reversed_reading
 from autofocus.skb.schema_graph import schema_graph
 from autofocus.trace import Trace
 from tests.skb_factory import GraphOnlyKB, make_skb
@@ -100,11 +102,40 @@ def test_members_of_subclasses_may_link_another_way_than_the_subclasses(skb) -> 
     assert strand.answers.tolist() == [19, 20, 21] and strand.relaxed == []
 
 
+def test_a_same_type_link_that_grounds_nothing_is_read_the_other_way_round(skb) -> None:
+    cypher = 'MATCH (y:body_part)-[:part_of]->(b:body_part {name: "ulnar vein"}) RETURN y'
+    strand = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part")
+    assert strand.answers.tolist() == [8]
+    assert strand.relaxed == ["reading: turned round: (b)-[:part_of]->(y)"]
+    # switched off, relaxation loosens the query instead and does not find the forearm
+    off = _strand(skb, "Where in the body is the ulnar vein?", cypher, "body_part", repairs=without("turn_round"),
+                  relax=["triplets", "edges"])
+    assert 8 not in off.answers.tolist() and not any(r.startswith("reading") for r in off.relaxed)
+
+
 def _second_readings(skb, question: str, cypher: str, target_type: str) -> str:
     """Every repair of the second readings that step 3b offers, as one text."""
     qg = parse_cypher(cypher, skb.schema)
     repaired = repair_query(qg, read(skb, question), target_type)
     return " | ".join(r.detail for _, reps in repaired.alternatives for r in reps)
+
+
+def test_no_turn_where_the_question_words_the_relationship(skb) -> None:
+    readings = _second_readings(skb, "Which veins are part of the hand?",
+                                'MATCH (y:body_part)-[:part_of]->(b:body_part {name: "hand"}) RETURN y', "body_part")
+    assert "turned round" not in readings
+
+
+def test_a_link_between_two_labels_that_the_graph_links_both_ways_is_turned_round(skb) -> None:
+    cypher = 'MATCH (y:plant)-[:made_of]->(b:food {name: "absinth"}) RETURN y'
+    strand = _strand(skb, "Which plant is absinth made from?", cypher, "plant")
+    assert strand.answers.tolist() == [29] and strand.relaxed == ["reading: turned round: (b)-[:made_of]->(y)"]
+    # the graph never links the labels the other way: nothing to turn
+    qg = parse_cypher('MATCH (y:plant)-[:part_of]->(b:location {name: "Mexico"}) RETURN y', skb.schema)
+    assert reversed_reading(qg, read(skb, "Which plants grow in Mexico?"), context(skb)) is None
+    # the question words the direction written: kept
+    assert "turned round" not in _second_readings(skb, "Which plants are made of pastis?",
+                                                  'MATCH (y:plant)-[:made_of]->(b:food {name: "pastis"}) RETURN y', "plant")
 
 
 def test_a_relationship_the_named_node_lacks_is_read_as_any_relationship(skb) -> None:

@@ -23,13 +23,14 @@ from autofocus.program.steps.repairs.orient_by_question import OrientByQuestion
 from autofocus.program.steps.repairs.own_links import OwnLinks
 from autofocus.program.steps.repairs.solver import Solve
 from autofocus.program.steps.repairs.star_constants import StarConstants
+from autofocus.program.steps.repairs.turn_round import TurnRound
 from autofocus.program.steps.repairs.via_named_label import ViaNamedLabel
 from autofocus.query_graph import QueryGraph, as_types
 
 # every rule, in the order the default runs them (``QueryConfig.repairs``)
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
     ViaNamedLabel(), Solve(), StarConstants(), NameFromQuestion(), OrientByQuestion(), ConstrainMentions(),
-    AskedClassRule(), OwnLinks(),
+    AskedClassRule(), TurnRound(), OwnLinks(),
 )}  # fmt: skip
 
 __all__ = ["RULES", "Context", "Draft", "Repair", "Repaired", "Rule", "repair_query"]
