@@ -304,6 +304,17 @@ def test_a_start_some_questions_share_is_evaluated_once_and_restored_by_the_leas
     with srv.lease(start + "Which kind is a plum?") as leased:
         assert srv.slot_starts[leased] == start
     assert _get(f"{srv.base_url}/fake/stats")["paths"][-1] == f"/slots/{leased}?action=restore"
+    # the slot holds the plum's question after the start now: restored again, so the next question's own
+    # part is evaluated right after the start, whatever the slot served before
+    srv.clean -= set(range(srv.n_parallel)) - {leased}
+    with srv.lease(start + "Which kind is a fig?") as again:
+        assert again == leased
+    assert _get(f"{srv.base_url}/fake/stats")["paths"][-1] == f"/slots/{leased}?action=restore"
+    srv.given(leased, start)  # holding the start and nothing more: nothing to restore
+    before = len(_get(f"{srv.base_url}/fake/stats")["paths"])
+    with srv.lease(start + "Which kind is a pear?") as clean:
+        assert clean == leased
+    assert len(_get(f"{srv.base_url}/fake/stats")["paths"]) == before  # no request at all
     assert keep_start(lm, family, "evaluating") == 0  # known: nothing asked of the server
     assert keep_start(dspy.LM("openai/gpt-4o-mini", api_key="k"), family, "evaluating") == 0
 

@@ -214,6 +214,7 @@ class LocalServer:
         self.slot_dir: Path | None = None  # where the server saves and restores slots (``local_lm.slots``)
         self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
         self.saved_starts: set[str] = set()  # starts saved in ``slot_dir`` that a lease restores (``local_lm.slots``)
+        self.clean: set[int] = set()  # slots that hold their given start and nothing after it
         self._leased: set[int] = set()
         self._leases = threading.Condition()
 
@@ -225,8 +226,11 @@ class LocalServer:
         and the pauses between a sequence's requests left its slot idle: on WordNet, whose 12 types make
         ~25 requests a question, other questions' requests took it and each next request evaluated the
         question again. The free slot holding the longest start (``slot_starts``) that begins ``prompt``,
-        else a free one given none, else any; where a longer start that begins ``prompt`` is saved
-        (``saved_starts``), it is restored into the slot first, a file copy instead of an evaluation.
+        else a free one given none, else any. The longest saved start that begins ``prompt``
+        (``saved_starts``) is restored into it first, a file copy, unless the slot holds that start and
+        nothing after it: so a question's own part is always evaluated right after its start, and its
+        answer does not depend on which question the slot served before (a longer common prefix with
+        that one would be reused and the rest evaluated in other batches, whose sums round otherwise).
         Waits while every slot is held."""
         best = max((s for s in self.saved_starts if prompt.startswith(s)), key=len, default="")
         with self._leases:
@@ -234,19 +238,26 @@ class LocalServer:
             free = [s for s in range(self.n_parallel) if s not in self._leased]
             fits = [s for s in free if prompt.startswith(self.slot_starts.get(s, "\0"))]
             if fits:
-                slot = max(fits, key=lambda s: len(self.slot_starts[s]))
+                slot = max(fits, key=lambda s: (len(self.slot_starts[s]), s in self.clean))
             else:
                 slot = ([s for s in free if s not in self.slot_starts] or free)[0]
                 self.slot_starts.pop(slot, None)
             self._leased.add(slot)
+            clean = slot in self.clean
+            self.clean.discard(slot)  # the requests add to it
         try:
-            if len(best) > len(self.slot_starts.get(slot, "")) and self.restore_slot(slot, best, timeout) is not None:
+            if best and not (clean and self.slot_starts.get(slot) == best) and self.restore_slot(slot, best, timeout) is not None:
                 self.slot_starts[slot] = best
             yield slot
         finally:
             with self._leases:
                 self._leased.discard(slot)
                 self._leases.notify()
+
+    def given(self, slot: int, start: str) -> None:
+        """``slot`` now holds ``start`` and nothing after it (just evaluated or restored)."""
+        self.slot_starts[slot] = start
+        self.clean.add(slot)
 
     def restore_slot(self, slot: int, start: str, timeout: float) -> int | None:
         """Restore the saved ``start`` into ``slot``: its tokens, or None where it would not restore (a

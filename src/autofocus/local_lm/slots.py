@@ -113,11 +113,11 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
                 name = start_file(start)
                 restored = server.restore_slot(i, start, timeout) if cached[i] else None
                 evaluated.append(0 if restored is not None else _evaluate_and_save(server, i, start, name, timeout))
-                server.slot_starts[i] = start
+                server.given(i, start)
                 server.saved_starts.add(start)
                 for slot in range(i + len(starts), server.n_parallel, len(starts)):
                     if server.restore_slot(slot, start, timeout) is not None:
-                        server.slot_starts[slot] = start
+                        server.given(slot, start)
             detail.update(starts=len(starts), restored=evaluated.count(0), evaluated=sum(evaluated))
         if sum(evaluated):
             startup.notify("note", f"first run with these prompts on this model: their shared start ({sum(evaluated)} "
@@ -156,7 +156,7 @@ def keep_start(lm: Any, family: tuple[Messages, Messages], waiting: str, timeout
                 with server.lease(start, timeout) as slot:
                     after = bool(base) and server.restore_slot(slot, base, timeout) is not None
                     evaluated = _evaluate_and_save(server, slot, start, name, timeout, after_cached=after)
-                    server.slot_starts[slot] = start
+                    server.given(slot, start)
             finally:
                 startup.notify("done", waiting)
         else:
