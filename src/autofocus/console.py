@@ -8,10 +8,12 @@ Commands print through ``make_console`` consoles and wrap every such value in ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,9 +30,37 @@ OPEN_ERRORS = (KeyError, FileNotFoundError, ValueError)
 PIPE_WIDTH = 160  # a report piped to a file or log: rich's 80 columns would cut run names to "fit-d…"
 
 
+@dataclass
+class Redirect:
+    """Where the consoles made meanwhile write, as another process's terminal would show it (``redirected``)."""
+
+    out: IO[str]
+    err: IO[str]
+    terminal: tuple[bool, bool]  # whether that process's stdout and stderr are terminals
+    width: int  # its terminal's columns, or the width of its pipe
+
+
+_REDIRECT: list[Redirect] = []
+
+
+@contextlib.contextmanager
+def redirected(to: Redirect) -> Iterator[None]:
+    """Consoles made while the block runs write to ``to`` (a command run for another process,
+    ``autofocus.resident``): its colours and width, never animated, since the output is sent at the end."""
+    _REDIRECT.append(to)
+    try:
+        yield
+    finally:
+        _REDIRECT.remove(to)
+
+
 def make_console(stderr: bool = False) -> Console:
     """A console that never turns ``:name:`` into an emoji (file:line:reason messages are full of them),
     and that is wide enough for the tables when writing to a file or pipe (unless ``COLUMNS`` says)."""
+    if _REDIRECT:
+        to = _REDIRECT[-1]
+        return Console(file=to.err if stderr else to.out, force_terminal=to.terminal[stderr], force_interactive=False,
+                       width=to.width, emoji=False)
     console = Console(stderr=stderr, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = PIPE_WIDTH

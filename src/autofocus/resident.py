@@ -103,15 +103,15 @@ def opened(skb: Path, system: str | None, config: Any, program: Path | None) -> 
     """``autofocus.open(skb, system, config=config, program=program)``; in a worker, the program opened by
     an earlier request from the same files and settings, where neither the knowledge base's files nor its
     index have changed since."""
-    import autofocus
+    from autofocus.api import open as open_program
 
     if not serving():
-        return autofocus.open(skb, system, config=config, program=program)
+        return open_program(skb, system, config=config, program=program)
     key = (_stamp(Path(skb)), system, config.model_dump_json() if config is not None else None,
            _stamp(Path(program)) if program is not None else None)
     prog, index = _OPENED.get(key, (None, None))
     if prog is None or _index_stamp(prog) != index:
-        prog = autofocus.open(skb, system, config=config, program=program)
+        prog = open_program(skb, system, config=config, program=program)
         _OPENED[key] = prog, _index_stamp(prog)
     return prog
 
@@ -181,56 +181,38 @@ class Worker:
 
 @contextlib.contextmanager
 def _in_worker(request: dict[str, Any]) -> Iterator[tuple[io.StringIO, io.StringIO]]:
-    """The request's working directory, its output captured, programs kept, no LM server started here."""
-    from autofocus.commands import ask
+    """The request's working directory, its output captured as its terminal would show it, programs
+    kept, no LM server started here."""
+    from autofocus.console import PIPE_WIDTH, Redirect, redirected
+    from autofocus.local_lm.server import own_servers_refused
 
-    out, err = _Captured(request["tty"][0]), _Captured(request["tty"][1])
-    consoles = ask.console, ask.err_console
-    ask.console, ask.err_console = _console(out, request), _console(err, request, stderr=True)
+    out, err = io.StringIO(), io.StringIO()
+    tty = (bool(request["tty"][0]), bool(request["tty"][1]))
+    width = int(request.get("columns") or 0) or (80 if tty[0] else PIPE_WIDTH)
     before = os.getcwd()
     _SERVING.on = True
     try:
         os.chdir(request.get("cwd") or before)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (redirected(Redirect(out, err, tty, width)), own_servers_refused(), contextlib.redirect_stdout(out),
+              contextlib.redirect_stderr(err)):
             yield out, err
     finally:
         _SERVING.on = False
         os.chdir(before)
-        ask.console, ask.err_console = consoles
 
 
 def serving() -> bool:
-    """Whether this thread answers a forwarded command (``server.served_or_own`` then starts no server)."""
+    """Whether this thread answers a forwarded command (its programs are kept: ``opened``)."""
     return bool(getattr(_SERVING, "on", False))
 
 
-class _Captured(io.StringIO):
-    def __init__(self, tty: bool) -> None:
-        super().__init__()
-        self._tty = bool(tty)
-
-    def isatty(self) -> bool:
-        return self._tty
-
-
-def _console(file: io.StringIO, request: dict[str, Any], stderr: bool = False) -> Any:
-    """A console writing as the client's would: colours and its width on a terminal, the width of a pipe
-    otherwise (``console.make_console``); never animated, its output being sent at the end."""
-    from rich.console import Console
-
-    from autofocus.console import PIPE_WIDTH
-
-    tty = bool(request["tty"][1 if stderr else 0])
-    return Console(file=file, force_terminal=tty, force_interactive=False, emoji=False,
-                   width=int(request.get("columns") or 0) or (80 if tty else PIPE_WIDTH))
-
-
 def _run(argv: Sequence[str], err: io.StringIO) -> int | None:
-    """Run the command; its exit code, or None where it needed an LM server this process does not serve."""
+    """Run the command; its exit code, or None where it needed an LM server this process does not serve.
+    The commands are those registered on the app in this process (``lm serve`` runs from all of them)."""
     import click
     import typer
 
-    from autofocus.cli import app
+    from autofocus.cli_app import app
     from autofocus.local_lm.server import NotServed
 
     try:

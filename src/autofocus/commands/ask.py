@@ -27,9 +27,6 @@ from autofocus.cypher.render import to_cypher
 from autofocus.query_graph import QueryGraph
 from autofocus.skb.documents import path_text
 
-console = make_console()
-err_console = make_console(stderr=True)
-
 
 @app.command()
 def ask(
@@ -60,6 +57,7 @@ def ask(
     from autofocus.runtime import with_waits
     from autofocus.usage import QuestionTooLongError
 
+    console, err_console = make_console(), make_console(stderr=True)  # made here: a worker's are its client's
     cfg = config_or_exit(config, lm, program_file=program, reranker=reranker, query_format=query_format, k=k)
     cfg = with_waits(cfg, lm_timeout, lm_retries, deadline)
     try:

@@ -618,25 +618,38 @@ def get_server(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
     return server.start()
 
 
+_REFUSING = threading.local()
+
+
+@contextlib.contextmanager
+def own_servers_refused() -> Iterator[None]:
+    """While the block runs, this thread starts no LM server of its own: a server the settings ask for
+    that nobody serves is ``NotServed`` (``lm serve``'s worker, ``autofocus.resident``, answers only
+    questions for the LM it serves)."""
+    _REFUSING.on = True
+    try:
+        yield
+    finally:
+        _REFUSING.on = False
+
+
 def served_or_own(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
     """The server ``autofocus lm serve`` runs with these settings, attached (waiting a while for one that
-    is starting); else a new one for this process, except in ``lm serve``'s worker (``NotServed``)."""
-    from autofocus import resident
-
+    is starting); else a new one for this process, unless ``own_servers_refused``."""
     own = LocalServer(model_path, alias, **kwargs)  # type: ignore[arg-type]
     fingerprint = own.fingerprint()
     record = registry.find(alias, fingerprint)
     if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
         with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
             record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
-    if record is None and resident.serving():
+    if record is None and getattr(_REFUSING, "on", False):
         raise NotServed(f"{alias} with these settings is not served here")
     return own if record is None else LocalServer.attach(record.url, model_path, alias, record)
 
 
 class NotServed(RuntimeError):
-    """A forwarded command needs an LM server that the worker's process does not serve: it runs in a
-    process of its own instead (``autofocus.resident``)."""
+    """A server the settings ask for that nobody serves, where this thread may start none
+    (``own_servers_refused``)."""
 
 
 def server_for_api_base(api_base: str | None) -> LocalServer | None:
