@@ -1,4 +1,5 @@
-"""What each part of step 1's prompt buys: step 1 alone (``afr:steps=1+7``) with parts left out, paired.
+"""What each part of step 1's prompt buys: step 1 alone (``afr:steps=1+7``) with parts left out of the full
+prompt (``step1_type_parts=full``; the default leaves the relationships out), paired.
 
 Step 1 scores every candidate type from the LM's token probabilities (no decoding), so a variant of its
 prompt costs one prompt evaluation per question and type-trie node. Each variant runs ``autofocus eval``
@@ -31,11 +32,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "step1_prompt_parts.json"
 VARIANTS = {
-    "full": "",
+    "full": "step1_type_parts=full",
     "no_examples": "step1_type_parts=no_examples",
     "no_relations": "step1_type_parts=no_relations",
     "names": "step1_type_parts=names",
-    "no_kb_description": "step1_kb_description=false",
+    "no_kb_description": "step1_type_parts=full,step1_kb_description=false",
 }
 
 
@@ -85,7 +86,7 @@ def start_chars(skb: Path, variant: str) -> int:
     from autofocus.signatures import target_type_signature
     from autofocus.skb.skbdir import load_skb_dir
 
-    settings = dict(s.split("=") for s in [VARIANTS[variant]] if s)
+    settings = dict(kv.split("=") for kv in VARIANTS[variant].split(",") if kv)
     query = AutofocusConfig().updated(settings).query
     ctx = SchemaContext.from_skb(load_skb_dir(skb, progress=False), query.step1_type_parts)
     sig = target_type_signature(ctx.candidate_types, query.step1_type_parts != "names", query.step1_kb_description)

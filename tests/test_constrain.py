@@ -225,7 +225,8 @@ def test_step2_sees_the_same_frequent_triples_for_every_question_then_the_target
 
 
 @pytest.mark.parametrize(("settings", "kept", "left_out"), [
-    ({}, ["kb_description", "type_descriptions", "e.g.", "-[:"], []),
+    ({}, ["kb_description", "type_descriptions", "e.g."], ["-[:"]),  # the default: no relationships
+    ({"step1_type_parts": "full"}, ["kb_description", "type_descriptions", "e.g.", "-[:"], []),
     ({"step1_type_parts": "no_examples"}, ["type_descriptions", "-[:"], ["e.g."]),
     ({"step1_type_parts": "no_relations"}, ["type_descriptions", "e.g."], ["-[:"]),
     ({"step1_type_parts": "names"}, ["kb_description", "candidate_types"], ["type_descriptions", "e.g."]),
