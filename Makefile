@@ -55,7 +55,7 @@ wordnet: setup
 
 test: setup-dev
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/pytest -n 2 --dist worksteal -q --durations=10
+	$(BIN)/pytest -n 2 -q --durations=10
 
 lint: setup-dev
 	$(BIN)/ruff check src tests benchmarks
