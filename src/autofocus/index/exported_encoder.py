@@ -98,11 +98,11 @@ def exported_file(model_dir: Path, versions: str, filename: str, export: Callabl
     ``export(model_dir, folder)`` on first use; ``export`` writes under temporary names, then renames."""
     model_dir = Path(model_dir)
     key = hashlib.sha256(f"{_weights_digest(model_dir)}|{versions}".encode()).hexdigest()[:16]
-    name = f"{model_dir.resolve().name}-{key}"
-    found = [d / name / filename for d in models_dirs() if (d / name / filename).is_file()]
+    name, dirs = f"{model_dir.resolve().name}-{key}", models_dirs()
+    found = [d / name / filename for d in dirs if (d / name / filename).is_file()]
     if found:
         return found[0]
-    folder = models_dirs()[0] / name
+    folder = dirs[0] / name
     path = folder / filename
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)

@@ -232,7 +232,7 @@ class LocalServer:
         answer does not depend on which question the slot served before (a longer common prefix with
         that one would be reused and the rest evaluated in other batches, whose sums round otherwise).
         Waits while every slot is held."""
-        best = max((s for s in self.saved_starts if prompt.startswith(s)), key=len, default="")
+        best = self.longest_saved(prompt)
         with self._leases:
             self._leases.wait_for(lambda: len(self._leased) < self.n_parallel)
             free = [s for s in range(self.n_parallel) if s not in self._leased]
@@ -253,6 +253,11 @@ class LocalServer:
             with self._leases:
                 self._leased.discard(slot)
                 self._leases.notify()
+
+    def longest_saved(self, prompt: str) -> str:
+        """The longest saved start that begins ``prompt`` ("" where none does); read from a copy, since
+        other questions' threads add starts meanwhile."""
+        return max((s for s in self.saved_starts.copy() if prompt.startswith(s)), key=len, default="")
 
     def given(self, slot: int, start: str) -> None:
         """``slot`` now holds ``start`` and nothing after it (just evaluated or restored)."""

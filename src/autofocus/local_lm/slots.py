@@ -150,7 +150,7 @@ def keep_start(lm: Any, family: tuple[Messages, Messages], waiting: str, timeout
         name = start_file(start)
         on_disk = server.slot_dir is not None and (server.slot_dir / name).is_file()
         if start not in server.saved_starts and not on_disk:
-            base = max((s for s in server.saved_starts if start.startswith(s)), key=len, default="")
+            base = server.longest_saved(start)
             startup.notify("wait", waiting)
             try:
                 with server.lease(start, timeout) as slot:
