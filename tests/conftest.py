@@ -15,6 +15,20 @@ from autofocus.skb.model import SKB
 from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir
 
+
+def _share_the_cores() -> None:
+    """Under pytest-xdist each worker takes its share of the cores for torch (OpenMP) and llama.cpp: each
+    would otherwise take all of them, and two workers' heavy tests (a training, a real LM server) then run
+    several times slower side by side than one after the other."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers > 1:
+        share = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        for var in ("OMP_NUM_THREADS", "AUTOFOCUS_LLM_THREADS"):
+            os.environ.setdefault(var, share)
+
+
+_share_the_cores()
+
 TINY_SCHEMA: dict[str, Any] = {
     "name": "tiny-papers",
     "description": "A toy bibliography: papers, their authors, venues and fields of study.",

@@ -14,9 +14,10 @@ names, the clause before or after the asked label. The words are the language's 
 
 from __future__ import annotations
 
+import functools
 import zlib
+from typing import Any
 
-import inflect
 import numpy as np
 
 from autofocus.program.steps.direction import relation_phrase
@@ -45,7 +46,14 @@ WORDS: dict[str, dict[str, object]] = {
     },
 }
 
-_inflect = inflect.engine()
+
+@functools.cache
+def _inflect() -> Any:
+    """English plurals and articles, made on first use: importing ``inflect`` instruments its functions
+    with typeguard, seconds of work that processes which write no template question should not pay."""
+    import inflect
+
+    return inflect.engine()
 
 
 def _seed(pattern: Pattern, seed: int) -> np.random.Generator:
@@ -74,7 +82,7 @@ class TemplateWriter:
         if not is_verb:
             words = [str(self.words["copula"]), *words]
         if plural:
-            words[0] = _inflect.plural_verb(words[0])
+            words[0] = _inflect().plural_verb(words[0])
         return " ".join(words)
 
     def __call__(self, pattern: Pattern) -> str:
@@ -85,7 +93,7 @@ class TemplateWriter:
 
         def label(var: str, plural: bool = False) -> str:
             words = readable_label(str(qg.symbols[var].type or "node"))
-            return _inflect.plural_noun(words) if plural else words
+            return _inflect().plural_noun(words) if plural else words
 
         def noun(var: str, via: Triplet, after: str) -> str:
             """``var`` as reached over ``via``, written after the words ``after``."""
@@ -94,7 +102,7 @@ class TemplateWriter:
                 return f'"{text}"' if quote else text
             phrase = " ".join([label(var), *(c for _, c in self._clauses(pattern, var, via, noun, rng, False))])
             ends_in_article = after.split()[-1].lower() in w["articles"] if after.split() else False
-            return phrase if ends_in_article else _inflect.a(phrase)
+            return phrase if ends_in_article else _inflect().a(phrase)
 
         target = qg.target
         around = [t for t in qg.triplets if target in (t.head, t.tail)]
