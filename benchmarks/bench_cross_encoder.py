@@ -2,7 +2,7 @@
 
 A program ``autofocus adapt`` wrote brings its cross-encoder. For each question of a split, the first
 ``k`` candidates of vector search (no LM) are reranked exactly as step 8 does it
-(``CrossEncoderReranker``: ``candidate_text`` for each candidate, then one batch through the model);
+(``TrainedReranker``: ``candidate_text`` for each candidate, then one batch through the model);
 the wall seconds of that step alone are timed per question, after one warm-up question. Torch's
 threads are set by ``--threads`` (the machine's cores by default), so the figure is what one question
 costs on this CPU with nothing else running.

@@ -17,19 +17,21 @@ import pytest
 from autofocus import runtime
 from autofocus.adapt import adapt
 from autofocus.adapt.mining import answer_type, mine
-from autofocus.adapt.reranker import Documents, RerankerTraining, pairs, train_reranker
+from autofocus.adapt.reranker import Documents, RerankerTraining, pairs, train_reranker, triplets
 from autofocus.adapt.type_reader import fit_type_reader
 from autofocus.config import AutofocusConfig
 from autofocus.options import AdaptOptions, SynthOptions
-from autofocus.program.steps.cross_encoder import CrossEncoderReranker
 from autofocus.program.steps.rerankers import make_reranker
+from autofocus.program.steps.trained_reranker import TrainedReranker
 from autofocus.program.trained import (
-    RerankerModel,
+    BiEncoderModel,
+    CrossEncoderModel,
     TrainedParts,
     TrainedPartsError,
     TypeReader,
     candidate_text,
     load_trained,
+    open_reranker,
     parts_folder,
     write_manifest,
 )
@@ -128,7 +130,7 @@ def test_training_raises_answers_above_non_answers(tiny_skb, tmp_path):
     opts = RerankerTraining(epochs=5, batch_size=8, learning_rate=5e-4, max_length=96, negatives=4)
     docs = Documents(tiny_skb)
     cols = pairs(mined, docs, opts)
-    untrained = RerankerModel.__new__(RerankerModel)  # the base model with its fresh head, as training starts
+    untrained = CrossEncoderModel.__new__(CrossEncoderModel)  # the base model with its fresh head, as training starts
     import torch
     from sentence_transformers.cross_encoder import CrossEncoder
 
@@ -138,16 +140,40 @@ def test_training_raises_answers_above_non_answers(tiny_skb, tmp_path):
     untrained.model, untrained.batch_size, untrained.folder = CrossEncoder(
         str(base_model_dir(None)), num_labels=1, max_length=96, device="cpu"), 8, Path("base")
 
-    def margin(model: RerankerModel) -> float:
+    def margin(model: CrossEncoderModel) -> float:
         scores = np.array([model.logits(q, [d])[0] for q, d in zip(cols["query"], cols["document"], strict=True)])
         labels = np.array(cols["label"])
         return float(scores[labels == 1].mean() - scores[labels == 0].mean())
 
     before = margin(untrained)
     record = train_reranker(mined, [], tiny_skb, tmp_path / "parts", opts, progress=False)
-    after = margin(RerankerModel(tmp_path / "parts" / "reranker"))
+    after = margin(CrossEncoderModel(tmp_path / "parts" / "reranker"))
     assert record["pairs"] == len(cols["label"]) and record["positive_pairs"] > 0
     assert after > before + 1.0  # answers now score well above the hard negatives
+
+
+@pytest.mark.slow
+def test_fine_tuning_the_embedder_raises_answers_above_non_answers(tiny_skb, tmp_path):
+    """The bi-encoder: the packaged MiniLM fine-tuned on (question, answer, hard non-answer) triplets."""
+    kb = make_kb(tiny_skb, tmp_path / "index")
+    mined = mine(_program(kb), _topic_items(tiny_skb), sources=["vector"])
+    opts = RerankerTraining(kind="bi-encoder", epochs=4, batch_size=8, learning_rate=2e-4, max_length=96, negatives=4)
+    docs = Documents(tiny_skb)
+    cols = triplets(mined, docs, opts)
+    from autofocus.adapt.reranker import base_model_dir
+
+    def margin(model: BiEncoderModel) -> float:
+        pos = [model.logits(q, [d])[0] for q, d in zip(cols["anchor"], cols["positive"], strict=True)]
+        neg = [model.logits(q, [d])[0] for q, d in zip(cols["anchor"], cols["negative"], strict=True)]
+        return float(np.mean(pos) - np.mean(neg))
+
+    before = margin(BiEncoderModel(base_model_dir(None)))
+    record = train_reranker(mined, [], tiny_skb, tmp_path / "parts", opts, progress=False)
+    model = open_reranker(tmp_path / "parts" / "reranker", record)
+    assert isinstance(model, BiEncoderModel) and record["kind"] == "bi-encoder" and record["triplets"] == len(cols["anchor"])
+    assert margin(model) > before + 1.0  # answers now score above the hard negatives (cosine x 20)
+    probs = model.probabilities(cols["anchor"][0], [cols["positive"][0], cols["negative"][0]])
+    assert probs.sum() == pytest.approx(1.0) and probs[0] > probs[1]
 
 
 def test_no_pairs_of_both_kinds_is_a_clear_error(tiny_skb, tmp_path):
@@ -206,7 +232,7 @@ def test_adapted_program_reranks_with_its_model_and_reloads_identically(adapted)
     saved = json.loads(result.program.read_text())
     assert saved["config"]["trained"] == folder.name  # relative: program and models move together
     program = runtime.open_program(kb, "afr", None, result.program, lms=False)
-    assert isinstance(program.reranker, CrossEncoderReranker)
+    assert isinstance(program.reranker, TrainedReranker) and program.reranker.method == "cross-encoder"
     question = "Which papers cite Graph Retrieval at Scale?"
     cypher = "MATCH (y:paper)-[:paper_cites_paper]->(a:paper {title: 'Graph Retrieval at Scale'}) RETURN y"
     found = program.retrieve(question, "paper", cypher)
@@ -231,6 +257,12 @@ def test_missing_or_corrupt_parts_folder_is_a_clear_error(tmp_path, tiny_skb):
     write_manifest(broken, {"reranker": {"max_length": 64}})
     with pytest.raises(TrainedPartsError, match="not a cross-encoder folder"):
         TrainedParts.load(broken, tiny_skb)
+    write_manifest(broken, {"reranker": {"kind": "bi-encoder"}})
+    with pytest.raises(TrainedPartsError, match="not a sentence-transformers folder"):
+        TrainedParts.load(broken, tiny_skb)
+    write_manifest(broken, {"reranker": {"kind": "tri-encoder"}})
+    with pytest.raises(TrainedPartsError, match="unknown reranker kind 'tri-encoder'"):
+        TrainedParts.load(broken, tiny_skb)
 
 
 def test_parts_of_another_knowledge_base_warn_or_fail(tmp_path, tiny_skb, caplog):
@@ -249,10 +281,17 @@ def test_parts_of_another_knowledge_base_warn_or_fail(tmp_path, tiny_skb, caplog
         TrainedParts.load(folder, tiny_skb, "test:hash")
 
 
-def test_cross_encoder_reranker_without_a_model_is_refused():
+def test_a_trained_reranker_without_a_model_of_its_kind_is_refused():
     cfg = AutofocusConfig(reranker="cross-encoder")
     with pytest.raises(ValueError, match="autofocus adapt"):
         make_reranker(cfg, "local")
+
+    class Parts:
+        reranker = BiEncoderModel.__new__(BiEncoderModel)
+
+    with pytest.raises(ValueError, match="its trained reranker is a bi-encoder"):
+        make_reranker(cfg, "local", trained=Parts())
+    assert make_reranker(AutofocusConfig(), "local", trained=Parts()).method == "bi-encoder"  # auto: the trained one
     assert make_reranker(AutofocusConfig(), "local") is None  # auto without a trained model: as before
     assert load_trained(None, None) is None
 

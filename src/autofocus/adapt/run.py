@@ -5,12 +5,13 @@ The sequence, each part on two CPU cores in minutes:
 1. Questions: splits given (``synthetic`` from ``autofocus synth``, or labelled ones), and/or
    ``templates`` written from the graph here (no LM). A seeded share is held out (never a test split).
 2. Candidate lists (``adapt.mining``): the program's own steps 3-7 per question, no LM.
-3. The cross-encoder reranker (``adapt.reranker``), its best epoch chosen on the held-out questions,
+3. The reranker (``adapt.reranker``: a cross-encoder, or the embedder fine-tuned as a bi-encoder), its
+   best epoch chosen on the held-out questions,
    and the weight of its fusion with steps 1-7's order fitted there by likelihood
    (``optimize.fusion_fit``).
 4. The type reader (``adapt.type_reader``) on the questions' embeddings and answer types.
 5. The program file: the system with ``trained`` naming the models' folder, step 8 on
-   (``reranker=auto`` picks the cross-encoder) and the fitted fusion; ``<stem>.trained/manifest.json``
+   (``reranker=auto`` picks the trained one) and the fitted fusion; ``<stem>.trained/manifest.json``
    and ``adapt_summary`` record questions, pairs, epochs, minutes and held-out scores.
 """
 
@@ -30,8 +31,9 @@ from autofocus.adapt.type_reader import fit_type_reader
 from autofocus.config import AutofocusConfig
 from autofocus.options import AdaptOptions
 from autofocus.program.trained import (
+    RERANKER_DIR,
     TYPE_READER_FILE,
-    RerankerModel,
+    open_reranker,
     parts_folder,
     write_manifest,
 )
@@ -98,8 +100,9 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     (folder / "manifest.json").unlink(missing_ok=True)  # the folder is unfinished until the manifest is back
     settings: dict[str, Any] = {}
     if options.reranker:
-        report.note(f"training the cross-encoder on {len(mined_train)} questions", "section")
-        training = RerankerTraining(base=str(options.base) if options.base else None, epochs=options.epochs, batch_size=options.batch_size,
+        report.note(f"training the {options.reranker_kind} on {len(mined_train)} questions", "section")
+        training = RerankerTraining(kind=options.reranker_kind, base=str(options.base) if options.base else None,
+                                    epochs=options.epochs, batch_size=options.batch_size,
                                     learning_rate=options.learning_rate, max_length=options.max_length,
                                     positives=options.positives, negatives=options.negatives, seed=options.seed)
         eval_source = "run" if runs else "grounded"
@@ -167,14 +170,14 @@ def _mining_stats(mined: list[Mined]) -> dict[str, Any]:
 
 def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]], record: dict[str, Any],
             report: Reporter) -> dict[str, Any]:
-    """Step 8's settings: the cross-encoder fused with steps 1-7's order, the weight fitted on the held-out
+    """Step 8's settings: the trained reranker fused with steps 1-7's order, the weight fitted on the held-out
     questions' lists (a run's where there is one, else the grounded and the vector lists pooled)."""
     from autofocus.optimize.fusion_fit import fit_prior_weight
 
     settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None}
     if not val:
         return settings
-    model, docs = RerankerModel(folder / "reranker"), Documents(skb)
+    model, docs = open_reranker(folder / RERANKER_DIR, record), Documents(skb)
     cases = []
     for source in (["run"] if runs else ["grounded", "vector"]):
         cases += fusion_cases(model, [m for m in val if source in m.lists], docs, source)

@@ -39,7 +39,9 @@ def adapt_command(
         list[Path] | None, typer.Option(help="an `autofocus eval` run on training questions: its steps 1-7 lists are "
                                              "mined too (repeatable)", exists=True, file_okay=False)
     ] = None,
-    reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="train the cross-encoder")] = True,
+    reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="train step 8's reranker")] = True,
+    reranker_kind: Annotated[str, typer.Option(help="cross-encoder (a new head on the MiniLM) or bi-encoder (the "
+                                                    "MiniLM embedder fine-tuned)")] = "cross-encoder",
     type_reader: Annotated[bool, typer.Option("--type-reader/--no-type-reader", help="fit the type reader")] = True,
     base: Annotated[Path | None, typer.Option(help="model folder the cross-encoder starts from (default: the packaged "
                                                    "MiniLM with a new head)", exists=True, file_okay=False)] = None,
@@ -50,7 +52,7 @@ def adapt_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
 ) -> None:
     """Fit autofocus to this knowledge base: mine candidate lists for its questions with steps 3-7, train a
-    cross-encoder reranker for step 8 and a type reader for step 1, and write a program that uses them."""
+    reranker for step 8 and a type reader for step 1, and write a program that uses them."""
     from autofocus.adapt import adapt
     from autofocus.options import AdaptOptions
 
@@ -58,7 +60,8 @@ def adapt_command(
         raise fail("no training questions: give --split (e.g. --split synthetic --qa-dir DIR) or --templates N")
     cfg = config_or_exit(config)
     options = AdaptOptions(out=out, system=system, splits=tuple(split or ()), qa_dir=qa_dir, templates=templates,
-                           runs=tuple(run or ()), reranker=reranker, type_reader=type_reader, base=base, epochs=epochs,
+                           runs=tuple(run or ()), reranker=reranker, reranker_kind=reranker_kind, type_reader=type_reader,
+                           base=base, epochs=epochs,
                            negatives=negatives, val_share=val_share, seed=seed)  # fmt: skip
     try:
         with RichReporter(console, bars=progress) as reporter:
@@ -82,11 +85,11 @@ def _table(s: dict) -> Table:
                                           f"listed {100 * m['answer_listed']:.0f}%")
     r = s.get("reranker")
     if r:
-        table.add_row("reranker", f"{r['pairs']} pairs ({r['positive_pairs']} answers), {r['epochs']} epochs, "
-                                  f"{r['minutes']} min")
-        b, a = r.get("val_before", {}), r.get("val_after", {})
+        table.add_row("reranker", f"{r.get('kind', 'cross-encoder')}: {r['pairs']} pairs ({r['positive_pairs']} answers), "
+                                  f"{r['epochs']} epochs, {r['minutes']} min")
+        a = r.get("val_after", {})
         if a:
-            table.add_row("held-out MRR@10", f"{b.get('base_mrr@10', float('nan')):.3f} steps 3-7 -> "
+            table.add_row("held-out MRR@10", f"{r.get('base_mrr@10') or float('nan'):.3f} steps 3-7 -> "
                                               f"{a.get('mrr@10', float('nan')):.3f} reranked ({r['val_questions']} questions)")
         if "fusion" in r:
             table.add_row("fusion weight", f"{r['fusion']['used']:.2f} ({r['fusion']['n']} questions)")

@@ -324,9 +324,9 @@ def ranked_by(manifest: Mapping[str, Any], ok: Sequence[Mapping[str, Any]]) -> s
         return None
     method = methods.most_common(1)[0][0]
     trained = (manifest.get("trained") or {}).get("reranker") or {}
-    if method == "cross-encoder" and trained:
+    if method in ("cross-encoder", "bi-encoder") and trained:
         folder = (manifest.get("trained") or {}).get("folder")
-        return f"cross-encoder {folder} ({trained.get('pairs')} pairs, {trained.get('epochs')} epochs)"
+        return f"{method} {folder} ({trained.get('pairs')} pairs, {trained.get('epochs')} epochs)"
     return str(method)
 
 

@@ -1,8 +1,9 @@
-"""Models a program was adapted with (``autofocus adapt``): a cross-encoder reranker for step 8 and a
-type reader for step 1, trained on one knowledge base's own questions.
+"""Models a program was adapted with (``autofocus adapt``): a reranker for step 8 (a cross-encoder, or a
+fine-tuned bi-encoder) and a type reader for step 1, trained on one knowledge base's own questions.
 
 They are files beside the program file, in a folder named after it (``adapted.json`` ->
-``adapted.trained/``): ``reranker/`` (a sentence-transformers ``CrossEncoder`` folder) and
+``adapted.trained/``): ``reranker/`` (a sentence-transformers ``CrossEncoder`` or ``SentenceTransformer``
+folder, its kind in the manifest) and
 ``type_reader.json`` (a linear classifier over the question's embedding), with ``manifest.json``
 saying what each was trained on (the knowledge base's content digest, the base model, pairs, epochs,
 minutes, validation scores). The program file names the folder, so a saved program carries them.
@@ -34,7 +35,9 @@ TYPE_READER_FILE = "type_reader.json"
 FORMAT = "autofocus-trained/1"
 CANDIDATE_NEIGHBOURS = 2  # neighbours shown per relationship type (the others counted)
 NAME_CHARS = 40  # a neighbour's name or an attribute's value, cut
-CANDIDATE_TOKENS = 100  # a candidate's description in the cross-encoder's input: name, type, relations, text
+CANDIDATE_TOKENS = 100  # a candidate's description in the reranker's input: name, type, relations, text
+CROSS_ENCODER, BI_ENCODER = "cross-encoder", "bi-encoder"  # the kinds of trained reranker
+BI_ENCODER_SCALE = 20.0  # cosine -> logit, as MultipleNegativesRankingLoss scales it in training
 
 
 class TrainedPartsError(ValueError):
@@ -65,8 +68,10 @@ def candidate_text(skb: SKB, node: int, budget_tokens: int = CANDIDATE_TOKENS) -
     return truncate_to_tokens("\n".join([*lines, doc]), budget_tokens)
 
 
-class RerankerModel:
+class CrossEncoderModel:
     """A trained cross-encoder: P(candidate answers question) per candidate, in batches."""
+
+    kind = CROSS_ENCODER
 
     def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32) -> None:
         from sentence_transformers.cross_encoder import CrossEncoder
@@ -90,6 +95,55 @@ class RerankerModel:
 
     def probabilities(self, question: str, texts: list[str]) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.logits(question, texts)))
+
+
+class BiEncoderModel:
+    """A sentence embedder fine-tuned on the knowledge base's questions: question and candidates embedded
+    apart, scored by cosine. Its probabilities are the softmax over the candidates given, the distribution
+    its training loss fitted (so they depend on the list, as a ranking does)."""
+
+    kind = BI_ENCODER
+
+    def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.folder = Path(folder)
+        try:
+            self.model = SentenceTransformer(str(self.folder), device="cpu", local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise TrainedPartsError(f"{self.folder}: not a sentence-transformers folder ({type(exc).__name__}: {exc})") from None
+        if max_length:
+            self.model.max_seq_length = max_length
+        self.batch_size = batch_size
+
+    def logits(self, question: str, texts: list[str]) -> np.ndarray:
+        """Scaled cosine of the question and each text."""
+        if not texts:
+            return np.zeros(0, dtype=np.float64)
+        q = self.model.encode([question], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        d = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                              show_progress_bar=False)
+        return BI_ENCODER_SCALE * (np.asarray(d, dtype=np.float64) @ np.asarray(q[0], dtype=np.float64))
+
+    def probabilities(self, question: str, texts: list[str]) -> np.ndarray:
+        z = self.logits(question, texts)
+        if not len(z):
+            return z
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+
+RerankerModel = CrossEncoderModel | BiEncoderModel
+
+
+def open_reranker(folder: Path, record: dict[str, Any]) -> RerankerModel:
+    """The trained reranker in ``folder`` as its manifest ``record`` describes it (a cross-encoder where it
+    names no kind: manifests written before bi-encoders)."""
+    kind = record.get("kind", CROSS_ENCODER)
+    if kind not in (CROSS_ENCODER, BI_ENCODER):
+        raise TrainedPartsError(f"{folder}: unknown reranker kind {kind!r} ({CROSS_ENCODER} or {BI_ENCODER})")
+    model = CrossEncoderModel if kind == CROSS_ENCODER else BiEncoderModel
+    return model(folder, max_length=record.get("max_length"))
 
 
 @dataclass
@@ -162,7 +216,7 @@ class TrainedParts:
             raise TrainedPartsError(f"{path}: not a trained-parts manifest (format {FORMAT!r} expected)")
         parts = cls(folder, manifest)
         if manifest.get("reranker"):
-            parts.reranker = RerankerModel(folder / RERANKER_DIR, max_length=manifest["reranker"].get("max_length"))
+            parts.reranker = open_reranker(folder / RERANKER_DIR, manifest["reranker"])
         if manifest.get("type_reader"):
             reader_path = folder / TYPE_READER_FILE
             try:

@@ -27,6 +27,7 @@ from autofocus.program.steps.rerank import (
     yes_no_turns,
 )
 from autofocus.program.steps.sorting import binary_insertion_sort, check_tournament, tournament_sort
+from autofocus.program.trained import BI_ENCODER, CROSS_ENCODER
 from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.usage import map_concurrently
 
@@ -271,8 +272,8 @@ RERANKERS: dict[str, type[Reranker]] = {
 def make_reranker(config: AutofocusConfig, lm_spec: str, trained: Any | None = None, **kwargs: Any) -> Reranker | None:
     """The step-8 module for ``config.rerank.reranker``; None for ``"none"``.
 
-    ``"auto"`` is the trained cross-encoder where ``trained`` (``program.trained.TrainedParts``) has
-    one; otherwise it picks by the rerank LM: for the small offline models (``local*`` specs) none,
+    ``"auto"`` is the trained reranker (a cross-encoder or a bi-encoder) where ``trained``
+    (``program.trained.TrainedParts``) has one; otherwise it picks by the rerank LM: for the small offline models (``local*`` specs) none,
     because their yes/no judge did not beat steps 1-7's order on either labelled benchmark (demo,
     WordNet: docs/results.md); for hosted LMs the listwise reranker, the paper's default (one prompt;
     Table 7). An explicit ``"pointwise"`` scores yes/no on a local LM (small models cannot write a
@@ -282,16 +283,17 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, trained: Any | None = N
     choice = config.rerank.reranker
     model = getattr(trained, "reranker", None)
     if choice == "auto":
-        choice = "cross-encoder" if model is not None else "none" if local else "listwise"
+        choice = model.kind if model is not None else "none" if local else "listwise"
     if choice == "none":
         return None
-    if choice == "cross-encoder":
-        if model is None:
-            raise ValueError("reranker 'cross-encoder' needs a trained one: make it with `autofocus adapt` and run "
-                             "the program it writes (--program FILE)")
-        from autofocus.program.steps.cross_encoder import CrossEncoderReranker
+    if choice in (CROSS_ENCODER, BI_ENCODER):
+        if model is None or model.kind != choice:
+            has = f"its trained reranker is a {model.kind}" if model is not None else "it has no trained reranker"
+            raise ValueError(f"reranker {choice!r} needs a program made by `autofocus adapt --reranker-kind {choice}` "
+                             f"(--program FILE); {has}")
+        from autofocus.program.steps.trained_reranker import TrainedReranker
 
-        return CrossEncoderReranker(config, model=model, **kwargs)
+        return TrainedReranker(config, model=model, **kwargs)
     if choice == "pointwise":
         kwargs.setdefault("scoring", "yes_no" if local else "signature")
     return RERANKERS[choice](config, **kwargs)

@@ -1,9 +1,11 @@
-"""Step 8 by a cross-encoder trained on the knowledge base's own questions (``autofocus adapt``).
+"""Step 8 by a reranker trained on the knowledge base's own questions (``autofocus adapt``): a
+cross-encoder, or the embedder fine-tuned as a bi-encoder.
 
 No LM call: the question and each candidate's description (``program.trained.candidate_text``: name,
-type, relations, document) are read together by a small transformer that gives P(answer). Its
-log-odds go into the reranker's usual fusion with steps 1-7's order (``rerank.prior_fuse``, weight
-``rerank.rerank_prior_weight``; the adaptation stores the weight its validation questions chose).
+type, relations, document) are scored by a small transformer, read together (cross-encoder) or embedded
+apart (bi-encoder). Its log-odds go into the reranker's usual fusion with steps 1-7's order
+(``rerank.prior_fuse``, weight ``rerank.rerank_prior_weight``; the adaptation stores the weight its
+validation questions chose).
 """
 
 from __future__ import annotations
@@ -15,19 +17,19 @@ from autofocus.program.steps.rerank import Reranker, Session
 from autofocus.program.trained import RerankerModel, candidate_text
 
 
-class CrossEncoderReranker(Reranker):
-    """Scores every candidate with a trained cross-encoder in one batch; stable sort by score."""
+class TrainedReranker(Reranker):
+    """Scores every candidate with the trained model in one batch; stable sort by score."""
 
-    method = "cross-encoder"
     uses_lm = False
 
     def __init__(self, config: AutofocusConfig | None = None, *, model: RerankerModel, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self.model = model
+        self.method = model.kind
 
     def _rank(self, s: Session, target_type: str | None, data: dict[str, Any]) -> list[int]:
         texts = [candidate_text(s.skb, node) for node in s.ids]
         probs = self.model.probabilities(s.question, texts)
         scores = [float(p) for p in probs]
-        data.update(scores=scores, scored_by=["cross-encoder"] * len(scores), model=str(self.model.folder))
+        data.update(scores=scores, scored_by=[self.model.kind] * len(scores), model=str(self.model.folder))
         return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
