@@ -17,6 +17,7 @@ from autofocus.index.embedders import (
     PrecomputedEmbedder,
     SentenceTransformerEmbedder,
     get_embedder,
+    input_length,
     packaged_minilm_path,
     slug,
 )
@@ -121,3 +122,19 @@ def test_query_cache_memory_disk_and_threads(tmp_path: Path) -> None:
         t.join()
     assert not errors
     assert all(v is not None for v in other.get_many("count/model", [f"w{i}-{j}" for i in range(4) for j in range(20)]))
+
+
+def test_a_folders_input_length_comes_from_its_settings_or_its_tokenizer(tmp_path):
+    """A model fine-tuned by sentence-transformers 5.x/6 keeps its length in its tokenizer's settings only."""
+    import json
+
+    def folder(name: str, settings: dict, tokenizer: dict) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "sentence_bert_config.json").write_text(json.dumps(settings))
+        (path / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+        return path
+
+    assert input_length(folder("old", {"max_seq_length": 256}, {"model_max_length": 512})) == 256
+    assert input_length(folder("fine-tuned", {"transformer_task": "feature-extraction"}, {"model_max_length": 128})) == 128
+    assert input_length(folder("no-limit", {}, {"model_max_length": 1000000000000000019884624838656})) == 256

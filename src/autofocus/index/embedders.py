@@ -108,6 +108,18 @@ def _batched_embed(
     return np.concatenate(out, axis=0)
 
 
+def input_length(model_dir: Path) -> int:
+    """The tokens a sentence-transformers folder reads: its ``max_seq_length`` (older folders), else its
+    tokenizer's ``model_max_length`` (where sentence-transformers 5.x/6 saves a fine-tuned model's), else 256."""
+    settings = read_json(model_dir / "sentence_bert_config.json")
+    tokenizer_length = read_json(model_dir / "tokenizer_config.json").get("model_max_length")
+    if settings.get("max_seq_length"):
+        return int(settings["max_seq_length"])
+    if isinstance(tokenizer_length, int) and 0 < tokenizer_length <= 100_000:  # not the "no limit" sentinel
+        return tokenizer_length
+    return 256
+
+
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model on CPU, run by torch, ONNX Runtime or OpenVINO, loaded on first
     use and never downloaded.
@@ -124,8 +136,7 @@ class SentenceTransformerEmbedder:
         self.backend = backend
         self.name = f"{base_name}@{backend}"
         self.device = device
-        settings = read_json(self.path / "sentence_bert_config.json")
-        self.max_seq_length = int(settings.get("max_seq_length") or 256)
+        self.max_seq_length = input_length(self.path)
         self.trained_tokens = trained_tokens or self.max_seq_length
         self._model: Any = None
         self._lock = threading.Lock()
