@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from autofocus import paths
+from autofocus.local_lm.server_build import usable_cores
 from autofocus.skb.model import SKB
 from autofocus.skb.skbdir import load_skb_dir
 from autofocus.skb.writer import write_skb_dir
@@ -22,7 +23,7 @@ def _share_the_cores() -> None:
     several times slower side by side than one after the other."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     if workers > 1:
-        share = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        share = str(max(1, usable_cores(os.cpu_count() or 1) // workers))
         for var in ("OMP_NUM_THREADS", "AUTOFOCUS_LLM_THREADS"):
             os.environ.setdefault(var, share)
 

@@ -306,3 +306,15 @@ def test_candidate_text_reads_name_type_relations_and_document(tiny_skb):
     assert "paper cites paper -> Graph Retrieval at Scale; Cypher Queries from Text" in text
     assert "paper has topic field -> Information Retrieval; Natural Language Processing" in text
     assert "year: 2022" in text and "Answering questions that need several hops" in text
+
+
+def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
+    from typer.testing import CliRunner
+
+    from autofocus.cli import app
+
+    out = tmp_path / "adapted.json"
+    result = CliRunner().invoke(app, ["adapt", "--skb", str(tmp_path), "--templates", "5", "--reranker-kind",
+                                      "biencoder", "--out", str(out)])
+    assert result.exit_code == 2 and "--reranker-kind must be one of cross-encoder, bi-encoder" in result.output
+    assert not out.exists() and not parts_folder(out).exists()

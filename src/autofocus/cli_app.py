@@ -65,6 +65,13 @@ def config_or_exit(config: Path | None, lm: str | None = None, **kwargs: Any) ->
         raise fail(str(exc)) from None
 
 
+def choice(value: str, allowed: tuple[str, ...], what: str) -> str:
+    """``value`` where it is one of ``allowed``; else the option's usage error, before any work starts."""
+    if value not in allowed:
+        raise typer.BadParameter(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``message`` in red on stderr (as text, never as markup); the ``typer.Exit`` to raise."""
     make_console(stderr=True).print(f"[red]{safe(message)}[/]")

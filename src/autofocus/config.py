@@ -30,6 +30,7 @@ from autofocus.language import available as available_languages
 
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament", "cross-encoder", "bi-encoder"]
+RERANKER_KINDS: tuple[str, ...] = ("cross-encoder", "bi-encoder")  # those `autofocus adapt` trains
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 RepairRule = Literal[

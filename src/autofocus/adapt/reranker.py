@@ -33,6 +33,7 @@ from autofocus.program.trained import (
     CANDIDATE_TOKENS,
     CROSS_ENCODER,
     RERANKER_DIR,
+    RERANKER_KINDS,
     RerankerModel,
     candidate_text,
 )
@@ -134,7 +135,7 @@ def train_reranker(
     *, eval_source: str = "grounded", progress: bool = True,
 ) -> dict[str, Any]:
     """Train the reranker of ``opts.kind`` into ``out / reranker``; returns what the manifest records."""
-    if opts.kind not in (CROSS_ENCODER, BI_ENCODER):
+    if opts.kind not in RERANKER_KINDS:
         raise ValueError(f"unknown reranker kind {opts.kind!r}: {CROSS_ENCODER} or {BI_ENCODER}")
     start = time.perf_counter()
     docs = Documents(skb)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autofocus.cli_app import QADirOpt, app, config_or_exit, fail
+from autofocus.cli_app import QADirOpt, app, choice, config_or_exit, fail
 from autofocus.console import OPEN_ERRORS, RichReporter, make_console, print_error, safe
 
 console = make_console()
@@ -54,7 +54,10 @@ def adapt_command(
     """Fit autofocus to this knowledge base: mine candidate lists for its questions with steps 3-7, train a
     reranker for step 8 and a type reader for step 1, and write a program that uses them."""
     from autofocus.adapt import adapt
+    from autofocus.config import RERANKER_KINDS
     from autofocus.options import AdaptOptions
+
+    choice(reranker_kind, RERANKER_KINDS, "--reranker-kind")
 
     if not split and not templates:
         raise fail("no training questions: give --split (e.g. --split synthetic --qa-dir DIR) or --templates N")
@@ -89,7 +92,7 @@ def _table(s: dict) -> Table:
                                   f"{r['epochs']} epochs, {r['minutes']} min")
         a = r.get("val_after", {})
         if a:
-            table.add_row("held-out MRR@10", f"{r.get('base_mrr@10') or float('nan'):.3f} steps 3-7 -> "
+            table.add_row("held-out MRR@10", f"{r['base_mrr@10'] if r.get('base_mrr@10') is not None else float('nan'):.3f} steps 3-7 -> "
                                               f"{a.get('mrr@10', float('nan')):.3f} reranked ({r['val_questions']} questions)")
         if "fusion" in r:
             table.add_row("fusion weight", f"{r['fusion']['used']:.2f} ({r['fusion']['n']} questions)")

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autofocus.cli_app import app, command_group
+from autofocus.cli_app import app, choice, command_group
 from autofocus.console import make_console, safe
 from autofocus.index.embedders import BACKEND_CHOICES, DEFAULT_EMBEDDER, EmbedderError, with_backend
 
@@ -28,19 +28,13 @@ KindOpt = Annotated[str, typer.Option(help="FAISS index for unfiltered search: f
 IndexDirOpt = Annotated[Path | None, typer.Option(help="index root (default: <SKB cache dir>/index)")]
 
 
-def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise typer.BadParameter(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
 def _variants(value: str, config: Path | None) -> list[str]:
     """``auto``: the variants AF-Retriever searches under ``config`` (``AutofocusConfig.doc_variants``)."""
     if value == "auto":
         from autofocus import runtime
 
         return runtime.load_config(config).doc_variants
-    return list(VARIANTS) if value == "all" else [_choice(value, VARIANTS, "--variant")]
+    return list(VARIANTS) if value == "all" else [choice(value, VARIANTS, "--variant")]
 
 
 @contextmanager
@@ -86,8 +80,8 @@ def build(
 ) -> None:
     """Embed every node document (resumable: rerun after a crash to continue) and build the FAISS indexes."""
     variants = _variants(variant, config)
-    _choice(kind, KINDS, "--kind")
-    _choice(embedder_backend, BACKEND_CHOICES, "--embedder-backend")
+    choice(kind, KINDS, "--kind")
+    choice(embedder_backend, BACKEND_CHOICES, "--embedder-backend")
     if budget is None and config is not None:
         from autofocus import runtime
 
@@ -119,7 +113,7 @@ def import_(
     from autofocus.index.build import import_embeddings
     from autofocus.index.store import store_dir
 
-    _choice(variant, VARIANTS, "--variant")
+    choice(variant, VARIANTS, "--variant")
     with _user_errors():
         kb = _open(skb, model, index_dir, build_missing=False)
         directory = store_dir(kb.index_root, kb.embedder.name, variant)  # no budget: they serve every budget
@@ -212,8 +206,8 @@ def search(
     index_dir: IndexDirOpt = None,
 ) -> None:
     """Plain vector similarity search over node documents (builds the index on first use)."""
-    _choice(variant, VARIANTS, "--variant")
-    _choice(kind, KINDS, "--kind")
+    choice(variant, VARIANTS, "--variant")
+    choice(kind, KINDS, "--kind")
     with _user_errors():
         kb = _open(skb, embedder, index_dir, index_kind=kind)
         if node_type is not None:

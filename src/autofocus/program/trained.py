@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from autofocus.config import RERANKER_KINDS
 from autofocus.skb.documents import gather_relations, readable_label, truncate_to_tokens
 from autofocus.skb.model import SKB
 
@@ -36,7 +37,7 @@ FORMAT = "autofocus-trained/1"
 CANDIDATE_NEIGHBOURS = 2  # neighbours shown per relationship type (the others counted)
 NAME_CHARS = 40  # a neighbour's name or an attribute's value, cut
 CANDIDATE_TOKENS = 100  # a candidate's description in the reranker's input: name, type, relations, text
-CROSS_ENCODER, BI_ENCODER = "cross-encoder", "bi-encoder"  # the kinds of trained reranker
+CROSS_ENCODER, BI_ENCODER = RERANKER_KINDS  # the kinds of trained reranker
 BI_ENCODER_SCALE = 20.0  # cosine -> logit, as MultipleNegativesRankingLoss scales it in training
 
 
@@ -140,7 +141,7 @@ def open_reranker(folder: Path, record: dict[str, Any]) -> RerankerModel:
     """The trained reranker in ``folder`` as its manifest ``record`` describes it (a cross-encoder where it
     names no kind: manifests written before bi-encoders)."""
     kind = record.get("kind", CROSS_ENCODER)
-    if kind not in (CROSS_ENCODER, BI_ENCODER):
+    if kind not in RERANKER_KINDS:
         raise TrainedPartsError(f"{folder}: unknown reranker kind {kind!r} ({CROSS_ENCODER} or {BI_ENCODER})")
     model = CrossEncoderModel if kind == CROSS_ENCODER else BiEncoderModel
     return model(folder, max_length=record.get("max_length"))

@@ -27,7 +27,7 @@ from autofocus.program.steps.rerank import (
     yes_no_turns,
 )
 from autofocus.program.steps.sorting import binary_insertion_sort, check_tournament, tournament_sort
-from autofocus.program.trained import BI_ENCODER, CROSS_ENCODER
+from autofocus.program.trained import RERANKER_KINDS
 from autofocus.signatures import ListwiseRank, PairwiseCompare, PointwiseScore
 from autofocus.usage import map_concurrently
 
@@ -286,7 +286,7 @@ def make_reranker(config: AutofocusConfig, lm_spec: str, trained: Any | None = N
         choice = model.kind if model is not None else "none" if local else "listwise"
     if choice == "none":
         return None
-    if choice in (CROSS_ENCODER, BI_ENCODER):
+    if choice in RERANKER_KINDS:
         if model is None or model.kind != choice:
             has = f"its trained reranker is a {model.kind}" if model is not None else "it has no trained reranker"
             raise ValueError(f"reranker {choice!r} needs a program made by `autofocus adapt --reranker-kind {choice}` "
