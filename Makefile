@@ -9,7 +9,7 @@ QUESTION ?= Which exceptions defined in the json module subclass ValueError?
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup setup-dev setup-lm demo demo-index wordnet test lint bench clean
+.PHONY: setup setup-dev setup-lm demo demo-index wordnet test test-lm lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -56,6 +56,11 @@ wordnet: setup
 test: setup-dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest -n 2 -q --durations=10
+
+# The opt-in checks with the real offline model (llama.cpp's server from the wheel and, where `make setup-lm
+# NATIVE=1` built one, from source): a few minutes of model time on 2 cores, so not in `make test`.
+test-lm: setup-dev setup-lm
+	AUTOFOCUS_E2E=1 $(BIN)/pytest -n 2 -q tests/test_llama_server.py tests/test_lm_e2e.py
 
 lint: setup-dev
 	$(BIN)/ruff check src tests benchmarks

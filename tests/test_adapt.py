@@ -179,6 +179,30 @@ def test_fine_tuning_the_embedder_raises_answers_above_non_answers(tiny_skb, tmp
     assert probs.sum() == pytest.approx(1.0) and probs[0] > probs[1]
 
 
+@pytest.mark.slow
+def test_the_bi_encoder_embeds_each_candidate_once(tmp_path):
+    """A candidate's vector does not depend on the question: kept under the model's digest on disk, a
+    candidate met again (another question, another run) is looked up, and scores as when embedded."""
+    from autofocus.adapt.reranker import base_model_dir
+    from autofocus.index.cache import EmbeddingCache
+
+    texts = ["Graph Retrieval at Scale (paper)", "Ada Lovelace (author)", "Information Retrieval (field of study)"]
+    cache = EmbeddingCache(tmp_path / "vectors.sqlite")
+    model = BiEncoderModel(base_model_dir(None), cache=cache)
+    first = model.logits("Which papers are about retrieval?", texts)
+    q, d = model.embed(["Which papers are about retrieval?"]), model.embed(texts)
+    np.testing.assert_allclose(first, 20.0 * (d @ q[0]), rtol=1e-5, atol=1e-5)  # what an uncached model scores
+    assert cache.misses == 4
+    second = model.logits("Who wrote about graphs?", texts)
+    assert cache.misses == 5 and second.shape == (3,)  # the new question only
+    reopened = BiEncoderModel(base_model_dir(None), cache=EmbeddingCache(tmp_path / "vectors.sqlite"))
+    assert reopened.name == model.name
+    np.testing.assert_array_equal(reopened.logits("Which papers are about retrieval?", texts), first)
+    assert reopened.cache.misses == 0  # read back from disk
+    shorter = BiEncoderModel(base_model_dir(None), max_length=32, cache=cache)
+    assert shorter.name != model.name  # another input length embeds anew
+
+
 def test_no_pairs_of_both_kinds_is_a_clear_error(tiny_skb, tmp_path):
     kb = make_kb(tiny_skb, tmp_path / "index")
     papers = [int(i) for i in tiny_skb.ids_of_type("paper")]

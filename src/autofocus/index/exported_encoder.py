@@ -61,7 +61,8 @@ def check_exportable(model_dir: Path) -> dict[str, Any]:
     return config
 
 
-def _weights_digest(model_dir: Path) -> str:
+def weights_digest(model_dir: Path) -> str:
+    """What a transformer folder computes: its config, weights and tokenizer (names a model's derived files)."""
     h = hashlib.sha256()
     for name in ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json"):
         path = model_dir / name
@@ -97,7 +98,7 @@ def exported_file(model_dir: Path, versions: str, filename: str, export: Callabl
     """``filename`` in the model's export folder (keyed by weights and ``versions``), made by
     ``export(model_dir, folder)`` on first use; ``export`` writes under temporary names, then renames."""
     model_dir = Path(model_dir)
-    key = hashlib.sha256(f"{_weights_digest(model_dir)}|{versions}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{weights_digest(model_dir)}|{versions}".encode()).hexdigest()[:16]
     name, dirs = f"{model_dir.resolve().name}-{key}", models_dirs()
     found = [d / name / filename for d in dirs if (d / name / filename).is_file()]
     if found:

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from autofocus.config import RERANKER_KINDS
+from autofocus.index.cache import EmbeddingCache, default_cache
+from autofocus.index.exported_encoder import weights_digest
 from autofocus.skb.documents import gather_relations, readable_label, truncate_to_tokens
 from autofocus.skb.model import SKB
 
@@ -101,11 +103,16 @@ class CrossEncoderModel:
 class BiEncoderModel:
     """A sentence embedder fine-tuned on the knowledge base's questions: question and candidates embedded
     apart, scored by cosine. Its probabilities are the softmax over the candidates given, the distribution
-    its training loss fitted (so they depend on the list, as a ranking does)."""
+    its training loss fitted (so they depend on the list, as a ranking does).
+
+    A candidate's vector does not depend on the question, so each description is embedded once and kept
+    in the embedding cache (by default the autofocus home's, on disk, under the model's weights digest):
+    a candidate met again, by a later question, run or tuning trial, costs a lookup."""
 
     kind = BI_ENCODER
 
-    def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32) -> None:
+    def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32,
+                 cache: EmbeddingCache | None = None) -> None:
         from sentence_transformers import SentenceTransformer
 
         self.folder = Path(folder)
@@ -116,15 +123,22 @@ class BiEncoderModel:
         if max_length:
             self.model.max_seq_length = max_length
         self.batch_size = batch_size
+        self.cache = cache if cache is not None else default_cache()
+        self.name = f"bi-encoder-{weights_digest(self.folder)}-{self.model.max_seq_length}t"  # the cache's key
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """Unit vectors of ``texts`` (the embedder the cache calls for the ones it lacks)."""
+        return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=False)
 
     def logits(self, question: str, texts: list[str]) -> np.ndarray:
         """Scaled cosine of the question and each text."""
         if not texts:
             return np.zeros(0, dtype=np.float64)
-        q = self.model.encode([question], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-        d = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                              show_progress_bar=False)
-        return BI_ENCODER_SCALE * (np.asarray(d, dtype=np.float64) @ np.asarray(q[0], dtype=np.float64))
+        q = self.cache.embed(self, [question])[0]
+        d = self.cache.embed(self, texts, batch_size=self.batch_size)
+        return BI_ENCODER_SCALE * (d.astype(np.float64) @ q.astype(np.float64))
 
     def probabilities(self, question: str, texts: list[str]) -> np.ndarray:
         z = self.logits(question, texts)
