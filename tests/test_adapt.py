@@ -342,3 +342,5 @@ def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
                                       "biencoder", "--out", str(out)])
     assert result.exit_code == 2 and "--reranker-kind must be one of cross-encoder, bi-encoder" in result.output
     assert not out.exists() and not parts_folder(out).exists()
+    with pytest.raises(ValueError, match="unknown reranker kind 'biencoder'"):  # the Python API, as the options are made
+        AdaptOptions(out=out, templates=5, reranker_kind="biencoder")

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autofocus.config import RERANKER_KINDS
+
 
 @dataclass(frozen=True)
 class TuneOptions:
@@ -220,3 +222,7 @@ class AdaptOptions:
     positives: int = 2
     negatives: int = 7
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.reranker_kind not in RERANKER_KINDS:  # before any question is written or list mined
+            raise ValueError(f"unknown reranker kind {self.reranker_kind!r}: one of {', '.join(RERANKER_KINDS)}")
