@@ -7,6 +7,7 @@ cross-encoder is the packaged MiniLM, trained for real on a few dozen pairs (slo
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -23,6 +24,7 @@ from autofocus.config import AutofocusConfig
 from autofocus.options import AdaptOptions, SynthOptions
 from autofocus.program.steps.rerankers import make_reranker
 from autofocus.program.steps.trained_reranker import TrainedReranker
+from autofocus.program.systems.base import program_copy
 from autofocus.program.trained import (
     BiEncoderModel,
     CrossEncoderModel,
@@ -201,6 +203,7 @@ def test_the_bi_encoder_embeds_each_candidate_once(tmp_path):
     assert reopened.cache.misses == 0  # read back from disk
     shorter = BiEncoderModel(base_model_dir(None), max_length=32, cache=cache)
     assert shorter.name != model.name  # another input length embeds anew
+    assert copy.deepcopy(model) is model  # a program's copies for other threads share it, cache and all
 
 
 def test_no_pairs_of_both_kinds_is_a_clear_error(tiny_skb, tmp_path):
@@ -266,6 +269,7 @@ def test_adapted_program_reranks_with_its_model_and_reloads_identically(adapted)
     from autofocus.trace import Trace
 
     first = program.rerank(question, "paper", found, {}, program.config, Trace())
+    assert program_copy(program).reranker.model is program.reranker.model  # threads share the weights
     moved = result.program.parent.parent / "moved"
     shutil.copytree(result.program.parent, moved)
     again = runtime.open_program(kb, "afr", None, moved / result.program.name, lms=False)

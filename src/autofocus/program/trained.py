@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,17 @@ def candidate_text(skb: SKB, node: int, budget_tokens: int = CANDIDATE_TOKENS) -
     return truncate_to_tokens("\n".join([*lines, doc]), budget_tokens)
 
 
-class CrossEncoderModel:
+class _SharedModel:
+    """A trained model is read-only: the copies of a program made for other threads share it (a copy per
+    thread would hold its weights again), and its calls take turns, as the index's embedder's do."""
+
+    _lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _SharedModel:
+        return self
+
+
+class CrossEncoderModel(_SharedModel):
     """A trained cross-encoder: P(candidate answers question) per candidate, in batches."""
 
     kind = CROSS_ENCODER
@@ -92,15 +103,16 @@ class CrossEncoderModel:
 
         if not texts:
             return np.zeros(0, dtype=np.float64)
-        out = self.model.predict([(question, t) for t in texts], batch_size=self.batch_size,
-                                 activation_fn=torch.nn.Identity(), show_progress_bar=False, convert_to_numpy=True)
+        with self._lock:
+            out = self.model.predict([(question, t) for t in texts], batch_size=self.batch_size,
+                                     activation_fn=torch.nn.Identity(), show_progress_bar=False, convert_to_numpy=True)
         return np.asarray(out, dtype=np.float64).reshape(-1)
 
     def probabilities(self, question: str, texts: list[str]) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.logits(question, texts)))
 
 
-class BiEncoderModel:
+class BiEncoderModel(_SharedModel):
     """A sentence embedder fine-tuned on the knowledge base's questions: question and candidates embedded
     apart, scored by cosine. Its probabilities are the softmax over the candidates given, the distribution
     its training loss fitted (so they depend on the list, as a ranking does).
@@ -129,8 +141,9 @@ class BiEncoderModel:
 
     def embed(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit vectors of ``texts`` (the embedder the cache calls for the ones it lacks)."""
-        return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                                 show_progress_bar=False)
+        with self._lock:
+            return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
 
     def logits(self, question: str, texts: list[str]) -> np.ndarray:
         """Scaled cosine of the question and each text."""
