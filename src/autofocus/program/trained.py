@@ -137,7 +137,8 @@ class BiEncoderModel(_SharedModel):
         self.batch_size = batch_size
         self.cache = cache if cache is not None else default_cache()
         self.name = f"bi-encoder-{weights_digest(self.folder)}-{self.model.max_seq_length}t"  # the cache's key
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(getter())
 
     def embed(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit vectors of ``texts`` (the embedder the cache calls for the ones it lacks)."""
