@@ -248,7 +248,7 @@ def adapted(two_type_skb, tmp_path, monkeypatch):
     kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
-                           batch_size=8, max_length=96, val_share=0.3)
+                           batch_size=8, max_length=96, val_share=0.3, reranker_kind="cross-encoder")
     return kb, adapt(two_type_skb, AutofocusConfig(), options)
 
 
@@ -259,6 +259,7 @@ def test_adapted_program_reranks_with_its_model_and_reloads_identically(adapted)
     assert result.folder == folder and (folder / "manifest.json").is_file()
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["reranker"]["pairs"] > 0 and manifest["type_reader"]["train_questions"] > 0
+    assert manifest["options"]["negatives"] == 7  # the cross-encoder's own number of hard negatives
     saved = json.loads(result.program.read_text())
     assert saved["config"]["trained"] == folder.name  # relative: program and models move together
     program = runtime.open_program(kb, "afr", None, result.program, lms=False)

@@ -31,6 +31,9 @@ from autofocus.language import available as available_languages
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament", "cross-encoder", "bi-encoder"]
 RERANKER_KINDS: tuple[str, ...] = ("cross-encoder", "bi-encoder")  # those `autofocus adapt` trains
+# Hard negatives per training question, as each kind was measured (docs/results.md, 2026-11-28): the bi-encoder
+# sees every other answer of its batch as a negative too, so it needs fewer mined ones.
+RERANKER_NEGATIVES: dict[str, int] = {"cross-encoder": 7, "bi-encoder": 3}
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 RepairRule = Literal[

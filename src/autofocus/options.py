@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autofocus.config import RERANKER_KINDS
+from autofocus.config import RERANKER_KINDS, RERANKER_NEGATIVES
 
 
 @dataclass(frozen=True)
@@ -194,12 +194,13 @@ class AdaptOptions:
         sources: candidate lists mined per question (``adapt.mining``: ``grounded``, ``vector``).
         runs: evaluation runs on training questions whose steps 1-7 lists are mined too (the truest lists).
         reranker: train step 8's reranker.
-        reranker_kind: ``cross-encoder`` (a new head on the MiniLM) or ``bi-encoder`` (the MiniLM embedder
-            fine-tuned with in-batch and hard negatives).
+        reranker_kind: ``bi-encoder`` (the MiniLM embedder fine-tuned with in-batch and hard negatives; the
+            kind that measured better on both benchmarks) or ``cross-encoder`` (a new head on the MiniLM).
         type_reader: fit the type reader.
         base: the folder the cross-encoder starts from (a cross-encoder or BERT-like model); None: the
             packaged MiniLM's weights with a new head.
-        epochs, batch_size, learning_rate, max_length, positives, negatives: the reranker's training.
+        epochs, batch_size, learning_rate, max_length, positives: the reranker's training.
+        negatives: hard negatives per question (None: the kind's own, ``config.RERANKER_NEGATIVES``).
         seed: every random choice (held-out part, positives kept, the trainer's).
     """
 
@@ -212,7 +213,7 @@ class AdaptOptions:
     sources: Sequence[str] = ("grounded", "vector")
     runs: Sequence[Path | str] = ()
     reranker: bool = True
-    reranker_kind: str = "cross-encoder"
+    reranker_kind: str = "bi-encoder"
     type_reader: bool = True
     base: Path | str | None = None
     epochs: int = 1
@@ -220,9 +221,14 @@ class AdaptOptions:
     learning_rate: float = 5e-5
     max_length: int = 128
     positives: int = 2
-    negatives: int = 7
+    negatives: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.reranker_kind not in RERANKER_KINDS:  # before any question is written or list mined
             raise ValueError(f"unknown reranker kind {self.reranker_kind!r}: one of {', '.join(RERANKER_KINDS)}")
+
+    @property
+    def hard_negatives(self) -> int:
+        """The hard negatives per question the reranker trains with."""
+        return self.negatives or RERANKER_NEGATIVES[self.reranker_kind]

@@ -64,7 +64,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     system, cfg = runtime.resolve_system(options.system, config)
     cfg = cfg.updated({"trained": None})
     kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
-    summary: dict[str, Any] = {"skb": str(skb), "system": system, "options": _plain(asdict(options))}
+    summary: dict[str, Any] = {"skb": str(skb), "system": system, "options": _plain({**asdict(options), "negatives": options.hard_negatives})}
 
     sources: list[tuple[str, Path | str | None]] = [(s, options.qa_dir) for s in options.splits]
     if options.templates:
@@ -104,7 +104,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
         training = RerankerTraining(kind=options.reranker_kind, base=str(options.base) if options.base else None,
                                     epochs=options.epochs, batch_size=options.batch_size,
                                     learning_rate=options.learning_rate, max_length=options.max_length,
-                                    positives=options.positives, negatives=options.negatives, seed=options.seed)
+                                    positives=options.positives, negatives=options.hard_negatives, seed=options.seed)
         eval_source = "run" if runs else "grounded"
         summary["reranker"] = train_reranker(mined_train, mined_val, kb.skb, folder, training, eval_source=eval_source,
                                              progress=draws_bars(reporter))

@@ -40,13 +40,14 @@ def adapt_command(
                                              "mined too (repeatable)", exists=True, file_okay=False)
     ] = None,
     reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="train step 8's reranker")] = True,
-    reranker_kind: Annotated[str, typer.Option(help="cross-encoder (a new head on the MiniLM) or bi-encoder (the "
-                                                    "MiniLM embedder fine-tuned)")] = "cross-encoder",
+    reranker_kind: Annotated[str, typer.Option(help="bi-encoder (the MiniLM embedder fine-tuned; better on both "
+                                                    "benchmarks) or cross-encoder (a new head on the MiniLM)")] = "bi-encoder",
     type_reader: Annotated[bool, typer.Option("--type-reader/--no-type-reader", help="fit the type reader")] = True,
     base: Annotated[Path | None, typer.Option(help="model folder the cross-encoder starts from (default: the packaged "
                                                    "MiniLM with a new head)", exists=True, file_okay=False)] = None,
     epochs: Annotated[int, typer.Option(help="cross-encoder epochs (the best on held-out questions is kept)", min=1)] = 1,
-    negatives: Annotated[int, typer.Option(help="hard negatives per question", min=1)] = 7,
+    negatives: Annotated[int | None, typer.Option(help="hard negatives per question (default: 3 for a bi-encoder, "
+                                                       "7 for a cross-encoder)", min=1)] = None,
     val_share: Annotated[float, typer.Option(help="share of the questions held out", min=0.0, max=0.5)] = 0.15,
     seed: Annotated[int, typer.Option(help="seed of every random choice")] = 0,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
