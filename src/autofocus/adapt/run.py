@@ -5,7 +5,7 @@ The sequence, each part on two CPU cores in minutes:
 1. Questions: splits given (``synthetic`` from ``autofocus synth``, or labelled ones), and/or
    ``templates`` written from the graph here (no LM). A seeded share is held out (never a test split).
 2. Candidate lists (``adapt.mining``): the program's own steps 3-7 per question, no LM.
-3. The reranker (``adapt.reranker``: a cross-encoder, or the embedder fine-tuned as a bi-encoder), its
+3. The reranker (``adapt.reranker``: the embedder fine-tuned as a bi-encoder, or a cross-encoder), its
    best epoch chosen on the held-out questions,
    and the weight of its fusion with steps 1-7's order fitted there by likelihood
    (``optimize.fusion_fit``).

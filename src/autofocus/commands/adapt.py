@@ -45,7 +45,7 @@ def adapt_command(
     type_reader: Annotated[bool, typer.Option("--type-reader/--no-type-reader", help="fit the type reader")] = True,
     base: Annotated[Path | None, typer.Option(help="model folder the cross-encoder starts from (default: the packaged "
                                                    "MiniLM with a new head)", exists=True, file_okay=False)] = None,
-    epochs: Annotated[int, typer.Option(help="cross-encoder epochs (the best on held-out questions is kept)", min=1)] = 1,
+    epochs: Annotated[int, typer.Option(help="reranker epochs (the best on held-out questions is kept)", min=1)] = 1,
     negatives: Annotated[int | None, typer.Option(help="hard negatives per question (default: 3 for a bi-encoder, "
                                                        "7 for a cross-encoder)", min=1)] = None,
     val_share: Annotated[float, typer.Option(help="share of the questions held out", min=0.0, max=0.5)] = 0.15,
