@@ -349,3 +349,6 @@ def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
     assert not out.exists() and not parts_folder(out).exists()
     with pytest.raises(ValueError, match="unknown reranker kind 'biencoder'"):  # the Python API, as the options are made
         AdaptOptions(out=out, templates=5, reranker_kind="biencoder")
+    assert AdaptOptions(reranker_kind="cross-encoder").hard_negatives == 7 and AdaptOptions().hard_negatives == 3
+    with pytest.raises(ValueError, match="negatives must be at least 1"):
+        AdaptOptions(negatives=0)

@@ -227,8 +227,10 @@ class AdaptOptions:
     def __post_init__(self) -> None:
         if self.reranker_kind not in RERANKER_KINDS:  # before any question is written or list mined
             raise ValueError(f"unknown reranker kind {self.reranker_kind!r}: one of {', '.join(RERANKER_KINDS)}")
+        if self.negatives is not None and self.negatives < 1:
+            raise ValueError(f"negatives must be at least 1 (None: the kind's own), not {self.negatives}")
 
     @property
     def hard_negatives(self) -> int:
         """The hard negatives per question the reranker trains with."""
-        return self.negatives or RERANKER_NEGATIVES[self.reranker_kind]
+        return RERANKER_NEGATIVES[self.reranker_kind] if self.negatives is None else self.negatives
