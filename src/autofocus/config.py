@@ -30,10 +30,11 @@ from autofocus.language import available as available_languages
 
 DocVariant = Literal["text", "text+rel"]
 Reranker = Literal["auto", "none", "pointwise", "listwise", "pairwise", "tournament", "cross-encoder", "bi-encoder"]
-RERANKER_KINDS: tuple[str, ...] = ("cross-encoder", "bi-encoder")  # those `autofocus adapt` trains
-# Hard negatives per training question, as each kind was measured (docs/results.md, 2026-11-28): the bi-encoder
-# sees every other answer of its batch as a negative too, so it needs fewer mined ones.
+# The kinds of reranker `autofocus adapt` trains, with the hard negatives per training question each was
+# measured with (docs/results.md, 2026-11-28): the bi-encoder sees every other answer of its batch as a
+# negative too, so it needs fewer mined ones.
 RERANKER_NEGATIVES: dict[str, int] = {"cross-encoder": 7, "bi-encoder": 3}
+RERANKER_KINDS: tuple[str, ...] = tuple(RERANKER_NEGATIVES)
 Expansion = Literal["paper", "code"]
 RelaxRung = Literal["filters", "triplets", "constants", "edges"]
 RepairRule = Literal[
