@@ -3,6 +3,7 @@ document budget per embedder, only-used variants, chunk sorting and dedup, and t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -214,3 +215,55 @@ def test_an_export_is_found_in_any_listed_models_folder_and_made_in_the_first(tm
     assert exported_encoder.exported_file(model, "v1", "model.onnx", export) == moved / "model.onnx"
     assert len(made) == 1  # found, not made again
     assert exported_encoder.exported_file(model, "v2", "model.onnx", export).parent.parent == first and len(made) == 2
+
+
+@pytest.mark.skipif(not openvino_available(), reason="needs the openvino extra")
+def test_a_cross_encoder_on_openvino_scores_pairs_as_torch_does(tmp_path: Path) -> None:
+    """Step 8's trained cross-encoder exported as (question, text) -> logit: the same logits as torch's for
+    pairs of any length (truncated longest first to the model's length), in the order given."""
+    import torch
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    from autofocus.adapt.reranker import base_model_dir
+    from autofocus.program.trained import CrossEncoderModel, TrainedPartsError
+
+    torch.manual_seed(0)
+    folder = tmp_path / "reranker"
+    CrossEncoder(str(base_model_dir(None)), num_labels=1, max_length=32, device="cpu").save(str(folder))
+    texts = [*TEXTS, " ".join(TEXTS * 4)]  # the last is cut to 32 word pieces with the question
+    on_torch = CrossEncoderModel(folder, max_length=32, backend="torch")
+    exported = CrossEncoderModel(folder, max_length=32)
+    assert (on_torch.backend, exported.backend) == ("torch", "openvino")
+    a, b = on_torch.logits("what does json.loads raise?", texts), exported.logits("what does json.loads raise?", texts)
+    assert a.shape == b.shape == (len(texts),) and np.ptp(a) > 1e-3  # a fresh head still tells texts apart
+    np.testing.assert_allclose(b, a, atol=1e-4)
+    with pytest.raises(ValueError, match="unknown backend 'tensorrt' for a trained model"):
+        CrossEncoderModel(folder, backend="tensorrt")
+    (folder / "tokenizer.json").unlink()  # a folder OpenVINO cannot serve: asked for, a clear error
+    with pytest.raises(TrainedPartsError, match=r"tokenizer\.json"):
+        CrossEncoderModel(folder, backend="openvino")
+
+
+@pytest.mark.skipif(not openvino_available(), reason="needs the openvino extra")
+def test_a_fine_tuned_bi_encoder_on_openvino_embeds_as_torch_does(tmp_path: Path) -> None:
+    """Step 8's bi-encoder (a sentence-transformers folder as training saves it) on OpenVINO: unit vectors
+    equal to torch's, so both fill one cache; a folder with a layer the export leaves out stays on torch."""
+    from sentence_transformers import SentenceTransformer
+
+    from autofocus.adapt.reranker import base_model_dir
+    from autofocus.index.cache import EmbeddingCache
+    from autofocus.program.trained import BiEncoderModel, TrainedPartsError
+
+    folder = tmp_path / "reranker"
+    SentenceTransformer(str(base_model_dir(None)), device="cpu").save(str(folder))
+    cache = EmbeddingCache(tmp_path / "cache")
+    on_torch = BiEncoderModel(folder, max_length=32, backend="torch", cache=cache)
+    exported = BiEncoderModel(folder, max_length=32, cache=cache)
+    assert (on_torch.backend, exported.backend) == ("torch", "openvino") and on_torch.name == exported.name
+    assert exported.dim == on_torch.dim == 384
+    np.testing.assert_allclose(exported.embed(TEXTS), on_torch.embed(TEXTS), atol=1e-5)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(TrainedPartsError, match="mean pooling only"):
+        BiEncoderModel(folder, backend="openvino", cache=cache)

@@ -1,11 +1,12 @@
 """What the exported backends of a local sentence-transformers model share (``onnx_model``,
-``openvino_model``): which models export, the cache of exported files, the encoder module that is
-exported, and the length-batched encoding loop.
+``openvino_model``): which models export, the cache of exported files, the modules that are exported
+(a mean-pooled encoder; a cross-encoder's one-logit head), and the length-batched loop that runs them.
 
 Exports are made from the very weights the torch backend loads, never downloaded, into
 ``<AUTOFOCUS_HOME>/models`` (or the folders ``AUTOFOCUS_MODELS`` lists), keyed by the weights' digest and the library
 versions, under a file lock so that parallel processes export once. Only BERT-like encoders with mean
-pooling are exported; anything else stays on torch.
+pooling, or with a one-logit sequence-classification head (a cross-encoder), are exported; anything else
+stays on torch.
 """
 
 from __future__ import annotations
@@ -46,18 +47,36 @@ def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def check_exportable(model_dir: Path) -> dict[str, Any]:
-    """The model's config when it is a BERT-like encoder with mean pooling; raises ``ExportUnavailable`` otherwise."""
+def _bert_like(model_dir: Path) -> dict[str, Any]:
+    """The model's config when it is a BERT-like encoder with a fast tokenizer; raises ``ExportUnavailable`` otherwise."""
     config = read_json(model_dir / "config.json")
-    modules = json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
-    pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)
-    pool_cfg = read_json(model_dir / pooling["path"] / "config.json") if pooling else {}
     if config.get("model_type") not in ("bert", "roberta", "xlm-roberta", "mpnet") or not (model_dir / "tokenizer.json").is_file():
         raise ExportUnavailable(f"{model_dir}: exported backends serve BERT-like encoders with a tokenizer.json only")
-    if not pool_cfg.get("pooling_mode_mean_tokens") or any(
-        pool_cfg.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
-    ):
+    return config
+
+
+def check_exportable(model_dir: Path) -> dict[str, Any]:
+    """The model's config when it is a BERT-like encoder with mean pooling; raises ``ExportUnavailable`` otherwise."""
+    config = _bert_like(model_dir)
+    modules = json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
+    pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)
+    if any(m.get("type", "").rsplit(".", 1)[-1] not in ("Transformer", "Pooling", "Normalize") for m in modules):
+        raise ExportUnavailable(f"{model_dir}: exported backends support mean pooling only (no further layers)")
+    pool_cfg = read_json(model_dir / pooling["path"] / "config.json") if pooling else {}
+    mean = pool_cfg["pooling_mode"] == "mean" if "pooling_mode" in pool_cfg else (  # sentence-transformers 6 writes one mode
+        pool_cfg.get("pooling_mode_mean_tokens") and not any(
+            pool_cfg.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")))
+    if not mean:
         raise ExportUnavailable(f"{model_dir}: exported backends support mean pooling only")
+    return config
+
+
+def check_pair_scorer(model_dir: Path) -> dict[str, Any]:
+    """The model's config when it is a BERT-like cross-encoder with one logit; raises ``ExportUnavailable`` otherwise."""
+    config = _bert_like(model_dir)
+    heads = config.get("architectures") or []
+    if not any(a.endswith("ForSequenceClassification") for a in heads) or len(config.get("id2label") or {"0": 0}) != 1:
+        raise ExportUnavailable(f"{model_dir}: exported pair scoring serves one-logit sequence classifiers only")
     return config
 
 
@@ -136,6 +155,25 @@ def mean_pooled_module(model_dir: Path) -> Any:
     return MeanPooled()
 
 
+def pair_logits_module(model_dir: Path) -> Any:
+    """A cross-encoder's encoder and classification head as one ``torch.nn.Module``: a pair's logit."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), attn_implementation="eager",
+                                                               local_files_only=True).eval()
+
+    class PairLogits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    return PairLogits()
+
+
 def physical_cores() -> int:
     import psutil
 
@@ -143,20 +181,22 @@ def physical_cores() -> int:
 
 
 class LengthBatchedEncoder:
-    """Tokenise, batch by length (little padding) and run an exported model; returns mean-pooled rows.
+    """Tokenise, batch by length (little padding) and run an exported model; returns its output rows
+    (mean-pooled vectors, or a cross-encoder's logits for text pairs).
 
     Subclasses give ``_runner(threads)``: a callable from the three int64 inputs to the pooled rows.
     Two runners: one with every physical core for batches (index builds), one single-threaded for a
     handful of texts (queries), where waking a second thread on a busy machine costs more than it saves.
     """
 
-    def __init__(self, model_dir: Path, max_seq_length: int) -> None:
+    def __init__(self, model_dir: Path, max_seq_length: int,
+                 check: Callable[[Path], dict[str, Any]] = check_exportable) -> None:
         from tokenizers import Tokenizer
 
-        check_exportable(model_dir)
+        check(model_dir)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=max_seq_length)
+        self.tokenizer.enable_truncation(max_length=max_seq_length)  # longest first, as transformers' pairs
         self._runners: dict[int, Callable[[dict[str, np.ndarray]], np.ndarray]] = {}
         self._lock = threading.Lock()
 
@@ -169,8 +209,8 @@ class LengthBatchedEncoder:
                 self._runners[threads] = self._runner(threads)
             return self._runners[threads]
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Mean-pooled token states, one row per text, in the order given."""
+    def encode(self, texts: Sequence[str | tuple[str, str]], batch_size: int = 64) -> np.ndarray:
+        """The model's output, one row per text (or pair: a tuple is read as two segments), in the order given."""
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(-lengths, kind="stable")
@@ -179,11 +219,12 @@ class LengthBatchedEncoder:
         for start in range(0, len(order), max(1, batch_size)):
             rows = order[start : start + batch_size]
             width = int(lengths[rows[0]])
-            ids = np.zeros((len(rows), width), dtype=np.int64)
+            ids, segments = np.zeros((2, len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows.tolist()):
                 ids[r, : lengths[i]] = encodings[i].ids
+                segments[r, : lengths[i]] = encodings[i].type_ids
             mask = (np.arange(width) < lengths[rows, None]).astype(np.int64)
-            vecs = run({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+            vecs = run({"input_ids": ids, "attention_mask": mask, "token_type_ids": segments})
             if out is None:
                 out = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
             out[rows] = vecs

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,11 @@ from autofocus.index.exported_encoder import (
     INPUT_NAMES,
     ExportUnavailable,
     LengthBatchedEncoder,
+    check_exportable,
+    check_pair_scorer,
     exported_file,
     mean_pooled_module,
+    pair_logits_module,
 )
 
 log = logging.getLogger(__name__)
@@ -63,12 +67,14 @@ def _versions() -> str:
     return f"torch{torch.__version__}-tf{transformers.__version__}-ov{openvino.__version__}"
 
 
-def model_path(model_dir: Path) -> Path:
-    """The cached OpenVINO IR (``.xml`` beside its ``.bin``) of the model in ``model_dir``."""
-    return exported_file(model_dir, _versions(), "openvino.xml", _convert)
+def model_path(model_dir: Path, pairs: bool = False) -> Path:
+    """The cached OpenVINO IR (``.xml`` beside its ``.bin``) of the model in ``model_dir``: its mean-pooled
+    encoder, or with ``pairs`` a cross-encoder's logit."""
+    stem, module = ("openvino-pairs", pair_logits_module) if pairs else ("openvino", mean_pooled_module)
+    return exported_file(model_dir, _versions(), f"{stem}.xml", partial(_convert, module, stem))
 
 
-def _convert(model_dir: Path, folder: Path) -> None:
+def _convert(module: Callable[[Path], Any], stem: str, model_dir: Path, folder: Path) -> None:
     """Convert from the torch module; the ``.bin`` is renamed before the ``.xml`` that marks it done."""
     import openvino as ov
     import torch
@@ -76,26 +82,27 @@ def _convert(model_dir: Path, folder: Path) -> None:
     example = {name: torch.ones((2, 8), dtype=torch.int64) for name in INPUT_NAMES}
     example["attention_mask"][0, 5:] = 0  # a padded row, so the mask path is traced
     with torch.no_grad():
-        model = ov.convert_model(mean_pooled_module(model_dir), example_input=example,
+        model = ov.convert_model(module(model_dir), example_input=example,
                                  input=[(name, [-1, -1], ov.Type.i64) for name in INPUT_NAMES])
-    ov.save_model(model, str(folder / "openvino-tmp.xml"), compress_to_fp16=False)
-    os.replace(folder / "openvino-tmp.bin", folder / "openvino.bin")
-    os.replace(folder / "openvino-tmp.xml", folder / "openvino.xml")
+    ov.save_model(model, str(folder / f"{stem}-tmp.xml"), compress_to_fp16=False)
+    os.replace(folder / f"{stem}-tmp.bin", folder / f"{stem}.bin")
+    os.replace(folder / f"{stem}-tmp.xml", folder / f"{stem}.xml")
 
 
 class OpenVinoEncoder(LengthBatchedEncoder):
-    """A compiled OpenVINO model per thread count, one inference request each."""
+    """A compiled OpenVINO model per thread count, one inference request each. With ``pairs`` the model is
+    a cross-encoder and ``encode`` takes (question, text) pairs and returns their logits (one column)."""
 
-    def __init__(self, model_dir: Path, backend: str, max_seq_length: int) -> None:
+    def __init__(self, model_dir: Path, backend: str, max_seq_length: int, *, pairs: bool = False) -> None:
         if backend not in OPENVINO_BACKENDS:
             raise ValueError(f"unknown OpenVINO backend {backend!r}; use one of {OPENVINO_BACKENDS}")
         if not openvino_available():
             raise ExportUnavailable("the OpenVINO backend needs openvino (pip install 'autofocus[openvino]')")
-        super().__init__(model_dir, max_seq_length)
+        super().__init__(model_dir, max_seq_length, check_pair_scorer if pairs else check_exportable)
         self.precision = _PRECISION[backend]
         if self.precision == "bf16" and not bf16_supported():
             log.warning("this CPU has no bf16 kernels in OpenVINO: %s runs in float32 here", backend)
-        self.path = model_path(model_dir)
+        self.path = model_path(model_dir, pairs)
 
     def _runner(self, threads: int) -> Any:
         import openvino as ov

@@ -41,6 +41,7 @@ CANDIDATE_NEIGHBOURS = 2  # neighbours shown per relationship type (the others c
 NAME_CHARS = 40  # a neighbour's name or an attribute's value, cut
 CANDIDATE_TOKENS = 100  # a candidate's description in the reranker's input: name, type, relations, text
 CROSS_ENCODER, BI_ENCODER = RERANKER_KINDS  # the kinds of trained reranker
+TRAINED_BACKENDS: tuple[str, ...] = ("auto", "torch", "openvino")  # what runs a trained model
 BI_ENCODER_SCALE = 20.0  # cosine -> logit, as MultipleNegativesRankingLoss scales it in training
 
 
@@ -82,30 +83,68 @@ class _SharedModel:
         return self
 
 
+def _length(folder: Path, max_length: int | None) -> int:
+    """The word pieces a trained model reads: the manifest's length, else its tokenizer's (at most 512)."""
+    from autofocus.index.exported_encoder import read_json
+
+    return min(max_length or int(read_json(folder / "tokenizer_config.json").get("model_max_length", 512)), 512)
+
+
+def _on_openvino(folder: Path, length: int, backend: str, *, pairs: bool) -> Any:
+    """The model converted to OpenVINO (once, cached as the index's embedder is), or None where it cannot
+    serve there and ``backend`` is ``auto`` (torch then loads it, and names what is wrong with a broken folder)."""
+    if backend not in TRAINED_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r} for a trained model; use one of {TRAINED_BACKENDS}")
+    if backend == "torch":
+        return None
+    from autofocus.index.exported_encoder import ExportUnavailable
+    from autofocus.index.openvino_model import OpenVinoEncoder
+
+    try:
+        return OpenVinoEncoder(folder, "openvino", length, pairs=pairs)
+    except Exception as exc:  # a missing runtime, another architecture, a broken folder
+        if backend == "openvino":
+            what = str(exc) if isinstance(exc, ExportUnavailable) else f"cannot convert it ({type(exc).__name__}: {exc})"
+            raise TrainedPartsError(f"{folder}: OpenVINO {what}") from None
+        log.debug("trained model on torch: %s: %s", type(exc).__name__, exc)
+    return None
+
+
 class CrossEncoderModel(_SharedModel):
-    """A trained cross-encoder: P(candidate answers question) per candidate, in batches."""
+    """A trained cross-encoder: P(candidate answers question) per candidate, in batches.
+
+    ``backend``: ``auto`` runs it on OpenVINO where that is installed (the same logits as torch's to
+    float32 rounding, faster on CPUs: docs/results.md), else on torch; ``torch`` or ``openvino`` choose."""
 
     kind = CROSS_ENCODER
+    exported: Any = None  # the OpenVINO pair scorer, where it runs there
 
-    def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32) -> None:
-        from sentence_transformers.cross_encoder import CrossEncoder
+    def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32,
+                 backend: str = "auto") -> None:
+        self.folder, self.batch_size = Path(folder), batch_size
+        self.exported = _on_openvino(self.folder, _length(self.folder, max_length), backend, pairs=True)
+        self.backend = "openvino" if self.exported is not None else "torch"
+        if self.exported is None:
+            from sentence_transformers.cross_encoder import CrossEncoder
 
-        self.folder = Path(folder)
-        try:
-            self.model = CrossEncoder(str(self.folder), max_length=max_length, device="cpu", local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:  # a folder without weights, config or tokenizer
-            raise TrainedPartsError(f"{self.folder}: not a cross-encoder folder ({type(exc).__name__}: {exc})") from None
-        self.batch_size = batch_size
+            try:
+                self.model = CrossEncoder(str(self.folder), max_length=max_length, device="cpu", local_files_only=True)
+            except (OSError, ValueError, KeyError) as exc:  # a folder without weights, config or tokenizer
+                raise TrainedPartsError(f"{self.folder}: not a cross-encoder folder ({type(exc).__name__}: {exc})") from None
 
     def logits(self, question: str, texts: list[str]) -> np.ndarray:
         """Raw scores (log-odds of an answer), one per text."""
-        import torch
-
         if not texts:
             return np.zeros(0, dtype=np.float64)
+        pairs = [(question, t) for t in texts]
         with self._lock:
-            out = self.model.predict([(question, t) for t in texts], batch_size=self.batch_size,
-                                     activation_fn=torch.nn.Identity(), show_progress_bar=False, convert_to_numpy=True)
+            if self.exported is not None:
+                out = self.exported.encode(pairs, batch_size=self.batch_size)
+            else:
+                import torch
+
+                out = self.model.predict(pairs, batch_size=self.batch_size, activation_fn=torch.nn.Identity(),
+                                         show_progress_bar=False, convert_to_numpy=True)
         return np.asarray(out, dtype=np.float64).reshape(-1)
 
     def probabilities(self, question: str, texts: list[str]) -> np.ndarray:
@@ -119,30 +158,36 @@ class BiEncoderModel(_SharedModel):
 
     A candidate's vector does not depend on the question, so each description is embedded once and kept
     in the embedding cache (by default the autofocus home's, on disk, under the model's weights digest):
-    a candidate met again, by a later question, run or tuning trial, costs a lookup."""
+    a candidate met again, by a later question, run or tuning trial, costs a lookup. ``backend`` as the
+    cross-encoder's."""
 
     kind = BI_ENCODER
+    exported: Any = None  # the OpenVINO encoder, where it runs there
 
     def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32,
-                 cache: EmbeddingCache | None = None) -> None:
-        from sentence_transformers import SentenceTransformer
+                 cache: EmbeddingCache | None = None, backend: str = "auto") -> None:
+        self.folder, self.batch_size = Path(folder), batch_size
+        length = _length(self.folder, max_length)
+        self.exported = _on_openvino(self.folder, length, backend, pairs=False)
+        self.backend = "openvino" if self.exported is not None else "torch"
+        if self.exported is None:
+            from sentence_transformers import SentenceTransformer
 
-        self.folder = Path(folder)
-        try:
-            self.model = SentenceTransformer(str(self.folder), device="cpu", local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
-            raise TrainedPartsError(f"{self.folder}: not a sentence-transformers folder ({type(exc).__name__}: {exc})") from None
-        if max_length:
-            self.model.max_seq_length = max_length
-        self.batch_size = batch_size
+            try:
+                self.model = SentenceTransformer(str(self.folder), device="cpu", local_files_only=True)
+            except (OSError, ValueError, KeyError) as exc:
+                raise TrainedPartsError(f"{self.folder}: not a sentence-transformers folder ({type(exc).__name__}: {exc})") from None
+            self.model.max_seq_length = length
         self.cache = cache if cache is not None else default_cache()
-        self.name = f"bi-encoder-{weights_digest(self.folder)}-{self.model.max_seq_length}t"  # the cache's key
-        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        self.dim = int(getter())
+        self.name = f"bi-encoder-{weights_digest(self.folder)}-{length}t"  # the cache's key
+        self.dim = int(self.embed(["dimension"]).shape[1])
 
     def embed(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit vectors of ``texts`` (the embedder the cache calls for the ones it lacks)."""
         with self._lock:
+            if self.exported is not None:
+                vecs = self.exported.encode(list(texts), batch_size=batch_size)
+                return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
             return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
 
