@@ -3,9 +3,10 @@
 A program ``autofocus adapt`` wrote brings its cross-encoder or bi-encoder. For each question of a split,
 the first ``k`` candidates of vector search (no LM) are reranked exactly as step 8 does it
 (``TrainedReranker``: ``candidate_text`` for each candidate, then one batch through the model);
-the wall seconds of that step alone are timed per question, after one warm-up question. Torch's
-threads are set by ``--threads`` (the machine's cores by default), so the figure is what one question
-costs on this CPU with nothing else running. A bi-encoder starts from an empty vector cache; with
+the wall seconds of that step alone are timed per question, after one warm-up question. The model runs
+on ``--backend`` (``auto``: OpenVINO where installed, as step 8 runs it; ``torch``), threads set by
+``--threads`` (the machine's cores by default), so the figure is what one question costs on this CPU
+with nothing else running; ``--backend torch openvino`` times both on the same questions, in turns. A bi-encoder starts from an empty vector cache; with
 ``--passes 2`` the second pass over the same questions finds its candidates' vectors cached (as a
 candidate met again by a later question, run or tuning trial does).
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import autofocus
 from autofocus.evaluation.program_runs import load_split
 from autofocus.index.cache import EmbeddingCache
-from autofocus.program.trained import candidate_text
+from autofocus.program.trained import TRAINED_BACKENDS, candidate_text, open_reranker
 
 RESULTS = Path(__file__).parent / "results" / "cross_encoder.json"
 
@@ -38,6 +39,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=30, help="questions timed")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--passes", type=int, default=1, help="passes over the same questions (a bi-encoder's later ones hit its cache)")
+    parser.add_argument("--backend", nargs="+", choices=TRAINED_BACKENDS, default=["auto"],
+                        help="what runs the model; several are timed question by question, in turns")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -45,27 +48,35 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     adapted = autofocus.open(args.skb, program=args.program, lm=None)
-    model = getattr(getattr(adapted, "trained", None), "reranker", None)
-    if model is None:
+    parts = getattr(adapted, "trained", None)
+    if parts is None or parts.reranker is None:
         raise SystemExit(f"{args.program}: no trained reranker")
-    if hasattr(model, "cache"):
-        model.cache = EmbeddingCache(None)  # empty: the first pass embeds every candidate
+    record = parts.manifest["reranker"]
+    models = {b: open_reranker(parts.reranker.folder, record, backend=b) for b in args.backend}
+    for model in models.values():
+        if hasattr(model, "cache"):
+            model.cache = EmbeddingCache(None)  # empty: the first pass embeds every candidate
     vss = autofocus.open(adapted.kb, "vss")  # the knowledge base already open
     skb = vss.kb.skb
     questions = [item.query for item in load_split(args.skb, args.split)][: args.limit + 1]
     lists = [vss(question=q).ranked_ids[: args.k] for q in questions]  # vector search is not timed
-    passes = []
+    seconds: dict[tuple[str, int], list[float]] = {(b, p): [] for b in models for p in range(args.passes)}
     for p in range(args.passes):
-        seconds = []
         for n, (question, ids) in enumerate(zip(questions, lists, strict=True)):
-            t0 = time.perf_counter()
-            model.probabilities(question, [candidate_text(skb, int(i)) for i in ids])
-            if n or p:  # the first question warms the model up
-                seconds.append(time.perf_counter() - t0)
-        passes.append({"pass": p + 1, "questions": len(seconds), "median_s": round(statistics.median(seconds), 3),
-                       "mean_s": round(statistics.fmean(seconds), 3), "max_s": round(max(seconds), 3)})  # fmt: skip
-    result = {"skb": str(args.skb), "program": str(args.program), "kind": model.kind, "split": args.split, "k": args.k,
-              "threads": args.threads, **{k: v for k, v in passes[0].items() if k != "pass"}, "passes": passes,
+            for b, model in models.items():  # in turns, so a change in the machine's load hits every backend
+                t0 = time.perf_counter()
+                model.probabilities(question, [candidate_text(skb, int(i)) for i in ids])
+                if n or p:  # the first question warms the model up
+                    seconds[b, p].append(time.perf_counter() - t0)
+    arms = []
+    for b, model in models.items():
+        passes = [{"pass": p + 1, "questions": len(s), "median_s": round(statistics.median(s), 3),
+                   "mean_s": round(statistics.fmean(s), 3), "max_s": round(max(s), 3)}
+                  for p in range(args.passes) for s in [seconds[b, p]]]  # fmt: skip
+        arms.append({"backend": b, "runs_on": model.backend, **{k: v for k, v in passes[0].items() if k != "pass"},
+                     "passes": passes})
+    result = {"skb": str(args.skb), "program": str(args.program), "kind": record.get("kind", "cross-encoder"),
+              "split": args.split, "k": args.k, "threads": args.threads, **arms[0], "backends": arms,
               "load_avg": round(os.getloadavg()[0], 2)}  # fmt: skip
     print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -260,6 +260,9 @@ def test_adapted_program_reranks_with_its_model_and_reloads_identically(adapted)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["reranker"]["pairs"] > 0 and manifest["type_reader"]["train_questions"] > 0
     assert manifest["options"]["negatives"] == 7  # the cross-encoder's own number of hard negatives
+    stages = manifest["stage_minutes"]  # what each part cost, in the order the sequence runs them
+    assert list(stages) == ["open", "questions", "mining", "reranker", "fusion", "type_reader"]
+    assert sum(stages.values()) == pytest.approx(manifest["minutes"], abs=0.05)
     saved = json.loads(result.program.read_text())
     assert saved["config"]["trained"] == folder.name  # relative: program and models move together
     program = runtime.open_program(kb, "afr", None, result.program, lms=False)

@@ -12,7 +12,7 @@ The sequence, each part on two CPU cores in minutes:
 4. The type reader (``adapt.type_reader``) on the questions' embeddings and answer types.
 5. The program file: the system with ``trained`` naming the models' folder, step 8 on
    (``reranker=auto`` picks the trained one) and the fitted fusion; ``<stem>.trained/manifest.json``
-   and ``adapt_summary`` record questions, pairs, epochs, minutes and held-out scores.
+   and ``adapt_summary`` record questions, pairs, epochs, minutes (in all and per part) and held-out scores.
 """
 
 from __future__ import annotations
@@ -59,12 +59,17 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
 
     report = reporter_or_log(reporter)
     start = time.perf_counter()
+    stages: dict[str, float] = {}
+
+    def lap(stage: str) -> None:  # minutes of each part, so a user sees what a larger knowledge base costs more
+        stages[stage] = round((time.perf_counter() - start) / 60 - sum(stages.values()), 2)
     out = Path(options.out)
     folder = parts_folder(out)
     system, cfg = runtime.resolve_system(options.system, config)
     cfg = cfg.updated({"trained": None})
     kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
     summary: dict[str, Any] = {"skb": str(skb), "system": system, "options": _plain({**asdict(options), "negatives": options.hard_negatives})}
+    lap("open")
 
     sources: list[tuple[str, Path | str | None]] = [(s, options.qa_dir) for s in options.splits]
     if options.templates:
@@ -75,6 +80,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     items = _questions(load_split, skb, kb.skb.num_nodes, sources)
     summary["questions"] = {"total": len(items), "by_source": {f"{s}@{d or skb}": n for (s, d), n in
                                                                _counts(load_split, skb, kb.skb.num_nodes, sources)}}
+    lap("questions")
     rng = np.random.default_rng(options.seed)
     order = rng.permutation(len(items))
     n_val = round(len(items) * options.val_share) if len(items) >= 10 else 0
@@ -95,6 +101,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     mined_train = mine(program, train_items, sources=options.sources, runs=runs, tick=tick)
     mined_val = mine(program, val_items, sources=options.sources, runs=runs, tick=tick)
     summary["mining"] = _mining_stats(mined_train + mined_val)
+    lap("mining")
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "manifest.json").unlink(missing_ok=True)  # the folder is unfinished until the manifest is back
@@ -108,15 +115,19 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
         eval_source = "run" if runs else "grounded"
         summary["reranker"] = train_reranker(mined_train, mined_val, kb.skb, folder, training, eval_source=eval_source,
                                              progress=draws_bars(reporter))
+        lap("reranker")
         settings.update(_fusion(folder, mined_val, kb.skb, runs, summary["reranker"], report))
+        lap("fusion")
     asked = {m.target_type for m in mined_train}
     if options.type_reader and len(asked) > 1:
         report.note("fitting the type reader", "section")
         summary["type_reader"] = _type_reader(kb, mined_train, mined_val, folder)
+        lap("type_reader")
     elif options.type_reader:
         report.note(f"no type reader: the training questions ask for one type only ({', '.join(asked)})", "warning")
     summary["content_digest"] = content_digest(kb.skb)
     summary["minutes"] = round((time.perf_counter() - start) / 60, 2)
+    summary["stage_minutes"] = stages
     write_manifest(folder, summary)
     adapted = cfg.updated({"trained": str(folder.resolve()), "steps": "1-8", **settings})
     save_program(program, system, adapted, out, optimizer={"optimizer": "adapt", "trained": folder.name})

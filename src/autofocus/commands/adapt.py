@@ -101,5 +101,6 @@ def _table(s: dict) -> Table:
     if t:
         acc = "-" if t["val_accuracy"] is None else f"{100 * t['val_accuracy']:.0f}%"
         table.add_row("type reader", f"{t['train_questions']} questions, held-out accuracy {acc}")
-    table.add_row("minutes", str(s["minutes"]))
+    parts = ", ".join(f"{k} {v}" for k, v in s.get("stage_minutes", {}).items())
+    table.add_row("minutes", f"{s['minutes']} ({parts})" if parts else str(s["minutes"]))
     return table

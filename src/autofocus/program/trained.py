@@ -210,14 +210,14 @@ class BiEncoderModel(_SharedModel):
 RerankerModel = CrossEncoderModel | BiEncoderModel
 
 
-def open_reranker(folder: Path, record: dict[str, Any]) -> RerankerModel:
+def open_reranker(folder: Path, record: dict[str, Any], backend: str = "auto") -> RerankerModel:
     """The trained reranker in ``folder`` as its manifest ``record`` describes it (a cross-encoder where it
-    names no kind: manifests written before bi-encoders)."""
+    names no kind: manifests written before bi-encoders), run by ``backend`` (``TRAINED_BACKENDS``)."""
     kind = record.get("kind", CROSS_ENCODER)
     if kind not in RERANKER_KINDS:
         raise TrainedPartsError(f"{folder}: unknown reranker kind {kind!r} ({CROSS_ENCODER} or {BI_ENCODER})")
     model = CrossEncoderModel if kind == CROSS_ENCODER else BiEncoderModel
-    return model(folder, max_length=record.get("max_length"))
+    return model(folder, max_length=record.get("max_length"), backend=backend)
 
 
 @dataclass
