@@ -374,25 +374,29 @@ def test_no_slot_folder_is_made_outside_the_prompt_cache(tmp_path: Path, home: P
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
     monkeypatch.setenv("AUTOFOCUS_LLAMA_SERVER", str(binary))
-    before = set(Path(tempfile.gettempdir()).iterdir())
+    tmp = tmp_path / "tmp"  # this test's own temporary folder: tests running in parallel write to theirs
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     argv = LocalServer(tmp_path / "m.gguf", "m@1", n_parallel=2).argv(1234)
     folder = Path(argv[argv.index("--slot-save-path") + 1])
     assert folder.parent.parent == home / "prompt-cache" and folder.name == "2-slots" and folder.is_dir()
-    assert set(Path(tempfile.gettempdir()).iterdir()) == before
+    assert list(tmp.iterdir()) == []
 
 
 def test_a_killed_run_leaves_no_server_and_no_folder(fake_llama: str, tmp_path: Path) -> None:
     """A run killed with SIGKILL (no atexit): its server goes with its watchdog; its slots were saved in
-    the prompt cache, not in a folder of its own."""
-    before = set(Path(tempfile.gettempdir()).iterdir())
+    the prompt cache, not in a folder of its own (its own temporary folder, which other tests running in
+    parallel do not write to, stays empty)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     script = (f"import json, time\nfrom autofocus.lm import get_lm\nfrom autofocus.local_lm.server import _SERVERS\n"
               f"get_lm({fake_llama!r})\nprint(json.dumps([s.process.pid for s in _SERVERS.values()]), flush=True)\n"
               "time.sleep(600)\n")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(server_module.__file__).parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(server_module.__file__).parents[2]), "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, text=True)
     (watchdog,) = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
     fake = _children(watchdog)
     proc.kill()
     proc.wait()
     assert _wait_until(lambda: not any(map(_alive, [watchdog, *fake])), 20)
-    assert set(Path(tempfile.gettempdir()).iterdir()) - before == set()
+    assert list(tmp.iterdir()) == []
