@@ -104,8 +104,8 @@ def _on_openvino(folder: Path, length: int, backend: str, *, pairs: bool) -> Any
         return OpenVinoEncoder(folder, "openvino", length, pairs=pairs)
     except Exception as exc:  # a missing runtime, another architecture, a broken folder
         if backend == "openvino":
-            what = str(exc) if isinstance(exc, ExportUnavailable) else f"cannot convert it ({type(exc).__name__}: {exc})"
-            raise TrainedPartsError(f"{folder}: OpenVINO {what}") from None
+            raise TrainedPartsError(str(exc) if isinstance(exc, ExportUnavailable)  # names the folder where it matters
+                                    else f"{folder}: OpenVINO cannot convert it ({type(exc).__name__}: {exc})") from None
         log.debug("trained model on torch: %s: %s", type(exc).__name__, exc)
     return None
 
