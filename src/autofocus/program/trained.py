@@ -27,7 +27,8 @@ import numpy as np
 
 from autofocus.config import RERANKER_KINDS
 from autofocus.index.cache import EmbeddingCache, default_cache
-from autofocus.index.exported_encoder import weights_digest
+from autofocus.index.embedders import input_length, l2_normalise
+from autofocus.index.exported_encoder import read_json, weights_digest
 from autofocus.skb.documents import gather_relations, readable_label, truncate_to_tokens
 from autofocus.skb.model import SKB
 
@@ -84,10 +85,8 @@ class _SharedModel:
 
 
 def _length(folder: Path, max_length: int | None) -> int:
-    """The word pieces a trained model reads: the manifest's length, else its tokenizer's (at most 512)."""
-    from autofocus.index.exported_encoder import read_json
-
-    return min(max_length or int(read_json(folder / "tokenizer_config.json").get("model_max_length", 512)), 512)
+    """The word pieces a trained model reads: the manifest's length, else the folder's own (at most 512)."""
+    return min(max_length or input_length(folder), 512)
 
 
 def _on_openvino(folder: Path, length: int, backend: str, *, pairs: bool) -> Any:
@@ -180,14 +179,17 @@ class BiEncoderModel(_SharedModel):
             self.model.max_seq_length = length
         self.cache = cache if cache is not None else default_cache()
         self.name = f"bi-encoder-{weights_digest(self.folder)}-{length}t"  # the cache's key
-        self.dim = int(self.embed(["dimension"]).shape[1])
+        if self.exported is not None:  # mean-pooled hidden states, as the index's exported embedders read it
+            self.dim = int(read_json(self.folder / "config.json")["hidden_size"])
+        else:
+            getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+            self.dim = int(getter())
 
     def embed(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit vectors of ``texts`` (the embedder the cache calls for the ones it lacks)."""
         with self._lock:
             if self.exported is not None:
-                vecs = self.exported.encode(list(texts), batch_size=batch_size)
-                return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+                return l2_normalise(self.exported.encode(list(texts), batch_size=batch_size))
             return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
 
