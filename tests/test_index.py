@@ -478,3 +478,78 @@ def test_precomputed_query_vectors(tmp_path: Path) -> None:
     np.testing.assert_allclose(out, l2_normalise(vecs[[1, 0, 1]]), atol=1e-6)
     with pytest.raises(EmbedderError, match="1 of 2 texts have no precomputed"):
         emb.embed(["aspirin", "ibuprofen"])
+
+
+# -- the query-embedding cache: damaged entries and files ----------------------------------------------------
+def _overwrite_vectors(path: Path) -> None:
+    """Every stored vector replaced by garbage of its own length, in whatever table holds vectors."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        if "vec" in [c[1] for c in db.execute(f"PRAGMA table_info({table})")]:
+            db.execute(f"UPDATE {table} SET vec = randomblob(length(vec))")
+    db.commit()
+    db.close()
+
+
+def test_cached_vectors_overwritten_with_garbage_are_embedded_again_and_named(tmp_path: Path,
+                                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A candidate's cached vector replaced by same-length garbage is never used: it fails its digest, is
+    embedded again, and the file is named in one line."""
+    path, texts = tmp_path / "q.sqlite", [f"candidate {i}" for i in range(5)]
+    emb = HashingEmbedder(name="bi-encoder-0123456789abcdef-128t")
+    cache = EmbeddingCache(path)
+    expected = cache.embed(emb, texts)
+    cache.close()
+    _overwrite_vectors(path)
+    reopened, again = EmbeddingCache(path), HashingEmbedder(name=emb.name)
+    with caplog.at_level("WARNING"):
+        np.testing.assert_array_equal(reopened.embed(again, texts), expected)
+    assert again.texts_seen == 5 and reopened.hits == 0  # every row failed its check and was embedded again
+    assert [r.getMessage() for r in caplog.records if "digest" in r.getMessage()] == [
+        f"{path}: 5 cached vectors of {emb.name} fail their digest (the file is damaged); embedding them again"]
+    third = HashingEmbedder(name=emb.name)
+    np.testing.assert_array_equal(EmbeddingCache(path).embed(third, texts), expected)
+    assert third.texts_seen == 0  # the rows written again pass
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "garbage after the header"])
+def test_a_damaged_cache_file_is_moved_aside_and_every_use_goes_on(tmp_path: Path, damage: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    path, texts = tmp_path / "q.sqlite", [f"question {i} " * 20 for i in range(2000)]
+    emb = HashingEmbedder()
+    cache = EmbeddingCache(path)
+    expected = cache.embed(emb, texts[:3])
+    cache.embed(emb, texts)
+    cache.close()
+    data = path.read_bytes()
+    path.write_bytes({"garbage": np.random.default_rng(0).bytes(len(data)), "truncated": data[: len(data) // 2],
+                      "garbage after the header": data[:4096] + bytes(len(data) - 4096)}[damage])
+    with caplog.at_level("WARNING"):
+        reopened, again = EmbeddingCache(path), HashingEmbedder()
+        np.testing.assert_array_equal(reopened.embed(again, texts[:3]), expected)
+        assert reopened.dim(emb.name) == emb.dim
+    lines = [r.getMessage() for r in caplog.records if "damaged cache" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: damaged cache (")
+    assert (tmp_path / "q.sqlite.damaged").is_file() and again.texts_seen == 3
+    kb = KnowledgeBase(word_skb(12), HashingEmbedder(), tmp_path / "idx", documents=plain_documents,
+                       build_missing=True, progress=False, cache=EmbeddingCache(path))
+    assert kb.index("text").search(kb.embed_query("graph retrieval"), k=3)[0].size == 3  # the cache in use again
+
+
+def test_the_cache_takes_over_the_rows_an_older_version_wrote(tmp_path: Path) -> None:
+    """Vectors stored before digests (imported ones cannot be embedded again) are kept, now checked."""
+    import sqlite3
+
+    path, vec = tmp_path / "q.sqlite", np.arange(6, dtype=np.float32)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE vectors (model TEXT NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, "
+               "PRIMARY KEY (model, key)) WITHOUT ROWID")
+    from autofocus.index.cache import text_key
+
+    db.execute("INSERT INTO vectors VALUES (?, ?, ?)", ["openai/x", text_key("aspirin"), vec.tobytes()])
+    db.commit()
+    db.close()
+    (found,) = EmbeddingCache(path).get_many("openai/x", ["aspirin"])
+    np.testing.assert_array_equal(found, vec)

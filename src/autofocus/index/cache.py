@@ -4,11 +4,18 @@ A benchmark run embeds the same questions and constant names again and again (ev
 optimisation trial); with a hosted model each repeat costs money and latency. SQLite gives atomic,
 concurrent-safe appends across threads and processes without a server, which an npy/json shard
 would have to re-implement.
+
+Each vector is stored with a digest of what it claims to be (the model's name, the text's key and the
+vector's bytes): a row that fails it (a damaged file, bytes written over) is embedded again, never used,
+and the file named in one line. A file SQLite cannot read is moved aside and started afresh
+(``sqlite_cache``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -19,6 +26,10 @@ from typing import Protocol
 import numpy as np
 
 from autofocus import paths
+from autofocus.sqlite_cache import CacheFile
+
+log = logging.getLogger(__name__)
+TABLE = "checked_vectors"  # (model, key, vec, digest); ``vectors``, without digests, is what older versions wrote
 
 
 class TextEmbedder(Protocol):
@@ -37,6 +48,22 @@ def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
+def vector_digest(model: str, key: bytes, vec: bytes) -> bytes:
+    """What a stored vector claims to be: these bytes, from this model, for the text with this key."""
+    return hashlib.blake2b(b"\0".join((model.encode("utf-8"), key, vec)), digest_size=16).digest()
+
+
+def _setup(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")
+    new = db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", [TABLE]).fetchone() is None
+    db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (model TEXT NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, "
+               "digest BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
+    old = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'vectors'").fetchone() is not None
+    if new and old:  # an older version's rows (imported vectors among them) taken over once, with their digests
+        db.create_function("vector_digest", 3, vector_digest, deterministic=True)
+        db.execute(f"INSERT OR IGNORE INTO {TABLE} SELECT model, key, vec, vector_digest(model, key, vec) FROM vectors")
+
+
 class EmbeddingCache:
     """Thread-safe two-level cache of float32 vectors; ``path=None`` keeps it in memory only."""
 
@@ -45,17 +72,12 @@ class EmbeddingCache:
         self.memory_items = memory_items
         self._mem: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
+        self._file: CacheFile | None = None
         self.hits = 0
         self.misses = 0
+        self.rejected = 0  # rows that failed their digest, embedded again
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), timeout=60, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, "
-                "PRIMARY KEY (model, key)) WITHOUT ROWID"
-            )
+            self._file = CacheFile(path, _setup, timeout=60, check_same_thread=False, isolation_level=None)
 
     def _remember(self, model: str, key: bytes, vec: np.ndarray) -> None:
         self._mem[(model, key)] = vec
@@ -75,7 +97,7 @@ class EmbeddingCache:
                 else:
                     self._mem.move_to_end((model, key))
                     out[i] = vec
-            if todo and self._db is not None:
+            if todo and self._file is not None:
                 found = self._select(model, list(todo))
                 for key, vec in found.items():
                     self._remember(model, key, vec)
@@ -87,27 +109,50 @@ class EmbeddingCache:
         return out
 
     def _select(self, model: str, keys: list[bytes]) -> dict[bytes, np.ndarray]:
-        assert self._db is not None
-        found: dict[bytes, np.ndarray] = {}
+        """The stored vectors of ``keys`` that pass their digest; the others count as missing."""
+        rows: list[tuple[bytes, bytes, bytes]] = []
         for start in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
             part = keys[start : start + 500]
-            rows = self._db.execute(
-                f"SELECT key, vec FROM vectors WHERE model = ? AND key IN ({','.join('?' * len(part))})",
-                [model, *part],
-            ).fetchall()
-            found.update({k: np.frombuffer(v, dtype=np.float32) for k, v in rows})
-        return found
+            rows += self._execute(f"SELECT key, vec, digest FROM {TABLE} WHERE model = ? AND key IN "
+                                  f"({','.join('?' * len(part))})", [model, *part])
+        good = {k: np.frombuffer(v, dtype=np.float32) for k, v, d in rows if vector_digest(model, k, v) == d}
+        if len(good) < len(rows):
+            self.rejected += len(rows) - len(good)
+            log.warning("%s: %d cached vectors of %s fail their digest (the file is damaged); embedding them again",
+                        self.path, len(rows) - len(good), model)
+        return good
+
+    def _execute(self, sql: str, params: Sequence[object] = (), many: bool = False) -> list[tuple]:
+        """A statement on the file (``many``: for each row of ``params``, in one transaction); where it shows
+        the file damaged, the file starts afresh (its rows are gone, to be embedded again) and the
+        statement runs once more there."""
+        assert self._file is not None
+        for again in (False, True):
+            db = self._file.db
+            try:
+                if not many:
+                    return db.execute(sql, params).fetchall()
+                db.execute("BEGIN")
+                db.executemany(sql, params)  # type: ignore[arg-type]
+                db.execute("COMMIT")
+                return []
+            except sqlite3.DatabaseError as exc:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                if again or not self._file.recovered(exc):
+                    raise
+        return []
 
     def put_many(self, model: str, texts: Sequence[str], vecs: np.ndarray) -> None:
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
-        rows = [(model, text_key(t), vecs[i].tobytes()) for i, t in enumerate(texts)]
+        rows = [(model, key, blob, vector_digest(model, key, blob))
+                for key, blob in ((text_key(t), vecs[i].tobytes()) for i, t in enumerate(texts))]
         with self._lock:
-            for _, key, blob in rows:
+            for _, key, blob, _ in rows:
                 self._remember(model, key, np.frombuffer(blob, dtype=np.float32))
-            if self._db is not None and rows:
-                self._db.execute("BEGIN")
-                self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", rows)
-                self._db.execute("COMMIT")
+            if self._file is not None and rows:
+                self._execute(f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?)", rows, many=True)
 
     def dim(self, model: str) -> int | None:
         """Dimension of the cached vectors of ``model`` (None if it has none)."""
@@ -115,10 +160,10 @@ class EmbeddingCache:
             for (m, _), vec in self._mem.items():
                 if m == model:
                     return len(vec)
-            if self._db is None:
+            if self._file is None:
                 return None
-            row = self._db.execute("SELECT length(vec) FROM vectors WHERE model = ? LIMIT 1", [model]).fetchone()
-        return None if row is None else int(row[0]) // 4
+            rows = self._execute(f"SELECT length(vec) FROM {TABLE} WHERE model = ? LIMIT 1", [model])
+        return int(rows[0][0]) // 4 if rows else None
 
     def embed(self, embedder: TextEmbedder, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Vectors of ``texts`` by ``embedder``: cached ones looked up, the rest embedded once and stored."""
@@ -136,9 +181,9 @@ class EmbeddingCache:
 
     def close(self) -> None:
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 _DEFAULT: dict[Path, EmbeddingCache] = {}
