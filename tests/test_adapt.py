@@ -355,3 +355,41 @@ def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
     assert AdaptOptions(reranker_kind="cross-encoder").hard_negatives == 7 and AdaptOptions().hard_negatives == 3
     with pytest.raises(ValueError, match="negatives must be at least 1"):
         AdaptOptions(negatives=0)
+
+
+def _damaged_reranker(tmp_path: Path, kind: str, damage: str) -> Path:
+    """A trained-parts folder whose reranker is the packaged MiniLM with ``damage`` done to its files."""
+    from autofocus.adapt.reranker import base_model_dir
+
+    folder, base = tmp_path / f"{damage}.trained", base_model_dir(None)
+    reranker = folder / "reranker"
+    shutil.copytree(base, reranker, ignore=shutil.ignore_patterns("model.safetensors"))
+    weights = (base / "model.safetensors").read_bytes()
+    if damage == "truncated":
+        (reranker / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    elif damage == "garbage":
+        (reranker / "model.safetensors").write_bytes(np.random.default_rng(0).bytes(4096))
+    elif damage == "bad config":
+        (reranker / "model.safetensors").write_bytes(weights)
+        (reranker / "config.json").write_text("{not json")
+    write_manifest(folder, {"reranker": {"kind": kind, "max_length": 64}})
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["bi-encoder", "cross-encoder"])
+@pytest.mark.parametrize("damage", ["truncated", "deleted", "garbage", "bad config"])
+def test_damaged_weights_are_named_in_one_line_before_any_export(tmp_path, monkeypatch, kind, damage):
+    """A trained reranker whose weights are cut short, deleted or garbage, or whose config is unreadable: the
+    trained-parts error naming the file, at once, and no export folder begun for it."""
+    import time
+
+    monkeypatch.setenv("AUTOFOCUS_MODELS", str(tmp_path / "models"))
+    folder = _damaged_reranker(tmp_path, kind, damage)
+    start = time.perf_counter()
+    with pytest.raises(TrainedPartsError) as caught:
+        TrainedParts.load(folder)
+    message = str(caught.value)
+    assert "\n" not in message and time.perf_counter() - start < 10
+    named = "config.json" if damage == "bad config" else "model.safetensors"
+    assert message.startswith(str(folder / "reranker" / named)) and "autofocus adapt" in message
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())

@@ -89,6 +89,33 @@ def _length(folder: Path, max_length: int | None) -> int:
     return min(max_length or input_length(folder), 512)
 
 
+def check_model_folder(folder: Path, what: str) -> None:
+    """Refuse, in one line naming the file, a model folder whose config or weights are missing, cut short
+    or damaged, before anything loads or exports it (an export of broken weights costs minutes, then
+    fails). Cheap: the config parsed, the safetensors header read and its tensors' extent checked against
+    the file's size (``safetensors.safe_open``), no weights read."""
+    config = folder / "config.json"
+    try:
+        if not isinstance(json.loads(config.read_text()), dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        raise TrainedPartsError(f"{folder}: not a {what} folder (no config.json)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TrainedPartsError(f"{config}: unreadable model config ({exc}); run `autofocus adapt` again") from None
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        if (folder / "pytorch_model.bin").is_file():  # torch's own format: torch checks it as it loads
+            return
+        raise TrainedPartsError(f"{weights}: missing, the {what}'s weights; run `autofocus adapt` again")
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(weights), framework="numpy") as fh:
+            fh.keys()
+    except (SafetensorError, OSError) as exc:
+        raise TrainedPartsError(f"{weights}: damaged or cut short ({exc}); run `autofocus adapt` again") from None
+
+
 def _on_openvino(folder: Path, length: int, backend: str, *, pairs: bool) -> Any:
     """The model converted to OpenVINO (once, cached as the index's embedder is), or None where it cannot
     serve there and ``backend`` is ``auto`` (torch then loads it, and names what is wrong with a broken folder)."""
@@ -121,6 +148,7 @@ class CrossEncoderModel(_SharedModel):
     def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32,
                  backend: str = "auto") -> None:
         self.folder, self.batch_size = Path(folder), batch_size
+        check_model_folder(self.folder, "cross-encoder")
         self.exported = _on_openvino(self.folder, _length(self.folder, max_length), backend, pairs=True)
         self.backend = "openvino" if self.exported is not None else "torch"
         if self.exported is None:
@@ -166,6 +194,7 @@ class BiEncoderModel(_SharedModel):
     def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32,
                  cache: EmbeddingCache | None = None, backend: str = "auto") -> None:
         self.folder, self.batch_size = Path(folder), batch_size
+        check_model_folder(self.folder, "sentence-transformers")
         length = _length(self.folder, max_length)
         self.exported = _on_openvino(self.folder, length, backend, pairs=False)
         self.backend = "openvino" if self.exported is not None else "torch"
