@@ -7,7 +7,10 @@ a copy of that demo SKB under a temporary folder (its cache and indexes in a tem
 ``AUTOFOCUS_HOME``: the demo is embedded once there). ``--gguf`` (a GGUF file; a copy cut at 200 MB
 is evaluated with) and ``--lm local`` (the offline LM, for a 40,000-character question sent past the
 length bound) add the probes that need the offline LM; as root, ``--mount`` adds those that need a
-small or read-only filesystem (tmpfs).
+small or read-only filesystem (tmpfs). ``--demo PATH --adapt`` runs issue 57's instead, on step 8's
+caches, trained folders and ``autofocus adapt`` (the demo read in place, an adaptation of 40 template
+questions trained first); ``--home DIR`` keeps the autofocus home (the demo's index) in DIR, so the
+runs before and after a fix embed the demo once.
 
 Work bounds (steps 3-3b on a query of many clauses, ``eval`` where the LM writes 10,000 MATCH
 clauses) run in a subprocess under ``--timeout``; the rest in this process. A full disk needs a small
@@ -17,6 +20,7 @@ data/demo --index-dir /mnt/small/idx``), so it is not among them.
     PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py
     PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py --demo data/demo --mount \
         --gguf ~/.cache/autofocus/models/<model>.gguf --lm local
+    PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py --demo data/demo --adapt --home /tmp/probe-home
 """
 
 from __future__ import annotations
@@ -134,7 +138,15 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, help="issue 47: a GGUF model file to cut at 200 MB")
     parser.add_argument("--lm", help="issue 47: the LM that gets a 40,000-character question (e.g. local)")
     parser.add_argument("--mount", action="store_true", help="issue 47: probes on small/read-only tmpfs (root)")
+    parser.add_argument("--adapt", action="store_true", help="issue 57: step 8's caches, trained folders, adapt")
+    parser.add_argument("--home", type=Path, help="the autofocus home to keep (the demo's index) across runs")
     args = parser.parse_args()
+    if args.home is not None:
+        os.environ["AUTOFOCUS_HOME"] = str(args.home.resolve())
+    if args.demo is not None and args.adapt:
+        for name, out in adapt_probes(args.demo.resolve()):
+            print(f"| {name} | {out} |", flush=True)
+        return
     if args.demo is not None:
         for name, out in demo_probes(args.demo.resolve(), args.gguf, args.lm, args.mount):
             print(f"| {name} | {out} |", flush=True)
@@ -652,6 +664,158 @@ def mounted_probes(skb: Path, store: Path, pristine: Path) -> Iterator[tuple[str
                      f"{kept} finished lines kept")
     finally:
         subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
+
+
+# --- issue 57: step 8's caches, trained folders, adapt ----------------------------------------------------
+
+ADAPT = ("--templates", "40", "--epochs", "1", "--no-progress")  # the quickest adaptation that trains a model
+BI_ENCODER = "vss-rerank:reranker=bi-encoder"  # step 8 by the trained bi-encoder, no LM
+
+
+def home() -> Path:
+    return Path(os.environ["AUTOFOCUS_HOME"])
+
+
+def lock_only_exports() -> int:
+    """Export folders that hold nothing but their lock (an export begun and abandoned)."""
+    models = home() / "models"
+    return sum(1 for d in models.iterdir() if d.is_dir() and {p.name for p in d.iterdir()} == {".lock"}) \
+        if models.is_dir() else 0
+
+
+def reranked(skb: Path, trained: Path, name: str, limit: int = 20) -> tuple[Any, str, dict[int, list[int]]]:
+    """An eval of step 8 by ``trained``'s bi-encoder on the demo's val split: exit, output, ranked ids per question."""
+    cfg = TMP / f"{name}.json"
+    cfg.write_text(json.dumps({"trained": str(trained)}))
+    rc, out, _ = run(*AUTOFOCUS, "eval", "--skb", skb, "--split", "val", "--limit", limit, "--system", BI_ENCODER,
+                     "--config", cfg, "--out", TMP / name, "--no-progress", timeout=1800)
+    traces = TMP / name / "traces.jsonl"
+    lines = [json.loads(line) for line in traces.read_text().splitlines()] if traces.exists() else []
+    return rc, out, {r["id"]: r["ranked"] for r in lines}
+
+
+def gold_ranks(ranked: dict[int, list[int]], gold: dict[int, list[int]]) -> list[int | None]:
+    return [next((i + 1 for i, n in enumerate(ids) if n in gold[q]), None) for q, ids in sorted(ranked.items())]
+
+
+def adapt_probes(demo: Path) -> Iterator[tuple[str, str]]:
+    """Issue 57's items 9-14, each row as it is done."""
+    import sqlite3
+
+    from autofocus.skb.qa import load_qa
+
+    os.environ["AUTOFOCUS_RESIDENT"] = "0"  # nobody's `lm serve` answers these
+    rc, out, secs = run(*AUTOFOCUS, "index", "build", demo, timeout=3600)
+    yield "setup: `index build` of the demo (once per home)", f"exit {rc}, {secs:.0f} s"
+    adapted = TMP / "adapt" / "adapted.json"
+    rc, out, secs = run(*AUTOFOCUS, "adapt", "--skb", demo, *ADAPT, "--out", adapted, timeout=3600)
+    yield f"setup: `adapt {' '.join(ADAPT)}` of the demo", f"exit {rc}, {secs:.0f} s: {first_line(out, 'Wrote', 'error')[:90]}"
+    folder = adapted.with_name("adapted.trained")
+    cache = home() / "embeddings" / "queries.sqlite"
+    gold = {q.id: list(q.answer_ids) for q in load_qa(demo, "val")}
+
+    # 9. cached candidate vectors replaced by same-length garbage
+    rc, out, first = reranked(demo, folder, "rerank-1")
+    db = sqlite3.connect(cache)
+    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        if "vec" in [c[1] for c in db.execute(f"PRAGMA table_info({table})")]:
+            db.execute(f"UPDATE {table} SET vec = randomblob(length(vec)) WHERE model LIKE 'bi-encoder-%'")
+    db.commit()
+    db.close()
+    rc, out, second = reranked(demo, folder, "rerank-2")
+    both = sorted(set(first) & set(second))
+    before, after = gold_ranks({q: first[q] for q in both}, gold), gold_ranks({q: second[q] for q in both}, gold)
+    yield ("9. step 8's cached candidate vectors (bi-encoder) replaced by same-length garbage: `eval --split val "
+           "--limit 20` again", f"exit {rc}; gold's rank changed in {sum(a != b for a, b in zip(before, after, strict=True))} of "
+           f"{len(before)} questions (first question {before[:1]} -> {after[:1]}); "
+           f"{first_line(out, 'queries.sqlite') if 'queries.sqlite' in out else 'nothing said'}"[:260])
+
+    # 10. the cache file damaged
+    pristine = TMP / "queries.pristine"
+    shutil.copy(cache, pristine)
+    query = ("search", "parse a JSON document into Python objects", "--skb", demo, "-k", "5")
+    for damage in ("truncated to half", "overwritten with garbage"):
+        for side in ("-wal", "-shm"):
+            Path(f"{cache}{side}").unlink(missing_ok=True)
+        data = pristine.read_bytes()
+        cache.write_bytes(data[: len(data) // 2] if damage.startswith("truncated") else os.urandom(len(data)))
+        rc, out, _ = run(*AUTOFOCUS, *query)
+        rc2, _, _ = run(*AUTOFOCUS, "eval", "--skb", demo, "--split", "val", "--limit", "3", "--system", "vss",
+                           "--out", TMP / f"cache-{len(damage)}", "--no-progress")
+        yield (f"10. queries.sqlite {damage}: `search`; then `eval --system vss`",
+               f"exit {rc}: {first_line(out, 'queries.sqlite', 'error')[:170]}; eval exit {rc2}")
+        for side in ("", ".damaged", "-wal", "-shm"):
+            Path(f"{cache}{side}").unlink(missing_ok=True)
+        shutil.copy(pristine, cache)
+
+    # 11. the trained folder's weights damaged
+    for damage in ("truncated", "deleted"):
+        broken = TMP / f"{damage}.trained"
+        shutil.copytree(folder, broken)
+        weights = broken / "reranker" / "model.safetensors"
+        if damage == "truncated":
+            os.truncate(weights, weights.stat().st_size // 2)
+        else:
+            weights.unlink()
+        was = lock_only_exports()
+        start = time.perf_counter()
+        rc, out, _ = reranked(demo, broken, f"broken-{damage}", limit=1)
+        yield (f"11. the reranker's model.safetensors {damage}: `eval --limit 1` with it",
+               f"exit {rc}, {time.perf_counter() - start:.0f} s: {first_line(out, 'model.safetensors', 'reranker', 'error')[:170]}"
+               f"; export folders holding only a .lock: {lock_only_exports() - was}")
+
+    # 12. adapt again to the same --out, killed while training
+    manifest = folder / "manifest.json"
+    kept = manifest.read_text()
+    proc = subprocess.Popen([*AUTOFOCUS, "adapt", "--skb", str(demo), *ADAPT, "--seed", "1", "--out", str(adapted)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "training the" in line:
+            break
+    time.sleep(5)
+    during = "present" if manifest.exists() else "missing"
+    proc.kill()
+    proc.wait()
+    loads = python(f"from autofocus.program.trained import TrainedParts; TrainedParts.load('{folder}'); print('loads')", 600)[1]
+    left = sorted(p.name for p in adapted.parent.iterdir() if p.name not in ("adapted.json", "adapted.summary.json",
+                                                                              "adapted.trained", ".adapted.json.lock"))
+    yield ("12. `adapt` again to the same --out, `kill -9` 5 s into training",
+           f"old manifest while training: {during}; after the kill: "
+           f"{'unchanged' if manifest.exists() and manifest.read_text() == kept else 'gone' if not manifest.exists() else 'changed'}, "
+           f"the old model {loads[-120:]}; left beside it: {left}")
+
+    # 13. --out on a read-only filesystem
+    mnt = TMP / "ro"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)], check=True, capture_output=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        yield "13. `adapt --out` on a read-only filesystem", f"not run (mount: {exc})"
+    else:
+        try:
+            rc, out, secs = run(*AUTOFOCUS, "adapt", "--skb", demo, *ADAPT, "--out", mnt / "adapted.json", timeout=3600)
+            yield ("13. `adapt --out` on a read-only tmpfs", f"exit {rc}, {secs:.0f} s, "
+                   f"{'mined first' if 'mining candidate lists' in out else 'nothing mined'}: {first_line(out, 'error', 'cannot', 'Read-only')[:200]}")
+        finally:
+            subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
+
+    # 14. fewer than ten questions
+    qa = TMP / "qa-five"
+    qa.mkdir()
+    five = load_qa(demo, "train")[:5]
+    pd.DataFrame({"id": [q.id for q in five], "query": [q.query for q in five],
+                  "answer_ids": [json.dumps(list(map(int, q.answer_ids))) for q in five]}).to_csv(qa / "qa_five.csv", index=False)
+    few = TMP / "few" / "adapted.json"
+    rc, out, secs = run(*AUTOFOCUS, "adapt", "--skb", demo, "--split", "five", "--qa-dir", qa, "--epochs", "1",
+                        "--no-progress", "--out", few, timeout=3600)
+    record = json.loads((few.with_name("adapted.trained") / "manifest.json").read_text()) if rc == 0 else {}
+    weight = json.loads(few.read_text())["config"]["rerank"].get("rerank_prior_weight") if few.exists() else None
+    yield ("14. `adapt` on 5 questions", f"exit {rc}, {secs:.0f} s; said: "
+           f"{first_line(out, 'no held-out') if 'no held-out' in out else 'nothing'}"[:200] +
+           f"; manifest: held_out {record.get('held_out', 'not recorded')}, fusion "
+           f"{(record.get('reranker') or {}).get('fusion', 'not recorded')}; program's fusion weight {weight}")
 
 
 if __name__ == "__main__":

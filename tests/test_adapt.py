@@ -393,3 +393,99 @@ def test_damaged_weights_are_named_in_one_line_before_any_export(tmp_path, monke
     named = "config.json" if damage == "bad config" else "model.safetensors"
     assert message.startswith(str(folder / "reranker" / named)) and "autofocus adapt" in message
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+
+
+# --- the output: a working model is never lost, an unwritable --out refused, too few questions said -----
+
+
+def _tiny_kb(two_type_skb, tmp_path, monkeypatch):
+    from autofocus.skb.skbdir import load_skb_dir
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    return kb
+
+
+def test_adapting_again_keeps_the_working_model_until_the_new_one_is_complete(two_type_skb, tmp_path, monkeypatch):
+    """A second `adapt` to the same --out: the first model stays whole (manifest and all) while the second
+    trains and after it is interrupted; a completed one replaces it and leaves nothing beside it."""
+    import autofocus.adapt.run as adapt_run
+
+    kb = _tiny_kb(two_type_skb, tmp_path, monkeypatch)
+    out = tmp_path / "out" / "adapted.json"
+    first = adapt(two_type_skb, AutofocusConfig(), AdaptOptions(out=out, splits=("train", "test"), reranker=False))
+    manifest = (first.folder / "manifest.json").read_text()
+    seen: list[bool] = []
+
+    def interrupted(*args, **kwargs):
+        TrainedParts.load(first.folder, kb.skb)  # usable while training
+        seen.append((first.folder / "manifest.json").read_text() == manifest)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(adapt_run, "train_reranker", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        adapt(two_type_skb, AutofocusConfig(), AdaptOptions(out=out, splits=("train",), epochs=1))
+    assert seen == [True]
+    assert (first.folder / "manifest.json").read_text() == manifest  # the old model, untouched
+    assert runtime.open_program(kb, "afr", None, out, lms=False).trained.folder == first.folder.resolve()
+    second = adapt(two_type_skb, AutofocusConfig(), AdaptOptions(out=out, splits=("train",), reranker=False, seed=1))
+    assert json.loads((second.folder / "manifest.json").read_text())["options"]["seed"] == 1
+    assert sorted(p.name for p in out.parent.iterdir() if not p.name.endswith(".lock")) == [
+        "adapted.json", "adapted.summary.json", "adapted.trained"]  # no work folder left beside it
+
+
+@pytest.mark.parametrize("where", ["a read-only folder", "a file where the folder should be"])
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(two_type_skb, tmp_path, monkeypatch, where):
+    import os
+
+    from typer.testing import CliRunner
+
+    from autofocus.cli import app
+
+    if where == "a read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        parent = tmp_path / "locked"
+        parent.mkdir(mode=0o555)
+    else:
+        parent = tmp_path / "file"
+        parent.write_text("")
+    out = parent / "adapted.json"
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the knowledge base was opened: work began before the refusal")
+
+    monkeypatch.setattr(runtime, "open_kb", no_work)
+    with pytest.raises(ValueError, match=rf"--out {out}: cannot write in {parent} \("):
+        adapt(two_type_skb, AutofocusConfig(), AdaptOptions(out=out, templates=5))
+    result = CliRunner().invoke(app, ["adapt", "--skb", str(two_type_skb), "--templates", "5", "--out", str(out)])
+    assert result.exit_code == 1 and f"cannot write in {parent}" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_too_few_questions_to_hold_any_out_is_said_and_recorded(two_type_skb, tmp_path, monkeypatch):
+    """Three questions: none held out, a warning, and the manifest records that the epoch and the fusion
+    weight are the defaults, not chosen (the tiny bi-encoder trains one epoch on a few triplets)."""
+    from autofocus.progress import LogReporter
+
+    _tiny_kb(two_type_skb, tmp_path, monkeypatch)
+    notes: list[tuple[str, str]] = []
+
+    class Notes(LogReporter):
+        def note(self, text: str, level: str = "info") -> None:
+            notes.append((text, level))
+
+    options = AdaptOptions(out=tmp_path / "adapted.json", splits=("train",), epochs=1, batch_size=8, max_length=32,
+                           type_reader=False)
+    result = adapt(two_type_skb, AutofocusConfig(), options, Notes())
+    warnings = [t for t, level in notes if level == "warning" and "held-out" in t]
+    assert warnings == ["no held-out questions: only 3 questions (at least 10 are needed to hold any out); the "
+                        "reranker keeps its last epoch, the fusion weight stays the default 1.0, the type reader's "
+                        "regularisation the default"]
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    assert manifest["held_out"]["questions"] == 0 and "only 3 questions" in manifest["held_out"]["why"]
+    assert manifest["held_out"]["defaults"]["reranker_epoch"] == "the last of 1 (none chosen)"
+    assert manifest["reranker"]["fusion"] == {"fitted": False, "used": 1.0, "why": "no held-out questions"}
+    assert "rerank_prior_weight" not in json.loads(result.program.read_text())["config"].get("rerank", {}) or \
+        json.loads(result.program.read_text())["config"]["rerank"]["rerank_prior_weight"] == 1.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,17 @@ def is_damage(exc: BaseException) -> bool:
 
 def header_damage(path: Path) -> str | None:
     """Why ``path``'s header shows it damaged (not a database, shorter than its pages), or None: a
-    read of 100 bytes and a stat, so every open can afford it. An empty or absent file is a new cache."""
+    read of 100 bytes and a stat, so every open can afford it. An empty or absent file is a new cache.
+    A file shorter than its pages is looked at again a moment later: another process's checkpoint may
+    be growing it."""
+    reason = _header_damage(path)
+    if reason is not None and reason.startswith("cut short"):
+        time.sleep(0.2)
+        reason = _header_damage(path)
+    return reason
+
+
+def _header_damage(path: Path) -> str | None:
     try:
         with path.open("rb") as fh:
             header = fh.read(100)
@@ -65,6 +76,16 @@ def move_aside(path: Path, reason: str, inode: int | None = None) -> None:
     for suffix in _SIDE_FILES:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     log.warning("%s: damaged cache (%s); moved aside to %s.damaged and started afresh", path, reason, path.name)
+
+
+def check_folder(folder: Path) -> None:
+    """Move aside the damaged SQLite files (``*.db``, one level of subfolders deep) of a cache another
+    library opens (DSPy's disk cache: one per shard), before it opens them: a damaged shard would
+    otherwise turn its disk cache off for the whole process, without naming the file."""
+    for path in [*folder.glob("*.db"), *folder.glob("*/*.db")]:
+        reason = header_damage(path)
+        if reason is not None:
+            move_aside(path, reason)
 
 
 class CacheFile:

@@ -13,18 +13,28 @@ The sequence, each part on two CPU cores in minutes:
 5. The program file: the system with ``trained`` naming the models' folder, step 8 on
    (``reranker=auto`` picks the trained one) and the fitted fusion; ``<stem>.trained/manifest.json``
    and ``adapt_summary`` record questions, pairs, epochs, minutes (in all and per part) and held-out scores.
+
+The models are written to a folder of their own beside ``<stem>.trained`` (an ``--out`` that cannot be
+written is refused before any work); it replaces the old one only when complete, so a program adapted
+before keeps working during training and after an interrupted one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from autofocus import paths
 from autofocus.adapt.mining import Mined, answer_type, mine, run_lists
 from autofocus.adapt.reranker import Documents, RerankerTraining, fusion_cases, train_reranker
 from autofocus.adapt.type_reader import fit_type_reader
@@ -52,19 +62,26 @@ class AdaptResult:
 
 def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, reporter: Reporter | None = None) -> AdaptResult:
     """Run the adaptation of the SKB at ``skb`` (module docstring); writes ``options.out`` and its folder."""
+    report = reporter_or_log(reporter)
+    out = Path(options.out)
+    folder = parts_folder(out)
+    with _output(out, folder) as work:
+        return _adapt(skb, config, options, report, out, folder, work)
+
+
+def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, report: Reporter, out: Path, folder: Path,
+           work: Path) -> AdaptResult:
+    """The adaptation, its models written to ``work``, which replaces ``folder`` at the end."""
     from autofocus import runtime
     from autofocus.evaluation.program_runs import load_split
     from autofocus.optimize.saved import save_program
     from autofocus.skb.cache import content_digest
 
-    report = reporter_or_log(reporter)
     start = time.perf_counter()
     stages: dict[str, float] = {}
 
     def lap(stage: str) -> None:  # minutes of each part, so a user sees what a larger knowledge base costs more
         stages[stage] = round((time.perf_counter() - start) / 60 - sum(stages.values()), 2)
-    out = Path(options.out)
-    folder = parts_folder(out)
     system, cfg = runtime.resolve_system(options.system, config)
     cfg = cfg.updated({"trained": None})
     kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
@@ -74,11 +91,12 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     sources: list[tuple[str, Path | str | None]] = [(s, options.qa_dir) for s in options.splits]
     if options.templates:
         report.note(f"writing {options.templates} template questions from the graph", "section")
-        sources.append(("synthetic", _templates(skb, cfg, options, folder / "questions", report)))
+        sources.append(("synthetic", _templates(skb, cfg, options, work / "questions", report)))
     if not sources:
         raise ValueError("no training questions: name splits (--split) or ask for template questions (--templates)")
     items = _questions(load_split, skb, kb.skb.num_nodes, sources)
-    summary["questions"] = {"total": len(items), "by_source": {f"{s}@{d or skb}": n for (s, d), n in
+    shown = {work / "questions": folder / "questions"}  # where the template questions will be
+    summary["questions"] = {"total": len(items), "by_source": {f"{s}@{shown.get(d, d) or skb}": n for (s, d), n in
                                                                _counts(load_split, skb, kb.skb.num_nodes, sources)}}
     lap("questions")
     rng = np.random.default_rng(options.seed)
@@ -86,6 +104,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     n_val = round(len(items) * options.val_share) if len(items) >= 10 else 0
     val_items = [items[i] for i in order[:n_val]]
     train_items = [items[i] for i in order[n_val:]]
+    summary["held_out"] = _held_out(len(items), n_val, options, cfg, report)
 
     report.note(f"mining candidate lists of {len(items)} questions (steps 3-7, no LM)", "section")
     program = runtime.assemble(system, kb, cfg.updated({"steps": "1-7"}), lms=False)
@@ -103,8 +122,6 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     summary["mining"] = _mining_stats(mined_train + mined_val)
     lap("mining")
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "manifest.json").unlink(missing_ok=True)  # the folder is unfinished until the manifest is back
     settings: dict[str, Any] = {}
     if options.reranker:
         report.note(f"training the {options.reranker_kind} on {len(mined_train)} questions", "section")
@@ -113,26 +130,79 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
                                     learning_rate=options.learning_rate, max_length=options.max_length,
                                     positives=options.positives, negatives=options.hard_negatives, seed=options.seed)
         eval_source = "run" if runs else "grounded"
-        summary["reranker"] = train_reranker(mined_train, mined_val, kb.skb, folder, training, eval_source=eval_source,
-                                             progress=draws_bars(reporter))
+        summary["reranker"] = train_reranker(mined_train, mined_val, kb.skb, work, training, eval_source=eval_source,
+                                             progress=draws_bars(report))
         lap("reranker")
-        settings.update(_fusion(folder, mined_val, kb.skb, runs, summary["reranker"], report))
+        settings.update(_fusion(work, mined_val, kb.skb, runs, summary["reranker"], cfg, report))
         lap("fusion")
     asked = {m.target_type for m in mined_train}
     if options.type_reader and len(asked) > 1:
         report.note("fitting the type reader", "section")
-        summary["type_reader"] = _type_reader(kb, mined_train, mined_val, folder)
+        summary["type_reader"] = _type_reader(kb, mined_train, mined_val, work)
         lap("type_reader")
     elif options.type_reader:
         report.note(f"no type reader: the training questions ask for one type only ({', '.join(asked)})", "warning")
     summary["content_digest"] = content_digest(kb.skb)
     summary["minutes"] = round((time.perf_counter() - start) / 60, 2)
     summary["stage_minutes"] = stages
-    write_manifest(folder, summary)
+    write_manifest(work, summary)
+    _replace(folder, work)
     adapted = cfg.updated({"trained": str(folder.resolve()), "steps": "1-8", **settings})
     save_program(program, system, adapted, out, optimizer={"optimizer": "adapt", "trained": folder.name})
-    (out.parent / f"{out.stem}.summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    paths.replace_atomically(out.parent / f"{out.stem}.summary.json", json.dumps(summary, indent=2, default=str))
     return AdaptResult(out, folder, summary)
+
+
+@contextlib.contextmanager
+def _output(out: Path, folder: Path) -> Iterator[Path]:
+    """A new folder beside ``folder`` for the models being trained (removed if the adaptation stops), made
+    before any work, so an ``--out`` that cannot be written is refused at once; one adaptation per
+    ``--out`` at a time, which removes what an adaptation killed before left there."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; name the program file to write (e.g. {out / 'adapted.json'})")
+    with contextlib.ExitStack() as stack:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(paths.locked(out.parent / f".{out.name}.lock", wait=False))
+            for left in out.parent.glob(f".{folder.name}.*"):  # what an adaptation killed before this one left
+                shutil.rmtree(left, ignore_errors=True)
+            work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{folder.name}."))
+        except paths.Busy as exc:
+            raise ValueError(f"{out}: another `autofocus adapt` is writing it ({exc.holder}); wait for it or "
+                             "choose another --out") from None
+        except OSError as exc:
+            raise ValueError(f"--out {out}: cannot write in {out.parent} ({exc.strerror or exc}); choose a folder "
+                             "you can write") from None
+        stack.callback(shutil.rmtree, work, ignore_errors=True)  # gone already where it replaced the old folder
+        os.chmod(work, 0o755)  # as a folder made by mkdir: mkdtemp's 0700 would hide the models from their users
+        yield work
+
+
+def _replace(folder: Path, new: Path) -> None:
+    """``new`` (complete, its manifest written last) in place of ``folder``: the old folder is renamed
+    aside, the new one renamed in, the old one removed."""
+    if not folder.exists():
+        os.replace(new, folder)
+        return
+    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    os.replace(folder, aside)  # rename(2) onto an empty folder
+    os.replace(new, folder)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _held_out(total: int, n_val: int, options: AdaptOptions, cfg: AutofocusConfig, report: Reporter) -> dict[str, Any]:
+    """How many questions were held out; with none, why, and the defaults used where they would have chosen
+    (said as a warning too: nothing is chosen on questions that were not there)."""
+    if n_val:
+        return {"questions": n_val}
+    why = (f"only {total} questions (at least 10 are needed to hold any out)" if total < 10
+           else f"a held-out share of {options.val_share} holds none out")
+    defaults = {"reranker_epoch": f"the last of {options.epochs} (none chosen)",
+                "rerank_prior_weight": f"{cfg.rerank.rerank_prior_weight} (the default, not fitted)",
+                "type_reader_C": "1.0 (the default, not chosen)"}
+    report.note(f"no held-out questions: {why}; the reranker keeps its last epoch, the fusion weight stays the "
+                f"default {cfg.rerank.rerank_prior_weight}, the type reader's regularisation the default", "warning")
+    return {"questions": 0, "why": why, "defaults": defaults}
 
 
 def _templates(skb: Path | str, cfg: AutofocusConfig, options: AdaptOptions, where: Path, report: Reporter) -> Path:
@@ -180,13 +250,16 @@ def _mining_stats(mined: list[Mined]) -> dict[str, Any]:
 
 
 def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]], record: dict[str, Any],
-            report: Reporter) -> dict[str, Any]:
+            cfg: AutofocusConfig, report: Reporter) -> dict[str, Any]:
     """Step 8's settings: the trained reranker fused with steps 1-7's order, the weight fitted on the held-out
-    questions' lists (a run's where there is one, else the grounded and the vector lists pooled)."""
+    questions' lists (a run's where there is one, else the grounded and the vector lists pooled); where it
+    cannot be fitted, ``record`` says so and the default weight stays."""
     from autofocus.optimize.fusion_fit import fit_prior_weight
 
     settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None}
+    default = {"fitted": False, "used": cfg.rerank.rerank_prior_weight}
     if not val:
+        record["fusion"] = {**default, "why": "no held-out questions"}
         return settings
     model, docs = open_reranker(folder / RERANKER_DIR, record), Documents(skb)
     cases = []
@@ -196,9 +269,10 @@ def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]]
         fit = fit_prior_weight(cases)
     except ValueError as exc:
         report.note(f"fusion weight not fitted ({exc}); the default stays", "warning")
+        record["fusion"] = {**default, "why": str(exc)}
         return settings
     weight = float(min(10.0, max(0.0, fit.weight)))
-    record["fusion"] = {**fit.as_dict(), "used": weight}
+    record["fusion"] = {**fit.as_dict(), "fitted": True, "used": weight}
     report.note(fit.line())
     return {**settings, "rerank_prior_weight": round(weight, 3)}
 

@@ -95,12 +95,17 @@ def _table(s: dict) -> Table:
         if a:
             table.add_row("held-out MRR@10", f"{r['base_mrr@10'] if r.get('base_mrr@10') is not None else float('nan'):.3f} steps 3-7 -> "
                                               f"{a.get('mrr@10', float('nan')):.3f} reranked ({r['val_questions']} questions)")
-        if "fusion" in r:
-            table.add_row("fusion weight", f"{r['fusion']['used']:.2f} ({r['fusion']['n']} questions)")
+        f = r.get("fusion")
+        if f:
+            table.add_row("fusion weight", f"{f['used']:.2f} ({f['n']} questions)" if f.get("fitted", True)
+                          else f"{f['used']:.2f} (the default: {f['why']})")
     t = s.get("type_reader")
     if t:
         acc = "-" if t["val_accuracy"] is None else f"{100 * t['val_accuracy']:.0f}%"
         table.add_row("type reader", f"{t['train_questions']} questions, held-out accuracy {acc}")
+    held = s.get("held_out")
+    if held and not held["questions"]:
+        table.add_row("held out", f"none: {held['why']}; defaults used")
     parts = ", ".join(f"{k} {v}" for k, v in s.get("stage_minutes", {}).items())
     table.add_row("minutes", f"{s['minutes']} ({parts})" if parts else str(s["minutes"]))
     return table

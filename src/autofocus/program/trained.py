@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from autofocus import paths
 from autofocus.config import RERANKER_KINDS
 from autofocus.index.cache import EmbeddingCache, default_cache
 from autofocus.index.embedders import input_length, l2_normalise
@@ -379,9 +380,7 @@ def load_trained(folder: str | Path | None, kb: Any) -> TrainedParts | None:
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
     """The manifest last, atomically: a folder without one is an unfinished adaptation."""
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps({"format": FORMAT, **manifest}, indent=2, default=_json_default))
-    tmp.replace(folder / MANIFEST)
+    paths.replace_atomically(folder / MANIFEST, json.dumps({"format": FORMAT, **manifest}, indent=2, default=_json_default))
     return folder / MANIFEST
 
 
