@@ -481,8 +481,7 @@ def test_too_few_questions_to_hold_any_out_is_said_and_recorded(two_type_skb, tm
     result = adapt(two_type_skb, AutofocusConfig(), options, Notes())
     warnings = [t for t, level in notes if level == "warning" and "held-out" in t]
     assert warnings == ["no held-out questions: only 3 questions (at least 10 are needed to hold any out); the "
-                        "reranker keeps its last epoch, the fusion weight stays the default 1.0, the type reader's "
-                        "regularisation the default"]
+                        "reranker keeps its last epoch and the fusion weight the default 1.0"]
     manifest = json.loads((result.folder / "manifest.json").read_text())
     assert manifest["held_out"]["questions"] == 0 and "only 3 questions" in manifest["held_out"]["why"]
     assert manifest["held_out"]["defaults"]["reranker_epoch"] == "the last of 1 (none chosen)"

@@ -197,11 +197,17 @@ def _held_out(total: int, n_val: int, options: AdaptOptions, cfg: AutofocusConfi
         return {"questions": n_val}
     why = (f"only {total} questions (at least 10 are needed to hold any out)" if total < 10
            else f"a held-out share of {options.val_share} holds none out")
-    defaults = {"reranker_epoch": f"the last of {options.epochs} (none chosen)",
-                "rerank_prior_weight": f"{cfg.rerank.rerank_prior_weight} (the default, not fitted)",
-                "type_reader_C": "1.0 (the default, not chosen)"}
-    report.note(f"no held-out questions: {why}; the reranker keeps its last epoch, the fusion weight stays the "
-                f"default {cfg.rerank.rerank_prior_weight}, the type reader's regularisation the default", "warning")
+    weight = cfg.rerank.rerank_prior_weight
+    defaults: dict[str, str] = {}
+    said: list[str] = []
+    if options.reranker:
+        defaults |= {"reranker_epoch": f"the last of {options.epochs} (none chosen)",
+                     "rerank_prior_weight": f"{weight} (the default, not fitted)"}
+        said.append(f"the reranker keeps its last epoch and the fusion weight the default {weight}")
+    if options.type_reader:
+        defaults["type_reader_C"] = "1.0 (the default, not chosen)"
+        said.append("the type reader its default regularisation")
+    report.note(f"no held-out questions: {why}; {', '.join(said) or 'nothing is chosen on them'}", "warning")
     return {"questions": 0, "why": why, "defaults": defaults}
 
 
