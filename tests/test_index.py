@@ -508,10 +508,18 @@ def test_cached_vectors_overwritten_with_garbage_are_embedded_again_and_named(tm
         np.testing.assert_array_equal(reopened.embed(again, texts), expected)
     assert again.texts_seen == 5 and reopened.hits == 0  # every row failed its check and was embedded again
     assert [r.getMessage() for r in caplog.records if "digest" in r.getMessage()] == [
-        f"{path}: 5 cached vectors of {emb.name} fail their digest (the file is damaged); embedding them again"]
+        f"{path}: 5 cached vectors of {emb.name} fail their digest (the file is damaged); embedding them again, "
+        "as any others that fail it"]
     third = HashingEmbedder(name=emb.name)
     np.testing.assert_array_equal(EmbeddingCache(path).embed(third, texts), expected)
     assert third.texts_seen == 0  # the rows written again pass
+    _overwrite_vectors(path)
+    caplog.clear()
+    later = EmbeddingCache(path)
+    with caplog.at_level("WARNING"):
+        later.embed(HashingEmbedder(name=emb.name), texts[:2])
+        np.testing.assert_array_equal(later.embed(HashingEmbedder(name=emb.name), texts), expected)
+    assert later.rejected == 5 and len(caplog.records) == 1  # later lookups: embedded again without another line
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "garbage after the header"])

@@ -117,9 +117,10 @@ class EmbeddingCache:
                                   f"({','.join('?' * len(part))})", [model, *part])
         good = {k: np.frombuffer(v, dtype=np.float32) for k, v, d in rows if vector_digest(model, k, v) == d}
         if len(good) < len(rows):
+            if not self.rejected:  # one line per file and process, however many lookups meet damaged rows
+                log.warning("%s: %d cached vectors of %s fail their digest (the file is damaged); embedding them "
+                            "again, as any others that fail it", self.path, len(rows) - len(good), model)
             self.rejected += len(rows) - len(good)
-            log.warning("%s: %d cached vectors of %s fail their digest (the file is damaged); embedding them again",
-                        self.path, len(rows) - len(good), model)
         return good
 
     def _execute(self, sql: str, params: Sequence[object] = (), many: bool = False) -> list[tuple]:
