@@ -107,7 +107,7 @@ def check_model_folder(folder: Path, what: str) -> None:
     if not weights.is_file():
         if (folder / "pytorch_model.bin").is_file():  # torch's own format: torch checks it as it loads
             return
-        raise TrainedPartsError(f"{weights}: missing, the {what}'s weights; run `autofocus adapt` again")
+        raise TrainedPartsError(f"{weights}: missing (the {what} folder's weights); run `autofocus adapt` again")
     from safetensors import SafetensorError, safe_open
 
     try:
