@@ -727,8 +727,8 @@ def adapt_probes(demo: Path) -> Iterator[tuple[str, str]]:
     before, after = gold_ranks({q: first[q] for q in both}, gold), gold_ranks({q: second[q] for q in both}, gold)
     yield ("9. step 8's cached candidate vectors (bi-encoder) replaced by same-length garbage: `eval --split val "
            "--limit 20` again", f"exit {rc}; gold's rank changed in {sum(a != b for a, b in zip(before, after, strict=True))} of "
-           f"{len(before)} questions (first question {before[:1]} -> {after[:1]}); "
-           f"{first_line(out, 'queries.sqlite') if 'queries.sqlite' in out else 'nothing said'}"[:260])
+           f"{len(before)} questions (first question {before[:1]} -> {after[:1]}); lines naming the damage: "
+           f"{out.count('fail their digest')}: {first_line(out, 'queries.sqlite') if 'queries.sqlite' in out else ''}"[:300])
 
     # 10. the cache file damaged
     pristine = TMP / "queries.pristine"
