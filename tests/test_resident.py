@@ -60,9 +60,9 @@ def test_the_worker_answers_as_the_command_would_and_keeps_the_program_open(
 
 
 def test_a_question_for_an_lm_the_worker_does_not_serve_is_declined(
-    worker: resident.Worker, fake_llama: str, two_type_skb: Path, tmp_path: Path,  # noqa: F811
+    fake_llama: str, worker: resident.Worker, two_type_skb: Path, tmp_path: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> None:  # the worker starts in the environment that names the fake server
     kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "kb", source=two_type_skb)
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     argv = ["ask", QUESTION, "--skb", str(two_type_skb), "--system", "afr:steps=1-7", "--lm", fake_llama]

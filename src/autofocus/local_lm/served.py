@@ -31,7 +31,7 @@ def record_of(server: LocalServer, state: str, worker: Path | None = None) -> re
         alias=server.alias, fingerprint=server.fingerprint(), pid=os.getpid(), host=server.host, port=server.port,
         state=state, slots=server.n_parallel, slot_dir=str(server.slot_dir) if server.slot_dir else None,
         model=str(server.model_path), settings=server.settings(), log=str(server.log_path),
-        worker=str(worker) if worker is not None else None,
+        worker=str(worker) if worker is not None else None, api_key=server.api_key,
     )  # fmt: skip
 
 

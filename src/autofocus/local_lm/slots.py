@@ -84,6 +84,7 @@ def _evaluate_and_save(server: LocalServer, slot: int, start: str, name: str, ti
     part = f"{name}.{os.getpid()}-{threading.get_ident()}.part"
     server.post(f"slots/{slot}?action=save", {"filename": part}, timeout)
     os.replace(server.slot_dir / part, server.slot_dir / name)
+    os.chmod(server.slot_dir / name, 0o600)  # the user's alone, whatever the server's umask
     prune(server.slot_dir)
     return evaluated
 
