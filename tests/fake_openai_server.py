@@ -359,6 +359,7 @@ def main() -> None:
     parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
     parser.add_argument("--choices", default=None, help='JSON {"candidate prefix": logprob} for the sequence route')
     parser.add_argument("--parallel", type=int, default=4, help="slots /props reports")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds each request waits before its answer")
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
     parser.add_argument("--slot-save-path", default=None, help="where slot actions write and read files")
     parser.add_argument("--ctx-size", type=int, default=None, help="the context of all slots (llama-server's)")
@@ -380,7 +381,7 @@ def main() -> None:
 
     try:
         server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
-                                  choice_logprobs=choices, slots=args.parallel, slot_dir=args.slot_save_path,
+                                  choice_logprobs=choices, slots=args.parallel, latency=args.latency, slot_dir=args.slot_save_path,
                                   n_ctx=args.ctx_size // args.parallel if args.ctx_size else 4096, api_key=args.api_key)
     except OSError:  # llama-server's words for a port another listener holds
         print(f"couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {args.port}", flush=True)

@@ -62,7 +62,10 @@ def serve(server: LocalServer, port: int | None, on_ready: Callable[[registry.Re
             server.start()
             server.native()  # its slots, as the server reports them
             if answer:
-                worker = resident.Worker(resident.socket_path(server.record_file)).start()
+                try:
+                    worker = resident.Worker(resident.socket_path(server.record_file)).start()
+                except paths.NotPrivate as exc:
+                    raise LocalServerError(f"`ask` cannot be answered here: {exc}") from None
             ready = record_of(server, "ready", worker.path if worker is not None else None)
             publish(ready)
             on_ready(ready)

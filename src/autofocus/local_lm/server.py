@@ -322,8 +322,11 @@ class LocalServer:
         """The folder every server of these settings and this many slots saves its slots to and restores
         them from (a saved slot names the server's number of slots: llama.cpp restores it into a server
         with as many only)."""
-        settings = paths.private_dir(paths.private_sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}")
-        return paths.private_dir(settings / f"{self.n_parallel}-slots")
+        try:
+            settings = paths.private_dir(paths.private_sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}")
+            return paths.private_dir(settings / f"{self.n_parallel}-slots")
+        except paths.NotPrivate as exc:
+            raise LocalServerError(f"the offline LM's prompt cache: {exc}") from None
 
     @classmethod
     def attach(cls, url: str, model_path: Path, alias: str, record: registry.Record | None = None) -> LocalServer:
@@ -663,10 +666,13 @@ def served_or_own(model_path: Path, alias: str, **kwargs: object) -> LocalServer
     is starting); else a new one for this process, unless ``own_servers_refused``."""
     own = LocalServer(model_path, alias, **kwargs)  # type: ignore[arg-type]
     fingerprint = own.fingerprint()
-    record = registry.find(alias, fingerprint)
-    if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
-        with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
-            record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
+    try:
+        record = registry.find(alias, fingerprint)
+        if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
+            with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
+                record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
+    except paths.NotPrivate as exc:
+        raise LocalServerError(f"the offline LM servers' registry: {exc}") from None
     if record is None and getattr(_REFUSING, "on", False):
         raise NotServed(f"{alias} with these settings is not served here")
     return own if record is None else LocalServer.attach(record.url, model_path, alias, record)
