@@ -151,8 +151,9 @@ def _ask_worker(path: Path, request: dict[str, Any], pid: int | None = None) -> 
         their_pid, uid = peer(conn)
         if uid != os.getuid() or (pid is not None and their_pid != pid):
             raise PermissionError(f"{path} is served by process {their_pid} of uid {uid}, not by `lm serve`")
-        conn.sendall(json.dumps(request).encode() + b"\n")
-        conn.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused unread: its answer says why
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            conn.shutdown(socket.SHUT_WR)
         conn.settimeout(SILENCE_S)
         with conn.makefile("rb") as lines:
             try:
