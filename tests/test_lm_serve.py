@@ -457,7 +457,7 @@ def test_a_servers_folder_another_user_made_is_refused_in_one_line(fake_llama: s
     (home / "servers").mkdir(parents=True, mode=0o777)
     os.chown(home / "servers", 65534, 65534)  # made first by another local user (nobody)
     try:
-        res = cli("lm", "serve", "--model", fake_llama)
+        res = cli("lm", "serve", "--model", fake_llama, "--detach")
         assert res.exit_code == 1 and "belongs to another user (uid 65534)" in res.text, res.output
         assert "Traceback" not in res.output and list((home / "servers").iterdir()) == []
         assert cli("lm", "status").exit_code == 1

@@ -198,7 +198,7 @@ def _within(seconds: float, fn: Any) -> Any:
 
 def test_a_connection_held_open_neither_blocks_others_nor_stays(worker: resident.Worker,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resident, "READ_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(resident, "READ_TIMEOUT_S", 1.0, raising=False)
     held = _held(worker.path)
     try:
         answer = _within(5, lambda: resident._ask_worker(worker.path, _request(["eval", "--skb", "x"])))
@@ -211,7 +211,7 @@ def test_a_connection_held_open_neither_blocks_others_nor_stays(worker: resident
 
 
 def test_a_client_hears_when_its_worker_falls_silent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resident, "SILENCE_S", 0.5)
+    monkeypatch.setattr(resident, "SILENCE_S", 0.5, raising=False)
     path = tmp_path / "silent.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:  # takes requests and never answers
         silent.bind(str(path))
