@@ -674,7 +674,8 @@ QUESTION = "Which papers did Ada Lovelace write?"
 
 
 class Served:
-    """``autofocus lm serve --detach`` of a fake llama-server (each request ``latency`` s) in ``home``."""
+    """``autofocus lm serve --detach`` in ``home`` of a fake llama-server (each request ``latency`` s), or of
+    llama.cpp's own server where a ``model`` is given."""
 
     def __init__(self, home: Path, latency: float = 0.0, model: str | None = None, **env: str) -> None:
         home.mkdir(parents=True, exist_ok=True)
@@ -685,7 +686,8 @@ class Served:
         gguf = home.parent / f"tiny-{home.name}.gguf"
         gguf.write_bytes(b"GGUF" + os.urandom(16))
         self.model = model or f"local:{gguf}"
-        self.env = {**os.environ, "AUTOFOCUS_HOME": str(home), "AUTOFOCUS_LLAMA_SERVER": str(script),
+        fake = {} if model else {"AUTOFOCUS_LLAMA_SERVER": str(script)}  # a model given: llama.cpp's own server
+        self.env = {**os.environ, "AUTOFOCUS_HOME": str(home), **fake,
                     "AUTOFOCUS_MODELS": os.environ.get("AUTOFOCUS_MODELS", str(Path.home() / ".cache/autofocus/models")),
                     "COLUMNS": "200", **env}
         self.home = home
@@ -793,8 +795,7 @@ def lm_serve_probes(gguf: Path | None) -> Iterator[tuple[str, str]]:
                   TINY_SPLITS)
 
     # 1. another user made the socket's fallback folder first (a home whose socket path is too long)
-    tmpdir = TMP / "shared-tmp"
-    tmpdir.mkdir(mode=0o777)
+    tmpdir = Path(tempfile.mkdtemp(prefix="hostile-tmp-", dir="/tmp"))  # a temporary folder both users reach
     tmpdir.chmod(0o1777)
     folder = tmpdir / f"autofocus-{os.getuid()}"
     folder.mkdir(mode=0o777)
@@ -806,7 +807,9 @@ def lm_serve_probes(gguf: Path | None) -> Iterator[tuple[str, str]]:
     if served.record.get("worker") and worker.parent == folder:
         read_end, write_end = os.pipe()
         pid = _as_nobody(lambda: _forge(worker, write_end))
-        os.read(read_end, 1)
+        os.close(write_end)
+        if os.read(read_end, 1) != b"x":
+            raise RuntimeError("the other user's process could not listen at the socket")
         rc, out, err, _ = _finished(served.ask(), 120)
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as poke:
             poke.connect(str(worker))
@@ -816,6 +819,7 @@ def lm_serve_probes(gguf: Path | None) -> Iterator[tuple[str, str]]:
                 f"user received {len(stolen)} bytes{', with OPENAI_API_KEY=sk-the-owners-key' if 'sk-the-owners' in stolen else ''}"
                 f"{' and the question' if 'Ada Lovelace' in stolen else ''}")
     served.stop()
+    shutil.rmtree(tmpdir, ignore_errors=True)
     yield "1. socket folder made first by another user (uid 65534, mode 777); that user answers at the socket", row
 
     # 2, 3, 7, 4, 5 on one served server

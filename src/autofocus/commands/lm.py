@@ -148,6 +148,14 @@ def _registry(read: Callable[[], Any]) -> Any:
         raise fail(str(exc)) from None
 
 
+def _worker(record_file: Path) -> Any:
+    """The worker that answers `ask` in `lm serve`'s process (``autofocus.resident``), listening beside
+    the server's registry record."""
+    from autofocus import resident
+
+    return resident.Worker(resident.socket_path(record_file)).start()
+
+
 def _describe(record: Any) -> str:
     return f"{record.alias} at {record.url} ({record.slots} slots, process {record.pid})"
 
@@ -203,7 +211,7 @@ def serve_cmd(
     status = console.status(f"starting the offline LM ({safe(server.model_path.name)})")
     status.start()
     try:
-        served.serve(server, port, ready, answer=answer)
+        served.serve(server, port, ready, beside=_worker if answer else None)
     except registry.AlreadyServing as exc:
         status.stop()
         console.print(f"already serving{safe(str(exc).removeprefix('already served'))}; `autofocus lm stop` stops it")
