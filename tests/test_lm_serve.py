@@ -438,6 +438,8 @@ def test_a_served_server_answers_its_owner_only_and_keeps_its_files_private(fake
         assert dspy.Predict("question -> answer")(question="q").answer == "fake"
     served = server_module._SERVERS[Path(fake_llama.removeprefix("local:")).resolve()]
     assert served.external and served.api_key == record.api_key and served.native()
+    named = LocalServer.attach(f"127.0.0.1:{record.port}", served.model_path, record.alias)  # AUTOFOCUS_LLM_SERVER
+    assert named.api_key == record.api_key and named.native()  # its key found in the registry by its address
     assert share_prompt_starts(lm, [(_conv("a cat"), _conv("a dog"))]) != []  # slots saved with the key
 
     def mode(path: Path) -> int:
