@@ -857,7 +857,7 @@ def lm_serve_probes(gguf: Path | None) -> Iterator[tuple[str, str]]:
     held.connect(served.record["worker"])
     held.sendall(b'{"argv": ["ask"')  # and never an end
     rc, out, err, secs = _finished(served.ask(), 90)
-    held.settimeout(1)
+    held.settimeout(15)  # past the worker's read bound (10 s), where it has one
     try:
         dropped = held.recv(4096).decode(errors="replace").strip() or "closed"
     except OSError as exc:
