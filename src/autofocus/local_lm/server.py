@@ -182,7 +182,7 @@ class LocalServer:
 
     Example:
         with LocalServer(path, "qwen@cc324af070c2") as srv:
-            lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key="local")
+            lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key=srv.api_key)
     """
 
     def __init__(
