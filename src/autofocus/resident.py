@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -196,11 +197,20 @@ def _index_stamp(prog: Any) -> tuple[str, ...] | None:  # the index is autofocus
 
 
 def _skb_stamp(skb: Path) -> tuple[str, ...] | None:
-    """``_stamp`` of a knowledge base's folder, or None where the folder lacks an SKB's own files (that
-    request is opened as its own process would open it, never looked through first)."""
+    """The size and time of change of a knowledge base's own files (``SKB_FILES``, its questions and
+    splits: ``skb.qa``), whatever else its folder holds; None where the folder lacks them (that request
+    is opened as its own process would open it, never looked through first) or has over ``MAX_STAMPED``."""
+    skb = skb.resolve()
     if not all((skb / name).is_file() for name in SKB_FILES):
         return None
-    return _stamp(skb)
+    files = [*(skb / name for name in SKB_FILES), *sorted(skb.glob("qa*.csv"))]
+    splits = skb / "splits"
+    if splits.is_dir():
+        files += sorted(itertools.islice(splits.iterdir(), MAX_STAMPED + 1))
+    if len(files) > MAX_STAMPED:
+        return None
+    return (str(skb), *(f"{p.relative_to(skb)}:{s.st_size}:{s.st_mtime_ns}" for p in files
+                        for s in [p.stat()] if p.is_file()))
 
 
 def _stamp(path: Path) -> tuple[str, ...] | None:

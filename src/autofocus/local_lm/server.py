@@ -333,18 +333,23 @@ class LocalServer:
         """A server started elsewhere (``autofocus lm serve``) that several runs share: one model in
         memory, where a server per process would make them fight over the cores. ``record``: its
         registry record (it names the prompt cache folder of its slots and the server's key); without
-        one, the key of the served server at that address, where one is."""
+        one, the key of the served server at that address, or of this process's own there, where one is."""
         parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
         slots = (record.slots or 1) if record is not None else 1
         server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1", n_parallel=slots)
         server.port = parsed.port or 80
         server.external = True
         server.served = record
-        if record is None:
-            record = next((r for r in registry.live() if r.port == server.port and r.host == server.host), None)
-        server.api_key = record.api_key if record is not None else None
+        server.api_key = record.api_key if record is not None else server.key_at_address()
         server.slot_dir = Path(record.slot_dir) if record is not None and record.slot_dir else None
         return server
+
+    def key_at_address(self) -> str | None:
+        """The key of the server at this one's address: a served one's (its record) or this process's own."""
+        address = (self.host, self.port)
+        served = next((r.api_key for r in registry.live() if (r.host, r.port) == address), None)
+        own = next((s.api_key for s in list(_SERVERS.values()) if not s.external and (s.host, s.port) == address), None)
+        return served or own
 
     @property
     def base_url(self) -> str:
