@@ -105,13 +105,14 @@ def peer(conn: socket.socket) -> tuple[int, int]:
 
 def forward(argv: Sequence[str]) -> int | None:
     """Run the command ``argv`` in a running worker: its exit code once its output is printed, or None
-    where no worker took it (the caller runs it itself)."""
+    where no worker took it (the caller runs it itself; each worker that declined it says why, in a line)."""
     if not argv or argv[0] not in FORWARDED or "--help" in argv or os.environ.get("AUTOFOCUS_RESIDENT", "1") == "0":
         return None
     from autofocus.local_lm import registry
 
     request = {"argv": list(argv), "cwd": os.getcwd(), "env": relevant_env(),
                "tty": [sys.stdout.isatty(), sys.stderr.isatty()], "columns": shutil.get_terminal_size((0, 0)).columns}
+    declined: list[str] = []
     for record in registry.live():
         if record.state != "ready" or not record.worker:
             continue
@@ -123,13 +124,15 @@ def forward(argv: Sequence[str]) -> int | None:
         except (OSError, ValueError):  # gone, or not listening yet: the next, else this process
             continue
         if answer.get("declined"):
-            _note(f"the `lm serve` worker (process {record.pid}) did not take this {argv[0]}: {answer['declined']}")
+            declined.append(f"the `lm serve` worker (process {record.pid}) did not take this {argv[0]}: {answer['declined']}")
             continue
         sys.stdout.write(answer.get("stdout", ""))
         sys.stdout.flush()
         sys.stderr.write(answer.get("stderr", ""))
         sys.stderr.flush()
         return int(answer.get("code", 1))
+    for reason in declined:
+        _note(reason)
     return None
 
 
