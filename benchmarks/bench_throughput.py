@@ -178,6 +178,7 @@ def main() -> None:
     if local and args.base_url is None:  # autofocus's own llama.cpp server, started here, stopped at exit
         served = get_lm(args.lm)
         base_url, lm = served.kwargs["api_base"], served.model
+        os.environ["AUTOFOCUS_LM_API_KEY"] = served.kwargs["api_key"]  # the server asks its key of every request
     elif args.base_url is None:
         server = FakeOpenAIServer(scripted_reply, latency=args.latency).start()
         base_url, lm = server.api_base, "openai/fake-model"

@@ -12,6 +12,12 @@ caches, trained folders and ``autofocus adapt`` (the demo read in place, an adap
 questions trained first); ``--home DIR`` keeps the autofocus home (the demo's index) in DIR, so the
 runs before and after a fix embed the demo once.
 
+``--lm-serve`` runs issue 57's probes of ``autofocus lm serve`` and its worker (items 1-8) on the tiny
+SKB, with ``tests/fake_openai_server.py`` as llama-server (``AUTOFOCUS_LLAMA_SERVER``) and the embedder
+of ``AUTOFOCUS_MODELS`` (default: the user's models); as root, another local user is uid 65534 (a forked
+process that gives up root). With ``--gguf`` the key probe (item 2) also runs on llama.cpp's own server
+with that model.
+
 Work bounds (steps 3-3b on a query of many clauses, ``eval`` where the LM writes 10,000 MATCH
 clauses) run in a subprocess under ``--timeout``; the rest in this process. A full disk needs a small
 filesystem (root: ``mount -t tmpfs -o size=48k tmpfs /mnt/small``, then ``autofocus index build
@@ -21,6 +27,7 @@ data/demo --index-dir /mnt/small/idx``), so it is not among them.
     PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py --demo data/demo --mount \
         --gguf ~/.cache/autofocus/models/<model>.gguf --lm local
     PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py --demo data/demo --adapt --home /tmp/probe-home
+    PYTHONPATH=src .venv/bin/python benchmarks/probe_hostile.py --lm-serve [--gguf <model>.gguf]
 """
 
 from __future__ import annotations
@@ -140,9 +147,14 @@ def main() -> None:
     parser.add_argument("--mount", action="store_true", help="issue 47: probes on small/read-only tmpfs (root)")
     parser.add_argument("--adapt", action="store_true", help="issue 57: step 8's caches, trained folders, adapt")
     parser.add_argument("--home", type=Path, help="the autofocus home to keep (the demo's index) across runs")
+    parser.add_argument("--lm-serve", action="store_true", help="issue 57: probes of `lm serve` and its worker")
     args = parser.parse_args()
     if args.home is not None:
         os.environ["AUTOFOCUS_HOME"] = str(args.home.resolve())
+    if args.lm_serve:
+        for name, out in lm_serve_probes(args.gguf):
+            print(f"| {name} | {out} |", flush=True)
+        return
     if args.demo is not None and args.adapt:
         for name, out in adapt_probes(args.demo.resolve()):
             print(f"| {name} | {out} |", flush=True)
@@ -816,6 +828,264 @@ def adapt_probes(demo: Path) -> Iterator[tuple[str, str]]:
            f"{first_line(out, 'no held-out') if 'no held-out' in out else 'nothing'}"[:200] +
            f"; manifest: held_out {record.get('held_out', 'not recorded')}, fusion "
            f"{(record.get('reranker') or {}).get('fusion', 'not recorded')}; program's fusion weight {weight}")
+
+# --- issue 57: `lm serve` and its worker ------------------------------------------------------------------
+
+NOBODY = 65534
+QUESTION = "Which papers did Ada Lovelace write?"
+
+
+class Served:
+    """``autofocus lm serve --detach`` in ``home`` of a fake llama-server (each request ``latency`` s), or of
+    llama.cpp's own server where a ``model`` is given."""
+
+    def __init__(self, home: Path, latency: float = 0.0, model: str | None = None, **env: str) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        script = home.parent / f"llama-server-{home.name}"
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'fake_openai_server.py'} --p_yes 0.8 "
+                          f"--choices '{{}}' --latency {latency} \"$@\"\n")
+        script.chmod(0o755)
+        gguf = home.parent / f"tiny-{home.name}.gguf"
+        gguf.write_bytes(b"GGUF" + os.urandom(16))
+        self.model = model or f"local:{gguf}"
+        fake = {} if model else {"AUTOFOCUS_LLAMA_SERVER": str(script)}  # a model given: llama.cpp's own server
+        self.env = {**os.environ, "AUTOFOCUS_HOME": str(home), **fake,
+                    "AUTOFOCUS_MODELS": os.environ.get("AUTOFOCUS_MODELS", str(Path.home() / ".cache/autofocus/models")),
+                    "COLUMNS": "200", **env}
+        self.home = home
+        self.started = run(*AUTOFOCUS, "lm", "serve", "--model", self.model, "--detach", "--parallel", "2",
+                           env=self.env, timeout=600)
+        self.record = next((json.loads(p.read_text()) for p in (home / "servers").glob("*.lock")
+                            if p.read_text().strip()), {}) if (home / "servers").is_dir() else {}
+
+    def url(self, route: str) -> str:
+        return f"http://127.0.0.1:{self.record['port']}/{route}"
+
+    def ask(self, *extra: Any, timeout: float = 300, **env: str) -> subprocess.Popen[str]:
+        argv = [*AUTOFOCUS, "ask", QUESTION, "--skb", SKB, "--lm", self.model, "--system", "afr:steps=1-7", "-k", "3",
+                *extra]
+        return subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**self.env, **env})
+
+    def stop(self) -> None:
+        run(*AUTOFOCUS, "lm", "stop", env=self.env, timeout=120)
+
+
+def _status(url: str, key: str | None = None, body: dict[str, Any] | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _finished(proc: subprocess.Popen[str], timeout: float) -> tuple[Any, str, str, float]:
+    start = time.perf_counter()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return "timeout", "", "", time.perf_counter() - start
+    return proc.returncode, " ".join(out.split()), " ".join(err.split()), time.perf_counter() - start
+
+
+def _mode(path: Path) -> str:
+    try:
+        return f"{os.lstat(path).st_mode & 0o777:o}"
+    except OSError:
+        return "-"
+
+
+def _rss_mb(pid: int) -> str:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return f"{int(fields['VmRSS'].split()[0]) / 1024:.0f} MB (peak {int(fields['VmHWM'].split()[0]) / 1024:.0f})"
+
+
+def _as_nobody(fn: Callable[[], None]) -> int:
+    """Run ``fn`` in a forked process of another local user (uid 65534); its pid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            fn()
+        finally:
+            os._exit(0)
+    return pid
+
+
+def _forge(path: Path, ready: int) -> None:
+    """Another user's stand-in at a worker's socket: it reads what a client sends and answers a forged answer."""
+    import socket
+
+    with contextlib.suppress(OSError):
+        path.unlink()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(str(path))
+        path.chmod(0o777)
+        srv.listen()
+        os.write(ready, b"x")
+        srv.settimeout(120)
+        conn, _ = srv.accept()
+        conn.settimeout(10)
+        got = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(1 << 16):
+                got += chunk
+        (path.parent / "stolen.json").write_bytes(got)
+        conn.sendall(json.dumps({"stdout": "FORGED ANSWER\n", "stderr": "", "code": 0}).encode() + b"\n")
+        conn.close()
+
+
+def _tail(text: str, *marks: str) -> str:
+    return first_line(text, *marks)[:160] if text else "-"
+
+
+def lm_serve_probes(gguf: Path | None) -> Iterator[tuple[str, str]]:
+    """Issue 57's probes of `lm serve` and its worker (items 1-8), one row each."""
+    import socket
+
+    from autofocus.skb.writer import write_skb_dir
+
+    write_skb_dir(SKB, {**TINY_SCHEMA, "candidate_types": ["paper", "author"]}, TINY_NODES, TINY_EDGES, TINY_QA,
+                  TINY_SPLITS)
+
+    # 1. another user made the socket's fallback folder first (a home whose socket path is too long)
+    tmpdir = Path(tempfile.mkdtemp(prefix="hostile-tmp-", dir="/tmp"))  # a temporary folder both users reach
+    tmpdir.chmod(0o1777)
+    folder = tmpdir / f"autofocus-{os.getuid()}"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    os.chown(folder, NOBODY, NOBODY)
+    served = Served(TMP / ("h" * 90) / "home1", TMPDIR=str(tmpdir), OPENAI_API_KEY="sk-the-owners-key")
+    row = f"`lm serve` exit {served.started[0]}: {_tail(served.started[1], 'error', 'serving')}"
+    worker = Path(served.record.get("worker") or "")
+    if served.record.get("worker") and worker.parent == folder:
+        read_end, write_end = os.pipe()
+        pid = _as_nobody(lambda: _forge(worker, write_end))
+        os.close(write_end)
+        if os.read(read_end, 1) != b"x":
+            raise RuntimeError("the other user's process could not listen at the socket")
+        rc, out, err, _ = _finished(served.ask(), 120)
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as poke:
+            poke.connect(str(worker))
+        os.waitpid(pid, 0)
+        stolen = (folder / "stolen.json").read_text() if (folder / "stolen.json").exists() else ""
+        row += (f"; `ask` exit {rc}: {'printed FORGED ANSWER' if 'FORGED' in out else 'its own answer'}; the other "
+                f"user received {len(stolen)} bytes{', with OPENAI_API_KEY=sk-the-owners-key' if 'sk-the-owners' in stolen else ''}"
+                f"{' and the question' if 'Ada Lovelace' in stolen else ''}")
+    served.stop()
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    yield "1. socket folder made first by another user (uid 65534, mode 777); that user answers at the socket", row
+
+    # 2, 3, 7, 4, 5 on one served server
+    served = Served(TMP / "home2")
+    key = served.record.get("api_key")
+    save = {"filename": "start-" + "0" * 32 + ".bin"}
+    codes = [_status(served.url("props")), _status(served.url("slots")), _status(served.url("slots/0?action=save"), body=save)]
+    planted = Path(served.record.get("slot_dir") or "/nonexistent") / save["filename"]
+    yield ("2. another user, without the key: GET /props, GET /slots, POST /slots/0?action=save (fake llama-server)",
+           f"HTTP {', '.join(map(str, codes))}; slot file written into the owner's prompt cache: {planted.exists()}"
+           f"; key in the record: {'yes' if key else 'no'}")
+    first = _finished(served.ask(), 300)
+    code = python(f"""
+        import os, time
+        os.environ.update(AUTOFOCUS_HOME="{served.home}", AUTOFOCUS_LLAMA_SERVER="{served.env['AUTOFOCUS_LLAMA_SERVER']}",
+                          AUTOFOCUS_MODELS="{served.env['AUTOFOCUS_MODELS']}")
+        from autofocus import resident
+        start = time.perf_counter()
+        code = resident.forward(["ask", "{QUESTION}", "--skb", "{SKB}", "--lm", "{served.model}", "--system",
+                                 "afr:steps=1-7", "-k", "3"])
+        print(f"forward gave {{code}} in {{time.perf_counter() - start:.1f}} s")
+    """, 300)
+    taken = " ".join(code[1].split()[-6:])
+    yield ("7. a plain shell's second `ask` after the first loaded the embedder (fake LM, tiny SKB)",
+           f"first exit {first[0]}, {first[3]:.1f} s; second: {taken} ({'in the worker' if 'forward gave None' not in code[1] else 'declined: runs in its own process'})"
+           f"{'; said: ' + _tail(code[1], 'did not take') if 'did not take' in code[1] else ''}")
+    home = served.home
+    record_file = next((home / "servers").glob("*.lock"))
+    cache = Path(served.record.get("slot_dir") or "/nonexistent")
+    starts = sorted(cache.glob("*.bin"))
+    yield ("3. modes: servers/, its record, the socket, prompt-cache/, its settings' folder, a saved prompt start",
+           f"{_mode(home / 'servers')}, {_mode(record_file)}, {_mode(Path(served.record['worker']))}, "
+           f"{_mode(home / 'prompt-cache')}, {_mode(cache.parent)}, {_mode(starts[0]) if starts else '-'}")
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.connect(served.record["worker"])
+    held.sendall(b'{"argv": ["ask"')  # and never an end
+    rc, out, err, secs = _finished(served.ask(), 90)
+    held.settimeout(15)  # past the worker's read bound (10 s), where it has one
+    try:
+        dropped = held.recv(4096).decode(errors="replace").strip() or "closed"
+    except OSError as exc:
+        dropped = f"still open ({type(exc).__name__})"
+    held.close()
+    yield ("4. a connection to the worker held open without end-of-file; meanwhile an `ask`",
+           f"`ask` {'over 90 s (stopped)' if rc == 'timeout' else f'exit {rc} in {secs:.1f} s'}; the held connection: {dropped[:120]}")
+    pid = served.record["pid"]
+    before = _rss_mb(pid)
+    big = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    big.connect(served.record["worker"])
+    start = time.perf_counter()
+    request = json.dumps({"argv": ["ask", "x" * 100_000_000, "--skb", str(SKB)], "cwd": "/", "env": {}, "tty": [False, False]})
+    with contextlib.suppress(OSError):
+        big.sendall(request.encode())
+        big.shutdown(socket.SHUT_WR)
+    del request
+    big.settimeout(300)
+    try:
+        answer = big.makefile("rb").read().decode(errors="replace").strip()
+    except OSError as exc:
+        answer = type(exc).__name__
+    big.close()
+    yield ("5. a 100 MB request to the worker: its answer; the serving process's memory before, after",
+           f"{answer[:100] or 'nothing'} ({time.perf_counter() - start:.1f} s); {before}, {_rss_mb(pid)}")
+    served.stop()
+
+    # 6. a folder that is no knowledge base
+    served = Served(TMP / "home6")
+    proc = subprocess.Popen([*AUTOFOCUS, "ask", QUESTION, "--skb", "/usr", "--system", "vss"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=served.env)
+    rc, out, err, secs = _finished(proc, 120)
+    yield ("6. `ask --skb /usr` sent to the worker (137k files under /usr)",
+           f"{'over 120 s (stopped)' if rc == 'timeout' else f'exit {rc} in {secs:.1f} s'}: {_tail(err + ' ' + out, '/usr')}")
+    served.stop()
+
+    # 8. lm serve killed during an ask
+    for how, env in (("forwarded to the worker", {}), ("in its own process (AUTOFOCUS_RESIDENT=0)", {"AUTOFOCUS_RESIDENT": "0"})):
+        served = Served(TMP / f"home8{len(env)}", latency=1.0)
+        proc = served.ask("--lm-retries", "0", **env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                import urllib.request
+                with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(served.url("fake/stats"), timeout=5) as resp:
+                    if json.load(resp)["requests"] > 0:
+                        break
+            time.sleep(0.2)
+        os.kill(served.record["pid"], 9)
+        rc, out, err, secs = _finished(proc, 300)
+        said = _tail(err, "URLError", "Error", "degraded", "worker") if err else "-"
+        yield (f"8. `kill -9` of `lm serve` while an `ask` waits on its LM ({how})",
+               f"exit {rc}, {secs:.0f} s: {'answers printed' if 'Answers to' in out else 'no answers'}; "
+               f"{'a traceback; ' if 'Traceback' in err else ''}{said}")
+
+    if gguf is not None:
+        served = Served(TMP / "home-gguf", model=f"local:{gguf}")
+        key = served.record.get("api_key")
+        codes = [_status(served.url(r)) for r in ("health", "v1/models", "props", "slots")]
+        codes.append(_status(served.url("slots/0?action=save"), body=save))
+        codes.append(_status(served.url("completion"), body={"prompt": "a", "n_predict": 1}))
+        with_key = _status(served.url("props"), key) if key else "-"
+        yield (f"2. llama.cpp's server ({gguf.name}) without the key: /health, /v1/models, /props, /slots, "
+               "slots save, /completion; /props with it",
+               f"HTTP {', '.join(map(str, codes))}; with the key {with_key}")
+        served.stop()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ yes-like and no-like tokens it has seen) or, for a prompt of text and token ids,
 log-probabilities from ``choice_logprobs``. Without them ``/props`` answers 404, as the fallback server does.
 Given ``slot_dir`` (``--slot-save-path``), its slot actions write and read files there as llama-server's
 do: a save writes the slot's prompt tokens, a restore of a missing or damaged file fails with HTTP 400.
-``GET /fake/stats`` reports the request count, for tests that run it as a subprocess.
+``GET /fake/stats`` reports the request count, for tests that run it as a subprocess. Given ``api_key``
+(``--api-key`` or ``LLAMA_API_KEY``, as llama-server takes it), every route but ``/health`` answers
+HTTP 401 to a request without ``Authorization: Bearer <key>``, as llama-server does.
 
 Run as a program (``python tests/fake_openai_server.py --port 0 --model_alias m``) it stands in for the
 llama.cpp server subprocess; it then answers every chat request with ``--reply`` and scores with ``--p_yes``.
@@ -84,11 +86,14 @@ class FakeOpenAIServer:
         vocab: Sequence[str] | None = None,
         slot_dir: str | None = None,
         n_ctx: int = 4096,
+        api_key: str | None = None,
     ) -> None:
         self._script = script
         self.slots = slots
         self.slot_dir = slot_dir
         self.n_ctx = n_ctx
+        self.api_key = api_key
+        self.refused = 0  # requests without the key
         self.slot_tokens: dict[int, list[int]] = {}  # what each slot last held
         self.vocab: dict[str, int] = {}
         self.token_pieces = dict(enumerate(vocab)) if vocab is not None else None  # ids of prompts' token parts
@@ -243,19 +248,38 @@ class FakeOpenAIServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused(self) -> bool:
+                """llama-server's key check: every route but its health check needs the key."""
+                if not server.api_key or self.path.rstrip("/") in ("/health", "/fake/stats") \
+                        or self.headers.get("Authorization") == f"Bearer {server.api_key}":  # fmt: skip
+                    return False
+                with server._lock:
+                    server.refused += 1
+                if self.command == "POST":
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._send(401, {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}})
+                return True
+
             def do_GET(self) -> None:
-                if self.path.rstrip("/") == "/v1/models":
+                if self._refused():
+                    return
+                if self.path.rstrip("/") == "/health":
+                    self._send(200, {"status": "ok"})
+                elif self.path.rstrip("/") == "/v1/models":
                     data = [{"id": m, "object": "model", "owned_by": "me"} for m in server.model_ids]
                     self._send(200, {"object": "list", "data": data})
                 elif self.path == "/props" and server.scores:
                     self._send(200, {"total_slots": server.slots, "model_alias": server.model_ids[0],
                                      "default_generation_settings": {"n_ctx": server.n_ctx}})
                 elif self.path == "/fake/stats":
-                    self._send(200, {"requests": server.request_count, "paths": list(server.paths)})
+                    self._send(200, {"requests": server.request_count, "paths": list(server.paths),
+                                     "refused": server.refused})
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:
+                if self._refused():
+                    return
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server._lock:
                     server.requests.append(body)
@@ -335,9 +359,11 @@ def main() -> None:
     parser.add_argument("--p_yes", type=float, default=None, help="P(yes) the scoring route reports")
     parser.add_argument("--choices", default=None, help='JSON {"candidate prefix": logprob} for the sequence route')
     parser.add_argument("--parallel", type=int, default=4, help="slots /props reports")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds each request waits before its answer")
     parser.add_argument("--startup_delay", type=float, default=0.0, help="seconds to wait before listening")
     parser.add_argument("--slot-save-path", default=None, help="where slot actions write and read files")
     parser.add_argument("--ctx-size", type=int, default=None, help="the context of all slots (llama-server's)")
+    parser.add_argument("--api-key", default=os.environ.get("LLAMA_API_KEY") or None, help="as llama-server's")
     parser.add_argument("--ignore_sigterm", action="store_true", help="stop only on SIGKILL (a hung server)")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
     if args.ignore_sigterm:
@@ -355,8 +381,8 @@ def main() -> None:
 
     try:
         server = FakeOpenAIServer(lambda body: args.reply, model_ids=[args.model_alias], port=args.port, p_yes=p_yes,
-                                  choice_logprobs=choices, slots=args.parallel, slot_dir=args.slot_save_path,
-                                  n_ctx=args.ctx_size // args.parallel if args.ctx_size else 4096)
+                                  choice_logprobs=choices, slots=args.parallel, latency=args.latency, slot_dir=args.slot_save_path,
+                                  n_ctx=args.ctx_size // args.parallel if args.ctx_size else 4096, api_key=args.api_key)
     except OSError:  # llama-server's words for a port another listener holds
         print(f"couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {args.port}", flush=True)
         raise SystemExit(1) from None

@@ -164,7 +164,8 @@ def real_server(request: pytest.FixtureRequest) -> Iterator[tuple[dspy.LM, Path]
     srv = LocalServer(model, "real@test", n_ctx=2048, n_parallel=4)
     srv.start()
     _SERVERS[model.resolve()] = srv  # as get_server registers it, so scoring finds it by api_base
-    lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key="local", temperature=0.0, max_tokens=48, cache=False)
+    lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key=srv.api_key, temperature=0.0, max_tokens=48,
+                 cache=False)
     yield lm, model
     srv.stop()
     _SERVERS.pop(model.resolve(), None)

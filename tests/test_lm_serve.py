@@ -400,3 +400,95 @@ def test_a_killed_run_leaves_no_server_and_no_folder(fake_llama: str, tmp_path: 
     proc.wait()
     assert _wait_until(lambda: not any(map(_alive, [watchdog, *fake])), 20)
     assert list(tmp.iterdir()) == []
+
+
+# --- another local user: the server's key, private folders and files ------------------------------------
+
+
+def _http(url: str, key: str | None = None, body: dict[str, Any] | None = None) -> int:
+    """The HTTP status of a GET (or, with ``body``, a POST) to ``url``, with ``key`` as its bearer token."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        with server_module.open_direct(urllib.request.Request(url, data=data, headers=headers), 10.0) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_served_server_answers_its_owner_only_and_keeps_its_files_private(fake_llama: str, home: Path) -> None:
+    (home / "servers").mkdir(parents=True, mode=0o755)  # as an earlier version left it: others could read it
+    (home / "servers").chmod(0o755)
+    assert cli("lm", "serve", "--model", fake_llama, "--detach").exit_code == 0
+    record = _record(fake_llama)
+    assert record is not None and record.api_key and record.api_key not in repr(record)
+    base = f"http://127.0.0.1:{record.port}"
+    save = {"filename": start_file("another user's start")}
+    # another local user knows the port, not the key: llama-server's routes refuse them (its health check aside)
+    assert [_http(f"{base}/props"), _http(f"{base}/slots/0?action=save", body=save)] == [401, 401]
+    assert _http(f"{base}/health") == 200 and not (Path(record.slot_dir) / save["filename"]).exists()
+    assert _http(f"{base}/props", record.api_key) == 200
+    server_pid = next(p for w in _children(record.pid) for p in _children(w))
+    assert record.api_key not in Path(f"/proc/{server_pid}/cmdline").read_text()  # readable by every user there
+    lm = get_lm(fake_llama, cache=False)  # a run of the owner's sends the key the record keeps
+    with dspy.context(lm=lm):
+        assert dspy.Predict("question -> answer")(question="q").answer == "fake"
+    served = server_module._SERVERS[Path(fake_llama.removeprefix("local:")).resolve()]
+    assert served.external and served.api_key == record.api_key and served.native()
+    named = LocalServer.attach(f"127.0.0.1:{record.port}", served.model_path, record.alias)  # AUTOFOCUS_LLM_SERVER
+    assert named.api_key == record.api_key and named.native()  # its key found in the registry by its address
+    assert share_prompt_starts(lm, [(_conv("a cat"), _conv("a dog"))]) != []  # slots saved with the key
+
+    def mode(path: Path) -> int:
+        return path.stat().st_mode & 0o777
+
+    record_file = registry.record_path(record.alias, record.fingerprint)
+    assert mode(home / "servers") == 0o700 and mode(record_file) == 0o600 and mode(Path(record.worker)) == 0o600
+    folder = Path(record.slot_dir)
+    assert [mode(p) for p in (folder, folder.parent, folder.parent.parent)] == [0o700] * 3
+    saved = list(folder.glob("*.bin"))
+    assert saved and {mode(p) for p in saved} == {0o600}
+    assert cli("lm", "stop").exit_code == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_servers_folder_another_user_made_is_refused_in_one_line(fake_llama: str, home: Path) -> None:
+    (home / "servers").mkdir(parents=True, mode=0o777)
+    os.chown(home / "servers", 65534, 65534)  # made first by another local user (nobody)
+    try:
+        res = cli("lm", "serve", "--model", fake_llama, "--detach")
+        assert res.exit_code == 1 and "belongs to another user (uid 65534)" in res.text, res.output
+        assert "Traceback" not in res.output and list((home / "servers").iterdir()) == []
+        assert cli("lm", "status").exit_code == 1
+    finally:
+        os.chown(home / "servers", os.getuid(), os.getgid())
+        (home / "servers").chmod(0o700)
+
+
+def test_an_ask_whose_served_server_is_killed_degrades_and_answers(fake_llama: str, tmp_path: Path,
+                                                                   two_type_skb: Path) -> None:
+    """``lm serve`` killed while a run of its own process (not its worker's) waits on its server: the
+    question degrades as any LM outage does, without a traceback."""
+    script = Path(os.environ["AUTOFOCUS_LLAMA_SERVER"])
+    script.write_text(script.read_text().replace('"$@"', '--latency 1 "$@"'))  # each request takes a second
+    assert cli("lm", "serve", "--model", fake_llama, "--detach").exit_code == 0
+    record = _record(fake_llama)
+    assert record is not None
+    ask = [sys.executable, "-m", "autofocus", "ask", "Which papers did Ada Lovelace write?", "--skb", str(two_type_skb),
+           "--lm", fake_llama, "--system", "afr:steps=1-7", "-k", "3", "--lm-retries", "0"]
+    run = subprocess.Popen(ask, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "COLUMNS": "200", "AUTOFOCUS_RESIDENT": "0"})
+    stats = f"http://127.0.0.1:{record.port}/fake/stats"
+
+    def asked() -> bool:
+        with server_module.open_direct(stats, 5.0) as resp:
+            return json.load(resp)["requests"] > 0
+
+    assert _wait_until(asked, 120), "the run never reached the served server"
+    os.kill(record.pid, signal.SIGKILL)  # the watchdog then stops the server under the run
+    out, err = run.communicate(timeout=300)
+    assert run.returncode in (3, 4) and "Answers to" in out, err
+    assert "degraded:" in err and "Traceback" not in err and "URLError" not in err

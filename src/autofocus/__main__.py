@@ -7,14 +7,19 @@ import sys
 
 
 def main() -> None:
+    from autofocus.paths import NotPrivate
     from autofocus.resident import forward
 
-    code = forward(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    from autofocus.cli import app
+    try:
+        code = forward(sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
+        from autofocus.cli import app
 
-    app()
+        app()
+    except NotPrivate as exc:  # a folder of sockets, servers' keys or saved prompts that another user could reach
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -114,8 +114,10 @@ def get_lm(
     if is_local_spec(spec):
         model = resolve_local(spec)
         server = get_server(model.path, model.alias, draft_model=draft_model(spec))
+        if server.api_key:
+            register_secret(server.api_key)  # an error may quote its request's headers; traces must not keep it
         lm = dspy.LM(
-            f"openai/{model.alias}", api_base=server.api_base, api_key="local", temperature=temperature,
+            f"openai/{model.alias}", api_base=server.api_base, api_key=server.api_key or "local", temperature=temperature,
             max_tokens=max_tokens, cache=cache, num_retries=num_retries, **kwargs,
         )  # fmt: skip
         for name, value in (local or {}).items():

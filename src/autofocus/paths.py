@@ -5,6 +5,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,43 @@ def sub(name: str) -> Path:
     path = home() / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+class NotPrivate(PermissionError):
+    """A folder that must be the user's own and closed to others is not: another user could read or
+    replace what autofocus keeps there (a socket, a server's address and key, saved prompts)."""
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder only this user can enter: created with mode 0700 where it is missing; an
+    existing one must be a real folder (not a symbolic link) owned by this user that nobody else may
+    write to, else ``NotPrivate`` (never reused: another user may have put things there). One that
+    others may only read (made by an earlier version) is closed to them (0700)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise NotPrivate(f"{path} is not a folder of its own (a symbolic link or a file): refused; remove it")
+    if info.st_uid != os.geteuid():
+        raise NotPrivate(f"{path} belongs to another user (uid {info.st_uid}): refused; remove it or set another "
+                         "AUTOFOCUS_HOME / TMPDIR")
+    if info.st_mode & 0o022:
+        raise NotPrivate(f"{path} may be written by other users (mode {stat.S_IMODE(info.st_mode):o}): refused; "
+                         "remove it, or check its contents and `chmod 700` it")
+    if info.st_mode & 0o077:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+    return path
+
+
+def private_sub(name: str) -> Path:
+    """``sub(name)`` as a ``private_dir``."""
+    return private_dir(home() / name)
 
 
 def not_found(path: Path, what: str = "file") -> str:

@@ -9,7 +9,18 @@ record (``local_lm.registry``), and the ``autofocus`` command sends an ``ask``'s
 the same code, output and exit code. A worker takes a request only where the settings that configure
 autofocus, DSPy and the models (environment variables, ``RELEVANT_ENV``) are its own and the question's LM
 is the one it serves (``server.NotServed``); otherwise, or where no worker answers, the command runs in
-its own process as before. ``AUTOFOCUS_RESIDENT=0`` keeps every command in its own process.
+its own process as before, and a worker that declines says why in one line. ``AUTOFOCUS_RESIDENT=0`` keeps
+every command in its own process.
+
+The socket is the user's alone: in a private folder (``paths.private_dir``), mode 0600, and each side
+checks the other's process (``SO_PEERCRED``): the client talks only to the process its registry record
+names, the worker only to its own user. The client sends digests of its settings, never their values
+(``OPENAI_API_KEY``). One request cannot stall or starve the others: each connection is read in a thread
+of its own, within ``READ_TIMEOUT_S`` and ``MAX_REQUEST_BYTES``; the worker answers one request at a
+time and tells a waiting client it is alive every ``HEARTBEAT_S``; a client that hears nothing for
+``SILENCE_S``, or whose worker ends before it answers (``lm serve`` killed), runs the command itself.
+A request costs the worker little before it answers: the knowledge base's own files are looked at
+(``_stamp``), never a whole folder it names.
 """
 
 from __future__ import annotations
@@ -17,43 +28,76 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import shutil
 import socket
 import socketserver
+import struct
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 RELEVANT_ENV = ("AUTOFOCUS_", "DSPY_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "OMP_", "OPENAI_", "LITELLM_")
+# set by autofocus itself (the embedder's offline switches, once it loads) or choosing only where a command runs
+NOT_ANSWERS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "AUTOFOCUS_RESIDENT")
 FORWARDED = ("ask",)  # the commands a worker answers
 MAX_SOCKET_PATH = 100  # a Unix socket's path must fit in 108 bytes
 CONNECT_TIMEOUT_S = 2.0
+READ_TIMEOUT_S = 10.0  # a client sends its request at once: one that has not sent it whole by then is dropped
+MAX_REQUEST_BYTES = 4 << 20  # arguments (a question of 100,000 characters), a folder, digests of settings
+HEARTBEAT_S = 5.0  # while a request waits for its answer, the worker says it is alive this often
+SILENCE_S = 60.0  # a client that hears nothing from its worker this long runs the command itself
+SKB_FILES = ("schema.json", "nodes.jsonl", "edges.csv")  # what makes a folder a knowledge base (``skb.skbdir``)
+MAX_STAMPED = 1000  # files of a knowledge base or program looked at per request, at most
+_PEER = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 
 _OPENED: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # a worker's programs (and their index's stamp), by what they were opened from
 _SERVING = threading.local()  # set in the worker's thread while it answers
 
 
 def relevant_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
-    """The environment variables a worker's answer depends on."""
+    """The environment variables a worker's answer depends on, each as a digest of its value (a request
+    carries no secret)."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in environ.items() if k.startswith(RELEVANT_ENV)}
+    return {k: hashlib.sha256(v.encode()).hexdigest()[:32] for k, v in environ.items()
+            if k.startswith(RELEVANT_ENV) and k not in NOT_ANSWERS}
+
+
+def env_difference(theirs: Any, ours: dict[str, str]) -> str | None:
+    """Why a client's settings (``relevant_env``) are not the worker's, in words; None where they are."""
+    if not isinstance(theirs, dict):
+        return "it sent no settings"
+    names = sorted(k for k in {*theirs, *ours} if theirs.get(k) != ours.get(k))
+    if not names:
+        return None
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"its environment differs from the one `lm serve` started with in {shown}"
 
 
 def socket_path(record_file: Path) -> Path:
-    """Where the worker of the server whose registry file is ``record_file`` listens: beside it, or in a
-    private folder under the temporary directory where that path would be too long for a socket."""
+    """Where the worker of the server whose registry file is ``record_file`` listens: beside it (the
+    registry's folder is private), or in a private folder under the temporary directory where that path
+    would be too long for a socket; ``paths.NotPrivate`` where that folder is another user's or open."""
+    from autofocus import paths
+
     path = record_file.with_suffix(".sock")
     if len(str(path)) <= MAX_SOCKET_PATH:
         return path
-    folder = Path(tempfile.gettempdir()) / f"autofocus-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder = paths.private_dir(Path(tempfile.gettempdir()) / f"autofocus-{os.getuid()}")
     return folder / f"{hashlib.sha256(str(path).encode()).hexdigest()[:16]}.sock"
+
+
+def peer(conn: socket.socket) -> tuple[int, int]:
+    """``(pid, uid)`` of the process at the other end of a Unix socket (the kernel's word, not its own)."""
+    pid, uid, _ = _PEER.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size))
+    return pid, uid
 
 
 # --- the client: the ``autofocus`` command -----------------------------------------------------------------
@@ -61,39 +105,70 @@ def socket_path(record_file: Path) -> Path:
 
 def forward(argv: Sequence[str]) -> int | None:
     """Run the command ``argv`` in a running worker: its exit code once its output is printed, or None
-    where no worker took it (the caller runs it itself)."""
+    where no worker took it (the caller runs it itself; each worker that declined it says why, in a line)."""
     if not argv or argv[0] not in FORWARDED or "--help" in argv or os.environ.get("AUTOFOCUS_RESIDENT", "1") == "0":
         return None
     from autofocus.local_lm import registry
 
     request = {"argv": list(argv), "cwd": os.getcwd(), "env": relevant_env(),
                "tty": [sys.stdout.isatty(), sys.stderr.isatty()], "columns": shutil.get_terminal_size((0, 0)).columns}
+    declined: list[str] = []
     for record in registry.live():
         if record.state != "ready" or not record.worker:
             continue
         try:
-            answer = _ask_worker(Path(record.worker), request)
+            answer = _ask_worker(Path(record.worker), request, record.pid)
+        except NotTaken as exc:  # it took the request and then fell silent or ended: this process answers
+            _note(f"the `lm serve` worker (process {record.pid}) {exc}; answering in this process")
+            return None
         except (OSError, ValueError):  # gone, or not listening yet: the next, else this process
             continue
         if answer.get("declined"):
+            declined.append(f"the `lm serve` worker (process {record.pid}) did not take this {argv[0]}: {answer['declined']}")
             continue
         sys.stdout.write(answer.get("stdout", ""))
         sys.stdout.flush()
         sys.stderr.write(answer.get("stderr", ""))
         sys.stderr.flush()
         return int(answer.get("code", 1))
+    for reason in declined:
+        _note(reason)
     return None
 
 
-def _ask_worker(path: Path, request: dict[str, Any]) -> dict[str, Any]:
+class NotTaken(RuntimeError):
+    """A worker that was sent the request fell silent or ended before it answered."""
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"autofocus: {text}\n")
+    sys.stderr.flush()
+
+
+def _ask_worker(path: Path, request: dict[str, Any], pid: int | None = None) -> dict[str, Any]:
+    """The worker's answer to ``request``. OSError where nobody listens at ``path`` or another process
+    (``pid`` given: any but that one; else another user's) does; ``NotTaken`` where it says nothing for
+    ``SILENCE_S`` (its heartbeats aside) or ends before it answers."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(CONNECT_TIMEOUT_S)
         conn.connect(str(path))
-        conn.settimeout(None)  # a question takes as long as it takes
-        conn.sendall(json.dumps(request).encode() + b"\n")
-        conn.shutdown(socket.SHUT_WR)
-        with conn.makefile("rb") as answer:
-            return json.loads(answer.read())
+        their_pid, uid = peer(conn)
+        if uid != os.getuid() or (pid is not None and their_pid != pid):
+            raise PermissionError(f"{path} is served by process {their_pid} of uid {uid}, not by `lm serve`")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused unread: its answer says why
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(SILENCE_S)
+        with conn.makefile("rb") as lines:
+            try:
+                for line in lines:
+                    if line.strip():
+                        return json.loads(line)
+            except TimeoutError:
+                raise NotTaken(f"said nothing for {SILENCE_S:.0f} s") from None
+            except OSError as exc:
+                raise NotTaken(f"ended before answering ({exc})") from None
+        raise NotTaken("ended before answering")
 
 
 # --- the worker: in ``lm serve``'s process ------------------------------------------------------------------
@@ -107,8 +182,11 @@ def opened(skb: Path, system: str | None, config: Any, program: Path | None) -> 
 
     if not serving():
         return open_program(skb, system, config=config, program=program)
-    key = (_stamp(Path(skb)), system, config.model_dump_json() if config is not None else None,
-           _stamp(Path(program)) if program is not None else None)
+    skb_stamp = _skb_stamp(Path(skb))
+    program_stamp = _stamp(Path(program)) if program is not None else ()
+    if skb_stamp is None or program_stamp is None:  # no knowledge base of its own files, or too many to look at
+        return open_program(skb, system, config=config, program=program)  # opened as in a process of its own
+    key = (skb_stamp, system, config.model_dump_json() if config is not None else None, program_stamp)
     prog, index = _OPENED.get(key, (None, None))
     if prog is None or _index_stamp(prog) != index:
         prog = open_program(skb, system, config=config, program=program)
@@ -116,24 +194,53 @@ def opened(skb: Path, system: str | None, config: Any, program: Path | None) -> 
     return prog
 
 
-def _index_stamp(prog: Any) -> tuple[str, ...] | None:
+def _index_stamp(prog: Any) -> tuple[str, ...] | None:  # the index is autofocus's own folder
     root = getattr(getattr(prog, "kb", None), "index_root", None)
     return _stamp(Path(root)) if root is not None and Path(root).exists() else None
 
 
-def _stamp(path: Path) -> tuple[str, ...]:
-    """A path and the size and time of change of every file under it: a changed file opens anew."""
+def _skb_stamp(skb: Path) -> tuple[str, ...] | None:
+    """The size and time of change of a knowledge base's own files (``SKB_FILES``, its questions and
+    splits: ``skb.qa``), whatever else its folder holds; None where the folder lacks them (that request
+    is opened as its own process would open it, never looked through first) or has over ``MAX_STAMPED``."""
+    skb = skb.resolve()
+    if not all((skb / name).is_file() for name in SKB_FILES):
+        return None
+    files = [*(skb / name for name in SKB_FILES), *sorted(skb.glob("qa*.csv"))]
+    splits = skb / "splits"
+    if splits.is_dir():
+        files += sorted(itertools.islice(splits.iterdir(), MAX_STAMPED + 1))
+    if len(files) > MAX_STAMPED:
+        return None
+    return (str(skb), *(f"{p.relative_to(skb)}:{s.st_size}:{s.st_mtime_ns}" for p in files
+                        for s in [p.stat()] if p.is_file()))
+
+
+def _stamp(path: Path) -> tuple[str, ...] | None:
+    """A path and the size and time of change of every file under it (a changed file opens anew); None
+    where there are over ``MAX_STAMPED`` (such a folder is not kept open)."""
     path = path.resolve()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return (str(path), *(f"{p.relative_to(path) if p != path else ''}:{s.st_size}:{s.st_mtime_ns}"
-                         for p in files for s in [p.stat()]))
+    if path.is_file():
+        return (str(path), f":{path.stat().st_size}:{path.stat().st_mtime_ns}")
+    files: list[str] = []
+    for folder, subfolders, names in os.walk(path):
+        subfolders.sort()
+        for name in sorted(names):
+            if len(files) >= MAX_STAMPED:
+                return None
+            with contextlib.suppress(OSError):
+                info = os.stat(os.path.join(folder, name))
+                files.append(f"{os.path.relpath(os.path.join(folder, name), path)}:{info.st_size}:{info.st_mtime_ns}")
+    return (str(path), *files)
 
 
 class Worker:
-    """Answers forwarded commands, one at a time, in this process (``lm serve``'s)."""
+    """Answers forwarded commands, one at a time, in this process (``lm serve``'s); each connection is
+    read in a thread of its own (``read_request``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.env = relevant_env()  # as ``lm serve`` started: what the worker answers with
         self._lock = threading.Lock()
         self._server: socketserver.UnixStreamServer | None = None
         self._thread: threading.Thread | None = None
@@ -143,16 +250,29 @@ class Worker:
             self.path.unlink()  # left by a worker that was killed
         worker = self
 
-        class Handler(socketserver.StreamRequestHandler):
+        class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
+                conn: socket.socket = self.request
+                if peer(conn)[1] != os.getuid():
+                    return  # another user (root, past the socket's mode)
                 try:
-                    request = json.loads(self.rfile.read())
-                except ValueError:
+                    request = read_request(conn)
+                except RequestRefused as exc:
+                    answer: dict[str, Any] = {"declined": str(exc)}
+                except (OSError, ValueError):  # gone, or garbage
                     return
-                self.wfile.write(json.dumps(worker.answer(request)).encode())
+                else:
+                    answer = worker.answer_alive(request, conn)
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
 
-        self._server = socketserver.UnixStreamServer(str(self.path), Handler)
-        self.path.chmod(0o600)  # the user's commands only
+        old = os.umask(0o177)  # the socket is the user's alone from its creation (then chmod for sure)
+        try:
+            self._server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler)
+        finally:
+            os.umask(old)
+        self._server.daemon_threads = True
+        self.path.chmod(0o600)
         self._thread = threading.Thread(target=self._server.serve_forever, name="autofocus-worker", daemon=True)
         self._thread.start()
         return self
@@ -165,18 +285,69 @@ class Worker:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
+    def answer_alive(self, request: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+        """``answer``, with a heartbeat to the client every ``HEARTBEAT_S`` while it waits for its turn
+        and for its command."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT_S):
+                try:
+                    conn.sendall(b"\n")
+                except OSError:
+                    return
+
+        beating = threading.Thread(target=beat, name="autofocus-worker-heartbeat", daemon=True)
+        beating.start()
+        try:
+            return self.answer(request)
+        finally:
+            done.set()
+            beating.join()
+
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         """What the command of ``request`` printed and its exit code, or why it is declined."""
-        if request.get("env") != relevant_env():
-            return {"declined": "its environment differs from the worker's"}
+        if not isinstance(request, dict):
+            return {"declined": "not a request"}
+        differs = env_difference(request.get("env"), self.env)
+        if differs:
+            return {"declined": f"{differs} (run it from that environment, or set AUTOFOCUS_RESIDENT=0)"}
         argv = request.get("argv") or []
-        if not argv or argv[0] not in FORWARDED:
+        if not isinstance(argv, list) or not argv or argv[0] not in FORWARDED:
             return {"declined": "not a command the worker answers"}
         with self._lock, _in_worker(request) as (out, err):
             code = _run(argv, err)
         if code is None:
             return {"declined": "its LM is not the one served here"}
         return {"stdout": out.getvalue(), "stderr": err.getvalue(), "code": code}
+
+
+class RequestRefused(ValueError):
+    """A request over ``MAX_REQUEST_BYTES`` or not sent whole within ``READ_TIMEOUT_S``."""
+
+
+def read_request(conn: socket.socket) -> Any:
+    """The JSON request a client sends and ends with end-of-file, read within ``READ_TIMEOUT_S`` in all
+    and up to ``MAX_REQUEST_BYTES``: a client that holds its connection open, or sends without end, is
+    refused without keeping anyone else waiting."""
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RequestRefused(f"the request was not sent whole within {READ_TIMEOUT_S:.0f} s")
+        conn.settimeout(left)
+        try:
+            chunk = conn.recv(1 << 16)
+        except TimeoutError:
+            raise RequestRefused(f"the request was not sent whole within {READ_TIMEOUT_S:.0f} s") from None
+        if not chunk:
+            return json.loads(b"".join(chunks))
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise RequestRefused(f"the request is over {MAX_REQUEST_BYTES >> 20} MiB")
+        chunks.append(chunk)
 
 
 @contextlib.contextmanager

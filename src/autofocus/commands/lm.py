@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -136,6 +137,25 @@ def _local_server(model: str, ctx: int | None, parallel: int | None, threads: in
     return server
 
 
+def _registry(read: Callable[[], Any]) -> Any:
+    """What ``read`` finds in the servers' registry; its folder refused in one line where another user
+    could reach it (``paths.NotPrivate``)."""
+    from autofocus.paths import NotPrivate
+
+    try:
+        return read()
+    except NotPrivate as exc:
+        raise fail(str(exc)) from None
+
+
+def _worker(record_file: Path) -> Any:
+    """The worker that answers `ask` in `lm serve`'s process (``autofocus.resident``), listening beside
+    the server's registry record."""
+    from autofocus import resident
+
+    return resident.Worker(resident.socket_path(record_file)).start()
+
+
 def _describe(record: Any) -> str:
     return f"{record.alias} at {record.url} ({record.slots} slots, process {record.pid})"
 
@@ -168,7 +188,7 @@ def serve_cmd(
             free_port(server.host, port)
         except OSError:
             raise fail(f"port {port} on {server.host} is taken: choose another, or --port 0 for a free one") from None
-    running = registry.find(server.alias, server.fingerprint())
+    running = _registry(lambda: registry.find(server.alias, server.fingerprint()))
     if running is not None:
         console.print(f"already serving {safe(_describe(running))}; `autofocus lm stop` stops it")
         return
@@ -191,7 +211,7 @@ def serve_cmd(
     status = console.status(f"starting the offline LM ({safe(server.model_path.name)})")
     status.start()
     try:
-        served.serve(server, port, ready, answer=answer)
+        served.serve(server, port, ready, beside=_worker if answer else None)
     except registry.AlreadyServing as exc:
         status.stop()
         console.print(f"already serving{safe(str(exc).removeprefix('already served'))}; `autofocus lm stop` stops it")
@@ -208,7 +228,7 @@ def status_cmd() -> None:
     from autofocus.local_lm import registry
     from autofocus.local_lm.server import LocalServer
 
-    records = registry.live()
+    records = _registry(registry.live)
     if not records:
         console.print("no offline LM server is running; `autofocus lm serve --detach` starts one")
         return
@@ -237,7 +257,7 @@ def stop_cmd(
     from autofocus.local_lm import registry
     from autofocus.local_lm.models import ModelError, resolve_local
 
-    records = registry.live()
+    records = _registry(registry.live)
     if model is not None:
         try:
             alias = resolve_local(model).alias

@@ -7,6 +7,9 @@ process holds the kernel's lock (``flock``) on that file for as long as it serve
 record (address, process, slots) into it. A reader that can take the lock knows the server is gone,
 whatever way it ended (kill -9 included): the file's words are then stale and ignored. While the
 lock is held and no ready record is written yet, the server is starting, and a reader may wait for it.
+
+The folder is the user's alone (``paths.private_dir``) and each file is readable by its owner only: a
+record holds the key the server asks of every request (``LocalServer.api_key``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Record:
     log: str = ""
     started: float = field(default_factory=time.time)
     worker: str | None = None  # the Unix socket where its process answers ``ask`` (``autofocus.resident``)
+    api_key: str | None = field(default=None, repr=False)  # what the server asks of every request
 
     @property
     def url(self) -> str:
@@ -60,7 +64,7 @@ class AlreadyServing(RuntimeError):
 
 
 def servers_dir() -> Path:
-    return paths.sub("servers")
+    return paths.private_sub("servers")
 
 
 def record_path(alias: str, fingerprint: str) -> Path:
@@ -127,7 +131,9 @@ def serving(alias: str, fingerprint: str) -> Iterator[Any]:
     is emptied when the block ends; a process that dies leaves words that nobody reads as alive."""
     path = record_path(alias, fingerprint)
     while True:
-        fh = path.open("a+")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # a file an earlier version left readable
+        fh = os.fdopen(fd, "r+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -4,7 +4,9 @@ A served server saves every later command the start of its own (loading the mode
 they find it by its model and settings (``local_lm.registry``) and share its slots. In the foreground
 it runs until Ctrl-C, SIGTERM or SIGHUP; ``detach`` runs the same command as a process of its own
 session, writing to a log under the autofocus home, and returns once the server answers. However the
-serving process ends, its watchdog stops the server and the kernel frees its registry file.
+serving process ends, its watchdog stops the server and the kernel frees its registry file. What else
+the serving process does beside its server (the command layer's worker that answers ``ask``,
+``autofocus.resident``) is handed in by its caller, started once the server answers and stopped before it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
-from autofocus import paths, resident
+from autofocus import paths
 from autofocus.local_lm import registry
 from autofocus.local_lm.server import LocalServer, LocalServerError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class Beside(Protocol):
+    """What runs beside a served server in its process: it listens at ``path`` until stopped."""
+
+    path: Path
+
+    def stop(self) -> None: ...
 
 
 def record_of(server: LocalServer, state: str, worker: Path | None = None) -> registry.Record:
@@ -31,7 +42,7 @@ def record_of(server: LocalServer, state: str, worker: Path | None = None) -> re
         alias=server.alias, fingerprint=server.fingerprint(), pid=os.getpid(), host=server.host, port=server.port,
         state=state, slots=server.n_parallel, slot_dir=str(server.slot_dir) if server.slot_dir else None,
         model=str(server.model_path), settings=server.settings(), log=str(server.log_path),
-        worker=str(worker) if worker is not None else None,
+        worker=str(worker) if worker is not None else None, api_key=server.api_key,
     )  # fmt: skip
 
 
@@ -48,11 +59,11 @@ def _stop_requested() -> Iterator[threading.Event]:
 
 
 def serve(server: LocalServer, port: int | None, on_ready: Callable[[registry.Record], None],
-          answer: bool = True) -> None:
+          beside: Callable[[Path], Beside] | None = None) -> None:
     """Start ``server`` (on ``port``, else a free one), publish it, call ``on_ready`` and serve until a
-    stop signal; ``answer``: this process also answers ``ask`` (``autofocus.resident``).
-    ``registry.AlreadyServing`` when these settings are served already, ``LocalServerError`` when the
-    server does not start or stops on its own."""
+    stop signal; ``beside(record_file)``, where given, starts what this process also runs (the worker
+    that answers ``ask``), named in the record by its ``path``. ``registry.AlreadyServing`` when these
+    settings are served already, ``LocalServerError`` when the server does not start or stops on its own."""
     with registry.serving(server.alias, server.fingerprint()) as publish, _stop_requested() as stop:
         publish(record_of(server, "starting"))
         server.port = port or None
@@ -61,8 +72,11 @@ def serve(server: LocalServer, port: int | None, on_ready: Callable[[registry.Re
         try:
             server.start()
             server.native()  # its slots, as the server reports them
-            if answer:
-                worker = resident.Worker(resident.socket_path(server.record_file)).start()
+            if beside is not None:
+                try:
+                    worker = beside(server.record_file)
+                except paths.NotPrivate as exc:
+                    raise LocalServerError(f"`ask` cannot be answered here: {exc}") from None
             ready = record_of(server, "ready", worker.path if worker is not None else None)
             publish(ready)
             on_ready(ready)

@@ -15,6 +15,12 @@ A process uses a server that ``autofocus lm serve`` keeps running with the same 
 (``local_lm.registry``, ``LocalServer.fingerprint``) instead of starting its own, and the slots of every
 server of those settings are saved to and restored from one folder under the autofocus home, the prompt
 cache that outlives the server (``local_lm.slots``).
+
+A server listens on the loopback address, which every local user can reach, so each asks a key of every
+request but its health check: ``api_key``, made for the server when it starts, handed to it through its
+environment (``LLAMA_API_KEY``: a command line is readable by everyone in ``/proc``), sent by every
+client (the LMs' ``api_key``, ``post``, ``/props``) and published only in the private registry record.
+Its prompt cache folder is the user's alone (``paths.private_dir``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -52,6 +59,7 @@ SPARE_MEMORY_BYTES = 4 << 30  # what the rest of a run (indexes, encoder, worker
 DEFAULT_SLOTS = 8  # twice the questions a run has in flight by default: a slot per prompt family and question
 ATTACH_TIMEOUT_S = 30.0  # a shared server answers its model list at once, however busy its slots are
 STOP_WAIT_S = watchdog.GRACE_S + 5.0  # the watchdog kills a server that ignores SIGTERM before this
+KEY_ENV = ("LLAMA_API_KEY", "API_KEY")  # where llama-server, and the fallback's settings, read their key
 PORT_TAKEN = ("address already in use", "couldn't bind")  # llama-server's words when another listener has the port
 _REASON = re.compile(r"error|fail|unable|couldn't|could not|cannot|can't|invalid|not found|no such|illegal|"
                      r"exception|denied|corrupt|not a gguf|out of memory", re.IGNORECASE)
@@ -174,7 +182,7 @@ class LocalServer:
 
     Example:
         with LocalServer(path, "qwen@cc324af070c2") as srv:
-            lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key="local")
+            lm = dspy.LM(f"openai/{srv.alias}", api_base=srv.api_base, api_key=srv.api_key)
     """
 
     def __init__(
@@ -215,6 +223,7 @@ class LocalServer:
         self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
         self.saved_starts: set[str] = set()  # starts saved in ``slot_dir`` that a lease restores (``local_lm.slots``)
         self.clean: set[int] = set()  # slots that hold their given start and nothing after it
+        self.api_key: str | None = secrets.token_urlsafe(32)  # what it asks of every request; an attached one's own
         self._leased: set[int] = set()
         self._leases = threading.Condition()
 
@@ -313,23 +322,34 @@ class LocalServer:
         """The folder every server of these settings and this many slots saves its slots to and restores
         them from (a saved slot names the server's number of slots: llama.cpp restores it into a server
         with as many only)."""
-        path = paths.sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}" / f"{self.n_parallel}-slots"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        try:
+            settings = paths.private_dir(paths.private_sub("prompt-cache") / f"{_safe(self.alias)}-{self.fingerprint()}")
+            return paths.private_dir(settings / f"{self.n_parallel}-slots")
+        except paths.NotPrivate as exc:
+            raise LocalServerError(f"the offline LM's prompt cache: {exc}") from None
 
     @classmethod
     def attach(cls, url: str, model_path: Path, alias: str, record: registry.Record | None = None) -> LocalServer:
         """A server started elsewhere (``autofocus lm serve``) that several runs share: one model in
         memory, where a server per process would make them fight over the cores. ``record``: its
-        registry record (it names the prompt cache folder of its slots)."""
+        registry record (it names the prompt cache folder of its slots and the server's key); without
+        one, the key of the served server at that address, or of this process's own there, where one is."""
         parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
         slots = (record.slots or 1) if record is not None else 1
         server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1", n_parallel=slots)
         server.port = parsed.port or 80
         server.external = True
         server.served = record
+        server.api_key = record.api_key if record is not None else server.key_at_address()
         server.slot_dir = Path(record.slot_dir) if record is not None and record.slot_dir else None
         return server
+
+    def key_at_address(self) -> str | None:
+        """The key of the server at this one's address: a served one's (its record) or this process's own."""
+        address = (self.host, self.port)
+        served = next((r.api_key for r in registry.live() if (r.host, r.port) == address), None)
+        own = next((s.api_key for s in list(_SERVERS.values()) if not s.external and (s.host, s.port) == address), None)
+        return served or own
 
     @property
     def base_url(self) -> str:
@@ -393,8 +413,7 @@ class LocalServer:
         asked for; asked once per start (a shared server may be either kind)."""
         if self._native is None:
             try:
-                with open_direct(f"{self.base_url}/props", ATTACH_TIMEOUT_S if self.external else 10.0) as resp:
-                    props = json.load(resp)
+                props = self.get("props", ATTACH_TIMEOUT_S if self.external else 10.0)
                 self._native = "total_slots" in props
                 if self._native:
                     self.n_parallel = int(props["total_slots"])  # a shared server's own setting
@@ -402,11 +421,20 @@ class LocalServer:
                 self._native = False
         return self._native
 
+    def headers(self) -> dict[str, str]:
+        """What every request to the server carries: its key, where it asks one."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def get(self, route: str, timeout: float) -> Any:
+        """The JSON that ``GET`` of one of the server's routes (``props``, ``v1/models``) answers."""
+        with open_direct(urllib.request.Request(f"{self.base_url}/{route}", headers=self.headers()), timeout) as resp:
+            return json.load(resp)
+
     def post(self, route: str, body: dict[str, Any], timeout: float) -> Any:
         """POST ``body`` to one of llama-server's own routes (``completion``, ``tokenize``, ``slots/0?action=save``)."""
         req = urllib.request.Request(
             f"{self.base_url}/{route}", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
+            headers={"Content-Type": "application/json", **self.headers()}, method="POST",
         )  # fmt: skip
         try:
             with open_direct(req, timeout) as resp:
@@ -421,8 +449,7 @@ class LocalServer:
 
     def models(self, timeout: float = 2.0) -> list[str]:
         """Model ids listed by the server's ``GET /v1/models``."""
-        with open_direct(f"{self.base_url}/v1/models", timeout) as resp:
-            return [m["id"] for m in json.load(resp)["data"]]
+        return [m["id"] for m in self.get("v1/models", timeout)["data"]]
 
     def health(self) -> bool:
         if not self.is_running():
@@ -441,6 +468,7 @@ class LocalServer:
                 if self._attached_ok():
                     return self
                 self.external, self.served, self.slot_dir = False, None, None
+                self.api_key = self.api_key or secrets.token_urlsafe(32)  # the LMs made for it keep theirs
             elif self.health():
                 return self
             self._stop_locked()
@@ -500,8 +528,7 @@ class LocalServer:
         if not self.native():
             return
         try:
-            with open_direct(f"{self.base_url}/props", ATTACH_TIMEOUT_S) as resp:
-                n_ctx = int(json.load(resp)["default_generation_settings"]["n_ctx"])
+            n_ctx = int(self.get("props", ATTACH_TIMEOUT_S)["default_generation_settings"]["n_ctx"])
         except (OSError, ValueError, KeyError, TypeError):
             return
         if n_ctx != self.n_ctx:
@@ -516,10 +543,11 @@ class LocalServer:
         self._log.flush()
         self.port = port
         # own session: a Ctrl-C meant for the caller must not kill the server under a run that is saving work;
-        # the watchdog in ``argv`` stops it when the caller is gone
+        # the watchdog in ``argv`` stops it when the caller is gone; the files it saves are the user's alone
+        keys = dict.fromkeys(KEY_ENV, self.api_key) if self.api_key else {}
         self.process = subprocess.Popen(
             argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=server_env(),
+            start_new_session=True, env={**server_env(), **keys}, umask=0o077,
         )  # fmt: skip
 
     def _wait_healthy(self) -> str:
@@ -643,10 +671,13 @@ def served_or_own(model_path: Path, alias: str, **kwargs: object) -> LocalServer
     is starting); else a new one for this process, unless ``own_servers_refused``."""
     own = LocalServer(model_path, alias, **kwargs)  # type: ignore[arg-type]
     fingerprint = own.fingerprint()
-    record = registry.find(alias, fingerprint)
-    if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
-        with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
-            record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
+    try:
+        record = registry.find(alias, fingerprint)
+        if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
+            with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
+                record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
+    except paths.NotPrivate as exc:
+        raise LocalServerError(f"the offline LM servers' registry: {exc}") from None
     if record is None and getattr(_REFUSING, "on", False):
         raise NotServed(f"{alias} with these settings is not served here")
     return own if record is None else LocalServer.attach(record.url, model_path, alias, record)

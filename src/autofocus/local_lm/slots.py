@@ -84,6 +84,7 @@ def _evaluate_and_save(server: LocalServer, slot: int, start: str, name: str, ti
     part = f"{name}.{os.getpid()}-{threading.get_ident()}.part"
     server.post(f"slots/{slot}?action=save", {"filename": part}, timeout)
     os.replace(server.slot_dir / part, server.slot_dir / name)
+    os.chmod(server.slot_dir / name, 0o600)  # the user's alone, whatever the server's umask
     prune(server.slot_dir)
     return evaluated
 
@@ -137,10 +138,19 @@ def keep_start(lm: Any, family: tuple[Messages, Messages], waiting: str, timeout
     four slots evaluating one start at once would each take four times as long. Saved in the prompt
     cache, it outlives the process. ``waiting`` tells a listener what that first evaluation is
     (``local_lm.startup``). Returns the tokens evaluated (0 where the start was saved before, or ``lm``
-    is not on llama-server)."""
+    is not on llama-server). Like ``share_prompt_starts``, an optimisation: where the server does not
+    answer (it stopped, or a shared one was killed) nothing is kept, and the step's own LM call meets the
+    outage where an outage is handled (``program.steps.llm_call``)."""
     server = scoring_server(lm)
     if server is None:
         return 0
+    try:
+        return _keep_start(server, family, waiting, timeout)
+    except (LocalServerError, OSError, ValueError, KeyError):
+        return 0
+
+
+def _keep_start(server: LocalServer, family: tuple[Messages, Messages], waiting: str, timeout: float) -> int:
     start = shared_start(*(render(server, messages, "", timeout) for messages in family))
     if len(start) < MIN_START_CHARS or start in server.saved_starts:
         return 0

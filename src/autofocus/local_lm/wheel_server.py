@@ -5,7 +5,8 @@ abi3) and runs llama.cpp's native C++ HTTP server inside the Python process: the
 batching, prompt caches, grammars, token probabilities and slot save/restore as a ``llama-server``
 built from source, without compiling anything. ``python -m autofocus.local_lm.wheel_server`` takes the
 options of llama-server that ``LocalServer`` passes (``llama_server_args``), serves on ``--host:--port``
-until SIGTERM or SIGINT, and then stops the server. Any other option is refused with a one-line error,
+until SIGTERM or SIGINT, and then stops the server. Its key comes from ``--api-key`` or, as llama-server
+reads it, ``LLAMA_API_KEY`` (the environment, which other users cannot read). Any other option is refused with a one-line error,
 so a flag added to the server's command line is mapped here too and not silently dropped.
 """
 
@@ -50,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-webui", action="store_true")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--slot-save-path", default="", help="the folder of /slots save and restore")
+    p.add_argument("--api-key", default=os.environ.get("LLAMA_API_KEY") or None,
+                   help="the key every request but the health check must carry (env LLAMA_API_KEY)")
     p.add_argument("--no-repack", action="store_true", help="no CPU-specific weight layouts (extra buffer types)")
     p.add_argument("--model-draft", default=None, help="a draft model for speculative decoding")
     p.add_argument("--spec-draft-n-max", type=int, default=None)
@@ -83,6 +86,8 @@ def params(args: argparse.Namespace) -> Any:
     p.endpoint_slots = True
     p.endpoint_props = True
     p.no_extra_bufts = args.no_repack
+    if args.api_key:
+        p.api_keys = [args.api_key]
     if args.model_draft:
         draft = p.speculative.draft
         draft.mparams.path = args.model_draft
