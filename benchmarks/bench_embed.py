@@ -204,6 +204,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=128, help="tokens per text (fixed) or document budget")
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds (medians reported)")
     parser.add_argument("--candidates", action="store_true", help="add the int8 variants that are not shipped")
+    parser.add_argument("--without", default="", help="backends left out, comma-separated (openvino-bf16 under "
+                        "ONEDNN_MAX_CPU_ISA=AVX2: the plugin still offers bf16 there, and compiling it fails)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -214,8 +216,10 @@ def main() -> None:
     texts = (fixed_length_texts(pool, args.docs, args.budget) if args.texts == "fixed"
              else sample_documents(skb, args.docs // 2, args.budget, seed=1))  # fmt: skip
     auto = get_embedder(DEFAULT_EMBEDDER).name.rsplit("@", 1)[1]
+    if auto in args.without.split(","):
+        auto = "openvino" if "openvino" in shipped_backends() else "torch"  # the reference of the ratios
     arms: dict[str, Embed] = {}
-    for backend in shipped_backends():
+    for backend in (b for b in shipped_backends() if b not in args.without.split(",")):
         emb = get_embedder(f"{DEFAULT_EMBEDDER}@{backend}")
         arms[backend] = lambda t, e=emb: e.embed(t, batch_size=64)
     with tempfile.TemporaryDirectory() as tmp:
