@@ -46,8 +46,10 @@ demo: setup
 	@echo "  $(BIN)/autofocus ask \"$(QUESTION)\" --skb $(DEMO) -k 10 --reranker pointwise   # yes/no per candidate, about a minute on 2 cores"
 	@echo "  $(BIN)/autofocus ask \"$(QUESTION)\" --skb $(DEMO) -k 10 --reranker listwise    # the paper's listwise reranker"
 
+# Its binary cache written here, once: the indexing and the warm-up then both read it.
 demo-skb: setup
 	$(BIN)/autofocus demo build $(DEMO)
+	$(BIN)/autofocus skb build $(DEMO)
 
 demo-index: demo-skb
 	$(BIN)/autofocus index build $(DEMO) --variant all
