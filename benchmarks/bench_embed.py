@@ -204,6 +204,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=128, help="tokens per text (fixed) or document budget")
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds (medians reported)")
     parser.add_argument("--candidates", action="store_true", help="add the int8 variants that are not shipped")
+    parser.add_argument("--without", default="", help="arms left out, comma-separated (under ONEDNN_MAX_CPU_ISA=AVX2, openvino-bf16 and "
+                        "openvino-static-int8 fail to compile: the plugin still offers kernels the cap removed)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -214,13 +216,16 @@ def main() -> None:
     texts = (fixed_length_texts(pool, args.docs, args.budget) if args.texts == "fixed"
              else sample_documents(skb, args.docs // 2, args.budget, seed=1))  # fmt: skip
     auto = get_embedder(DEFAULT_EMBEDDER).name.rsplit("@", 1)[1]
+    if auto in args.without.split(","):
+        auto = "openvino" if "openvino" in shipped_backends() else "torch"  # the reference of the ratios
     arms: dict[str, Embed] = {}
-    for backend in shipped_backends():
+    for backend in (b for b in shipped_backends() if b not in args.without.split(",")):
         emb = get_embedder(f"{DEFAULT_EMBEDDER}@{backend}")
         arms[backend] = lambda t, e=emb: e.embed(t, batch_size=64)
     with tempfile.TemporaryDirectory() as tmp:
         if args.candidates:
-            arms |= candidate_arms(sample_documents(skb, 128, args.budget, seed=2), Path(tmp))
+            candidates = candidate_arms(sample_documents(skb, 128, args.budget, seed=2), Path(tmp))
+            arms |= {name: fn for name, fn in candidates.items() if name not in args.without.split(",")}
         t0 = time.perf_counter()
         vectors = {name: fn(texts) for name, fn in arms.items()}  # warms up (exports on first use), and the vectors
         setup_s = time.perf_counter() - t0

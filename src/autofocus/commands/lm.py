@@ -42,6 +42,36 @@ def setup_cmd(
         console.print(f"[green]ready[/green] {safe(path)}")
 
 
+@lm_app.command("warm")
+def warm_cmd(
+    skb: Annotated[Path, typer.Option(help="SKB directory whose questions will be asked")],
+    system: Annotated[str | None, typer.Option(help="system preset, as for ask (default: afr)")] = None,
+    lm: Annotated[str | None, typer.Option(help="DSPy LM string for every step, or local / local-small")] = None,
+    config: Annotated[Path | None, typer.Option(help="config JSON, as for ask")] = None,
+    program: Annotated[Path | None, typer.Option(help="optimised program, as for ask")] = None,
+) -> None:
+    """Evaluate the prompts' shared start for this SKB once and save it (the offline LM's prompt cache), so
+    that the first `ask` restores it instead of evaluating it; run it where you wait anyway."""
+    from autofocus.cli_app import config_or_exit
+    from autofocus.console import OPEN_ERRORS
+    from autofocus.local_lm.models import ModelError
+    from autofocus.local_lm.server import LocalServerError
+    from autofocus.program.warm import warm_prompt_starts
+
+    cfg = config_or_exit(config, lm, program_file=program)
+    try:
+        done = warm_prompt_starts(skb, system, cfg, program)
+    except (*OPEN_ERRORS, ModelError, LocalServerError) as exc:
+        raise fail(f"cannot warm the prompt cache: {exc}") from None
+    if not done:
+        console.print("nothing to warm: this program's LMs keep no prompt cache")
+    elif done.get("evaluated"):
+        console.print(f"prompt starts: {done['starts']} evaluated ({done['evaluated']} tokens) in "
+                      f"{done['seconds']:.0f} s and saved; the next ask restores them")
+    else:
+        console.print(f"prompt starts: {done.get('starts', 0)} already saved (restored in {done.get('seconds', 0):.1f} s)")
+
+
 _DISTRACTORS = ("Berlin", "42", "blue", "Isaac Newton", "1999", "a hammer", "photosynthesis", "London", "none")
 
 
