@@ -21,7 +21,7 @@ import networkx as nx
 import pytest
 from typer.testing import CliRunner
 
-from autofocus.bench import wordnet_build, wordnet_source
+from autofocus.bench import debian, wordnet_build, wordnet_source
 from autofocus.bench.wordnet_build import SUMMARY_FILE, build_wordnet_skb
 from autofocus.bench.wordnet_questions import (
     MAX_ANSWERS,
@@ -127,15 +127,15 @@ def test_locate_prefers_an_explicit_folder_then_the_installed_package_then_the_c
 
 def test_without_wordnet_or_apt_the_error_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wordnet_source, "INSTALLED", tmp_path / "none")
-    monkeypatch.setattr(wordnet_source.shutil, "which", lambda tool: None)
+    monkeypatch.setattr(debian.shutil, "which", lambda tool: None)
     with pytest.raises(WordNetError, match="install the Debian package wordnet-base"):
         locate_wordnet(cache=tmp_path / "cache")
 
 
 def test_a_failed_download_names_the_command_and_the_remedy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wordnet_source, "INSTALLED", tmp_path / "none")
-    monkeypatch.setattr(wordnet_source.shutil, "which", lambda tool: f"/bin/{tool}")
-    monkeypatch.setattr(wordnet_source.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(debian.shutil, "which", lambda tool: f"/bin/{tool}")
+    monkeypatch.setattr(debian.os, "geteuid", lambda: 1000)
 
     def fail(cmd: list[str], **_: Any) -> Any:
         class Done:
@@ -143,7 +143,7 @@ def test_a_failed_download_names_the_command_and_the_remedy(tmp_path: Path, monk
 
         return Done()
 
-    monkeypatch.setattr(wordnet_source.subprocess, "run", fail)
+    monkeypatch.setattr(debian.subprocess, "run", fail)
     with pytest.raises(WordNetError, match=r"`apt-get download wordnet-base` failed \(exit 100\): E: Unable"):
         locate_wordnet(cache=tmp_path / "cache")
 
