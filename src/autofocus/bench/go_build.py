@@ -18,9 +18,9 @@ from typing import Any
 
 from autofocus.bench.go_questions import (
     KINDS,
-    QUESTION_FILE,
     SPLIT_FRACTIONS,
     Dropped,
+    GoQuestionSpec,
     assign_splits,
     load_question_specs,
     resolve_questions,
@@ -64,9 +64,10 @@ class GoBuild:
 
 
 def build_go_skb(out: Path | str, full: bool = False, bioc_dir: Path | str | None = None,
-                 question_file: str = QUESTION_FILE) -> GoBuild:  # fmt: skip
+                 specs: list[GoQuestionSpec] | None = None) -> GoBuild:  # fmt: skip
     """Build the GO benchmark (``full``: every gene and GO term, not only the annotated protein-coding
-    genes and their terms) into ``out``. Questions that fail their check are dropped and listed."""
+    genes and their terms) into ``out`` with ``specs`` (default: the package's questions). Questions
+    that fail their check are dropped and listed."""
     start = time.perf_counter()
     out = Path(out)
     go_file, org_file = locate_databases(bioc_dir)
@@ -80,7 +81,7 @@ def build_go_skb(out: Path | str, full: bool = False, bioc_dir: Path | str | Non
         new = Path(scratch)
         write_skb_dir(new, schema, graph.nodes, graph.edges)
         skb = load_skb_dir(new, progress=False)
-        questions, dropped = resolve_questions(load_question_specs(question_file), skb)
+        questions, dropped = resolve_questions(load_question_specs() if specs is None else specs, skb)
         splits = assign_splits(questions)
         write_qa_csv(new / "qa.csv", [q.row(i) for i, q in enumerate(questions)])
         (new / "splits").mkdir()
