@@ -357,6 +357,8 @@ def test_cli_builds_and_reports_a_missing_source(fixture_dir: Path, tmp_path: Pa
     assert "on_chromosome" in ok.output and "not answerable in this build" in ok.output
     bad = runner.invoke(app, ["bench", "build", "go", str(tmp_path / "x"), "--bioc-dir", str(tmp_path)])
     assert bad.exit_code == 1 and "no GO.sqlite" in bad.output
+    mixed = runner.invoke(app, ["bench", "build", "go", str(tmp_path / "y"), "--small"])
+    assert mixed.exit_code == 2 and "--small does not apply to the go benchmark" in mixed.output
 
 
 def test_the_question_file_is_well_formed() -> None:

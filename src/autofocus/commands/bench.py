@@ -47,6 +47,13 @@ def build_cmd(
 
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="OUT")
+    foreign = [flag for flag, given, owner in (("--small", small, Benchmark.wordnet),
+                                               ("--wordnet-dir", wordnet_dir is not None, Benchmark.wordnet),
+                                               ("--full", full, Benchmark.go), ("--bioc-dir", bioc_dir is not None, Benchmark.go))
+               if given and owner is not name]  # fmt: skip
+    if foreign:
+        raise typer.BadParameter(f"{' and '.join(foreign)} {'does' if len(foreign) == 1 else 'do'} not apply to the {name.value} benchmark",
+                                 param_hint="NAME")
     try:
         with console.status("building"):
             if name is Benchmark.go:
