@@ -5,11 +5,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   ?= data/demo
 WORDNET ?= data/wordnet
+GO ?= data/go
 QUESTION ?= Which exceptions defined in the json module subclass ValueError?
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup setup-dev setup-lm demo demo-skb demo-index demo-warm wordnet test test-lm lint bench clean
+.PHONY: setup setup-dev setup-lm demo demo-skb demo-index demo-warm wordnet go test test-lm lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -61,6 +62,11 @@ demo-warm: setup-lm demo-skb
 wordnet: setup
 	$(BIN)/autofocus bench build wordnet $(WORDNET)
 	$(BIN)/autofocus index build $(WORDNET) --variant all
+
+# The third: human genes and the Gene Ontology from Bioconductor's GO.db and org.Hs.eg.db (Debian packages).
+go: setup
+	$(BIN)/autofocus bench build go $(GO)
+	$(BIN)/autofocus index build $(GO) --variant all
 
 test: setup-dev
 	$(BIN)/ruff check src tests benchmarks

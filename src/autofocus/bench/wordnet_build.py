@@ -104,7 +104,7 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
             "qa_sha256": hashlib.sha256((new / "qa.csv").read_bytes()).hexdigest(),
         }
         (new / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        _move_changed(new, out)
+        move_changed(new, out)
     return BenchBuild(
         out,
         folder,
@@ -116,7 +116,7 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
     )
 
 
-def _move_changed(new: Path, out: Path) -> None:
+def move_changed(new: Path, out: Path) -> None:
     """Replace the files of ``out`` by those of ``new`` where their bytes differ; remove split files
     ``new`` does not have (a rebuild with fewer splits leaves none behind)."""
     fresh = {p.relative_to(new) for p in new.rglob("*") if p.is_file()}

@@ -14,15 +14,16 @@ where ``w_cnt`` is two hexadecimal digits, ``p_cnt`` three decimal digits and ea
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from autofocus.bench import debian
 
 PACKAGE = "wordnet-base"
 INSTALLED = Path("/usr/share/wordnet")
 _INSIDE_DEB = Path("usr/share/wordnet")
+_REMEDY = (f"install the Debian package {PACKAGE} (`apt-get update && apt-get install {PACKAGE}`) or pass the "
+          "folder of WordNet 3.0's data files (--wordnet-dir)")
 DATA_FILES = {"n": "data.noun", "v": "data.verb", "a": "data.adj", "r": "data.adv"}
 
 # lexnames(5): the lexicographer files by number; the package ships the numbers, not this table.
@@ -80,43 +81,10 @@ def locate_wordnet(explicit: Path | str | None = None, cache: Path | None = None
     unpacked = cache / "root" / _INSIDE_DEB
     if (unpacked / DATA_FILES["n"]).is_file():
         return unpacked
-    deb = _download(cache)
-    _run(["dpkg-deb", "-x", str(deb), str(cache / "root")], cache)
+    root = debian.unpack_package(PACKAGE, cache, WordNetError, _REMEDY)
     if not (unpacked / DATA_FILES["n"]).is_file():
-        raise WordNetError(f"{deb}: unpacked, but it has no {_INSIDE_DEB / DATA_FILES['n']}")
+        raise WordNetError(f"{root}: {PACKAGE} unpacked, but it has no {_INSIDE_DEB / DATA_FILES['n']}")
     return unpacked
-
-
-def _download(cache: Path) -> Path:
-    """``apt-get download wordnet-base`` into ``cache``; once more after ``apt-get update`` when root."""
-    cache.mkdir(parents=True, exist_ok=True)
-    for tool in ("apt-get", "dpkg-deb"):
-        if shutil.which(tool) is None:
-            raise WordNetError(
-                f"WordNet is not installed ({INSTALLED}) and `{tool}` is missing: install the Debian package "
-                f"{PACKAGE} or pass the folder of WordNet 3.0's data files (--wordnet-dir)"
-            )
-    try:
-        _run(["apt-get", "download", PACKAGE], cache)
-    except WordNetError:
-        if os.geteuid() != 0:
-            raise
-        _run(["apt-get", "update"], cache)
-        _run(["apt-get", "download", PACKAGE], cache)
-    debs = sorted(cache.glob(f"{PACKAGE}_*.deb"))
-    if not debs:
-        raise WordNetError(f"`apt-get download {PACKAGE}` wrote no .deb into {cache}")
-    return debs[-1]
-
-
-def _run(cmd: list[str], cwd: Path) -> None:
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise WordNetError(
-            f"`{' '.join(cmd)}` failed (exit {done.returncode}): {' / '.join(tail)}. Install the Debian package "
-            f"{PACKAGE} (`apt-get update && apt-get install {PACKAGE}`) or pass --wordnet-dir"
-        )
 
 
 def read_synsets(path: Path | str) -> list[Synset]:
