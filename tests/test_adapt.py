@@ -31,12 +31,12 @@ from autofocus.program.trained import (
     TrainedParts,
     TrainedPartsError,
     TypeReader,
-    candidate_text,
     load_trained,
     open_reranker,
     parts_folder,
     write_manifest,
 )
+from autofocus.skb.candidate_texts import candidate_text
 from autofocus.skb.qa import QAItem
 from autofocus.synthetic.build import synthesise
 from autofocus.synthetic.patterns import PatternSampler
@@ -331,13 +331,13 @@ def test_a_trained_reranker_without_a_model_of_its_kind_is_refused():
     assert load_trained(None, None) is None
 
 
-def test_candidate_text_reads_name_type_relations_and_document(tiny_skb):
+def test_candidate_text_reads_name_type_document_and_relations(tiny_skb):
     text = candidate_text(tiny_skb, 11)
-    assert text.startswith("Multi-hop Reasoning over Graphs (paper)")
-    # every relationship type in words, however many neighbours the first ones have
-    assert "paper cites paper -> Graph Retrieval at Scale; Cypher Queries from Text" in text
-    assert "paper has topic field -> Information Retrieval; Natural Language Processing" in text
-    assert "year: 2022" in text and "Answering questions that need several hops" in text
+    assert text.startswith("Multi-hop Reasoning over Graphs (paper)\nAnswering questions that need several hops")
+    # every relationship type in words where the budget has room, in both directions
+    assert "paper cites paper: Graph Retrieval at Scale; Cypher Queries from Text" in text
+    assert "paper has topic field: Natural Language Processing; Information Retrieval" in text
+    assert "<- author writes paper: Grace Hopper; Ada Lovelace" in text
 
 
 def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
