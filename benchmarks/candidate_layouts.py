@@ -11,7 +11,7 @@ Arms (each question's same top k, so the comparison is paired):
 
 It also reports how many of the budget's tokens the document keeps in each layout, over the candidate-type
 nodes (a seeded sample): the median, and the share of nodes whose text keeps at least 40 tokens of the
-document or all of it. Hit@1 and MRR per arm, overall and per question kind (the QA file's ``kind``
+document or all of it; also over the nodes with many relationship types (five lines or more). Hit@1 and MRR per arm, overall and per question kind (the QA file's ``kind``
 column), each arm paired against ``previous`` (``evaluation.report.paired_test``).
 
     .venv/bin/python benchmarks/candidate_layouts.py --skb data/wordnet --split val --split test
@@ -46,6 +46,7 @@ from autofocus.skb.model import SKB
 
 ARMS = ("vss", "document", "previous", "candidate")
 DOC_BAR = 40  # tokens of the document a description should keep
+MANY_LINES = 5  # a node with this many relationship lines (edge type and direction) or more has many relations
 
 
 def previous_layout(skb: SKB, node: int, budget: int = CANDIDATE_TOKENS) -> str:
@@ -89,13 +90,19 @@ def document_share(skb: SKB, budget: int, sample: int, seed: int = 0) -> dict[st
     ids = np.sort(np.random.default_rng(seed).choice(ids, size=min(sample, len(ids)), replace=False)).tolist()
     docs = [skb.doc(i).strip() for i in ids]
     full = np.array([-(-len(d) // CHARS_PER_TOKEN) for d in docs])
-    out: dict[str, Any] = {"nodes": len(ids), "median_document_tokens": float(np.median(full))}
+    lines = np.array([len(g) for g in gather_relations(skb, ids, two_hop=False, max_neighbours=1)])
+    out: dict[str, Any] = {"nodes": len(ids), "median_document_tokens": float(np.median(full)),
+                           "median_relationship_lines": float(np.median(lines))}
+    many = lines >= MANY_LINES
     for arm, render in layouts(skb, budget).items():
         if arm == "document":
             continue
         kept = np.array([document_tokens(t, d) for t, d in zip(render(ids), docs, strict=True)])
-        out[arm] = {"median_tokens": float(np.median(kept)),
-                    "share_at_bar": round(float(np.mean((kept >= DOC_BAR) | (kept >= full))), 3)}
+        at_bar = (kept >= DOC_BAR) | (kept >= full)
+        out[arm] = {"median_tokens": float(np.median(kept)), "share_at_bar": round(float(np.mean(at_bar)), 3),
+                    f"nodes_with_{MANY_LINES}_lines_or_more": int(many.sum()),
+                    "their_median_tokens": float(np.median(kept[many])) if many.any() else None,
+                    "their_share_at_bar": round(float(np.mean(at_bar[many])), 3) if many.any() else None}
     return out
 
 

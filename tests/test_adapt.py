@@ -355,3 +355,64 @@ def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
     assert AdaptOptions(reranker_kind="cross-encoder").hard_negatives == 7 and AdaptOptions().hard_negatives == 3
     with pytest.raises(ValueError, match="negatives must be at least 1"):
         AdaptOptions(negatives=0)
+
+
+# --- the judge: trained parts used only where questions like users' say they help -----------------
+
+
+def _lists(n: int, kind: str, answer_at: int) -> list[tuple[list[int], set[int], str]]:
+    return [(list(range(10)), {answer_at}, kind) for _ in range(n)]
+
+
+def test_the_judge_uses_a_reranker_only_where_it_gains_and_no_kind_loses():
+    from autofocus.adapt.judge import rerank_verdict
+
+    def toward(node: int):  # a reranker sure of one candidate
+        return lambda i: [0.99 if j == node else 0.01 for j in range(10)]
+
+    lists = _lists(12, "textual", 3)
+    assert rerank_verdict(lists, toward(3), weight=0.5).used  # raises the answer from 4th to 1st
+    lost = rerank_verdict(_lists(12, "textual", 0), toward(3), weight=0.5)  # pushes the answer down
+    assert not lost.used and "does not gain" in lost.reason and lost.overall["diff"] < 0
+    mixed = [*_lists(30, "textual", 3), *_lists(10, "relational", 0)]
+    scores = lambda i: toward(3)(i)  # noqa: E731  # gains on the textual, loses every relational one
+    split = rerank_verdict(mixed, scores, weight=0.5)
+    assert split.overall["diff"] > 0 and not split.used and "relational" in split.reason
+    assert split.kinds["relational"]["diff"] < 0 and split.kinds["textual"]["diff"] > 0
+
+
+def test_the_judge_keeps_step_1_without_a_reader_that_does_not_help():
+    from autofocus.adapt.judge import type_reader_verdict
+
+    right = ({"paper": 0.7, "author": 0.3}, {"paper": 0.2, "author": 0.8}, "paper", "relational")
+    assert not type_reader_verdict([right] * 6, 1.0).used  # it turns right answers wrong
+    wrong = ({"paper": 0.55, "author": 0.45}, {"paper": 0.1, "author": 0.9}, "author", "hybrid")
+    assert type_reader_verdict([wrong] * 6, 1.0).used
+
+
+@pytest.mark.slow
+def test_a_reranker_that_loses_on_judge_questions_is_not_switched_on(two_type_skb, tmp_path, monkeypatch):
+    """Judge questions whose answer steps 1-7 already rank first: a reranker can only lose there, so the
+    program written keeps steps 1-7's order and says why."""
+    from autofocus.adapt.judge import JudgeQuestion
+    from autofocus.skb.skbdir import load_skb_dir
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    asked = [QAItem(-1, "papers about graphs and questions", [0]), QAItem(-2, "who wrote about ranking", [4]),
+             QAItem(-3, "a survey of knowledge base question answering", [3])]
+    firsts = mine(_program(kb), asked, sources=["vector"])
+    judge = [JudgeQuestion(m.item.query, (m.lists["vector"][0],), kind) for m, kind in
+             zip(firsts, ("textual", "hybrid", "textual"), strict=True)]
+    options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
+                           batch_size=8, max_length=96, val_share=0.3, judge_questions=judge)
+    result = adapt(two_type_skb, AutofocusConfig(), options)
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    judged = manifest["reranker"]["judged"]
+    assert not judged["used"] and judged["overall"]["a"] == 1.0 and "does not gain" in judged["reason"]
+    assert manifest["judge"]["questions"] == 3 and manifest["reranker"]["val_source"] == "judge"
+    assert not manifest["type_reader"]["judged"]["used"]  # no run recorded step 1 on the judge questions
+    saved = json.loads(result.program.read_text())["config"]
+    assert saved["steps"] == "1-7" and saved["rerank"]["reranker"] == "none"
+    program = runtime.open_program(kb, "afr", None, result.program, lms=False)
+    assert not isinstance(program.reranker, TrainedReranker)

@@ -21,6 +21,7 @@ once per knowledge base; relationships are gathered for a batch of nodes at once
 
 from __future__ import annotations
 
+import json
 import re
 import weakref
 from collections import Counter
@@ -158,10 +159,24 @@ def _relation_lines(skb: SKB, learnt: _Learnt, groups: list[RelationGroup]) -> l
 def _attribute_line(skb: SKB, learnt: _Learnt, node: int, seen: str) -> str:
     parts = []
     for key, common in learnt.columns.items():
-        value = skb.columns[key].display(node)
-        if value and value not in common and not _mentions(seen, value.lower()):
-            parts.append(f"{readable_label(key)}: {value[:NAME_CHARS]}")
+        col = skb.columns[key]
+        value = col.display(node)
+        if not value or value in common:
+            continue
+        items = _listed(value) if col.kind == "json" else [value]
+        told = [v for v in items if not _mentions(seen, v.lower())]
+        if told:
+            parts.append(f"{readable_label(key)}: {', '.join(told)[:NAME_CHARS]}")
     return "; ".join(parts)
+
+
+def _listed(value: str) -> list[str]:
+    """A json column's list as its items (another value as it is)."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return [value]
+    return [str(v) for v in parsed if str(v)] if isinstance(parsed, list) else [value]
 
 
 def _mentions(text: str, value: str) -> bool:
