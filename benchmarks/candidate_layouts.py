@@ -3,7 +3,7 @@ reorders vector search's top k of each question by the cosine of the question an
 
 Arms (each question's same top k, so the comparison is paired):
 
-- ``vss``: vector search's own order;
+- ``vss``: vector search's own order (over the ``text`` documents by default, as STaRK's VSS);
 - ``document``: the node's document as the index embeds it (``type: name`` and the document), cut to the budget;
 - ``previous``: the layout step 8 used before (name and type, every relationship type with two neighbours,
   every short attribute, then the document: what the budget cuts);
@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--split", action="append", required=True, help="split(s) whose questions are reranked")
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--budget", type=int, default=CANDIDATE_TOKENS)
+    parser.add_argument("--variant", default="text", help="the documents vector search embeds (text: as STaRK's VSS)")
     parser.add_argument("--share-sample", type=int, default=5000, help="nodes sampled for the document's share")
     parser.add_argument("--out", type=Path, help="a JSON file for the results")
     args = parser.parse_args()
@@ -119,7 +120,7 @@ def main() -> None:
     cfg = runtime.load_config()
     kb = runtime.open_kb(args.skb, cfg.index.embedder)
     skb = kb.skb
-    program = runtime.assemble("vss", kb, cfg.updated({"merge.k": args.k}), lms=False)
+    program = runtime.assemble("vss", kb, cfg.updated({"merge.k": args.k, "merge.doc_variant_step7": args.variant}), lms=False)
     model = BiEncoderModel(packaged_minilm_path())
     kinds = qa_column(args.skb, "kind") if _has_kind(args.skb) else {}
     render = layouts(skb, args.budget)
@@ -129,7 +130,7 @@ def main() -> None:
         for n, item in enumerate(items, 1):
             rows.append(_rerank(program, model, render, item, kinds, args.k))
             report.advance("questions", n, len(items))
-    result = {"skb": str(args.skb), "splits": args.split, "k": args.k, "budget": args.budget,
+    result = {"skb": str(args.skb), "splits": args.split, "k": args.k, "budget": args.budget, "variant": args.variant,
               "questions": len(rows), "metrics": _table(rows),
               "document_share": document_share(skb, args.budget, args.share_sample)}
     print(json.dumps(result, indent=2))

@@ -139,7 +139,8 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
         settings.update(_fusion(folder, mined_judge or mined_val, kb.skb, JUDGE_LIST if mined_judge else None, runs,
                                 summary["reranker"], report))
         if mined_judge:
-            settings.update(_judge_reranker(folder, mined_judge, kb.skb, settings, summary, report))
+            weight = float(settings.get("rerank_prior_weight", cfg.rerank.rerank_prior_weight))
+            settings.update(_judge_reranker(folder, mined_judge, kb.skb, weight, summary, report))
         lap("fusion")
     asked = {m.target_type for m in mined_train}
     if options.type_reader and len(asked) > 1:
@@ -242,13 +243,12 @@ def _judge_lists(program: Any, judge: list[JudgeQuestion], runs: dict[str, list[
     return out
 
 
-def _judge_reranker(folder: Path, judge: list[Mined], skb: Any, settings: dict[str, Any], summary: dict[str, Any],
+def _judge_reranker(folder: Path, judge: list[Mined], skb: Any, weight: float, summary: dict[str, Any],
                     report: Reporter) -> dict[str, Any]:
     """Step 8 on only where the judge questions say the reranker, fused as fitted, beats steps 1-7's order
     (``adapt.judge``); else a program that keeps that order, and the reason."""
     model, docs = open_reranker(folder / RERANKER_DIR, summary["reranker"]), Documents(skb)
     lists = [(m.ranked(JUDGE_LIST), m.gold, m.kind) for m in judge]
-    weight = float(settings.get("rerank_prior_weight", 1.0))
     result = rerank_verdict(lists, lambda i: model.probabilities(judge[i].item.query,
                                                                  [docs(n) for n in lists[i][0][:20]]).tolist(), weight)
     summary["reranker"]["judged"] = result.as_dict()
