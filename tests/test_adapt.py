@@ -416,3 +416,19 @@ def test_a_reranker_that_loses_on_judge_questions_is_not_switched_on(two_type_sk
     assert saved["steps"] == "1-7" and saved["rerank"]["reranker"] == "none"
     program = runtime.open_program(kb, "afr", None, result.program, lms=False)
     assert not isinstance(program.reranker, TrainedReranker)
+
+
+def test_judge_questions_carry_their_kind_from_the_qa_file(tiny_skb_data, tmp_path):
+    from autofocus.adapt.judge import ALL, load_judge
+    from autofocus.skb.writer import write_skb_dir
+
+    data = tiny_skb_data
+    write_skb_dir(tmp_path / "plain", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
+    assert {q.kind for q in load_judge(tmp_path / "plain", ["train"], None, 12)} == {ALL}  # no kind column
+    for row, kind in zip(data["qa"], ("relational", "hybrid", "textual", "hybrid", "relational", "textual"), strict=True):
+        row["kind"] = kind
+    write_skb_dir(tmp_path / "kinds", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
+    judge = load_judge(tmp_path / "kinds", ["train", "val"], None, 12)
+    assert [(q.query, q.answer_ids, q.kind) for q in judge[:1]] == [
+        ("Which papers by Ada Lovelace were published at NeurIPS?", (0, 11), "relational")]
+    assert [q.kind for q in judge] == ["relational", "hybrid", "textual", "hybrid"]
