@@ -10,6 +10,9 @@ The sequence, each part on two CPU cores in minutes:
    and the weight of its fusion with steps 1-7's order fitted there by likelihood
    (``optimize.fusion_fit``).
 4. The type reader (``adapt.type_reader``) on the questions' embeddings and answer types.
+   Where judge questions are given (``adapt.judge``: questions that read like users', never trained on),
+   they choose the epoch and fit the fusion weight instead of the held-out template questions, and a part
+   they do not show to help is left out of the program (step 8 off: steps 1-7's order), with the reason.
 5. The program file: the system with ``trained`` naming the models' folder, step 8 on
    (``reranker=auto`` picks the trained one) and the fitted fusion; ``<stem>.trained/manifest.json``
    and ``adapt_summary`` record questions, pairs, epochs, minutes (in all and per part) and held-out scores.
