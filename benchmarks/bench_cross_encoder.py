@@ -25,7 +25,8 @@ from pathlib import Path
 import autofocus
 from autofocus.evaluation.program_runs import load_split
 from autofocus.index.cache import EmbeddingCache
-from autofocus.program.trained import TRAINED_BACKENDS, candidate_text, open_reranker
+from autofocus.program.trained import TRAINED_BACKENDS, open_reranker
+from autofocus.skb.candidate_texts import candidate_texts
 
 RESULTS = Path(__file__).parent / "results" / "cross_encoder.json"
 
@@ -65,7 +66,7 @@ def main() -> None:
         for n, (question, ids) in enumerate(zip(questions, lists, strict=True)):
             for b, model in models.items():  # in turns, so a change in the machine's load hits every backend
                 t0 = time.perf_counter()
-                model.probabilities(question, [candidate_text(skb, int(i)) for i in ids])
+                model.probabilities(question, candidate_texts(skb, ids))
                 if n or p:  # the first question warms the model up
                     seconds[b, p].append(time.perf_counter() - t0)
     arms = []

@@ -31,12 +31,12 @@ from autofocus.program.trained import (
     TrainedParts,
     TrainedPartsError,
     TypeReader,
-    candidate_text,
     load_trained,
     open_reranker,
     parts_folder,
     write_manifest,
 )
+from autofocus.skb.candidate_texts import candidate_text
 from autofocus.skb.qa import QAItem
 from autofocus.synthetic.build import synthesise
 from autofocus.synthetic.patterns import PatternSampler
@@ -331,13 +331,13 @@ def test_a_trained_reranker_without_a_model_of_its_kind_is_refused():
     assert load_trained(None, None) is None
 
 
-def test_candidate_text_reads_name_type_relations_and_document(tiny_skb):
+def test_candidate_text_reads_name_type_document_and_relations(tiny_skb):
     text = candidate_text(tiny_skb, 11)
-    assert text.startswith("Multi-hop Reasoning over Graphs (paper)")
-    # every relationship type in words, however many neighbours the first ones have
-    assert "paper cites paper -> Graph Retrieval at Scale; Cypher Queries from Text" in text
-    assert "paper has topic field -> Information Retrieval; Natural Language Processing" in text
-    assert "year: 2022" in text and "Answering questions that need several hops" in text
+    assert text.startswith("Multi-hop Reasoning over Graphs (paper)\nAnswering questions that need several hops")
+    # every relationship type in words where the budget has room, in both directions
+    assert "paper cites paper: Graph Retrieval at Scale; Cypher Queries from Text" in text
+    assert "paper has topic field: Natural Language Processing; Information Retrieval" in text
+    assert "<- author writes paper: Grace Hopper; Ada Lovelace" in text
 
 
 def test_an_unknown_reranker_kind_is_refused_before_any_work(tmp_path):
@@ -479,7 +479,7 @@ def test_too_few_questions_to_hold_any_out_is_said_and_recorded(two_type_skb, tm
     options = AdaptOptions(out=tmp_path / "adapted.json", splits=("train",), epochs=1, batch_size=8, max_length=32,
                            type_reader=False)
     result = adapt(two_type_skb, AutofocusConfig(), options, Notes())
-    warnings = [t for t, level in notes if level == "warning" and "held-out" in t]
+    warnings = [t for t, level in notes if level == "warning" and t.startswith("no held-out questions")]
     assert warnings == ["no held-out questions: only 3 questions (at least 10 are needed to hold any out); the "
                         "reranker keeps its last epoch and the fusion weight the default 1.0"]
     manifest = json.loads((result.folder / "manifest.json").read_text())
@@ -488,3 +488,80 @@ def test_too_few_questions_to_hold_any_out_is_said_and_recorded(two_type_skb, tm
     assert manifest["reranker"]["fusion"] == {"fitted": False, "used": 1.0, "why": "no held-out questions"}
     assert "rerank_prior_weight" not in json.loads(result.program.read_text())["config"].get("rerank", {}) or \
         json.loads(result.program.read_text())["config"]["rerank"]["rerank_prior_weight"] == 1.0
+
+
+# --- the judge: trained parts used only where questions like users' say they help -----------------
+
+
+def _lists(n: int, kind: str, answer_at: int) -> list[tuple[list[int], set[int], str]]:
+    return [(list(range(10)), {answer_at}, kind) for _ in range(n)]
+
+
+def test_the_judge_uses_a_reranker_only_where_it_gains_and_no_kind_loses():
+    from autofocus.adapt.judge import rerank_verdict
+
+    def toward(node: int):  # a reranker sure of one candidate
+        return lambda i: [0.99 if j == node else 0.01 for j in range(10)]
+
+    lists = _lists(12, "textual", 3)
+    assert rerank_verdict(lists, toward(3), weight=0.5).used  # raises the answer from 4th to 1st
+    lost = rerank_verdict(_lists(12, "textual", 0), toward(3), weight=0.5)  # pushes the answer down
+    assert not lost.used and "does not gain" in lost.reason and lost.overall["diff"] < 0
+    mixed = [*_lists(30, "textual", 3), *_lists(10, "relational", 0)]
+    scores = lambda i: toward(3)(i)  # noqa: E731  # gains on the textual, loses every relational one
+    split = rerank_verdict(mixed, scores, weight=0.5)
+    assert split.overall["diff"] > 0 and not split.used and "relational" in split.reason
+    assert split.kinds["relational"]["diff"] < 0 and split.kinds["textual"]["diff"] > 0
+
+
+def test_the_judge_keeps_step_1_without_a_reader_that_does_not_help():
+    from autofocus.adapt.judge import type_reader_verdict
+
+    right = ({"paper": 0.7, "author": 0.3}, {"paper": 0.2, "author": 0.8}, "paper", "relational")
+    assert not type_reader_verdict([right] * 6, 1.0).used  # it turns right answers wrong
+    wrong = ({"paper": 0.55, "author": 0.45}, {"paper": 0.1, "author": 0.9}, "author", "hybrid")
+    assert type_reader_verdict([wrong] * 6, 1.0).used
+
+
+@pytest.mark.slow
+def test_a_reranker_that_loses_on_judge_questions_is_not_switched_on(two_type_skb, tmp_path, monkeypatch):
+    """Judge questions whose answer steps 1-7 already rank first: a reranker can only lose there, so the
+    program written keeps steps 1-7's order and says why."""
+    from autofocus.adapt.judge import JudgeQuestion
+    from autofocus.skb.skbdir import load_skb_dir
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    asked = [QAItem(-1, "papers about graphs and questions", [0]), QAItem(-2, "who wrote about ranking", [4]),
+             QAItem(-3, "a survey of knowledge base question answering", [3])]
+    firsts = mine(_program(kb), asked, sources=["vector"])
+    judge = [JudgeQuestion(m.item.query, (m.lists["vector"][0],), kind) for m, kind in
+             zip(firsts, ("textual", "hybrid", "textual"), strict=True)]
+    options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
+                           batch_size=8, max_length=96, val_share=0.3, judge_questions=judge)
+    result = adapt(two_type_skb, AutofocusConfig(), options)
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    judged = manifest["reranker"]["judged"]
+    assert not judged["used"] and judged["overall"]["a"] == 1.0 and "does not gain" in judged["reason"]
+    assert manifest["judge"]["questions"] == 3 and manifest["reranker"]["val_source"] == "judge"
+    assert not manifest["type_reader"]["judged"]["used"]  # no run recorded step 1 on the judge questions
+    saved = json.loads(result.program.read_text())["config"]
+    assert saved["steps"] == "1-7" and saved["rerank"]["reranker"] == "none"
+    program = runtime.open_program(kb, "afr", None, result.program, lms=False)
+    assert not isinstance(program.reranker, TrainedReranker)
+
+
+def test_judge_questions_carry_their_kind_from_the_qa_file(tiny_skb_data, tmp_path):
+    from autofocus.adapt.judge import ALL, load_judge
+    from autofocus.skb.writer import write_skb_dir
+
+    data = tiny_skb_data
+    write_skb_dir(tmp_path / "plain", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
+    assert {q.kind for q in load_judge(tmp_path / "plain", ["train"], None, 12)} == {ALL}  # no kind column
+    for row, kind in zip(data["qa"], ("relational", "hybrid", "textual", "hybrid", "relational", "textual"), strict=True):
+        row["kind"] = kind
+    write_skb_dir(tmp_path / "kinds", data["schema"], data["nodes"], data["edges"], data["qa"], data["splits"])
+    judge = load_judge(tmp_path / "kinds", ["train", "val"], None, 12)
+    assert [(q.query, q.answer_ids, q.kind) for q in judge[:1]] == [
+        ("Which papers by Ada Lovelace were published at NeurIPS?", (0, 11), "relational")]
+    assert [q.kind for q in judge] == ["relational", "hybrid", "textual", "hybrid"]

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autofocus.config import RERANKER_KINDS, RERANKER_NEGATIVES
+
+if TYPE_CHECKING:
+    from autofocus.adapt.judge import JudgeQuestion
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,11 @@ class AdaptOptions:
         epochs, batch_size, learning_rate, max_length, positives: the reranker's training.
         negatives: hard negatives per question (None: the kind's own, ``config.RERANKER_NEGATIVES``).
         seed: every random choice (held-out part, positives kept, the trainer's).
+        judge: splits of questions that read like users' (labelled ``val``, or LM-written questions in a
+            whole-file split of ``judge_dir``) that choose the reranker's epoch and fusion weight and decide
+            whether the reranker and the type reader are used (``adapt.judge``); never trained on.
+        judge_dir: the folder of the judge's whole-file splits (None: the SKB's own splits).
+        judge_questions: judge questions given directly (Python), beside those of ``judge``.
     """
 
     out: Path | str = "runs/adapted.json"
@@ -223,6 +231,9 @@ class AdaptOptions:
     positives: int = 2
     negatives: int | None = None
     seed: int = 0
+    judge: Sequence[str] = ()
+    judge_dir: Path | str | None = None
+    judge_questions: Sequence[JudgeQuestion] = ()
 
     def __post_init__(self) -> None:
         if self.reranker_kind not in RERANKER_KINDS:  # before any question is written or list mined

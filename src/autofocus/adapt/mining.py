@@ -34,6 +34,7 @@ class Mined:
     item: QAItem
     target_type: str
     lists: dict[str, list[int]] = field(default_factory=dict)
+    kind: str = "all"  # the question's kind where it is known (judge questions: relational, hybrid, textual)
 
     @property
     def gold(self) -> set[int]:

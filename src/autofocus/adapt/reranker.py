@@ -30,13 +30,12 @@ from autofocus.adapt.mining import Mined
 from autofocus.program.trained import (
     BI_ENCODER,
     BI_ENCODER_SCALE,
-    CANDIDATE_TOKENS,
     CROSS_ENCODER,
     RERANKER_DIR,
     RERANKER_KINDS,
     RerankerModel,
-    candidate_text,
 )
+from autofocus.skb.candidate_texts import CANDIDATE_TOKENS, candidate_texts
 from autofocus.skb.model import SKB
 
 log = logging.getLogger("autofocus")
@@ -72,16 +71,20 @@ def base_model_dir(base: str | None) -> Path:
 
 
 class Documents:
-    """Candidate descriptions, each rendered once however many questions share the node."""
+    """Candidate descriptions, each rendered once however many questions share the node (``prepare``
+    renders many in one batch)."""
 
     def __init__(self, skb: SKB, budget_tokens: int = CANDIDATE_TOKENS) -> None:
         self.skb, self.budget, self._texts = skb, budget_tokens, {}
 
+    def prepare(self, nodes: Sequence[int]) -> None:
+        todo = sorted({int(n) for n in nodes} - self._texts.keys())
+        self._texts.update(zip(todo, candidate_texts(self.skb, todo, self.budget), strict=True))
+
     def __call__(self, node: int) -> str:
-        text = self._texts.get(node)
-        if text is None:
-            text = self._texts[node] = candidate_text(self.skb, node, self.budget)
-        return text
+        if node not in self._texts:
+            self.prepare([node])
+        return self._texts[node]
 
 
 def _answers(m: Mined, rng: np.random.Generator, positives: int) -> list[int]:
@@ -139,6 +142,8 @@ def train_reranker(
         raise ValueError(f"unknown reranker kind {opts.kind!r}: {CROSS_ENCODER} or {BI_ENCODER}")
     start = time.perf_counter()
     docs = Documents(skb)
+    docs.prepare([n for m in (*train, *val) for ids in m.lists.values() for n in ids[:20]]
+                 + [int(n) for m in train for n in m.item.answer_ids])
     samples = eval_samples(val, docs, eval_source)
     base = base_model_dir(opts.base)
     train_one = _train_cross_encoder if opts.kind == CROSS_ENCODER else _train_bi_encoder

@@ -10,6 +10,9 @@ The sequence, each part on two CPU cores in minutes:
    and the weight of its fusion with steps 1-7's order fitted there by likelihood
    (``optimize.fusion_fit``).
 4. The type reader (``adapt.type_reader``) on the questions' embeddings and answer types.
+   Where judge questions are given (``adapt.judge``: questions that read like users', never trained on),
+   they choose the epoch and fit the fusion weight instead of the held-out template questions, and a part
+   they do not show to help is left out of the program (step 8 off: steps 1-7's order), with the reason.
 5. The program file: the system with ``trained`` naming the models' folder, step 8 on
    (``reranker=auto`` picks the trained one) and the fitted fusion; ``<stem>.trained/manifest.json``
    and ``adapt_summary`` record questions, pairs, epochs, minutes (in all and per part) and held-out scores.
@@ -27,7 +30,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,14 @@ from typing import Any
 import numpy as np
 
 from autofocus import paths
+from autofocus.adapt.judge import (
+    JUDGE_LIST,
+    JudgeQuestion,
+    load_judge,
+    rerank_verdict,
+    run_type_probs,
+    type_reader_verdict,
+)
 from autofocus.adapt.mining import Mined, answer_type, mine, run_lists
 from autofocus.adapt.reranker import Documents, RerankerTraining, fusion_cases, train_reranker
 from autofocus.adapt.type_reader import fit_type_reader
@@ -85,7 +97,9 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
     system, cfg = runtime.resolve_system(options.system, config)
     cfg = cfg.updated({"trained": None})
     kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
-    summary: dict[str, Any] = {"skb": str(skb), "system": system, "options": _plain({**asdict(options), "negatives": options.hard_negatives})}
+    summary: dict[str, Any] = {"skb": str(skb), "system": system,
+                               "options": _plain({**asdict(options), "negatives": options.hard_negatives,
+                                                  "judge_questions": len(options.judge_questions)})}
     lap("open")
 
     sources: list[tuple[str, Path | str | None]] = [(s, options.qa_dir) for s in options.splits]
@@ -94,7 +108,9 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
         sources.append(("synthetic", _templates(skb, cfg, options, work / "questions", report)))
     if not sources:
         raise ValueError("no training questions: name splits (--split) or ask for template questions (--templates)")
-    items = _questions(load_split, skb, kb.skb.num_nodes, sources)
+    judge = [*options.judge_questions, *load_judge(skb, options.judge, options.judge_dir, kb.skb.num_nodes)]
+    judged = {q.query for q in judge}
+    items = [i for i in _questions(load_split, skb, kb.skb.num_nodes, sources) if i.query not in judged]
     shown = {work / "questions": folder / "questions"}  # where the template questions will be
     summary["questions"] = {"total": len(items), "by_source": {f"{s}@{shown.get(d, d) or skb}": n for (s, d), n in
                                                                _counts(load_split, skb, kb.skb.num_nodes, sources)}}
@@ -119,7 +135,13 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
 
     mined_train = mine(program, train_items, sources=options.sources, runs=runs, tick=tick)
     mined_val = mine(program, val_items, sources=options.sources, runs=runs, tick=tick)
-    summary["mining"] = _mining_stats(mined_train + mined_val)
+    mined_judge = _judge_lists(program, judge, runs)
+    summary["mining"] = _mining_stats(mined_train + mined_val + mined_judge)
+    summary["judge"] = {"questions": len(judge), "with_a_list": len(mined_judge),
+                        "kinds": dict(Counter(q.kind for q in judge))}
+    if not judge:
+        report.note("no judge questions (--judge): the reranker is used unjudged; held-out template questions "
+                    "are no judge of questions that read like users'", "warning")
     lap("mining")
 
     settings: dict[str, Any] = {}
@@ -129,16 +151,21 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
                                     epochs=options.epochs, batch_size=options.batch_size,
                                     learning_rate=options.learning_rate, max_length=options.max_length,
                                     positives=options.positives, negatives=options.hard_negatives, seed=options.seed)
-        eval_source = "run" if runs else "grounded"
-        summary["reranker"] = train_reranker(mined_train, mined_val, kb.skb, work, training, eval_source=eval_source,
-                                             progress=draws_bars(report))
+        eval_source = JUDGE_LIST if mined_judge else "run" if runs else "grounded"
+        summary["reranker"] = train_reranker(mined_train, mined_judge or mined_val, kb.skb, work, training,
+                                             eval_source=eval_source, progress=draws_bars(report))
         lap("reranker")
-        settings.update(_fusion(work, mined_val, kb.skb, runs, summary["reranker"], cfg, report))
+        settings.update(_fusion(work, mined_judge or mined_val, kb.skb, JUDGE_LIST if mined_judge else None, runs,
+                                summary["reranker"], cfg, report))
+        if mined_judge:
+            weight = float(settings.get("rerank_prior_weight", cfg.rerank.rerank_prior_weight))
+            settings.update(_judge_reranker(work, mined_judge, kb.skb, weight, summary, report))
         lap("fusion")
     asked = {m.target_type for m in mined_train}
     if options.type_reader and len(asked) > 1:
         report.note("fitting the type reader", "section")
         summary["type_reader"] = _type_reader(kb, mined_train, mined_val, work)
+        settings.update(_judge_type_reader(kb, work, judge, options.runs, cfg, summary, report))
         lap("type_reader")
     elif options.type_reader:
         report.note(f"no type reader: the training questions ask for one type only ({', '.join(asked)})", "warning")
@@ -255,11 +282,11 @@ def _mining_stats(mined: list[Mined]) -> dict[str, Any]:
     return out
 
 
-def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]], record: dict[str, Any],
-            cfg: AutofocusConfig, report: Reporter) -> dict[str, Any]:
+def _fusion(folder: Path, val: list[Mined], skb: Any, source: str | None, runs: dict[str, list[int]],
+            record: dict[str, Any], cfg: AutofocusConfig, report: Reporter) -> dict[str, Any]:
     """Step 8's settings: the trained reranker fused with steps 1-7's order, the weight fitted on the held-out
-    questions' lists (a run's where there is one, else the grounded and the vector lists pooled); where it
-    cannot be fitted, ``record`` says so and the default weight stays."""
+    questions' lists (``source``'s: the judge questions'; else a run's where there is one, else the grounded
+    and the vector lists pooled); where it cannot be fitted, ``record`` says so and the default weight stays."""
     from autofocus.optimize.fusion_fit import fit_prior_weight
 
     settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None}
@@ -269,8 +296,8 @@ def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]]
         return settings
     model, docs = open_reranker(folder / RERANKER_DIR, record), Documents(skb)
     cases = []
-    for source in (["run"] if runs else ["grounded", "vector"]):
-        cases += fusion_cases(model, [m for m in val if source in m.lists], docs, source)
+    for name in [source] if source else ["run"] if runs else ["grounded", "vector"]:
+        cases += fusion_cases(model, [m for m in val if name in m.lists], docs, name)
     try:
         fit = fit_prior_weight(cases)
     except ValueError as exc:
@@ -278,9 +305,65 @@ def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]]
         record["fusion"] = {**default, "why": str(exc)}
         return settings
     weight = float(min(10.0, max(0.0, fit.weight)))
-    record["fusion"] = {**fit.as_dict(), "fitted": True, "used": weight}
+    record["fusion"] = {**fit.as_dict(), "fitted": True, "used": weight,
+                        "fitted_on": source or "held-out training questions"}
     report.note(fit.line())
     return {**settings, "rerank_prior_weight": round(weight, 3)}
+
+
+def _judge_lists(program: Any, judge: list[JudgeQuestion], runs: dict[str, list[int]]) -> list[Mined]:
+    """The judge questions' candidate lists: steps 1-7's where a run holds them, else vector search within
+    their answers' type (they have no gold query to ground)."""
+    mined = mine(program, [q.item(i) for i, q in enumerate(judge)], sources=("vector",), runs=runs)
+    out = []
+    for m, q in zip(mined, judge, strict=True):
+        ids = m.lists.get("run") or m.lists.get("vector")
+        if ids:
+            m.lists = {JUDGE_LIST: ids}
+            m.kind = q.kind
+            out.append(m)
+    return out
+
+
+def _judge_reranker(folder: Path, judge: list[Mined], skb: Any, weight: float, summary: dict[str, Any],
+                    report: Reporter) -> dict[str, Any]:
+    """Step 8 on only where the judge questions say the reranker, fused as fitted, beats steps 1-7's order
+    (``adapt.judge``); else a program that keeps that order, and the reason."""
+    model, docs = open_reranker(folder / RERANKER_DIR, summary["reranker"]), Documents(skb)
+    lists = [(m.ranked(JUDGE_LIST), m.gold, m.kind) for m in judge]
+    result = rerank_verdict(lists, lambda i: model.probabilities(judge[i].item.query,
+                                                                 [docs(n) for n in lists[i][0][:20]]).tolist(), weight)
+    summary["reranker"]["judged"] = result.as_dict()
+    report.note(result.line(), "info" if result.used else "warning")
+    return {} if result.used else {"steps": "1-7", "reranker": "none"}
+
+
+def _judge_type_reader(kb: Any, folder: Path, judge: list[JudgeQuestion], run_dirs: Sequence[Path | str],
+                       cfg: AutofocusConfig, summary: dict[str, Any], report: Reporter) -> dict[str, Any]:
+    """Step 1 reads the type reader only where the judge questions say it helps: step 1's probabilities
+    recorded by a run on them, with and without the reader's (``adapt.judge``)."""
+    from autofocus.program.trained import TypeReader
+
+    recorded: dict[str, dict[str, float]] = {}
+    for run in run_dirs:
+        recorded.update(run_type_probs(run))
+    asked = [q for q in judge if q.query in recorded]
+    if not asked:
+        reason = "no run recorded step 1 on judge questions (--run), so nothing shows that it helps"
+        summary["type_reader"]["judged"] = {"used": False, "reason": reason}
+        report.note(f"step 1's type reader: not used: {reason}")
+        return {}
+    reader = TypeReader.from_dict(json.loads((folder / TYPE_READER_FILE).read_text()), str(folder / TYPE_READER_FILE))
+    vectors = kb.embed_queries([q.query for q in asked])
+    rows = [(recorded[q.query], reader.probabilities(v), answer_type(q.item(0), kb.skb.type_of), q.kind)
+            for q, v in zip(asked, vectors, strict=True)]  # fmt: skip
+    result = type_reader_verdict(rows, cfg.query.type_reader_weight or 1.0)
+    summary["type_reader"]["judged"] = result.as_dict()
+    report.note(result.line(), "info")
+    if not result.used:
+        return {}
+    inputs = [*cfg.query.target_type_inputs, *([] if "reader" in cfg.query.target_type_inputs else ["reader"])]
+    return {"target_type_inputs": inputs, "type_reader_weight": cfg.query.type_reader_weight or 1.0}
 
 
 def _type_reader(kb: Any, train: list[Mined], val: list[Mined], folder: Path) -> dict[str, Any]:

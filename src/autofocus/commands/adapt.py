@@ -50,6 +50,13 @@ def adapt_command(
                                                        "7 for a cross-encoder)", min=1)] = None,
     val_share: Annotated[float, typer.Option(help="share of the questions held out", min=0.0, max=0.5)] = 0.15,
     seed: Annotated[int, typer.Option(help="seed of every random choice")] = 0,
+    judge: Annotated[
+        list[str] | None, typer.Option(help="questions that read like users' (labelled val, or LM-written ones in a "
+                                            "split of --judge-dir; repeatable): they choose the epoch and the fusion "
+                                            "weight and decide whether the reranker and the type reader are used")
+    ] = None,
+    judge_dir: Annotated[Path | None, typer.Option(help="folder of the --judge splits (default: the SKB's)",
+                                                   exists=True, file_okay=False)] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show progress bars")] = True,
 ) -> None:
     """Fit autofocus to this knowledge base: mine candidate lists for its questions with steps 3-7, train a
@@ -66,7 +73,8 @@ def adapt_command(
     options = AdaptOptions(out=out, system=system, splits=tuple(split or ()), qa_dir=qa_dir, templates=templates,
                            runs=tuple(run or ()), reranker=reranker, reranker_kind=reranker_kind, type_reader=type_reader,
                            base=base, epochs=epochs,
-                           negatives=negatives, val_share=val_share, seed=seed)  # fmt: skip
+                           negatives=negatives, val_share=val_share, seed=seed, judge=tuple(judge or ()),
+                           judge_dir=judge_dir)  # fmt: skip
     try:
         with RichReporter(console, bars=progress) as reporter:
             result = adapt(skb, cfg, options, reporter)
@@ -99,13 +107,22 @@ def _table(s: dict) -> Table:
         if f:
             table.add_row("fusion weight", f"{f['used']:.2f} ({f['n']} questions)" if f.get("fitted", True)
                           else f"{f['used']:.2f} (the default: {f['why']})")
+        if "judged" in r:
+            table.add_row("step 8", _decision(r["judged"]))
     t = s.get("type_reader")
     if t:
         acc = "-" if t["val_accuracy"] is None else f"{100 * t['val_accuracy']:.0f}%"
         table.add_row("type reader", f"{t['train_questions']} questions, held-out accuracy {acc}")
+        if "judged" in t:
+            table.add_row("step 1", _decision(t["judged"]))
     held = s.get("held_out")
     if held and not held["questions"]:
         table.add_row("held out", f"none: {held['why']}; defaults used")
     parts = ", ".join(f"{k} {v}" for k, v in s.get("stage_minutes", {}).items())
     table.add_row("minutes", f"{s['minutes']} ({parts})" if parts else str(s["minutes"]))
     return table
+
+
+def _decision(judged: dict) -> str:
+    """Whether a trained part is used, and why (``adapt.judge``)."""
+    return f"{'uses' if judged['used'] else 'does not use'} it: {judged['reason']}"

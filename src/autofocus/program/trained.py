@@ -30,7 +30,6 @@ from autofocus.config import RERANKER_KINDS
 from autofocus.index.cache import EmbeddingCache, default_cache
 from autofocus.index.embedders import input_length, l2_normalise
 from autofocus.index.exported_encoder import read_json, weights_digest
-from autofocus.skb.documents import gather_relations, readable_label, truncate_to_tokens
 from autofocus.skb.model import SKB
 
 log = logging.getLogger("autofocus")
@@ -39,9 +38,6 @@ MANIFEST = "manifest.json"
 RERANKER_DIR = "reranker"
 TYPE_READER_FILE = "type_reader.json"
 FORMAT = "autofocus-trained/1"
-CANDIDATE_NEIGHBOURS = 2  # neighbours shown per relationship type (the others counted)
-NAME_CHARS = 40  # a neighbour's name or an attribute's value, cut
-CANDIDATE_TOKENS = 100  # a candidate's description in the reranker's input: name, type, relations, text
 CROSS_ENCODER, BI_ENCODER = RERANKER_KINDS  # the kinds of trained reranker
 TRAINED_BACKENDS: tuple[str, ...] = ("auto", "torch", "openvino")  # what runs a trained model
 BI_ENCODER_SCALE = 20.0  # cosine -> logit, as MultipleNegativesRankingLoss scales it in training
@@ -55,24 +51,6 @@ def parts_folder(program_file: Path | str) -> Path:
     """Where a program file's trained parts live: ``adapted.json`` -> ``adapted.trained``."""
     path = Path(program_file)
     return path.with_name(f"{path.stem}.trained")
-
-
-def candidate_text(skb: SKB, node: int, budget_tokens: int = CANDIDATE_TOKENS) -> str:
-    """A candidate as the cross-encoder reads it, in training and in step 8 alike, within ``budget_tokens``:
-    its name and type; every relationship type it has, in words, with a few neighbours each (a multi-hop
-    question asks about them, and a type left out of the text cannot be learnt); short attributes; then
-    its document, which is what a tight budget cuts."""
-    node = int(node)
-    lines = [f"{skb.name(node)} ({readable_label(skb.type_of(node))})"]
-    for g in gather_relations(skb, [node], two_hop=False, max_neighbours=CANDIDATE_NEIGHBOURS)[0]:
-        names = "; ".join(skb.name(int(n))[:NAME_CHARS] for n in g.shown)
-        more = f" (+{g.total - len(g.shown)})" if g.total > len(g.shown) else ""
-        lines.append(f"{readable_label(g.edge_type)} {'->' if g.direction == 'out' else '<-'} {names}{more}")
-    doc = skb.doc(node)
-    attrs = [f"{k}: {str(v)[:NAME_CHARS]}" for k, v in skb.attributes(node).items() if str(v) not in doc]
-    if attrs:
-        lines.append("; ".join(attrs))
-    return truncate_to_tokens("\n".join([*lines, doc]), budget_tokens)
 
 
 class _SharedModel:
