@@ -1,0 +1,285 @@
+"""Questions an LM writes from one node's text and relations, in the words a user would use.
+
+Template questions name an answer's neighbours and spell the schema's labels, so a model trained on them
+learns to match names. Retrievers adapted to a new corpus with queries written *from its documents*
+(GPL, InPars, Promptagator) learn what a user asks instead. Here the LM (``AskAboutNode``) reads one
+node's opening text and a few of its relations, and writes one question of each kind whose answer is
+that node: ``textual`` (what it is or does, no name), ``hybrid`` (a related node and a described
+property), ``relational`` (through its relations, their labels said in words).
+
+A question is kept only when it is a question of sensible length without markup or query syntax, does
+not name the node (its name or the last part of a dotted name), does not spell a schema label as the
+schema writes it (``has_topic``, ``BodyPart``), and, for the kinds that need one, names a related node
+the LM was shown. A malformed answer costs its node's questions and is recorded with the reason.
+
+The LM is asked once per knowledge base and node: every node's outcome is appended as one JSON line to a
+file in the autofocus home named by the knowledge base's content digest, the LM and a digest of the
+prompt (``cache_path``). A rerun reads it and asks only the nodes not in it, so an interrupted run
+loses only the calls in flight; a node whose call got no answer (an outage) is not written and is asked
+again; ``OUTAGES_TO_STOP`` outages in a row stop the run with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+
+from autofocus import paths
+from autofocus.program.steps.direction import relation_phrase
+from autofocus.program.steps.llm_call import safe_predict
+from autofocus.signatures import AskAboutNode
+from autofocus.skb.documents import CASE_CHANGE, gather_relations, readable_label
+from autofocus.skb.model import SKB
+from autofocus.skb.qa import QAItem
+from autofocus.synthetic.clues import _name_forms, _words
+from autofocus.synthetic.verbalise import _SYNTAX, clean_question
+from autofocus.trace import Trace
+from autofocus.usage import map_concurrently
+
+KINDS = ("textual", "hybrid", "relational")
+NEEDS_RELATED = ("hybrid", "relational")  # kinds that must name a related node shown to the LM
+PROMPT_VERSION = 1  # raise when the prompt's inputs change in a way the signature's text does not show
+DOC_CHARS = 600  # the opening of the document: where it says what the node is
+MAX_RELATIONS = 4  # relation lines shown, one neighbour each
+QUESTION_CHARS = (12, 300)
+OUTAGES_TO_STOP = 3  # outages in a row: the LM is down, not one request unlucky
+MAX_TOKENS = 200  # three short questions
+_SIGNATURE = re.compile(r"^[\w.]+\(.*\)(\s*->.*)?$")
+
+
+@dataclass(frozen=True)
+class NaturalQuestion:
+    """One question with its answers and kind: the record of training and judge questions alike."""
+
+    query: str
+    answer_ids: tuple[int, ...]
+    kind: str
+    target_type: str
+
+    def item(self, id: int) -> QAItem:
+        """As a QA item (``autofocus.skb.qa``), as the rest of ``adapt`` reads questions."""
+        return QAItem(id, self.query, list(self.answer_ids), target_type=self.target_type)
+
+
+@dataclass
+class WriteResult:
+    """What one run of the writer gave: the kept questions of the nodes asked (cached or new)."""
+
+    questions: list[NaturalQuestion]
+    path: Path
+    nodes: int = 0  # nodes wanted
+    cached: int = 0  # of them, answered by the cache
+    asked: int = 0  # LM calls made now
+    rejected: Counter = field(default_factory=Counter)  # reason -> questions dropped (over all nodes wanted)
+    seconds: float = 0.0  # of this run's LM calls
+    stopped: str | None = None  # why the run stopped before asking every node: the LM was down
+
+    def summary(self) -> dict[str, Any]:
+        kinds = Counter(q.kind for q in self.questions)
+        return {"questions": len(self.questions), "by_kind": dict(kinds), "nodes": self.nodes, "cached": self.cached,
+                "asked": self.asked, "rejected": dict(self.rejected), "seconds": round(self.seconds, 1),
+                "seconds_per_question": round(self.seconds / max(1, self.asked * len(KINDS)), 2) if self.asked else None,
+                "stopped": self.stopped, "cache": str(self.path)}
+
+
+def prompt_digest() -> str:
+    """The prompt's identity: the signature's instructions and fields, and what the inputs hold."""
+    sig = AskAboutNode
+    parts = [sig.instructions, *(f"{k}:{v.json_schema_extra}" for k, v in sig.fields.items()),
+             f"{PROMPT_VERSION}:{DOC_CHARS}:{MAX_RELATIONS}"]
+    return hashlib.blake2b("\0".join(map(str, parts)).encode(), digest_size=8).hexdigest()
+
+
+def cache_path(skb: SKB, lm_name: str) -> Path:
+    """The file of one knowledge base's questions by one LM and prompt, in the autofocus home."""
+    from autofocus.index.embedders import slug
+    from autofocus.skb.cache import content_digest
+
+    return paths.sub("natural_questions") / f"{content_digest(skb)[:16]}-{slug(lm_name)}-{prompt_digest()}.jsonl"
+
+
+def choose_nodes(skb: SKB, n: int, seed: int = 0, exclude: Callable[[int], bool] | None = None) -> list[int]:
+    """``n`` nodes of the answer types with a document, each type's share its share of those nodes,
+    in a seeded order that a larger ``n`` extends (the cache keeps the first ones)."""
+    types = [t for t in skb.schema.answer_types if len(skb.ids_of_type(t))]
+    pools = []
+    for k, t in enumerate(types):
+        ids = np.random.default_rng([seed, k]).permutation(skb.ids_of_type(t)).tolist()
+        pools.append([i for i in ids if (exclude is None or not exclude(i))])
+    sizes = np.array([len(p) for p in pools], dtype=float)
+    if not sizes.sum():
+        return []
+    out: list[int] = []
+    taken = np.zeros(len(pools), dtype=int)
+    while len(out) < n and (taken < sizes).any():  # the type furthest behind its share goes next
+        k = int(np.argmin(np.where(taken < sizes, (taken + 1) / np.maximum(sizes, 1), np.inf)))
+        node = pools[k][taken[k]]
+        taken[k] += 1
+        if _opening(skb.doc(node)):
+            out.append(node)
+    return out
+
+
+def held_out(node: int, seed: int, share: float) -> bool:
+    """Whether ``node`` belongs to the judge's nodes: a seeded draw of ``share`` of all nodes, the same
+    whatever else is asked."""
+    return zlib.crc32(f"judge:{seed}:{node}".encode()) / 2**32 < share
+
+
+def _opening(doc: str) -> str:
+    """The document's opening without a callable's signature line: what the node is."""
+    lines = [ln for ln in doc.splitlines() if ln.strip() and not _SIGNATURE.match(ln.strip())]
+    return "\n".join(lines)[:DOC_CHARS].strip()
+
+
+def relation_lines(skb: SKB, node: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Up to ``MAX_RELATIONS`` of ``node``'s relations in words, one neighbour each (a seeded choice of
+    types), and the neighbours' names."""
+    groups = gather_relations(skb, [node], two_hop=False, max_neighbours=1)[0]
+    rng = np.random.default_rng([seed, node])
+    chosen = [groups[i] for i in sorted(rng.permutation(len(groups))[:MAX_RELATIONS].tolist())]
+    lines, names = [], []
+    for g in chosen:
+        if not g.shown:
+            continue
+        info = skb.schema.edge_types.get(g.edge_type)
+        phrase = relation_phrase(g.edge_type, info.src_type if info else None, info.dst_type if info else None)
+        name = skb.name(int(g.shown[0]))
+        lines.append(f"this node {phrase} -> {name}" if g.direction == "out" else f"{name} {phrase} -> this node")
+        names.append(name)
+    return lines, names
+
+
+def question_problem(question: str, kind: str, node: int, skb: SKB, related: Sequence[str]) -> str | None:
+    """Why a written question cannot be kept (None: it can)."""
+    lo, hi = QUESTION_CHARS
+    if not lo <= len(question) <= hi or "[[" in question or _SYNTAX.search(question):
+        return "malformed question"
+    words = f" {_words(question)} "
+    if any(f" {form} " in words for form in _name_forms(skb.name(node))):
+        return "names the answer"
+    lower = question.lower()
+    if any(label.lower() in lower for label in _spelled_labels(skb)):
+        return "spells a schema label"
+    if kind in NEEDS_RELATED and not any(name.lower() in lower for name in related if name):
+        return "names no related node"
+    return None
+
+
+def _spelled_labels(skb: SKB) -> list[str]:
+    """The schema's labels as it writes them where that is not plain words (``has_topic``, ``BodyPart``)."""
+    labels = [*skb.schema.node_types, *skb.schema.edge_types]
+    return [lab for lab in labels if lab != readable_label(lab) and (re.search(r"[_/|]", lab) or CASE_CHANGE.search(lab))]
+
+
+class NaturalWriter:
+    """Asks the configured DSPy LM for questions about nodes of one SKB; cached and resumable (module docstring)."""
+
+    def __init__(self, skb: SKB, *, lm: Any = None, seed: int = 0, threads: int = 1, path: Path | None = None) -> None:
+        self.skb, self.seed, self.threads = skb, seed, max(1, threads)
+        self.lm = lm or dspy.settings.lm
+        if self.lm is None:
+            raise ValueError("no LM to write questions: pass one or configure dspy (e.g. --lm local)")
+        self.path = path or cache_path(skb, str(getattr(self.lm, "model", type(self.lm).__name__)))
+        self.predictor = dspy.Predict(AskAboutNode)
+        self.kb_description = skb.schema.description or f"A knowledge base named {skb.schema.name}."
+
+    def read(self) -> dict[int, dict[str, Any]]:
+        """The cache's records by node; a line cut short by an interrupted write is skipped (asked again)."""
+        out: dict[int, dict[str, Any]] = {}
+        if not self.path.is_file():
+            return out
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+                out[int(record["node"])] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def ask(self, node: int) -> dict[str, Any] | str:
+        """The record of one node, or the outage's text where the LM gave no answer."""
+        relations, related = relation_lines(self.skb, node, self.seed)
+        trace = Trace(system="adapt", question=f"node {node}")
+        with dspy.context(lm=self.lm):
+            pred, raw = safe_predict(self.predictor, trace, "questions", kb_description=self.kb_description,
+                                     node_type=readable_label(self.skb.type_of(node)),
+                                     text=_opening(self.skb.doc(node)), relations=relations)
+        if trace.degraded:
+            return trace.degraded[0].error
+        record: dict[str, Any] = {"node": node, "questions": [], "rejected": [],
+                                  "events": [e.model_dump() for e in trace.events]}
+        if pred is None:
+            record["rejected"].append({"kind": "*", "reason": "malformed answer", "text": (raw or "")[:300]})
+            return record
+        for kind in KINDS:
+            text = clean_question(str(getattr(pred, kind, "") or ""))
+            problem = question_problem(text, kind, node, self.skb, related)
+            if problem is None:
+                record["questions"].append({"kind": kind, "query": text})
+            else:
+                record["rejected"].append({"kind": kind, "reason": problem, "text": text[:300]})
+        return record
+
+    def __call__(self, nodes: Sequence[int], progress: Callable[[int, int], None] | None = None) -> WriteResult:
+        """The questions about ``nodes``: from the cache where there, else asked (and appended to it)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        result = WriteResult([], self.path, nodes=len(nodes))
+        with paths.locked(self.path.with_name(self.path.name + ".lock")):
+            records = self.read()
+            todo = [n for n in dict.fromkeys(int(n) for n in nodes) if n not in records]
+            result.cached = len(nodes) - len(todo)
+            lock, streak, done = threading.Lock(), [0], [result.cached]
+            if progress:
+                progress(done[0], len(nodes))
+            with self.path.open("a") as fh:
+
+                def one(node: int) -> None:
+                    if result.stopped:
+                        return
+                    t0 = time.perf_counter()
+                    record = self.ask(node)
+                    with lock:
+                        result.seconds += time.perf_counter() - t0
+                        result.asked += 1
+                        if isinstance(record, str):  # an outage: not written, asked again next time
+                            streak[0] += 1
+                            if streak[0] >= OUTAGES_TO_STOP and result.stopped is None:
+                                result.stopped = f"the LM gave no answer {streak[0]} times in a row: {record}"
+                            return
+                        streak[0] = 0
+                        fh.write(json.dumps(record) + "\n")
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                        records[node] = record
+                        done[0] += 1
+                        if progress:
+                            progress(done[0], len(nodes))
+
+                map_concurrently(one, todo, self.threads)
+        seen: set[str] = set()
+        for node in nodes:
+            record = records.get(int(node))
+            if record is None:
+                continue
+            result.rejected.update(r["reason"] for r in record["rejected"])
+            for q in record["questions"]:
+                if q["query"].lower() in seen:
+                    result.rejected["duplicate question"] += 1
+                    continue
+                seen.add(q["query"].lower())
+                result.questions.append(NaturalQuestion(q["query"], (int(node),), q["kind"], self.skb.type_of(int(node))))
+        return result
