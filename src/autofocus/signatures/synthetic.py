@@ -45,10 +45,11 @@ class AskAboutNode(dspy.Signature):
     textual: describe what the node is or does, in your own words, naming no other node.
     hybrid: name one related node and add one thing the text says about this node.
     relational: ask through its relations only, naming one or two related nodes.
-    Example: for a function whose text says "Return the final component of a pathname" and the
-    relation "defined in -> os.path", write textual "How do I get the last part of a file path?",
-    hybrid "Which os.path function gives the file name at the end of a path?", relational
-    "What functions does the os.path module define?"."""
+    Use only the names given in the relations. Example, for a film whose text says "A 1979
+    science-fiction horror film in which the crew of a spaceship is hunted by an alien" with the
+    relation "this node directed by -> Ridley Scott": textual "Which sci-fi horror movie has a
+    spaceship crew hunted by a creature?", hybrid "Which Ridley Scott film is about an alien hunting a
+    ship's crew?", relational "What films did Ridley Scott direct?"."""
 
     kb_description: str = dspy.InputField(desc="what the knowledge base is about")
     node_type: str = dspy.InputField(desc="the kind of node the questions ask for")

@@ -57,6 +57,7 @@ MAX_RELATIONS = 4  # relation lines shown, one neighbour each
 QUESTION_CHARS = (12, 300)
 OUTAGES_TO_STOP = 3  # outages in a row: the LM is down, not one request unlucky
 MAX_TOKENS = 200  # three short questions
+EXAMPLE_NAMES = ("Ridley Scott",)  # the names of ``AskAboutNode``'s example: a small LM copies them
 _SIGNATURE = re.compile(r"^[\w.]+\(.*\)(\s*->.*)?$")
 
 
@@ -174,9 +175,16 @@ def question_problem(question: str, kind: str, node: int, skb: SKB, related: Seq
     lower = question.lower()
     if any(label.lower() in lower for label in _spelled_labels(skb)):
         return "spells a schema label"
-    if kind in NEEDS_RELATED and not any(name.lower() in lower for name in related if name):
+    if kind in NEEDS_RELATED and not any(_names(name, lower) for name in related if name):
         return "names no related node"
+    if any(_names(name, lower) for name in EXAMPLE_NAMES):
+        return "copies the prompt's example"
     return None
+
+
+def _names(name: str, lower: str) -> bool:
+    """Whether the lower-case question names ``name`` as a whole (not "os" inside "os.path")."""
+    return re.search(rf"(?<![\w.]){re.escape(name.lower())}(?![\w]|\.\w)", lower) is not None
 
 
 def _spelled_labels(skb: SKB) -> list[str]:
@@ -198,11 +206,18 @@ class NaturalWriter:
         self.kb_description = skb.schema.description or f"A knowledge base named {skb.schema.name}."
 
     def read(self) -> dict[int, dict[str, Any]]:
-        """The cache's records by node; a line cut short by an interrupted write is skipped (asked again)."""
+        """The cache's records by node. A last line cut short by an interrupted write is cut off the file
+        (its node is asked again, and the next record starts a line of its own); any other unreadable
+        line is skipped."""
         out: dict[int, dict[str, Any]] = {}
         if not self.path.is_file():
             return out
-        for line in self.path.read_text().splitlines():
+        text = self.path.read_text()
+        if text and not text.endswith("\n"):
+            text = text[: text.rfind("\n") + 1]
+            with self.path.open("r+") as fh:
+                fh.truncate(len(text.encode()))
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
                 out[int(record["node"])] = record
