@@ -49,7 +49,11 @@ def test_the_writer_keeps_plain_questions_and_rejects_leaks_labels_and_unrelated
     assert [(q.kind, q.answer_ids, q.target_type) for q in result.questions] == [("textual", (GRAPH_PAPER,), "paper")]
     assert result.rejected == {"names the answer": 1, "spells a schema label": 1}
     record = json.loads((tmp_path / "q.jsonl").read_text().splitlines()[0])
-    assert {r["reason"] for r in record["rejected"]} == {"names the answer", "spells a schema label"}
+    assert record["answers"] == leaky("")  # what the LM wrote is kept: the checks run when it is read
+
+    off = ScriptedLM({"textual": lambda user: {**good(user), "textual": "What is a toy bibliography about?"}})
+    about_kb = NaturalWriter(tiny_skb, lm=off, path=tmp_path / "o.jsonl")([GRAPH_PAPER])
+    assert about_kb.rejected == {"says nothing the node's text says": 1}
 
     unrelated = ScriptedLM({"textual": lambda user: {**good(user), "relational": "Which paper cites Grace Hopper?"}})
     out = NaturalWriter(tiny_skb, lm=unrelated, path=tmp_path / "u.jsonl")([2])  # Grace Hopper is not shown for 2
@@ -91,8 +95,8 @@ def test_a_malformed_answer_is_recorded_and_an_outage_is_asked_again(tiny_skb: S
     result = NaturalWriter(tiny_skb, lm=garbled, path=path)([GRAPH_PAPER])
     assert result.questions == [] and result.rejected == {"malformed answer": 1}
     record = json.loads(path.read_text())
-    assert record["rejected"][0]["reason"] == "malformed answer"
-    assert any(e["kind"] == "llm_error" for e in record["events"])  # the adapter's error, kept
+    assert "the answer is a paper" in record["malformed"]  # the LM's text, kept with the adapter's error
+    assert any(e["kind"] == "llm_error" for e in record["events"])
 
     def down(user: str) -> dict[str, Any]:
         raise ConnectionError("connection refused")
@@ -174,3 +178,29 @@ def test_a_paraphrase_clue_gives_the_answers_clause_not_its_rarest_phrase():
     assert clause == Paraphraser(skb).clause(node)
     other = 1 - node
     assert not _content(clause) <= _content(skb.doc(other))  # it fits its answer only
+
+
+def test_adapt_takes_a_mix_of_paraphrases_and_the_lms_questions_and_leaves_the_judge_out(two_type_skb: Path,
+                                                                                         tmp_path: Path, monkeypatch):
+    from autofocus import runtime
+    from autofocus.adapt import questions
+    from autofocus.config import AutofocusConfig
+    from autofocus.evaluation.program_runs import load_split
+    from autofocus.skb.skbdir import load_skb_dir
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    lm = ScriptedLM({"textual": good})
+    monkeypatch.setattr(questions, "lm_writer", lambda skb, cfg, spec, seed, threads: NaturalWriter(
+        skb, lm=lm, seed=seed, path=tmp_path / "lm.jsonl"))
+    options = AdaptOptions(templates=12, questions="mix", lm_share=0.5, judge_share=0.3)
+    sources, items, record = questions.training_questions(two_type_skb, kb.skb, AutofocusConfig(), options,
+                                                          tmp_path / "questions")
+    assert record["plan"] == {"patterns": 4, "textual": 2, "lm_nodes": 2}
+    assert [s for s, _ in sources] == ["synthetic"] and load_split(two_type_skb, "synthetic", kb.skb.num_nodes,
+                                                                   qa_dir=sources[0][1])
+    assert record["lm"]["asked"] == 2 and len(lm.calls) == 2
+    node_level = {a for i in items for a in i.answer_ids}
+    assert node_level and not any(held_out(n, 0, 0.3) for n in node_level)  # the judge's nodes are never trained on
+    judge = questions.natural_questions(questions.lm_writer(kb.skb, None, None, 0, 1), 2, judge=True, judge_share=0.3)[0]
+    assert judge and all(held_out(q.answer_ids[0], 0, 0.3) for q in judge)

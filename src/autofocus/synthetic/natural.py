@@ -9,10 +9,13 @@ property), ``relational`` (through its relations, their labels said in words).
 
 A question is kept only when it is a question of sensible length without markup or query syntax, does
 not name the node (its name or the last part of a dotted name), does not spell a schema label as the
-schema writes it (``has_topic``, ``BodyPart``), and, for the kinds that need one, names a related node
-the LM was shown. A malformed answer costs its node's questions and is recorded with the reason.
+schema writes it (``has_topic``, ``BodyPart``), says something the node's own text says (textual and
+hybrid: a small LM otherwise asks about the knowledge base or a related node), and, for the kinds that
+need one, names a related node the LM was shown. A malformed answer costs its node's questions and is
+recorded with the LM's text and the adapter's error.
 
-The LM is asked once per knowledge base and node: every node's outcome is appended as one JSON line to a
+The LM is asked once per knowledge base and node: what it wrote for every node is appended as one JSON
+line (the checks run when the lines are read, so a better check needs no new call) to a
 file in the autofocus home named by the knowledge base's content digest, the LM and a digest of the
 prompt (``cache_path``). A rerun reads it and asks only the nodes not in it, so an interrupted run
 loses only the calls in flight; a node whose call got no answer (an outage) is not written and is asked
@@ -44,13 +47,14 @@ from autofocus.signatures import AskAboutNode
 from autofocus.skb.documents import CASE_CHANGE, gather_relations, readable_label
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import QAItem
-from autofocus.synthetic.clues import _name_forms, _words
+from autofocus.synthetic.clues import _content, _name_forms, _words
 from autofocus.synthetic.verbalise import _SYNTAX, clean_question
 from autofocus.trace import Trace
 from autofocus.usage import map_concurrently
 
 KINDS = ("textual", "hybrid", "relational")
 NEEDS_RELATED = ("hybrid", "relational")  # kinds that must name a related node shown to the LM
+DESCRIBES = ("textual", "hybrid")  # kinds that must say something the node's own text says
 PROMPT_VERSION = 1  # raise when the prompt's inputs change in a way the signature's text does not show
 DOC_CHARS = 600  # the opening of the document: where it says what the node is
 MAX_RELATIONS = 4  # relation lines shown, one neighbour each
@@ -85,14 +89,14 @@ class WriteResult:
     cached: int = 0  # of them, answered by the cache
     asked: int = 0  # LM calls made now
     rejected: Counter = field(default_factory=Counter)  # reason -> questions dropped (over all nodes wanted)
-    seconds: float = 0.0  # of this run's LM calls
+    seconds: float = 0.0  # this run's asking, wall clock
     stopped: str | None = None  # why the run stopped before asking every node: the LM was down
 
     def summary(self) -> dict[str, Any]:
         kinds = Counter(q.kind for q in self.questions)
         return {"questions": len(self.questions), "by_kind": dict(kinds), "nodes": self.nodes, "cached": self.cached,
                 "asked": self.asked, "rejected": dict(self.rejected), "seconds": round(self.seconds, 1),
-                "seconds_per_question": round(self.seconds / max(1, self.asked * len(KINDS)), 2) if self.asked else None,
+                "seconds_per_node": round(self.seconds / self.asked, 1) if self.asked else None,
                 "stopped": self.stopped, "cache": str(self.path)}
 
 
@@ -175,6 +179,8 @@ def question_problem(question: str, kind: str, node: int, skb: SKB, related: Seq
     lower = question.lower()
     if any(label.lower() in lower for label in _spelled_labels(skb)):
         return "spells a schema label"
+    if kind in DESCRIBES and not _content(question) & _content(skb.doc(node)):
+        return "says nothing the node's text says"  # about the knowledge base, or a related node
     if kind in NEEDS_RELATED and not any(_names(name, lower) for name in related if name):
         return "names no related node"
     if any(_names(name, lower) for name in EXAMPLE_NAMES):
@@ -226,8 +232,10 @@ class NaturalWriter:
         return out
 
     def ask(self, node: int) -> dict[str, Any] | str:
-        """The record of one node, or the outage's text where the LM gave no answer."""
-        relations, related = relation_lines(self.skb, node, self.seed)
+        """The record of one node (what the LM wrote, or its malformed answer), or the outage's text
+        where the LM gave no answer. The checks are applied when records are read, so a better check
+        needs no new LM call."""
+        relations, _ = relation_lines(self.skb, node, self.seed)
         trace = Trace(system="adapt", question=f"node {node}")
         with dspy.context(lm=self.lm):
             pred, raw = safe_predict(self.predictor, trace, "questions", kb_description=self.kb_description,
@@ -235,19 +243,26 @@ class NaturalWriter:
                                      text=_opening(self.skb.doc(node)), relations=relations)
         if trace.degraded:
             return trace.degraded[0].error
-        record: dict[str, Any] = {"node": node, "questions": [], "rejected": [],
-                                  "events": [e.model_dump() for e in trace.events]}
+        events = [e.model_dump() for e in trace.events]
         if pred is None:
-            record["rejected"].append({"kind": "*", "reason": "malformed answer", "text": (raw or "")[:300]})
-            return record
-        for kind in KINDS:
-            text = clean_question(str(getattr(pred, kind, "") or ""))
+            return {"node": node, "answers": {}, "malformed": (raw or "")[:300], "events": events}
+        return {"node": node, "answers": {k: str(getattr(pred, k, "") or "") for k in KINDS}, "events": events}
+
+    def questions(self, node: int, record: dict[str, Any], rejected: Counter) -> list[NaturalQuestion]:
+        """The questions of one node's record that pass the checks; the others counted by reason."""
+        if record.get("malformed") is not None:
+            rejected["malformed answer"] += 1
+            return []
+        _, related = relation_lines(self.skb, node, self.seed)
+        out = []
+        for kind, answer in record["answers"].items():
+            text = clean_question(answer)
             problem = question_problem(text, kind, node, self.skb, related)
             if problem is None:
-                record["questions"].append({"kind": kind, "query": text})
+                out.append(NaturalQuestion(text, (node,), kind, self.skb.type_of(node)))
             else:
-                record["rejected"].append({"kind": kind, "reason": problem, "text": text[:300]})
-        return record
+                rejected[problem] += 1
+        return out
 
     def __call__(self, nodes: Sequence[int], progress: Callable[[int, int], None] | None = None) -> WriteResult:
         """The questions about ``nodes``: from the cache where there, else asked (and appended to it)."""
@@ -265,10 +280,8 @@ class NaturalWriter:
                 def one(node: int) -> None:
                     if result.stopped:
                         return
-                    t0 = time.perf_counter()
                     record = self.ask(node)
                     with lock:
-                        result.seconds += time.perf_counter() - t0
                         result.asked += 1
                         if isinstance(record, str):  # an outage: not written, asked again next time
                             streak[0] += 1
@@ -284,17 +297,18 @@ class NaturalWriter:
                         if progress:
                             progress(done[0], len(nodes))
 
-                map_concurrently(one, todo, self.threads)
+                start = time.perf_counter()
+                try:
+                    map_concurrently(one, todo, self.threads)
+                finally:
+                    result.seconds = time.perf_counter() - start
         seen: set[str] = set()
         for node in nodes:
             record = records.get(int(node))
-            if record is None:
-                continue
-            result.rejected.update(r["reason"] for r in record["rejected"])
-            for q in record["questions"]:
-                if q["query"].lower() in seen:
+            for q in self.questions(int(node), record, result.rejected) if record is not None else []:
+                if q.query.lower() in seen:
                     result.rejected["duplicate question"] += 1
                     continue
-                seen.add(q["query"].lower())
-                result.questions.append(NaturalQuestion(q["query"], (int(node),), q["kind"], self.skb.type_of(int(node))))
+                seen.add(q.query.lower())
+                result.questions.append(q)
         return result
