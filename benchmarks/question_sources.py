@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from autofocus.evaluation.program_runs import load_split
 from autofocus.options import SynthOptions
 from autofocus.synthetic import synthesise
 from autofocus.synthetic.clues import _name_forms, _words
+from autofocus.synthetic.natural import checked_questions, read_records
 
 Row = tuple[str, list[int], str]  # query, answers, kind
 
@@ -81,10 +83,10 @@ def patterns(kb: Any, n: int, writer: str, seed: int) -> list[Row]:
 
 
 def lm_rows(skb: Any, path: Path) -> list[Row]:
-    rows: list[Row] = []
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        rows += [(q["query"], [int(record["node"])], q["kind"]) for q in record["questions"]]
+    rejected: Counter = Counter()
+    rows = [(q.query, list(q.answer_ids), q.kind) for node, record in read_records(path).items()
+            for q in checked_questions(skb, node, record, rejected)]
+    print(f"LM questions: {len(rows)} kept, rejected {dict(rejected)}")
     return rows
 
 

@@ -199,6 +199,44 @@ def _spelled_labels(skb: SKB) -> list[str]:
     return [lab for lab in labels if lab != readable_label(lab) and (re.search(r"[_/|]", lab) or CASE_CHANGE.search(lab))]
 
 
+def read_records(path: Path) -> dict[int, dict[str, Any]]:
+    """A cache file's records by node. A last line cut short by an interrupted write is cut off the file
+    (its node is asked again, and the next record starts a line of its own); any other unreadable line
+    is skipped."""
+    out: dict[int, dict[str, Any]] = {}
+    if not path.is_file():
+        return out
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        with path.open("r+") as fh:
+            fh.truncate(len(text.encode()))
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            out[int(record["node"])] = record
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def checked_questions(skb: SKB, node: int, record: dict[str, Any], rejected: Counter, seed: int = 0) -> list[NaturalQuestion]:
+    """The questions of one node's record that pass the checks; the others counted by reason in ``rejected``."""
+    if record.get("malformed") is not None:
+        rejected["malformed answer"] += 1
+        return []
+    _, related = relation_lines(skb, node, seed)
+    out = []
+    for kind, answer in record["answers"].items():
+        text = clean_question(answer)
+        problem = question_problem(text, kind, node, skb, related)
+        if problem is None:
+            out.append(NaturalQuestion(text, (node,), kind, skb.type_of(node)))
+        else:
+            rejected[problem] += 1
+    return out
+
+
 class NaturalWriter:
     """Asks the configured DSPy LM for questions about nodes of one SKB; cached and resumable (module docstring)."""
 
@@ -212,24 +250,7 @@ class NaturalWriter:
         self.kb_description = skb.schema.description or f"A knowledge base named {skb.schema.name}."
 
     def read(self) -> dict[int, dict[str, Any]]:
-        """The cache's records by node. A last line cut short by an interrupted write is cut off the file
-        (its node is asked again, and the next record starts a line of its own); any other unreadable
-        line is skipped."""
-        out: dict[int, dict[str, Any]] = {}
-        if not self.path.is_file():
-            return out
-        text = self.path.read_text()
-        if text and not text.endswith("\n"):
-            text = text[: text.rfind("\n") + 1]
-            with self.path.open("r+") as fh:
-                fh.truncate(len(text.encode()))
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-                out[int(record["node"])] = record
-            except (ValueError, KeyError, TypeError):
-                continue
-        return out
+        return read_records(self.path)
 
     def ask(self, node: int) -> dict[str, Any] | str:
         """The record of one node (what the LM wrote, or its malformed answer), or the outage's text
@@ -247,22 +268,6 @@ class NaturalWriter:
         if pred is None:
             return {"node": node, "answers": {}, "malformed": (raw or "")[:300], "events": events}
         return {"node": node, "answers": {k: str(getattr(pred, k, "") or "") for k in KINDS}, "events": events}
-
-    def questions(self, node: int, record: dict[str, Any], rejected: Counter) -> list[NaturalQuestion]:
-        """The questions of one node's record that pass the checks; the others counted by reason."""
-        if record.get("malformed") is not None:
-            rejected["malformed answer"] += 1
-            return []
-        _, related = relation_lines(self.skb, node, self.seed)
-        out = []
-        for kind, answer in record["answers"].items():
-            text = clean_question(answer)
-            problem = question_problem(text, kind, node, self.skb, related)
-            if problem is None:
-                out.append(NaturalQuestion(text, (node,), kind, self.skb.type_of(node)))
-            else:
-                rejected[problem] += 1
-        return out
 
     def __call__(self, nodes: Sequence[int], progress: Callable[[int, int], None] | None = None) -> WriteResult:
         """The questions about ``nodes``: from the cache where there, else asked (and appended to it)."""
@@ -305,7 +310,7 @@ class NaturalWriter:
         seen: set[str] = set()
         for node in nodes:
             record = records.get(int(node))
-            for q in self.questions(int(node), record, result.rejected) if record is not None else []:
+            for q in checked_questions(self.skb, int(node), record, result.rejected, self.seed) if record else []:
                 if q.query.lower() in seen:
                     result.rejected["duplicate question"] += 1
                     continue
