@@ -111,11 +111,11 @@ def test_a_malformed_answer_is_recorded_and_an_outage_is_asked_again(tiny_skb: S
 
 
 def test_the_judge_nodes_are_a_seeded_share_never_trained_on(tiny_skb: SKB):
-    judge = [n for n in range(tiny_skb.num_nodes) if held_out(n, 0, 0.5)]
-    train = choose_nodes(tiny_skb, 10, exclude=lambda v: held_out(v, 0, 0.5))
-    assert judge and not set(judge) & set(train)
-    assert [n for n in range(tiny_skb.num_nodes) if held_out(n, 0, 0.5)] == judge  # the same draw every time
-    assert not {q.answer_ids[0] for q in paraphrased_questions(tiny_skb, 5, judge_share=0.5)} & set(judge)
+    judge = held_out(tiny_skb.num_nodes, 0, 0.5)
+    train = choose_nodes(tiny_skb, 10, exclude=judge)
+    assert judge.any() and not judge[train].any()
+    assert (held_out(tiny_skb.num_nodes, 0, 0.5) == judge).all()  # the same draw every time
+    assert not judge[[q.answer_ids[0] for q in paraphrased_questions(tiny_skb, 5, judge_share=0.5)]].any()
 
 
 def test_the_plan_splits_the_questions_between_writers():
@@ -201,6 +201,7 @@ def test_adapt_takes_a_mix_of_paraphrases_and_the_lms_questions_and_leaves_the_j
                                                                    qa_dir=sources[0][1])
     assert record["lm"]["asked"] == 2 and len(lm.calls) == 2
     node_level = {a for i in items for a in i.answer_ids}
-    assert node_level and not any(held_out(n, 0, 0.3) for n in node_level)  # the judge's nodes are never trained on
+    judges = held_out(kb.skb.num_nodes, 0, 0.3)
+    assert node_level and not judges[sorted(node_level)].any()  # the judge's nodes are never trained on
     judge = questions.natural_questions(questions.lm_writer(kb.skb, None, None, 0, 1), 2, judge=True, judge_share=0.3)[0]
-    assert judge and all(held_out(q.answer_ids[0], 0, 0.3) for q in judge)
+    assert judge and judges[[q.answer_ids[0] for q in judge]].all()

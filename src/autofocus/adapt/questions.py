@@ -58,7 +58,7 @@ def paraphrased_questions(skb: SKB, n: int, seed: int = 0, judge_share: float = 
     """``n`` textual questions, each describing one node (none of the judge's) by its defining clause."""
     writer, rng = Paraphraser(skb, seed=seed), np.random.default_rng([seed, 2])
     out: list[NaturalQuestion] = []
-    for node in choose_nodes(skb, 2 * n, seed + 1, exclude=lambda v: held_out(v, seed, judge_share)):
+    for node in choose_nodes(skb, 2 * n, seed + 1, exclude=held_out(skb.num_nodes, seed, judge_share)):
         text = writer.textual(node, rng)
         if text is not None:
             out.append(NaturalQuestion(text, (node,), "textual", skb.type_of(node)))
@@ -81,7 +81,8 @@ def natural_questions(writer: NaturalWriter, n_nodes: int, *, judge: bool, seed:
     """The LM's questions about ``n_nodes`` nodes: the judge's (``judge``) or the training ones, and the
     run's summary (cached and asked nodes, rejections, seconds)."""
     report = reporter_or_log(reporter)
-    nodes = choose_nodes(writer.skb, n_nodes, seed, exclude=lambda v: held_out(v, seed, judge_share) != judge)
+    judges = held_out(writer.skb.num_nodes, seed, judge_share)
+    nodes = choose_nodes(writer.skb, n_nodes, seed, exclude=~judges if judge else judges)
     task = "judge questions (LM)" if judge else "training questions (LM)"
     result = writer(nodes, progress=lambda done, total: report.advance(task, done, total))
     if result.stopped:

@@ -30,7 +30,6 @@ import os
 import re
 import threading
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ MAX_RELATIONS = 4  # relation lines shown, one neighbour each
 QUESTION_CHARS = (12, 300)
 OUTAGES_TO_STOP = 3  # outages in a row: the LM is down, not one request unlucky
 MAX_TOKENS = 200  # three short questions
+JUDGE_STREAM = 7  # the judge's draw has a random stream of its own
 EXAMPLE_NAMES = ("Ridley Scott",)  # the names of ``AskAboutNode``'s example: a small LM copies them
 _SIGNATURE = re.compile(r"^[\w.]+\(.*\)(\s*->.*)?$")
 
@@ -116,17 +116,15 @@ def cache_path(skb: SKB, lm_name: str) -> Path:
     return paths.sub("natural_questions") / f"{content_digest(skb)[:16]}-{slug(lm_name)}-{prompt_digest()}.jsonl"
 
 
-def choose_nodes(skb: SKB, n: int, seed: int = 0, exclude: Callable[[int], bool] | None = None) -> list[int]:
-    """``n`` nodes of the answer types with a document, each type's share its share of those nodes,
-    in a seeded order that a larger ``n`` extends (the cache keeps the first ones)."""
-    types = [t for t in skb.schema.answer_types if len(skb.ids_of_type(t))]
+def choose_nodes(skb: SKB, n: int, seed: int = 0, exclude: np.ndarray | None = None) -> list[int]:
+    """``n`` nodes of the answer types with a document (none where the mask ``exclude`` is set), each
+    type's share its share of those nodes, in a seeded order that a larger ``n`` extends (the cache keeps
+    the first ones)."""
     pools = []
-    for k, t in enumerate(types):
-        ids = np.random.default_rng([seed, k]).permutation(skb.ids_of_type(t)).tolist()
-        pools.append([i for i in ids if (exclude is None or not exclude(i))])
+    for k, t in enumerate(skb.schema.answer_types):
+        ids = np.random.default_rng([seed, k]).permutation(skb.ids_of_type(t))
+        pools.append((ids[~exclude[ids]] if exclude is not None else ids).tolist())
     sizes = np.array([len(p) for p in pools], dtype=float)
-    if not sizes.sum():
-        return []
     out: list[int] = []
     taken = np.zeros(len(pools), dtype=int)
     while len(out) < n and (taken < sizes).any():  # the type furthest behind its share goes next
@@ -138,10 +136,9 @@ def choose_nodes(skb: SKB, n: int, seed: int = 0, exclude: Callable[[int], bool]
     return out
 
 
-def held_out(node: int, seed: int, share: float) -> bool:
-    """Whether ``node`` belongs to the judge's nodes: a seeded draw of ``share`` of all nodes, the same
-    whatever else is asked."""
-    return zlib.crc32(f"judge:{seed}:{node}".encode()) / 2**32 < share
+def held_out(num_nodes: int, seed: int, share: float) -> np.ndarray:
+    """Which nodes belong to the judge: a seeded draw of ``share`` of all nodes, the same whatever is asked."""
+    return np.random.default_rng([seed, JUDGE_STREAM]).random(num_nodes) < share
 
 
 def _opening(doc: str) -> str:
