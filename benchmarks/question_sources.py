@@ -10,10 +10,11 @@ For the labelled development questions (train and val splits) and for each write
   over the candidate nodes: a source as easy as the labelled questions for the base model asks like
   them; one far easier is matched by names or copied phrases.
 
-No LM is called: the LM's questions come from the writer's cache (``--lm-cache``, the JSONL file under
-``$AUTOFOCUS_HOME/natural_questions``).
+The LM's questions come from the writer's cache (``--lm-cache``, the JSONL file under
+``$AUTOFOCUS_HOME/natural_questions``); ``--ask N --lm local`` first asks the LM about the first N nodes
+of the writer's order (those not cached yet) and prints what that cost.
 
-    .venv/bin/python benchmarks/question_sources.py --skb data/demo --n 300 --lm-cache FILE --out runs/sources.json
+    .venv/bin/python benchmarks/question_sources.py --skb data/demo --n 300 --ask 40 --lm local --threads 2
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from autofocus import runtime
-from autofocus.adapt.questions import TEXTUAL_SHARE, paraphrased_questions
+from autofocus.adapt.questions import TEXTUAL_SHARE, lm_writer, paraphrased_questions
 from autofocus.evaluation.program_runs import load_split
 from autofocus.options import SynthOptions
 from autofocus.synthetic import synthesise
 from autofocus.synthetic.clues import _name_forms, _words
-from autofocus.synthetic.natural import checked_questions, read_records
+from autofocus.synthetic.natural import checked_questions, choose_nodes, read_records
 
 Row = tuple[str, list[int], str]  # query, answers, kind
 
@@ -95,6 +96,9 @@ def main() -> None:
     parser.add_argument("--skb", type=Path, required=True)
     parser.add_argument("--n", type=int, default=300, help="questions per writer without an LM")
     parser.add_argument("--lm-cache", type=Path, help="the LM writer's cache file of this knowledge base")
+    parser.add_argument("--ask", type=int, default=0, help="first ask the LM about this many nodes (cached ones free)")
+    parser.add_argument("--lm", default="local", help="the LM of --ask")
+    parser.add_argument("--threads", type=int, default=2, help="LM calls in parallel for --ask")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -108,6 +112,12 @@ def main() -> None:
         "paraphrase: described nodes": [(q.query, list(q.answer_ids), q.kind) for q in
                                         paraphrased_questions(kb.skb, textual, args.seed)],
     }
+    if args.ask:
+        writer = lm_writer(kb.skb, cfg, args.lm, args.seed, args.threads)
+        asked = writer(choose_nodes(kb.skb, args.ask, args.seed)).summary()
+        print(f"LM: {asked['asked']} nodes asked in {asked['seconds']} s ({asked['seconds_per_node']} s a node, "
+              f"{args.threads} threads), {asked['cached']} cached; {asked['questions']} questions kept")
+        args.lm_cache = writer.path
     if args.lm_cache:
         sources["lm"] = lm_rows(kb.skb, args.lm_cache)
     results = {name: measure(kb, rows) for name, rows in sources.items()}
