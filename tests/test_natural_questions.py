@@ -46,7 +46,8 @@ def test_the_writer_keeps_plain_questions_and_rejects_leaks_labels_and_unrelated
 
     lm = ScriptedLM({"textual": leaky})
     result = NaturalWriter(tiny_skb, lm=lm, path=tmp_path / "q.jsonl")([GRAPH_PAPER])
-    assert [(q.kind, q.answer_ids, q.target_type) for q in result.questions] == [("textual", (GRAPH_PAPER,), "paper")]
+    assert [(q.kind, q.answer_ids, q.target_type, q.node) for q in result.questions] == [
+        ("textual", (GRAPH_PAPER,), "paper", GRAPH_PAPER)]
     assert result.rejected == {"names the answer": 1, "spells a schema label": 1}
     record = json.loads((tmp_path / "q.jsonl").read_text().splitlines()[0])
     assert record["answers"] == leaky("")  # what the LM wrote is kept: the checks run when it is read
@@ -57,8 +58,7 @@ def test_the_writer_keeps_plain_questions_and_rejects_leaks_labels_and_unrelated
 
     unrelated = ScriptedLM({"textual": lambda user: {**good(user), "relational": "Which paper cites Grace Hopper?"}})
     out = NaturalWriter(tiny_skb, lm=unrelated, path=tmp_path / "u.jsonl")([2])  # Grace Hopper is not shown for 2
-    lines, _ = relation_lines(tiny_skb, 2)
-    assert not any("Grace Hopper" in line for line in lines) and out.rejected == {"names no related node": 1}
+    assert not any("Grace Hopper" in s.line for s in relation_lines(tiny_skb, 2)) and out.rejected == {"names no related node": 1}
 
 
 def test_a_node_is_asked_once_and_an_interrupted_run_resumes_where_it_stopped(tiny_skb: SKB, tmp_path: Path):
@@ -115,7 +115,7 @@ def test_the_judge_nodes_are_a_seeded_share_never_trained_on(tiny_skb: SKB):
     train = choose_nodes(tiny_skb, 10, exclude=judge)
     assert judge.any() and not judge[train].any()
     assert (held_out(tiny_skb.num_nodes, 0, 0.5) == judge).all()  # the same draw every time
-    assert not judge[[q.answer_ids[0] for q in paraphrased_questions(tiny_skb, 5, judge_share=0.5)]].any()
+    assert not judge[[q.node for q in paraphrased_questions(tiny_skb, 5, judge_share=0.5)]].any()
 
 
 def test_the_plan_splits_the_questions_between_writers():
@@ -200,8 +200,18 @@ def test_adapt_takes_a_mix_of_paraphrases_and_the_lms_questions_and_leaves_the_j
     assert [s for s, _ in sources] == ["synthetic"] and load_split(two_type_skb, "synthetic", kb.skb.num_nodes,
                                                                    qa_dir=sources[0][1])
     assert record["lm"]["asked"] == 2 and len(lm.calls) == 2
-    node_level = {a for i in items for a in i.answer_ids}
     judges = held_out(kb.skb.num_nodes, 0, 0.3)
-    assert node_level and not judges[sorted(node_level)].any()  # the judge's nodes are never trained on
+    written_from = [q.node for q in questions.paraphrased_questions(kb.skb, 2, 0, 0.3)] + [
+        int(json.loads(line)["node"]) for line in (tmp_path / "lm.jsonl").read_text().splitlines()]
+    assert len(written_from) == 4 and not judges[written_from].any()  # no question is written from a judge's node
+    assert len(items) > 4
     judge = questions.natural_questions(questions.lm_writer(kb.skb, None, None, 0, 1), 2, judge=True, judge_share=0.3)[0]
-    assert judge and judges[[q.answer_ids[0] for q in judge]].all()
+    assert judge and judges[[q.node for q in judge]].all()
+
+
+def test_a_relational_question_is_answered_by_every_node_that_shares_the_named_relation(tiny_skb: SKB, tmp_path: Path):
+    lm = ScriptedLM({"textual": lambda user: {**good(user), "relational": "Which papers appeared at NeurIPS?"}})
+    result = NaturalWriter(tiny_skb, lm=lm, path=tmp_path / "q.jsonl")([GRAPH_PAPER])
+    relational = [q for q in result.questions if q.kind == "relational"]
+    assert [q.answer_ids for q in relational] == [(0, 2, 11)]  # NeurIPS published papers 0, 2 and 11
+    assert all(q.answer_ids == (GRAPH_PAPER,) for q in result.questions if q.kind != "relational")

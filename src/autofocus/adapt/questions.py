@@ -61,7 +61,7 @@ def paraphrased_questions(skb: SKB, n: int, seed: int = 0, judge_share: float = 
     for node in choose_nodes(skb, 2 * n, seed + 1, exclude=held_out(skb.num_nodes, seed, judge_share)):
         text = writer.textual(node, rng)
         if text is not None:
-            out.append(NaturalQuestion(text, (node,), "textual", skb.type_of(node)))
+            out.append(NaturalQuestion(text, (node,), "textual", skb.type_of(node), node))
         if len(out) >= n:
             break
     return out

@@ -24,6 +24,7 @@ again; ``OUTAGES_TO_STOP`` outages in a row stop the run with the reason.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -58,6 +59,7 @@ PROMPT_VERSION = 1  # raise when the prompt's inputs change in a way the signatu
 DOC_CHARS = 600  # the opening of the document: where it says what the node is
 MAX_RELATIONS = 4  # relation lines shown, one neighbour each
 QUESTION_CHARS = (12, 300)
+MAX_ANSWERS = 20  # a relational question over more answers is a list, not a search
 OUTAGES_TO_STOP = 3  # outages in a row: the LM is down, not one request unlucky
 MAX_TOKENS = 200  # three short questions
 JUDGE_STREAM = 7  # the judge's draw has a random stream of its own
@@ -73,6 +75,7 @@ class NaturalQuestion:
     answer_ids: tuple[int, ...]
     kind: str
     target_type: str
+    node: int  # the node it was written from (one of its answers)
 
     def item(self, id: int) -> QAItem:
         """As a QA item (``autofocus.skb.qa``), as the rest of ``adapt`` reads questions."""
@@ -147,22 +150,34 @@ def _opening(doc: str) -> str:
     return "\n".join(lines)[:DOC_CHARS].strip()
 
 
-def relation_lines(skb: SKB, node: int, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Up to ``MAX_RELATIONS`` of ``node``'s relations in words, one neighbour each (a seeded choice of
-    types), and the neighbours' names."""
+@dataclass(frozen=True)
+class Shown:
+    """One relation shown to the LM: its line, the neighbour's name, and the nodes of the asked node's
+    type that share it (the answers of a question that asks through it)."""
+
+    line: str
+    name: str
+    sharing: np.ndarray
+
+
+def relation_lines(skb: SKB, node: int, seed: int = 0) -> list[Shown]:
+    """Up to ``MAX_RELATIONS`` of ``node``'s relations in words, one neighbour each (a seeded choice of types)."""
     groups = gather_relations(skb, [node], two_hop=False, max_neighbours=1)[0]
     rng = np.random.default_rng([seed, node])
     chosen = [groups[i] for i in sorted(rng.permutation(len(groups))[:MAX_RELATIONS].tolist())]
-    lines, names = [], []
+    own = skb.node_type == skb.node_type[node]
+    out = []
     for g in chosen:
         if not g.shown:
             continue
         info = skb.schema.edge_types.get(g.edge_type)
         phrase = relation_phrase(g.edge_type, info.src_type if info else None, info.dst_type if info else None)
-        name = skb.name(int(g.shown[0]))
-        lines.append(f"this node {phrase} -> {name}" if g.direction == "out" else f"{name} {phrase} -> this node")
-        names.append(name)
-    return lines, names
+        other = int(g.shown[0])
+        name = skb.name(other)
+        back = skb.graph.adjacency(g.edge_type, "in" if g.direction == "out" else "out").neighbours(np.array([other]))
+        line = f"this node {phrase} -> {name}" if g.direction == "out" else f"{name} {phrase} -> this node"
+        out.append(Shown(line, name, back[own[back]].astype(np.int64)))
+    return out
 
 
 def question_problem(question: str, kind: str, node: int, skb: SKB, related: Sequence[str]) -> str | None:
@@ -218,17 +233,24 @@ def read_records(path: Path) -> dict[int, dict[str, Any]]:
 
 
 def checked_questions(skb: SKB, node: int, record: dict[str, Any], rejected: Counter, seed: int = 0) -> list[NaturalQuestion]:
-    """The questions of one node's record that pass the checks; the others counted by reason in ``rejected``."""
+    """The questions of one node's record that pass the checks; the others counted by reason in ``rejected``.
+    A relational question's answers are every node of the node's type that shares each relation it names
+    (it asks for a set, and the others are answers too), at most ``MAX_ANSWERS``."""
     if record.get("malformed") is not None:
         rejected["malformed answer"] += 1
         return []
-    _, related = relation_lines(skb, node, seed)
+    shown = relation_lines(skb, node, seed)
     out = []
     for kind, answer in record["answers"].items():
         text = clean_question(answer)
-        problem = question_problem(text, kind, node, skb, related)
+        problem = question_problem(text, kind, node, skb, [s.name for s in shown])
+        answers = np.array([node])
+        if problem is None and kind == "relational":
+            named = [s.sharing for s in shown if s.name and _names(s.name, text.lower())]
+            answers = np.union1d(functools.reduce(np.intersect1d, named), [node])
+            problem = "asks for too many answers" if len(answers) > MAX_ANSWERS else None
         if problem is None:
-            out.append(NaturalQuestion(text, (node,), kind, skb.type_of(node)))
+            out.append(NaturalQuestion(text, tuple(int(a) for a in answers), kind, skb.type_of(node), node))
         else:
             rejected[problem] += 1
     return out
@@ -253,7 +275,7 @@ class NaturalWriter:
         """The record of one node (what the LM wrote, or its malformed answer), or the outage's text
         where the LM gave no answer. The checks are applied when records are read, so a better check
         needs no new LM call."""
-        relations, _ = relation_lines(self.skb, node, self.seed)
+        relations = [s.line for s in relation_lines(self.skb, node, self.seed)]
         trace = Trace(system="adapt", question=f"node {node}")
         with dspy.context(lm=self.lm):
             pred, raw = safe_predict(self.predictor, trace, "questions", kb_description=self.kb_description,
