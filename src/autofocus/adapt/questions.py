@@ -68,12 +68,15 @@ def paraphrased_questions(skb: SKB, n: int, seed: int = 0, judge_share: float = 
 
 
 def lm_writer(skb: SKB, config: AutofocusConfig, lm: str | None, seed: int, threads: int) -> NaturalWriter:
-    """The writer with the named LM (default: the config's), its timeout and retries."""
-    from autofocus.lm import get_lm
+    """The writer with the named LM (default: the config's), its timeout and retries; the LM is opened only
+    if a node is not cached."""
+    from autofocus.lm import get_lm, is_local_spec
+    from autofocus.local_lm.models import resolve_local
 
     spec = lm or config.runtime.lm.default
-    return NaturalWriter(skb, lm=get_lm(spec, **{**config.runtime.lm.client_options(), "max_tokens": MAX_TOKENS}),
-                         seed=seed, threads=threads)
+    options = {**config.runtime.lm.client_options(), "max_tokens": MAX_TOKENS}
+    name = f"openai/{resolve_local(spec).alias}" if is_local_spec(spec) else spec  # as get_lm names it
+    return NaturalWriter(skb, lm=lambda: get_lm(spec, **options), name=name, seed=seed, threads=threads)
 
 
 def natural_questions(writer: NaturalWriter, n_nodes: int, *, judge: bool, seed: int = 0,

@@ -259,14 +259,27 @@ def checked_questions(skb: SKB, node: int, record: dict[str, Any], rejected: Cou
 class NaturalWriter:
     """Asks the configured DSPy LM for questions about nodes of one SKB; cached and resumable (module docstring)."""
 
-    def __init__(self, skb: SKB, *, lm: Any = None, seed: int = 0, threads: int = 1, path: Path | None = None) -> None:
+    def __init__(self, skb: SKB, *, lm: Any = None, name: str | None = None, seed: int = 0, threads: int = 1,
+                 path: Path | None = None) -> None:
+        """``lm``: the LM, or a function that opens it, called only when a node is not cached (a local LM's
+        server takes minutes to start); ``name``: the LM's model name, which names the cache file (default:
+        ``lm.model``)."""
         self.skb, self.seed, self.threads = skb, seed, max(1, threads)
-        self.lm = lm or dspy.settings.lm
-        if self.lm is None:
+        self._lm = lm or dspy.settings.lm
+        if self._lm is None:
             raise ValueError("no LM to write questions: pass one or configure dspy (e.g. --lm local)")
-        self.path = path or cache_path(skb, str(getattr(self.lm, "model", type(self.lm).__name__)))
+        name = name or str(getattr(self._lm, "model", type(self._lm).__name__))
+        self.path = path or cache_path(skb, name)
         self.predictor = dspy.Predict(AskAboutNode)
         self.kb_description = skb.schema.description or f"A knowledge base named {skb.schema.name}."
+
+    @functools.cached_property
+    def lm(self) -> Any:
+        return self._lm if isinstance(self._lm, dspy.BaseLM) else self._lm()
+
+    def open(self) -> Any:
+        """The LM, opened now: once, before threads ask it."""
+        return self.lm
 
     def read(self) -> dict[int, dict[str, Any]]:
         return read_records(self.path)
@@ -297,6 +310,8 @@ class NaturalWriter:
             todo = [n for n in dict.fromkeys(int(n) for n in nodes) if n not in records]
             result.cached = len(nodes) - len(todo)
             lock, streak, done = threading.Lock(), [0], [result.cached]
+            if todo:
+                self.open()
             if progress:
                 progress(done[0], len(nodes))
             with self.path.open("a") as fh:
