@@ -31,7 +31,7 @@ from autofocus.query_graph import Triplet
 from autofocus.skb.documents import readable_label
 from autofocus.skb.model import SKB
 from autofocus.synthetic.clues import _SENTENCE_END, _TAIL, SAMPLE_DOCS, _content, _name_forms, _words
-from autofocus.synthetic.templates import TemplateWriter
+from autofocus.synthetic.templates import TemplateWriter, _inflect
 
 MAX_CLAUSE_WORDS = 12  # a user's description is short
 MIN_CONTENT_WORDS = 2  # a clause of fewer content words says too little to single a node out
@@ -144,15 +144,9 @@ class ParaphraseWriter(TemplateWriter):
         links = self.lang.paraphrase["link"]
         copula = str(self.words["copula"])
         link = links[zlib.crc32(f"{self.seed}:{rel}:{triplet.head}:{triplet.tail}".encode()) % len(links)]
-        return f"{copula} {link}" if not plural else f"{_plural_copula(copula)} {link}"
+        return f"{_inflect().plural_verb(copula) if plural else copula} {link}"
 
     def clue_forms(self, kind: str) -> tuple[str, ...]:
         if kind == "paraphrase":
             return tuple(f.replace("{clause}", "{clue}") for f in self.lang.paraphrase["clue"])
         return super().clue_forms(kind)
-
-
-def _plural_copula(copula: str) -> str:
-    from autofocus.synthetic.templates import _inflect
-
-    return str(_inflect().plural_verb(copula))
