@@ -139,7 +139,9 @@ class SynthOptions:
         threads: LM calls in parallel.
         writer: who writes the questions: ``lm`` (the configured LM, ``VerbalizePattern``) or ``template``
             (``synthetic.templates``: no LM call, thousands a second, plainer wording; text clues are
-            then ``phrase`` clues).
+            then ``phrase`` clues) or ``paraphrase`` (``synthetic.paraphrase``: templates whose
+            relationships do not spell the schema's labels and whose clues give an answer's defining
+            clause in common words).
         out: the folder of the split's files (None: beside the SKB's QA file).
         chat: also write step 2's fine-tuning data (chat JSONL) to this file.
     """
@@ -191,8 +193,16 @@ class AdaptOptions:
         splits: the training questions: splits of the SKB or of ``qa_dir`` (``synthetic`` for questions from
             ``autofocus synth``); labelled splits make a labelled adaptation. Empty: ``templates`` only.
         qa_dir: the folder of whole-file splits (``autofocus synth --out``).
-        templates: also synthesise this many template-written questions first (``synth --writer template``,
-            no LM), into ``<stem>.trained/questions``.
+        templates: also write this many training questions first, into ``<stem>.trained/questions``, by
+            ``questions``.
+        questions: who writes them (``adapt.questions``): ``templates`` (patterns over the schema's labels,
+            ``synth --writer template``, no LM), ``paraphrase`` (patterns in plainer words and nodes described
+            by their defining clause, no LM), ``lm`` (the LM, from nodes' text and relations) or ``mix``
+            (``paraphrase`` and ``lm``).
+        lm: the LM of ``lm`` and ``mix`` (None: the config's default).
+        lm_share: with ``mix``, the LM's share of the questions.
+        judge_share: the share of nodes whose LM questions are held out as the judge, never trained on.
+        lm_threads: LM calls in parallel.
         val_share: the share of the training questions held out for early stopping and the fusion weight.
         sources: candidate lists mined per question (``adapt.mining``: ``grounded``, ``vector``).
         runs: evaluation runs on training questions whose steps 1-7 lists are mined too (the truest lists).
@@ -217,6 +227,11 @@ class AdaptOptions:
     splits: Sequence[str] = ()
     qa_dir: Path | str | None = None
     templates: int = 0
+    questions: str = "templates"
+    lm: str | None = None
+    lm_share: float = 0.5
+    judge_share: float = 0.2
+    lm_threads: int = 1
     val_share: float = 0.15
     sources: Sequence[str] = ("grounded", "vector")
     runs: Sequence[Path | str] = ()

@@ -3,7 +3,8 @@
 The sequence, each part on two CPU cores in minutes:
 
 1. Questions: splits given (``synthetic`` from ``autofocus synth``, or labelled ones), and/or
-   ``templates`` written from the graph here (no LM). A seeded share is held out (never a test split).
+   ``templates`` questions written here by ``questions`` (``adapt.questions``: templates, paraphrases,
+   the LM). A seeded share is held out (never a test split).
 2. Candidate lists (``adapt.mining``): the program's own steps 3-7 per question, no LM.
 3. The reranker (``adapt.reranker``: the embedder fine-tuned as a bi-encoder, or a cross-encoder), its
    best epoch chosen on the held-out questions,
@@ -48,6 +49,7 @@ from autofocus.adapt.judge import (
     type_reader_verdict,
 )
 from autofocus.adapt.mining import Mined, answer_type, mine, run_lists
+from autofocus.adapt.questions import judge_questions, training_questions
 from autofocus.adapt.reranker import Documents, RerankerTraining, fusion_cases, train_reranker
 from autofocus.adapt.type_reader import fit_type_reader
 from autofocus.config import AutofocusConfig
@@ -103,17 +105,25 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
     lap("open")
 
     sources: list[tuple[str, Path | str | None]] = [(s, options.qa_dir) for s in options.splits]
+    written: list[QAItem] = []
     if options.templates:
-        report.note(f"writing {options.templates} template questions from the graph", "section")
-        sources.append(("synthetic", _templates(skb, cfg, options, work / "questions", report)))
-    if not sources:
+        more, written, summary["written"] = training_questions(skb, kb.skb, cfg, options, work / "questions", report)
+        sources += more
+    if not sources and not written:
         raise ValueError("no training questions: name splits (--split) or ask for template questions (--templates)")
     judge = [*options.judge_questions, *load_judge(skb, options.judge, options.judge_dir, kb.skb.num_nodes)]
+    if not judge and options.questions in ("lm", "mix"):  # label-free: the LM's questions about held-out nodes
+        report.note("asking the LM for judge questions about nodes no training question is written from", "section")
+        judge = [JudgeQuestion(q.query, tuple(q.answer_ids), q.kind) for q in
+                 judge_questions(skb, cfg, lm=options.lm, seed=options.seed, judge_share=options.judge_share,
+                                 threads=options.lm_threads, reporter=report)]
     judged = {q.query for q in judge}
-    items = [i for i in _questions(load_split, skb, kb.skb.num_nodes, sources) if i.query not in judged]
+    items = [i for i in _questions(load_split, skb, kb.skb.num_nodes, sources, written) if i.query not in judged]
     shown = {work / "questions": folder / "questions"}  # where the template questions will be
-    summary["questions"] = {"total": len(items), "by_source": {f"{s}@{shown.get(d, d) or skb}": n for (s, d), n in
-                                                               _counts(load_split, skb, kb.skb.num_nodes, sources)}}
+    by_source = {f"{s}@{shown.get(d, d) or skb}": n for (s, d), n in _counts(load_split, skb, kb.skb.num_nodes, sources)}
+    if written:
+        by_source[f"{options.questions} (node questions)"] = len(written)
+    summary["questions"] = {"total": len(items), "by_source": by_source}
     lap("questions")
     rng = np.random.default_rng(options.seed)
     order = rng.permutation(len(items))
@@ -238,31 +248,16 @@ def _held_out(total: int, n_val: int, options: AdaptOptions, cfg: AutofocusConfi
     return {"questions": 0, "why": why, "defaults": defaults}
 
 
-def _templates(skb: Path | str, cfg: AutofocusConfig, options: AdaptOptions, where: Path, report: Reporter) -> Path:
-    from autofocus.options import SynthOptions
-    from autofocus.synthetic.run import run_synthesis
-
-    done = [0]
-
-    def tick(stage: str, k: int) -> None:
-        if stage == "questions":
-            done[0] += k
-            report.advance("template questions", done[0], options.templates)
-
-    run = run_synthesis(skb, cfg, options.templates,
-                        SynthOptions(seed=options.seed, writer="template", clue_kind="phrase", out=where), tick=tick)
-    if not run.result.pairs:
-        raise ValueError("the graph gave no template question (no edges between answer types and named nodes?)")
-    return where
-
-
-def _questions(load_split: Any, skb: Path | str, num_nodes: int, sources: list[tuple[str, Path | str | None]]) -> list[QAItem]:
+def _questions(load_split: Any, skb: Path | str, num_nodes: int, sources: list[tuple[str, Path | str | None]],
+               written: list[QAItem]) -> list[QAItem]:
     """Every question of every source once (the first source's copy of a repeated question)."""
     seen: dict[str, QAItem] = {}
     for split, qa_dir in sources:
         for item in load_split(skb, split, num_nodes=num_nodes, qa_dir=qa_dir):
             if item.answer_ids:
                 seen.setdefault(item.query, item)
+    for item in written:
+        seen.setdefault(item.query, item)
     return list(seen.values())
 
 

@@ -33,6 +33,13 @@ def adapt_command(
     templates: Annotated[
         int, typer.Option(help="also write this many template questions from the graph first (no LM)", min=0)
     ] = 0,
+    questions: Annotated[str, typer.Option(help="who writes the --templates questions: templates (over the schema's "
+                                                "labels), paraphrase (plainer words, no LM), lm (the LM, from nodes' "
+                                                "text and relations) or mix (paraphrase and lm)")] = "templates",
+    lm: Annotated[str | None, typer.Option(help="LM of --questions lm|mix (default: the config's)")] = None,
+    lm_share: Annotated[float, typer.Option(help="with --questions mix, the LM's share of the questions",
+                                            min=0.0, max=1.0)] = 0.5,
+    lm_threads: Annotated[int, typer.Option(help="LM calls in parallel", min=1)] = 1,
     system: Annotated[str, typer.Option(help="AF-Retriever preset to adapt")] = "afr",
     config: Annotated[Path | None, typer.Option(help="config JSON to adapt (embedder, settings)", exists=True)] = None,
     run: Annotated[
@@ -62,15 +69,18 @@ def adapt_command(
     """Fit autofocus to this knowledge base: mine candidate lists for its questions with steps 3-7, train a
     reranker for step 8 and a type reader for step 1, and write a program that uses them."""
     from autofocus.adapt import adapt
+    from autofocus.adapt.questions import SOURCES
     from autofocus.config import RERANKER_KINDS
     from autofocus.options import AdaptOptions
 
     choice(reranker_kind, RERANKER_KINDS, "--reranker-kind")
+    choice(questions, SOURCES, "--questions")
 
     if not split and not templates:
         raise fail("no training questions: give --split (e.g. --split synthetic --qa-dir DIR) or --templates N")
     cfg = config_or_exit(config)
     options = AdaptOptions(out=out, system=system, splits=tuple(split or ()), qa_dir=qa_dir, templates=templates,
+                           questions=questions, lm=lm, lm_share=lm_share, lm_threads=lm_threads,
                            runs=tuple(run or ()), reranker=reranker, reranker_kind=reranker_kind, type_reader=type_reader,
                            base=base, epochs=epochs,
                            negatives=negatives, val_share=val_share, seed=seed, judge=tuple(judge or ()),
@@ -92,6 +102,11 @@ def _table(s: dict) -> Table:
     table.add_column("what", overflow="fold")
     q = s["questions"]
     table.add_row("questions", f"{q['total']} ({', '.join(f'{k}: {v}' for k, v in q['by_source'].items())})")
+    w = s.get("written") or {}
+    if w.get("lm"):
+        lm = w["lm"]
+        table.add_row("LM questions", f"{lm['questions']} from {lm['nodes']} nodes ({lm['cached']} cached, {lm['asked']} "
+                                      f"asked in {lm['seconds']} s); rejected: {lm['rejected'] or 'none'}")
     for source, m in s.get("mining", {}).items():
         table.add_row(f"lists: {source}", f"{m['questions']} questions, answer first {100 * m['answer_first']:.0f}%, "
                                           f"listed {100 * m['answer_listed']:.0f}%")

@@ -65,7 +65,8 @@ def synth_command(
     threads: Annotated[int, typer.Option(help="LM calls in parallel", min=1)] = 1,
     writer: Annotated[
         str, typer.Option(help="lm: the LM writes each question; template: templates over the schema's labels "
-                               "(no LM, thousands a second, plainer wording: training data for `autofocus adapt`)")
+                               "(no LM, thousands a second, plainer wording: training data for `autofocus adapt`); "
+                               "paraphrase: templates in plainer words than the schema's labels and rarest phrases")
     ] = "lm",
     export_chat: Annotated[
         Path | None, typer.Option(help="also write step 2 fine-tuning data (chat JSONL) to this file")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 
 DEFAULT = "en"  # English: the default of ``query.language``
@@ -37,6 +37,9 @@ class Language:
     singular: Callable[[str], str]  # a noun in the singular where it reads as a plural, else as written
     plurals: Callable[[str], set[str]]  # a noun as written, in the plural and in the singular
     verb_stem: Callable[[str], str]  # a verb's stem, so that its inflected forms share it
+    # how a training question describes a node in other words than the knowledge base's own
+    # (``synthetic.paraphrase``): frames by use, each filled with ``{noun}``, ``{clause}``, ``{name}``, ``{link}``
+    paraphrase: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
     def strip_clitics(self, token: str) -> str:
         """``token`` without the clitics attached to it ("module's" -> "module", "l'os" -> "os")."""

@@ -68,4 +68,14 @@ LANGUAGE = Language(
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,
+    paraphrase={
+        "described": ("Which {noun} fits this description: {clause}?", "I'm looking for a {noun}: {clause}.",
+                      "What {noun} is this about: {clause}?", "Find the {noun} for this: {clause}.",
+                      "{clause} - which {noun} is that?"),
+        "described_np": ("Which {noun} is {clause}?", "What do you call {clause}?", "Name the {noun} that is {clause}.",
+                         "I'm looking for {clause}; which {noun}?"),
+        "clue": ("described as {clause}", "that is about {clause}", "known for this: {clause}"),
+        "verb_endings": ("s", "ed"),  # a verb as a relationship's label writes it: "raises", "defined"
+        "link": ("linked to", "related to", "associated with", "connected to"),
+    },
 )

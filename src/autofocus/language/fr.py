@@ -60,4 +60,12 @@ LANGUAGE = Language(
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,
+    paraphrase={
+        "described": ("Quel {noun} correspond à cette description : {clause} ?", "Je cherche un {noun} : {clause}.",
+                      "De quel {noun} s'agit-il : {clause} ?", "Trouvez le {noun} : {clause}."),
+        "described_np": ("Quel {noun} est {clause} ?", "Comment appelle-t-on {clause} ?"),
+        "clue": ("décrit comme {clause}", "qui concerne {clause}"),
+        "verb_endings": ("e", "é", "ent"),
+        "link": ("lié à", "associé à", "en rapport avec"),
+    },
 )

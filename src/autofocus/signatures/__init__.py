@@ -1,6 +1,6 @@
 """DSPy signatures of every LLM step: AF-Retriever's (``afr``, the paper's appendix A.2 prompts) and
-those of the other systems it is compared with (``seed_systems``), and the question writer of
-``autofocus synth`` (``synthetic``)."""
+those of the other systems it is compared with (``seed_systems``), and the question writers of
+``autofocus synth`` and ``autofocus adapt`` (``synthetic``)."""
 
 from autofocus.signatures.afr import (
     EdgeSpec,
@@ -26,10 +26,11 @@ from autofocus.signatures.seed_systems import (
     TripletGeneration,
     TripletTerm,
 )
-from autofocus.signatures.synthetic import StateFact, VerbalizePattern
+from autofocus.signatures.synthetic import AskAboutNode, StateFact, VerbalizePattern
 
 __all__ = [
     "FEEDBACK",
+    "AskAboutNode",
     "DeriveCypher",
     "EdgeSpec",
     "HybComment",

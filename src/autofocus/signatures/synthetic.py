@@ -1,5 +1,6 @@
-"""The signatures of ``autofocus synth``: a fact read from one answer's text, and the question a sampled
-query pattern becomes."""
+"""The signatures of the question writers: a fact read from one answer's text, the question a sampled
+query pattern becomes (``autofocus synth``), and questions written from one node's text and relations
+(``autofocus adapt --questions lm``)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,25 @@ class StateFact(dspy.Signature):
     text: str = dspy.InputField(desc="the node's document")
     similar: list[str] = dspy.InputField(desc="names of similar nodes the phrase must not fit")
     fact: str = dspy.OutputField(desc="a phrase of 4 to 15 words")
+
+
+class AskAboutNode(dspy.Signature):
+    """Read what one node of a knowledge base is and a few of its relations, and write three questions
+    a person would type into a search box to find exactly this node, in everyday words. Never write the
+    node's name or any part of it, and do not copy the relation labels: say what they mean.
+    textual: describe what the node is or does, in your own words, naming no other node.
+    hybrid: name one related node and add one thing the text says about this node.
+    relational: ask through its relations only, naming one or two related nodes.
+    Use only the names given in the relations. Example, for a film whose text says "A 1979
+    science-fiction horror film in which the crew of a spaceship is hunted by an alien" with the
+    relation "this node directed by -> Ridley Scott": textual "Which sci-fi horror movie has a
+    spaceship crew hunted by a creature?", hybrid "Which Ridley Scott film is about an alien hunting a
+    ship's crew?", relational "What films did Ridley Scott direct?"."""
+
+    kb_description: str = dspy.InputField(desc="what the knowledge base is about")
+    node_type: str = dspy.InputField(desc="the kind of node the questions ask for")
+    text: str = dspy.InputField(desc="what the node is: the opening of its document")
+    relations: list[str] = dspy.InputField(desc="some of its relations: relation -> related node")
+    textual: str = dspy.OutputField(desc="one question that describes the node without naming anything")
+    hybrid: str = dspy.OutputField(desc="one question with a related node and a described property")
+    relational: str = dspy.OutputField(desc="one question through its relations")

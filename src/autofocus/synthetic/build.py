@@ -39,6 +39,7 @@ from autofocus.program.steps.llm_call import is_lm_outage
 from autofocus.redact import redact
 from autofocus.signatures import StateFact, VerbalizePattern
 from autofocus.synthetic.clues import FACT_DOC_CHARS, FACT_SIMILAR, ClueFinder, fact_problem, tidy_fact
+from autofocus.synthetic.paraphrase import Paraphraser, ParaphraseWriter
 from autofocus.synthetic.patterns import Pattern, PatternSampler, pattern_key
 from autofocus.synthetic.templates import TemplateWriter
 from autofocus.synthetic.verbalise import clean_question, describe, question_problem
@@ -258,12 +259,14 @@ def synthesise(
     clues, clue_rng = ClueFinder(kb.skb, seed), np.random.default_rng([seed, 1])
     if clue_kind not in ("fact", "phrase"):
         raise ValueError(f"clue_kind must be 'fact' or 'phrase', not {clue_kind!r}")
-    if o.writer not in ("lm", "template"):
-        raise ValueError(f"writer must be 'lm' or 'template', not {o.writer!r}")
-    template = TemplateWriter(kb.skb, seed=seed) if o.writer == "template" else None
+    if o.writer not in ("lm", "template", "paraphrase"):
+        raise ValueError(f"writer must be 'lm', 'template' or 'paraphrase', not {o.writer!r}")
+    template = (TemplateWriter(kb.skb, seed=seed) if o.writer == "template"
+                else ParaphraseWriter(kb.skb, seed=seed) if o.writer == "paraphrase" else None)
     if template is not None:
-        clue_kind = "phrase"  # a fact clue is the LM's words
-        settings.update(clue_kind="phrase", writer="template", lm=None)
+        clue_kind = "paraphrase" if o.writer == "paraphrase" else "phrase"  # a fact clue is the LM's words
+        settings.update(clue_kind=clue_kind, writer=o.writer, lm=None)
+    paraphraser = Paraphraser(kb.skb, seed=seed) if clue_kind == "paraphrase" else None
     verbalizer, stater = dspy.Predict(VerbalizePattern), dspy.Predict(StateFact)
     kb_description = kb.skb.schema.description or f"A knowledge base named {kb.skb.schema.name}."
     texts: set[str] = set()
@@ -352,11 +355,13 @@ def synthesise(
                         pattern.clue_kind, pattern.clue_answer = "fact", int(clue_rng.choice(pattern.answers))
                         clued += 1
                         continue
-                    found = clues.clue(pattern.answers, _names(pattern), clue_rng)
+                    finder = paraphraser or clues
+                    found = finder.clue(pattern.answers, _names(pattern), clue_rng)
                     if found is None:
                         result.rejected["no text clue: kept as a plain question"] += 1
                     else:
                         pattern.clue_answer, pattern.clue = found
+                        pattern.clue_kind = clue_kind
                         clued += 1
             result.verbalised += len(batch)
             t0 = time.perf_counter()

@@ -39,7 +39,8 @@ class Pattern:
     shape: str  # "1", "2-chain", "2-star", "3-chain", "3-star", "3-fork"
     clue: str | None = None  # what singles out one answer by its text (``synthetic.clues``): the question states it
     clue_answer: int | None = None
-    clue_kind: str = "phrase"  # "phrase": a rare phrase of the text; "fact": the LM's words for what the text says
+    clue_kind: str = "phrase"  # "phrase": a rare phrase of the text; "fact": the LM's words for what the text says;
+    # "paraphrase": the answer's defining clause in common words (``synthetic.paraphrase``)
 
     @property
     def asked(self) -> np.ndarray:

@@ -66,7 +66,7 @@ def run_synthesis(
     options = options or SynthOptions()
     folder, qa_name = (Path(options.out), QA_FILE) if options.out is not None else qa_folder(skb)
     checker = runtime.assemble("afr", kb, config, lms=True) if options.round_trip else None  # the config's own LMs
-    if options.writer == "template":  # no LM writes, so none is opened
+    if options.writer in ("template", "paraphrase"):  # no LM writes, so none is opened
         result = synthesise(kb, n, options, round_trip=checker, tick=tick)
     else:
         lm = get_lm(config.runtime.lm.default,

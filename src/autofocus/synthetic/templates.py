@@ -85,6 +85,10 @@ class TemplateWriter:
             words[0] = _inflect().plural_verb(words[0])
         return " ".join(words)
 
+    def clue_forms(self, kind: str) -> tuple[str, ...]:
+        """The ways a clue of ``kind`` (``fact``, ``phrase``) is written after the asked label, ``{clue}`` its place."""
+        return tuple(self.words["fact_clue" if kind == "fact" else "text_clue"])  # type: ignore[arg-type]
+
     def __call__(self, pattern: Pattern) -> str:
         rng = _seed(pattern, self.seed)
         w, qg = self.words, pattern.query
@@ -140,6 +144,6 @@ class TemplateWriter:
                 op = w["ops"].get(c.op, c.op)
                 parts.append((False, str(w["filter"]).format(key=readable_label(c.key), op=op, value=value)))
         if var == qg.target and pattern.clue is not None:
-            forms = w["fact_clue"] if pattern.clue_kind == "fact" else w["text_clue"]
+            forms = self.clue_forms(pattern.clue_kind)
             parts.append((False, str(forms[int(rng.integers(len(forms)))]).format(clue=pattern.clue)))
         return [parts[0], *((s, f"{conj} {p}") for s, p in parts[1:])] if parts else []
