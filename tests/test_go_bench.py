@@ -336,10 +336,10 @@ def test_the_checker_catches_a_wrong_answer_an_empty_set_and_a_leak(built: Path)
     skb = load_skb_dir(built, progress=False)
     good = FIXTURE_QUESTIONS[0]
     assert check_question(skb, good)[1] is None
-    wrong = spec("w", "relational", good.spec.query, good.spec.cypher, ["BCL2"])
+    wrong = spec("w", "relational", good.query, good.cypher, ["BCL2"])
     assert "gold differs from the answers it was read against (missing ['BCL2'], extra ['TP53'])" in check_question(skb, wrong)[1]
     empty = spec("e", "relational", "Which genes on chromosome 18 take part in apoptosis?",
-                 good.spec.cypher.replace("chromosome 17", "chromosome 18"), ["TP53"])  # fmt: skip
+                 good.cypher.replace("chromosome 17", "chromosome 18"), ["TP53"])  # fmt: skip
     assert check_question(skb, empty)[1] == "0 answers in this build (1..20 kept)"
     leak = spec("l", "textual", "Is SHOX on both sex chromosomes?", "MATCH (y:gene) RETURN y", ["SHOX"],
                 [["chromosome X, Y"]])  # fmt: skip

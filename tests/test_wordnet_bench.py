@@ -20,14 +20,14 @@ import pytest
 from typer.testing import CliRunner
 
 from autofocus.bench import debian, wordnet_build, wordnet_source
-from autofocus.bench.wordnet_build import SUMMARY_FILE, build_wordnet_skb
+from autofocus.bench.bench_dir import SUMMARY_FILE
+from autofocus.bench.constraint_questions import QuestionSpec, execute_constraint
+from autofocus.bench.wordnet_build import build_wordnet_skb
 from autofocus.bench.wordnet_questions import (
     MAX_ANSWERS,
     SEALED_FILE,
     SEALED_SPLIT,
     SPLIT_FRACTIONS,
-    QuestionSpec,
-    execute_constraint,
     load_question_specs,
     resolve_questions,
     resolve_sealed,

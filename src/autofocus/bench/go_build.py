@@ -8,16 +8,14 @@ its vector indexes; files are moved in only where their bytes changed.
 from __future__ import annotations
 
 import hashlib
-import json
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autofocus.bench.bench_dir import edge_types, scratch_build, write_questions
 from autofocus.bench.go_questions import (
-    KINDS,
     SPLIT_FRACTIONS,
     Dropped,
     GoQuestionSpec,
@@ -36,9 +34,8 @@ from autofocus.bench.go_skb import (
     build_graph,
 )
 from autofocus.bench.go_source import locate_databases, read_go, read_org
-from autofocus.bench.wordnet_build import SUMMARY_FILE, move_changed
 from autofocus.skb.skbdir import load_skb_dir
-from autofocus.skb.writer import write_qa_csv, write_skb_dir
+from autofocus.skb.writer import write_skb_dir
 
 _ATTRIBUTES: dict[str, dict[str, str]] = {
     "gene": {"full_name": "string", "entrez_id": "string", "gene_type": "string", "chromosome": "string",
@@ -76,30 +73,13 @@ def build_go_skb(out: Path | str, full: bool = False, bioc_dir: Path | str | Non
     node_counts = Counter(n["type"] for n in graph.nodes)
     edge_counts = Counter(t for _, t, _ in graph.edges)
     schema = _schema(graph, variant, node_counts, edge_counts, (go_file, org_file))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as scratch:
-        new = Path(scratch)
+    split_rule = (" / ".join(f"{s} {f}" for s, f in SPLIT_FRACTIONS.items())
+                  + " per kind, by stable hash of the question key; test is sealed")  # fmt: skip
+    with scratch_build(out) as new:
         write_skb_dir(new, schema, graph.nodes, graph.edges)
         skb = load_skb_dir(new, progress=False)
         questions, dropped = resolve_questions(load_question_specs() if specs is None else specs, skb)
-        splits = assign_splits(questions)
-        write_qa_csv(new / "qa.csv", [q.row(i) for i, q in enumerate(questions)])
-        (new / "splits").mkdir()
-        for name, ids in splits.items():
-            (new / "splits" / f"{name}.index").write_text("".join(f"{i}\n" for i in ids))
-        split_of = {i: name for name, members in splits.items() for i in members}
-        qa_counts = {k: {s: 0 for s in splits} for k in KINDS}
-        for i, q in enumerate(questions):
-            qa_counts[q.kind][split_of[i]] += 1
-        summary = {
-            "counts": qa_counts,
-            "split_fractions": " / ".join(f"{s} {f}" for s, f in SPLIT_FRACTIONS.items())
-            + " per kind, by stable hash of the question key; test is sealed",
-            "dropped": [{"key": d.key, "reason": d.reason} for d in dropped],
-            "qa_sha256": hashlib.sha256((new / "qa.csv").read_bytes()).hexdigest(),
-        }
-        (new / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        move_changed(new, out)
+        qa_counts = write_questions(new, questions, assign_splits(questions), split_rule, dropped)
     return GoBuild(
         out,
         (go_file, org_file),
@@ -113,10 +93,6 @@ def build_go_skb(out: Path | str, full: bool = False, bioc_dir: Path | str | Non
 
 def _schema(graph: GoGraph, variant: Variant, node_counts: Counter[str], edge_counts: Counter[str],
             files: tuple[Path, Path]) -> dict[str, Any]:  # fmt: skip
-    type_of = [n["type"] for n in graph.nodes]
-    pairs: dict[str, set[tuple[str, str]]] = {}
-    for s, t, d in graph.edges:
-        pairs.setdefault(t, set()).add((type_of[s], type_of[d]))
     node_types = {
         t: {
             "count": node_counts[t],
@@ -128,18 +104,6 @@ def _schema(graph: GoGraph, variant: Variant, node_counts: Counter[str], edge_co
         for t in LABEL_ORDER
         if node_counts[t]
     }
-    edge_types = {}
-    for t, desc in EDGE_DESCRIPTIONS.items():
-        if not edge_counts[t]:
-            continue
-        src = {a for a, _ in pairs[t]}
-        dst = {b for _, b in pairs[t]}
-        edge_types[t] = {
-            "count": edge_counts[t],
-            "src_type": next(iter(src)) if len(src) == 1 else None,
-            "dst_type": next(iter(dst)) if len(dst) == 1 else None,
-            "description": desc,
-        }
     selection = (
         "every protein-coding gene with at least one GO annotation; every GO term annotated to one of them and "
         "every ancestor of those terms over is_a, part_of, regulates, positively_regulates and "
@@ -159,7 +123,7 @@ def _schema(graph: GoGraph, variant: Variant, node_counts: Counter[str], edge_co
             "positively_regulates and negatively_regulates (x is a regulation of y)."
         ),
         "node_types": node_types,
-        "edge_types": edge_types,
+        "edge_types": edge_types(graph.nodes, graph.edges, edge_counts, EDGE_DESCRIPTIONS),
         "candidate_types": list(node_types),
         "source": {
             "builder": "autofocus.bench.go_build.build_go_skb",

@@ -7,17 +7,14 @@ so rewording or adding questions keeps the SKB's content digest, and with it its
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autofocus.bench.bench_dir import edge_types, scratch_build, write_questions
 from autofocus.bench.wordnet_questions import (
-    KINDS,
     SEALED_FILE,
     SEALED_SPLIT,
     Dropped,
@@ -38,9 +35,7 @@ from autofocus.bench.wordnet_skb import (
 )
 from autofocus.bench.wordnet_source import DATA_FILES, locate_wordnet, read_synsets
 from autofocus.skb.skbdir import load_skb_dir
-from autofocus.skb.writer import write_qa_csv, write_skb_dir
-
-SUMMARY_FILE = "qa_summary.json"
+from autofocus.skb.writer import write_skb_dir
 
 
 @dataclass
@@ -76,9 +71,7 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
     node_counts = Counter(n["type"] for n in graph.nodes)
     edge_counts = Counter(t for _, t, _ in graph.edges)
     schema = _schema(graph, variant, node_counts, edge_counts, noun_file)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as scratch:
-        new = Path(scratch)
+    with scratch_build(out) as new:
         write_skb_dir(new, schema, graph.nodes, graph.edges)
         skb = load_skb_dir(new, progress=False)
         development_specs = load_question_specs()
@@ -88,23 +81,9 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
         questions = development + sealed
         splits = assign_splits(development)
         splits[SEALED_SPLIT] = list(range(len(development), len(questions)))
-        write_qa_csv(new / "qa.csv", [q.row(i) for i, q in enumerate(questions)])
-        (new / "splits").mkdir()
-        for name, ids in splits.items():
-            (new / "splits" / f"{name}.index").write_text("".join(f"{i}\n" for i in ids))
-        split_of = {i: name for name, members in splits.items() for i in members}
-        qa_counts = {k: {s: 0 for s in splits} for k in KINDS}
-        for i, q in enumerate(questions):
-            qa_counts[q.kind][split_of[i]] += 1
-        summary = {
-            "counts": qa_counts,
-            "split_fractions": "train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key; "
-            f"{SEALED_SPLIT}: every question of {SEALED_FILE.rsplit('/', 1)[-1]}",
-            "dropped": [{"key": d.key, "reason": d.reason} for d in dropped],
-            "qa_sha256": hashlib.sha256((new / "qa.csv").read_bytes()).hexdigest(),
-        }
-        (new / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        move_changed(new, out)
+        split_rule = ("train 0.3 / val 0.3 / test 0.4 per kind, by stable hash of the question key; "
+                      f"{SEALED_SPLIT}: every question of {SEALED_FILE.rsplit('/', 1)[-1]}")  # fmt: skip
+        qa_counts = write_questions(new, questions, splits, split_rule, dropped)
     return BenchBuild(
         out,
         folder,
@@ -116,26 +95,9 @@ def build_wordnet_skb(out: Path | str, small: bool = False, wordnet_dir: Path | 
     )
 
 
-def move_changed(new: Path, out: Path) -> None:
-    """Replace the files of ``out`` by those of ``new`` where their bytes differ; remove split files
-    ``new`` does not have (a rebuild with fewer splits leaves none behind)."""
-    fresh = {p.relative_to(new) for p in new.rglob("*") if p.is_file()}
-    for rel in sorted(fresh):
-        target = out / rel
-        if not target.is_file() or target.read_bytes() != (new / rel).read_bytes():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(new / rel, target)
-    for stale in out.glob("splits/*.index"):
-        if stale.relative_to(out) not in fresh:
-            stale.unlink()
-
-
 def _schema(
     graph: WordNetGraph, variant: Variant, node_counts: Counter[str], edge_counts: Counter[str], noun_file: Path
 ) -> dict[str, Any]:
-    pairs: dict[str, set[tuple[str, str]]] = {}
-    for s, t, d in graph.edges:
-        pairs.setdefault(t, set()).add((graph.nodes[s]["type"], graph.nodes[d]["type"]))
     node_types = {
         t: {
             "count": node_counts[t],
@@ -147,19 +109,6 @@ def _schema(
         for t in LABEL_ORDER
         if node_counts[t]
     }
-    edge_types = {}
-    for t, desc in EDGE_DESCRIPTIONS.items():
-        if not edge_counts[t]:
-            continue
-        ends = pairs[t]
-        src = {a for a, _ in ends}
-        dst = {b for _, b in ends}
-        edge_types[t] = {
-            "count": edge_counts[t],
-            "src_type": next(iter(src)) if len(src) == 1 else None,
-            "dst_type": next(iter(dst)) if len(dst) == 1 else None,
-            "description": desc,
-        }
     core_rule = "every noun synset of " + ", ".join(variant.core_files)
     if variant.named_people:
         core_rule += ", and every noun.person synset that is an instance (a named person)"
@@ -179,7 +128,7 @@ def _schema(
             "opposites)."
         ),
         "node_types": node_types,
-        "edge_types": edge_types,
+        "edge_types": edge_types(graph.nodes, graph.edges, edge_counts, EDGE_DESCRIPTIONS),
         "candidate_types": list(node_types),
         "source": {
             "builder": "autofocus.bench.wordnet_build.build_wordnet_skb",
