@@ -772,7 +772,7 @@ def test_a_full_disk_under_eval_out_is_one_line_and_keeps_what_finished(tiny_skb
 def test_a_program_file_of_another_system_or_with_bad_demos_is_refused(tiny_skb: Any, tiny_skb_dir: Path,
                                                                        tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from autofocus.optimize.saved import ProgramFileError
+    from autofocus.program.saved import ProgramFileError
 
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
     path = tmp_path / "prog.json"

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 
 from autofocus.cli import app
 from autofocus.cypher.builder import parse_cypher
+from autofocus.cypher.render import console_cypher
 from autofocus.options import SynthOptions
-from autofocus.skb.export import console_cypher, export_skb
+from autofocus.skb.export import export_skb
 from autofocus.skb.falkordb_local import LocalFalkorDB, free_port
 from autofocus.skb.importers import ImportOptions, SourceError, graphdb, import_skb
 from autofocus.skb.importers.build import write_import

@@ -32,7 +32,7 @@ from autofocus.index.embedders import l2_normalise
 from autofocus.kb import KnowledgeBase
 from autofocus.metrics import as_candidates
 from autofocus.optimize import tune
-from autofocus.optimize.saved import save_program
+from autofocus.program.saved import save_program
 from autofocus.program.steps.grounded_strand import parse_mode
 from autofocus.program.systems import registry
 from autofocus.program.systems.afr import AutofocusRetriever

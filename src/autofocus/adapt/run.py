@@ -8,7 +8,7 @@ The sequence, each part on two CPU cores in minutes:
 3. The reranker (``adapt.reranker``: the embedder fine-tuned as a bi-encoder, or a cross-encoder), its
    best epoch chosen on the held-out questions,
    and the weight of its fusion with steps 1-7's order fitted there by likelihood
-   (``optimize.fusion_fit``).
+   (``evaluation.fusion_fit``).
 4. The type reader (``adapt.type_reader``) on the questions' embeddings and answer types.
 5. The program file: the system with ``trained`` naming the models' folder, step 8 on
    (``reranker=auto`` picks the trained one) and the fitted fusion; ``<stem>.trained/manifest.json``
@@ -54,7 +54,7 @@ def adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repor
     """Run the adaptation of the SKB at ``skb`` (module docstring); writes ``options.out`` and its folder."""
     from autofocus import runtime
     from autofocus.evaluation.program_runs import load_split
-    from autofocus.optimize.saved import save_program
+    from autofocus.program.saved import save_program
     from autofocus.skb.cache import content_digest
 
     report = reporter_or_log(reporter)
@@ -183,7 +183,7 @@ def _fusion(folder: Path, val: list[Mined], skb: Any, runs: dict[str, list[int]]
             report: Reporter) -> dict[str, Any]:
     """Step 8's settings: the trained reranker fused with steps 1-7's order, the weight fitted on the held-out
     questions' lists (a run's where there is one, else the grounded and the vector lists pooled)."""
-    from autofocus.optimize.fusion_fit import fit_prior_weight
+    from autofocus.evaluation.fusion_fit import fit_prior_weight
 
     settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None}
     if not val:

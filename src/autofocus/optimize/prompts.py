@@ -47,11 +47,11 @@ import dspy
 from autofocus.config import AutofocusConfig
 from autofocus.metrics import Candidates
 from autofocus.optimize.feedback import feedback_metric
-from autofocus.optimize.saved import program_state
 from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
 from autofocus.optimize.scoring import question_scores as _question_scores
 from autofocus.optimize.yes_no_demos import yes_no_demos
 from autofocus.options import PromptOptOptions
+from autofocus.program.saved import program_state
 from autofocus.program.steps.nearest_demos import NearestDemos, PoolQuestion
 from autofocus.skb.qa import OPTIONAL_COLUMNS
 from autofocus.trace import Trace

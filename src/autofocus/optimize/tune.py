@@ -32,9 +32,9 @@ from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from autofocus.config import AutofocusConfig, setting_groups
+from autofocus.evaluation.fusion_fit import FusionCase, case_from_trace
 from autofocus.evaluation.traces import TraceWriter, read_traces
 from autofocus.metrics import DEFAULT_KS, Candidates, compute_metrics, dspy_metric, prepare
-from autofocus.optimize.fusion_fit import FusionCase, case_from_trace
 from autofocus.trace import Trace
 from autofocus.usage import map_concurrently
 

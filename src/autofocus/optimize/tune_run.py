@@ -10,7 +10,7 @@ Output folder (default ``runs/tune-<study>``): ``study.db`` (unless ``storage`` 
 ``alpha.png``/``l_max.png``, ``history.png``, ``importance.png``, and ``confirm-<split>-<config
 hash>/`` evaluation runs with the reranker. Step-8 studies (``rerank_trials``) with a pointwise
 judge also write ``prior_weight.*`` (the reranked metrics at each fusion weight) and report the
-likelihood fit of that weight (``optimize.fusion_fit``).
+likelihood fit of that weight (``evaluation.fusion_fit``).
 
 Example:
     result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), TuneOptions(trials=50))
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autofocus.config import AutofocusConfig
+from autofocus.evaluation.fusion_fit import FusionFit, fit_prior_weight
 from autofocus.evaluation.runner import without_waits
 from autofocus.optimize import tune as tuning
-from autofocus.optimize.fusion_fit import FusionFit, fit_prior_weight
 from autofocus.options import EvalOptions, TuneOptions
 from autofocus.progress import reporter_or_log
 
