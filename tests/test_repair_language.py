@@ -13,7 +13,7 @@ from autofocus.cypher import parse_cypher
 from autofocus.language import language
 from autofocus.program.steps import direction, label_phrases, reading
 from autofocus.program.steps import repairs as repairs_package
-from autofocus.program.steps.grounded_strand import ground_strand
+from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand
 from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs import repair_query
 from autofocus.trace import Trace
@@ -59,7 +59,7 @@ def test_the_french_asked_class_and_the_passive_agent(skb) -> None:
     cypher = "MATCH (y:personne)-[:né_à]->(b:lieu {name: 'Brésil'}) RETURN y"
     linked = repaired(skb, cypher, question, "personne")
     assert [r.kind for r in linked.repairs] == ["class"] and "'compositeur'" in linked.repairs[0].detail
-    strand = ground_strand(GraphOnlyKB(skb), parse_cypher(cypher, skb.schema), AutofocusConfig(language="fr"),
+    strand = ground_strand(GraphOnlyKB(skb), parse_cypher(cypher, skb.schema), StrandSettings.of(AutofocusConfig(language="fr")),
                            Trace(question=question), "personne")
     assert strand.answers.tolist() == [6, 7]
     # "cités par Dupont2020": the articles Dupont2020 cites, though the LM wrote those that cite it

@@ -460,9 +460,9 @@ def test_params_and_ranges_are_validated() -> None:
 def test_parsing_is_strict_when_either_mode_is(tiny_skb: Any, tmp_path: Path) -> None:
     """A relationship whose endpoint types contradict it: strict parsing drops it (any edge then
     grounds), lenient parsing keeps it as a hint, which strict step 5 would turn into a hard filter."""
-    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="strict")) == "strict"
-    assert parse_mode(AutofocusConfig(type_mode="strict", edge_mode="lenient")) == "strict"
-    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="lenient")) == "lenient"
+    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="strict").grounding) == "strict"
+    assert parse_mode(AutofocusConfig(type_mode="strict", edge_mode="lenient").grounding) == "strict"
+    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="lenient").grounding) == "lenient"
     kb = make_kb(tiny_skb, tmp_path)
     cypher = "MATCH (p:paper)-[:paper_published_in_venue]->(f:field {name: 'Information Retrieval'}) RETURN p"
     assert parse_cypher(cypher, tiny_skb.schema, mode="lenient").triplets[0].rel == "paper_published_in_venue"

@@ -128,7 +128,7 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
                 "instruction changes and no bootstrapped trace reaches; use --optimizer gold (yes/no demos "
                 "from the training answers), --reranker listwise/pairwise/tournament, or a hosted LM"
             )
-        elif step == "reranker" and config.steps != "1-8":
+        elif step == "reranker" and not config.steps.reranks:
             problems.append(f"reranker: steps={config.steps} never reaches step 8")
         elif hasattr(program, "query_graph") and step in ("cypher", "query_graph"):
             used = "query_graph" if config.query.query_format == "typed" else "cypher"

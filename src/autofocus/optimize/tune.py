@@ -215,7 +215,7 @@ def llm_identity(
         "temperature": cfg.runtime.lm.temperature,
         "max_tokens": cfg.runtime.lm.max_tokens,
         "query_format": cfg.query.query_format,
-        "query": cfg.steps != "1+7",
+        "query": cfg.steps.grounds,
         "program": program_sha256,
         "skb": skb_fingerprint,
     }

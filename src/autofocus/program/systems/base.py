@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, Steps
 from autofocus.local_lm import startup
 from autofocus.program.saved import is_program_file, load_program_state
 from autofocus.program.saved import save_program as save_program_file
@@ -156,7 +156,7 @@ class SeedSystem(RetrievalProgram):
 
 def require_full_pipeline(config: AutofocusConfig, system: str) -> None:
     """The ``steps`` ablations are AF-Retriever's; other systems refuse them instead of ignoring them."""
-    if config.steps != "1-8":
+    if config.steps is not Steps.ALL:
         raise ValueError(
             f"{system}: steps={config.steps} is an AF-Retriever ablation; this system has no step ablations "
             "(use reranker=none to skip its reranker)"
