@@ -155,7 +155,7 @@ def test_presets_specs_and_load_config_take_both_forms() -> None:
 
 
 def test_tuning_studies_name_settings_flat_and_take_grouped_names() -> None:
-    from autofocus.optimize.tune import config_with, parse_params
+    from autofocus.optimize.tune_space import config_with, parse_params
 
     assert parse_params("merge.alpha,l_max,grounding.expansion", rerank=False) == ["alpha", "l_max", "expansion"]
     with pytest.raises(ValueError, match=r"query\.alpha"):
