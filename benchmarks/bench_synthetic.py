@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autofocus.config import AutofocusConfig
-from autofocus.evaluation.report import paired_test
+from autofocus.evaluation.statistics import paired_test
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
 from autofocus.options import PromptOptOptions
 from autofocus.program.saved import save_program

@@ -581,7 +581,7 @@ def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
 
 
 def test_the_gain_line_says_whether_tuning_beat_the_defaults_beyond_noise() -> None:
-    from autofocus.evaluation.report import paired_test
+    from autofocus.evaluation.statistics import paired_test
     from autofocus.optimize.tune_run import gain_line
 
     same = {"metric": "hit@1", **paired_test(np.zeros(40), np.r_[np.ones(2), np.zeros(38)])}

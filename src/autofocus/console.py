@@ -141,14 +141,14 @@ def _print_tables(console: Console, tables: Sequence[tuple[str, list[str], list[
 
 def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
     """A run's summary (``evaluation.report.summarize``) as the tables ``summary.md`` holds."""
-    from autofocus.evaluation.report import summary_tables
+    from autofocus.evaluation.report_tables import summary_tables
 
     _print_tables(console or make_console(), summary_tables(summary, title))
 
 
 def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
     """Runs compared with the first (``evaluation.report.comparison_rows``), with how to read them."""
-    from autofocus.evaluation.report import COMPARISON_NOTE, comparison_tables
+    from autofocus.evaluation.report_tables import COMPARISON_NOTE, comparison_tables
 
     console = console or make_console()
     _print_tables(console, comparison_tables(rows, wide=False))

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from autofocus.evaluation.fusion_fit import FusionFit, case_from_trace, fit_prior_weight
-from autofocus.evaluation.report import Run, paired_test
+from autofocus.evaluation.report import Run
+from autofocus.evaluation.statistics import paired_test
 from autofocus.metrics import compute_metrics
 from autofocus.program.steps.rerank import prior_fuse, rrf_fuse
 from autofocus.program.steps.vss import grounded_first

@@ -80,9 +80,9 @@ class TuningResult:
     @cached_property
     def gain(self) -> dict[str, Any]:
         """The tuned config against the defaults on the tuning split, paired per question (the
-        objective; ``evaluation.report.paired_test``). Optimistic: this split chose the settings, so
+        objective; ``evaluation.statistics.paired_test``). Optimistic: this split chose the settings, so
         a gain within noise here means the study found nothing to trust."""
-        from autofocus.evaluation.report import paired_test
+        from autofocus.evaluation.statistics import paired_test
 
         metric = self.spec.metric
         a, b = self.baseline.per_question.get(metric, []), self.tuned.per_question.get(metric, [])
