@@ -57,6 +57,7 @@ from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import (
     SCAN_SLACK,
     ScanAhead,
+    evidence_factor,
     grounded_first,
     grounded_slots,
     merge,
@@ -584,26 +585,3 @@ def plausible_types(types1: list[str], trace: Trace, floor: float) -> list[str]:
     probs = trace.data.get("target_type_probs") or {}
     return [*types1, *(t for t, p in probs.items() if p >= floor and t not in types1)]
 
-
-def evidence_factor(strand: Strand, types1: list[str], merge: MergeConfig) -> tuple[float, list[str] | None]:
-    """The grounded strand's weight against its evidence (``merge.alpha_rule`` evidence): 1 for the paper's
-    fixed alpha or an empty strand, else less for a relaxed query, a huge grounded set or steps 1 and 2
-    disagreeing; it scales the grounded share of the k slots (alpha) and the merge's grounded bonus.
-    Returns the factor and why it is below 1 (None where the rule does not apply)."""
-    if merge.alpha_rule == "fixed" or strand.empty:
-        return 1.0, None
-    factor, why = 1.0, []
-    if strand.relaxed:
-        factor *= merge.alpha_relaxed ** len(strand.relaxed)
-        why.append(f"relaxed x{len(strand.relaxed)}")
-    if strand.repairs:
-        factor *= merge.alpha_repaired
-        why.append("repaired")
-    if len(strand.answers) > merge.alpha_large_size:
-        factor *= merge.alpha_large
-        why.append(f"|C|={len(strand.answers)}")
-    label = strand.query_graph.target_type if strand.query_graph is not None else None
-    if types1 and label is not None and label not in types1:
-        factor *= merge.alpha_disagree
-        why.append(f"query asks for {label}")
-    return factor, why
