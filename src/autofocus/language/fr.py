@@ -60,4 +60,7 @@ LANGUAGE = Language(
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,
+    name_fillers=frozenset(["a", "à", "au", "aux", "avec", "dans", "de", "des", "du", "en", "est", "et", "être", "la",
+                            "le", "les", "ont", "par", "pour", "sont", "sur", "un", "une"]),
+    name_singular=singular,
 )
