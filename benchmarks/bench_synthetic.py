@@ -28,10 +28,10 @@ from rich.console import Console
 from rich.table import Table
 
 from autofocus.config import AutofocusConfig
-from autofocus.evaluation.report import paired_test
+from autofocus.evaluation.statistics import paired_test
 from autofocus.optimize.prompts import OptimizeResult, Scores, examples, optimise
-from autofocus.optimize.saved import save_program
 from autofocus.options import PromptOptOptions
+from autofocus.program.saved import save_program
 from autofocus.skb.qa import QAItem, load_qa
 
 STEPS = ("target_type", "cypher", "reranker")

@@ -19,9 +19,10 @@ from rich.progress import track
 
 import autofocus
 from autofocus.evaluation.program_runs import recorded_llm_steps
-from autofocus.evaluation.report import load_run, paired_test
+from autofocus.evaluation.report import load_run
+from autofocus.evaluation.statistics import paired_test
 from autofocus.metrics import compute_metrics
-from autofocus.optimize.tune import config_with
+from autofocus.optimize.tune_space import config_with
 from autofocus.program.systems.afr import AutofocusRetriever
 
 METRICS = ("hit@1", "mrr")

@@ -22,7 +22,8 @@ from rich.progress import Progress
 
 import autofocus
 from autofocus.evaluation.program_runs import recorded_llm_steps
-from autofocus.evaluation.report import load_run, paired_test
+from autofocus.evaluation.report import load_run
+from autofocus.evaluation.statistics import paired_test
 from autofocus.metrics import compute_metrics
 from autofocus.program.systems.afr import AutofocusRetriever
 from autofocus.trace import Trace

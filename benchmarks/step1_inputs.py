@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import autofocus
-from autofocus.evaluation.report import load_run, paired_test
+from autofocus.evaluation.report import load_run
+from autofocus.evaluation.statistics import paired_test
 from autofocus.program.steps.target_type import TypeInput, combine, kept
 
 

@@ -327,9 +327,9 @@ def test_step_1s_plausible_types_reach_step_3b_and_a_replay_keeps_them(tmp_path:
     probs = {"location": 0.78, "natural_object": 0.2, "plant": 0.004}
     trace = Trace(question="Which rivers run through Minnesota?")
     trace.data["target_type_probs"] = probs
-    assert plausible_types(["location"], trace, AutofocusConfig()) == ["location", "natural_object"]
-    assert plausible_types(["location"], trace, AutofocusConfig(class_type_floor=1.0)) == ["location"]
-    assert plausible_types(["location"], Trace(question="q"), AutofocusConfig()) == ["location"]  # step 1 generated
+    assert plausible_types(["location"], trace, AutofocusConfig().query.class_type_floor) == ["location", "natural_object"]
+    assert plausible_types(["location"], trace, AutofocusConfig(class_type_floor=1.0).query.class_type_floor) == ["location"]
+    assert plausible_types(["location"], Trace(question="q"), AutofocusConfig().query.class_type_floor) == ["location"]  # step 1 generated
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     data = {"target_type": "location", "cypher": "MATCH (y:location) RETURN y", "target_type_probs": probs}

@@ -22,6 +22,7 @@ from autofocus.kb import KnowledgeBase
 from autofocus.program.systems.afr import AutofocusRetriever
 from autofocus.program.systems.base import RetrievalProgram
 from autofocus.skb.model import SKB
+from scripts.import_layers import cycles, module_imports, package_graph, upward
 from tests.test_systems_common import ScriptedLM, field_value, make_kb
 
 SRC = Path(autofocus.__file__).parent
@@ -210,71 +211,23 @@ def test_systems_and_exports() -> None:
 # --- the layout --------------------------------------------------------------------------------------------
 
 
-def module_imports() -> dict[str, set[str]]:
-    """Module -> the package modules it imports anywhere (top level, functions, TYPE_CHECKING)."""
-    modules: dict[str, Path] = {}
-    for path in SRC.rglob("*.py"):
-        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).strip(".")
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            else:
-                continue
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    found.add(target)
-        graph[name] = found
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
-
-
 def test_no_import_cycles_even_through_function_level_imports() -> None:
     graph = module_imports()
     assert "autofocus.index.store" in graph["autofocus.kb"]  # the graph is read
     assert cycles(graph) == []
+
+
+# the offline LM's server layer still starts the command layer's resident worker
+KNOWN_UPWARD = {("autofocus.local_lm.served", "autofocus.resident")}
+
+
+def test_layers_point_down_and_packages_import_no_cycle() -> None:
+    graph = module_imports()
+    assert set(upward(graph)) <= KNOWN_UPWARD
+    for importer, imported in KNOWN_UPWARD:
+        graph[importer].discard(imported)
+    assert cycles(package_graph(graph)) == []
+    assert upward({"autofocus.skb.io": {"autofocus.cypher.render"}}) == [("autofocus.skb.io", "autofocus.cypher.render")]
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

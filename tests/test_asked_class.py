@@ -8,7 +8,7 @@ import pytest
 from autofocus.config import REPAIR_RULES, AutofocusConfig
 from autofocus.cypher import parse_cypher
 from autofocus.language import language
-from autofocus.program.steps.grounded_strand import ground_strand
+from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand
 from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs import repair_query
 from autofocus.program.steps.repairs.asked_class import find_asked_class, link_asked_class
@@ -100,15 +100,15 @@ def test_grounding_keeps_the_class_and_drops_the_llms_condition_where_both_exclu
     # the question's class and the LM's condition agree: composers born in Brazil
     trace = Trace(question="Which composers came from Brazil?")
     qg = parse_cypher('MATCH (y:person)-[:born_in]->(b:location {name: "Brazil"}) RETURN y', skb.schema)
-    strand = ground_strand(GraphOnlyKB(skb), qg, cfg, trace, "person")
+    strand = ground_strand(GraphOnlyKB(skb), qg, StrandSettings.of(cfg), trace, "person")
     assert strand.answers.tolist() == [1, 3] and strand.relaxed == []
     # the LM wrote a condition no member of the class satisfies: the LM's condition goes first, the class stays
     trace = Trace(question="Which composers were also writers?")
     qg = parse_cypher('MATCH (y:person)-[:instance_of]->(w:person {name: "writer"}) RETURN y', skb.schema)
-    strand = ground_strand(GraphOnlyKB(skb), qg, cfg, trace, "person")
+    strand = ground_strand(GraphOnlyKB(skb), qg, StrandSettings.of(cfg), trace, "person")
     assert strand.answers.tolist() == [1, 2, 3, *range(15, 23)]
     assert strand.relaxed[-1].startswith("triplets: dropped (y)-[:instance_of]-(w)")
     # without the class link the LM's reading stands
-    off = ground_strand(GraphOnlyKB(skb), qg, cfg.updated({"repairs": WITHOUT_CLASS}), Trace(question="Which composers were also writers?"),
+    off = ground_strand(GraphOnlyKB(skb), qg, StrandSettings.of(cfg.updated({"repairs": WITHOUT_CLASS})), Trace(question="Which composers were also writers?"),
                         "person")
     assert off.answers.tolist() == [7, 8]

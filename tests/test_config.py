@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from autofocus.config import (
     LEGACY_SETTINGS,
     REPAIR_RULES,
     AutofocusConfig,
+    Steps,
     describe,
     flat_settings,
     nest_settings,
@@ -57,13 +59,38 @@ def test_a_flat_file_of_the_old_form_loads_with_every_value() -> None:
     cfg = AutofocusConfig.load(FLAT_V1)
     assert (cfg.merge.alpha, cfg.grounding.l_max, cfg.rerank.rerank_depth, cfg.steps) == (0.45, 33, None, "1-7")
     assert cfg.runtime.lm.default == "openai/m" and cfg.runtime.lm.for_step("rerank") == "local"
-    assert cfg.experimental.scan_shards == 2 and cfg.systems.critic_rounds == 3
+    assert cfg.runtime.scan_shards == 2 and cfg.systems.critic_rounds == 3
     loaded = cfg.flat(mode="json")
     kept = {k: v for k, v in flat.items() if k != "lm" and k not in LEGACY_SETTINGS}
     assert {k: v for k, v in loaded.items() if k in kept} == kept
     assert flat["lm"].items() <= loaded["lm"].items()  # nothing lost (LM settings added since at their defaults)
     assert flat["repair_mentions"] and cfg.query.repairs == list(REPAIR_RULES)  # switches on: every rule
     assert runtime.load_config(FLAT_V1) == cfg
+
+
+def test_settings_graduated_from_experimental_read_under_their_old_group_with_a_deprecation_line() -> None:
+    old = {"experimental": {"alpha_relaxed": 0.25, "rerank_keep_block": True, "query_samples": 1}, "experimental.scan_shards": 3}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        cfg = AutofocusConfig.model_validate(old)
+    assert sorted(str(w.message).split(";")[0] for w in said if w.category is FutureWarning) == [
+        "setting experimental.alpha_relaxed is now merge.alpha_relaxed",
+        "setting experimental.rerank_keep_block is now rerank.rerank_keep_block",
+        "setting experimental.scan_shards is now runtime.scan_shards"]
+    assert (cfg.merge.alpha_relaxed, cfg.rerank.rerank_keep_block, cfg.runtime.scan_shards) == (0.25, True, 3)
+    assert "alpha_relaxed" not in cfg.model_dump()["experimental"]  # saved under the new group
+    assert AutofocusConfig.model_validate(cfg.model_dump()) == cfg
+
+
+def test_steps_is_a_named_value_that_says_which_strands_run() -> None:
+    assert [s.value for s in Steps] == ["1+7", "1-5", "1-6", "1-7", "1-8"]
+    runs = {s.value: (s.grounds, s.ranks_grounded, s.searches_rest, s.reranks) for s in Steps}
+    assert runs == {"1+7": (False, True, True, False), "1-5": (True, False, False, False),
+                    "1-6": (True, True, False, False), "1-7": (True, True, True, False), "1-8": (True, True, True, True)}
+    cfg = AutofocusConfig(steps="1-7")
+    assert cfg.steps is Steps.RETRIEVAL and cfg.model_dump(mode="json")["steps"] == "1-7" and json.loads(cfg.model_dump_json())["steps"] == "1-7"
+    with pytest.raises(ValidationError, match="the paper's ablations"):
+        AutofocusConfig(steps="2-3")
 
 
 def test_switches_of_older_configs_drop_their_rules_from_the_list(tmp_path: Path) -> None:
@@ -128,13 +155,13 @@ def test_presets_specs_and_load_config_take_both_forms() -> None:
 
 
 def test_tuning_studies_name_settings_flat_and_take_grouped_names() -> None:
-    from autofocus.optimize.tune import config_with, parse_params
+    from autofocus.optimize.tune_space import config_with, parse_params
 
     assert parse_params("merge.alpha,l_max,grounding.expansion", rerank=False) == ["alpha", "l_max", "expansion"]
     with pytest.raises(ValueError, match=r"query\.alpha"):
         parse_params("query.alpha", rerank=False)
     tuned = config_with(AutofocusConfig(), {"alpha": 0.3, "l_max": 7, "alpha_relaxed": 0.9})
-    assert (tuned.merge.alpha, tuned.grounding.l_max, tuned.experimental.alpha_relaxed) == (0.3, 7, 0.9)
+    assert (tuned.merge.alpha, tuned.grounding.l_max, tuned.merge.alpha_relaxed) == (0.3, 7, 0.9)
 
 
 def test_run_identities_compare_flat_so_old_runs_still_resume() -> None:

@@ -254,8 +254,8 @@ def test_split_systems_and_dir_names() -> None:
 def test_eval_with_a_saved_program_uses_its_system_config_and_state(
     cli: CliRunner, tiny_skb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The saved-program contract of ``autofocus.optimize.saved`` (as ``autofocus.runtime`` uses it)."""
-    saved = ModuleType("autofocus.optimize.saved")
+    """The saved-program contract of ``autofocus.program.saved`` (as ``autofocus.runtime`` uses it)."""
+    saved = ModuleType("autofocus.program.saved")
 
     def read_program_config(path: Path) -> tuple[str, AutofocusConfig]:
         data = json.loads(Path(path).read_text())
@@ -266,7 +266,7 @@ def test_eval_with_a_saved_program_uses_its_system_config_and_state(
 
     saved.read_program_config, saved.load_program_state = read_program_config, load_program_state
     saved.ProgramFileError = type("ProgramFileError", (ValueError,), {})
-    monkeypatch.setitem(sys.modules, "autofocus.optimize.saved", saved)
+    monkeypatch.setitem(sys.modules, "autofocus.program.saved", saved)
     prog = tmp_path / "optimised.json"
     prog.write_text(json.dumps({"system": "scripted", "config": {"k": 2, "alpha": 0.4}, "state": "tuned"}))
     out = tmp_path / "run"

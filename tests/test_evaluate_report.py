@@ -16,19 +16,14 @@ from rich.console import Console
 
 from autofocus.console import print_comparison, print_summary
 from autofocus.evaluation.plots import plot_funnel, plot_metric_curves, plot_step_latency, save_run_plots
-from autofocus.evaluation.report import (
+from autofocus.evaluation.report import comparison_rows, load_run, summarize
+from autofocus.evaluation.report_tables import (
     comparison_csv,
     comparison_markdown,
-    comparison_rows,
-    detectable_difference,
-    holm,
-    load_run,
-    mean_ci,
-    paired_test,
-    summarize,
     summary_markdown,
     write_summary,
 )
+from autofocus.evaluation.statistics import detectable_difference, holm, mean_ci, paired_test
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

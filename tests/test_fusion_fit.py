@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autofocus.optimize.fusion_fit import case, case_from_trace, fit_prior_weight
+from autofocus.evaluation.fusion_fit import case, case_from_trace, fit_prior_weight
 from autofocus.program.steps.rerank import prior_fuse
 
 

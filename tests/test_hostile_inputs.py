@@ -48,7 +48,7 @@ from autofocus.index import store as store_mod
 from autofocus.index.build import build_embeddings
 from autofocus.index.embedders import l2_normalise
 from autofocus.language import language
-from autofocus.program.steps.grounded_strand import parse_step, repair_step
+from autofocus.program.steps.grounded_strand import StrandSettings, parse_step, repair_step
 from autofocus.program.steps.llm_call import describe_error
 from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs import repair_query
@@ -84,7 +84,7 @@ def test_a_query_of_many_clauses_is_capped_degraded_and_repaired_in_bounded_time
     kb = make_kb(tiny_skb, tmp_path / "kb")  # steps 3 and 3b read the SKB only
     trace = Trace(question=QUESTION)
     start = time.perf_counter()
-    qg = parse_step(kb, clauses(60), "paper", runtime.load_config(None), trace)
+    qg = parse_step(kb, clauses(60), "paper", runtime.load_config(None).grounding, trace)
     repaired = repair_step(kb, qg, "paper", trace)
     assert time.perf_counter() - start < 10  # was minutes: 20,000 assignments x 60 triplets
     assert qg is not None and len(qg.triplets) == MAX_TRIPLETS and len(repaired.query.triplets) <= MAX_TRIPLETS
@@ -120,14 +120,14 @@ def test_grounding_and_relaxation_stop_at_the_deadline(tiny_skb: Any, tmp_path: 
     cfg = runtime.load_config(None)
     query = "MATCH (p:paper)-[:paper_cites_paper]->(q:paper {title: 'Nothing At All'})-[:paper_extends_paper]->(r:paper) RETURN p"
     free = Trace(question="Which papers cite Nothing At All?")
-    ground_strand(kb, parse_step(kb, query, "paper", cfg, free), cfg, free, "paper")
+    ground_strand(kb, parse_step(kb, query, "paper", cfg.grounding, free), StrandSettings.of(cfg), free, "paper")
     assert len(free.data["grounding_rounds"]) + len(free.data["relaxed"]) > 1 and not free.degraded
     trace = Trace(question="Which papers cite Nothing At All?")
-    qg = parse_step(kb, query, "paper", cfg, trace)
+    qg = parse_step(kb, query, "paper", cfg.grounding, trace)
     monkeypatch.setattr(usage, "clock", lambda: 100.0)
     with usage.question_deadline(1.0):
         monkeypatch.setattr(usage, "clock", lambda: 200.0)  # the deadline passed before grounding
-        ground_strand(kb, qg, cfg, trace, "paper")
+        ground_strand(kb, qg, StrandSettings.of(cfg), trace, "paper")
     assert len(trace.data["grounding_rounds"]) == 1 and trace.data["relaxed"] == []
     assert {d.step for d in trace.degraded} & {"5_grounding", "5_relax"}
 
@@ -772,7 +772,7 @@ def test_a_full_disk_under_eval_out_is_one_line_and_keeps_what_finished(tiny_skb
 def test_a_program_file_of_another_system_or_with_bad_demos_is_refused(tiny_skb: Any, tiny_skb_dir: Path,
                                                                        tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from autofocus.optimize.saved import ProgramFileError
+    from autofocus.program.saved import ProgramFileError
 
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: make_kb(tiny_skb, tmp_path / "kb", tiny_skb_dir))
     path = tmp_path / "prog.json"

@@ -19,9 +19,9 @@ import pytest
 
 from autofocus.kb import KnowledgeBase
 from autofocus.optimize.prompts import optimise
-from autofocus.optimize.saved import ProgramFileError, load_program_state, save_program
 from autofocus.optimize.scoring import grounded_strand
 from autofocus.options import PromptOptOptions
+from autofocus.program.saved import ProgramFileError, load_program_state, save_program
 from autofocus.program.steps.nearest_demos import NearestDemos, PoolQuestion, pool_from_dict
 from autofocus.program.systems.registry import build_program
 from autofocus.skb.skbdir import load_skb_dir

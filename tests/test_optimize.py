@@ -25,15 +25,15 @@ from autofocus.config import AutofocusConfig
 from autofocus.kb import KnowledgeBase
 from autofocus.optimize.feedback import explain, feedback_metric
 from autofocus.optimize.prompts import examples, llm_steps, optimise, step_problems
-from autofocus.optimize.saved import (
+from autofocus.optimize.scoring import default_metric, grounded_strand, objective, question_scores
+from autofocus.options import PromptOptOptions
+from autofocus.program.saved import (
     ProgramFileError,
     load_program_state,
     program_state,
     read_program_config,
     save_program,
 )
-from autofocus.optimize.scoring import default_metric, grounded_strand, objective, question_scores
-from autofocus.options import PromptOptOptions
 from autofocus.program.systems.registry import PAPER, build_program
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa

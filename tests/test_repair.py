@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from autofocus.config import AutofocusConfig
 from autofocus.cypher import parse_cypher, to_cypher
 from autofocus.language import language
-from autofocus.program.steps.grounded_strand import ground_strand, relaxations
+from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand, relaxations
 from autofocus.program.steps.label_phrases import LabelPhrases, asked_label
 from autofocus.program.steps.reading import Naming, QuestionReading, tokenise, words_of
 from autofocus.program.steps.repairs import repair_query
@@ -202,7 +202,7 @@ def test_the_strand_repairs_then_relaxes_until_something_grounds(skb) -> None:
     trace = Trace(question="Which exceptions subclass KeyError and are defined in json?")
     qg = parse_cypher('MATCH (y:exception)-[:subclass]->(b {name: "KeyError"}), (y)-[:defined_in]->(m:module {name: "json"}) '
                       "RETURN y", skb.schema)
-    strand = ground_strand(_KB(skb), qg, cfg, trace, "exception")
+    strand = ground_strand(_KB(skb), qg, StrandSettings.of(cfg), trace, "exception")
     # as written nothing is both (json's exception subclasses ValueError): the farthest triplet goes; both are
     # one hop from y, so the first written (subclass of KeyError) goes and json's exception stays
     assert strand.relaxed[0] == "triplets: dropped (y)-[:exception_subclass_of_exception]-(b)"
@@ -218,12 +218,12 @@ def test_votes_keep_what_most_grounding_samples_agree_on(skb) -> None:
     subclass = 'MATCH (y:exception)-[:exception_subclass_of_exception]->(b:exception {name: "ValueError"}) RETURN y'  # {4}
     other = 'MATCH (y:exception)-[:exception_defined_in_module]->(m:module {name: "os"}) RETURN y'  # {8}
     trace = Trace(question="Which exception of json (or os) subclasses ValueError?")
-    strand = ground_by_votes(_KB(skb), [defined, subclass, other, "not a query"], AutofocusConfig(relax=[]), trace,
+    strand = ground_by_votes(_KB(skb), [defined, subclass, other, "not a query"], StrandSettings.of(AutofocusConfig(relax=[])), trace,
                              "exception")
     assert strand.answers.tolist() == [4]  # 2 of the 3 grounding samples; the unparsable one does not vote
     assert trace.data["votes"] == {"samples": 4, "grounding": 3, "kept": 1, "sizes": [1, 1, 1, 0]}
     assert trace.flags["grounded_nonempty"] is True and trace.data["grounded_ids"].tolist() == [4]
-    lone = ground_by_votes(_KB(skb), ["not a query", other], AutofocusConfig(relax=[]), Trace(question="os errors?"),
+    lone = ground_by_votes(_KB(skb), ["not a query", other], StrandSettings.of(AutofocusConfig(relax=[])), Trace(question="os errors?"),
                            "exception")
     assert lone.answers.tolist() == [8]  # one grounding sample is a majority of one
 
@@ -241,8 +241,8 @@ def test_hostile_queries_still_give_a_strand(skb, parts: list[str], question: st
     trace = Trace(question=question)
     from autofocus.program.steps.grounded_strand import parse_step
 
-    qg = parse_step(_KB(skb), " ".join(parts), "exception", cfg, trace)
-    strand = ground_strand(_KB(skb), qg, cfg, trace, "exception")
+    qg = parse_step(_KB(skb), " ".join(parts), "exception", cfg.grounding, trace)
+    strand = ground_strand(_KB(skb), qg, StrandSettings.of(cfg), trace, "exception")
     assert strand.answers.dtype.kind == "i" and set(strand.answers.tolist()) <= set(range(skb.num_nodes))
     assert len(strand.relaxed) <= cfg.grounding.relax_max_rungs + 2  # the second readings, then the ladder's rungs
 
@@ -329,7 +329,7 @@ def test_the_strand_tries_the_second_reading_when_the_written_one_grounds_nothin
     qg = parse_cypher('MATCH (y:exception)-[:exception_defined_in_module]->(b:module {name: "logging"}) RETURN y',
                       logs.schema, target_type="exception")
     trace = Trace(question=question)
-    strand = ground_strand(_KB(logs), qg, AutofocusConfig(), trace, "exception")
+    strand = ground_strand(_KB(logs), qg, StrandSettings.of(AutofocusConfig()), trace, "exception")
     assert strand.answers.tolist() == [1] and strand.relaxed[0].startswith("reading: ")
     assert ("5_relax", "reading") in [(e.step, e.kind) for e in trace.events]
     assert {t.rel for t in strand.query_graph.triplets} == {"function_raises_exception", "function_defined_in_module"}
@@ -394,7 +394,7 @@ def test_a_list_written_as_a_chain_of_named_nodes_becomes_a_star() -> None:
     result = repaired(skb, cypher, "module", question="Which modules import base64 and also os?")
     assert sorted((t.head, t.tail) for t in result.query.triplets) == [("y", "b"), ("y", "c")]
     assert [r.kind for r in result.repairs] == ["star"]
-    strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repairs=[]), Trace(question="q"), "module")
+    strand = ground_strand(_KB(skb), result.query, StrandSettings.of(AutofocusConfig(repairs=[])), Trace(question="q"), "module")
     assert strand.answers.tolist() == [3]  # importlib; email imports base64 but not os
     # a triplet the target's label cannot take stays as written: a module depends on no package
     typed = make_skb(["module", "package"], [0, 0, 1, 1], [(2, "ships", 0), (2, "depends_on", 3)],
@@ -425,7 +425,7 @@ def test_a_same_type_relationship_is_turned_the_way_the_question_reads(question:
     assert ((t.head, t.tail) != before) is flipped
     assert any(r.kind == "direction" for r in result.repairs) is flipped
     if flipped and name == "importlib":
-        strand = ground_strand(_KB(skb), result.query, AutofocusConfig(repairs=[]), Trace(question=question), "module")
+        strand = ground_strand(_KB(skb), result.query, StrandSettings.of(AutofocusConfig(repairs=[])), Trace(question=question), "module")
         assert sorted(strand.answers.tolist()) == [0, 1]  # what importlib imports: base64, os
 
 

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 
 from autofocus.cli import app
 from autofocus.cypher.builder import parse_cypher
+from autofocus.cypher.render import console_cypher
 from autofocus.options import SynthOptions
-from autofocus.skb.export import console_cypher, export_skb
+from autofocus.skb.export import export_skb
 from autofocus.skb.falkordb_local import LocalFalkorDB, free_port
 from autofocus.skb.importers import ImportOptions, SourceError, graphdb, import_skb
 from autofocus.skb.importers.build import write_import
@@ -183,7 +184,7 @@ def test_a_class_with_its_kinds_runs_in_the_database(falkordb: LocalFalkorDB, tm
     from falkordb import FalkorDB
 
     from autofocus.config import AutofocusConfig
-    from autofocus.program.steps.grounded_strand import ground_strand
+    from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand
     from autofocus.skb.writer import write_skb_dir
     from autofocus.trace import Trace
     from tests.skb_factory import GraphOnlyKB
@@ -199,7 +200,7 @@ def test_a_class_with_its_kinds_runs_in_the_database(falkordb: LocalFalkorDB, tm
     write_skb_dir(tmp_path / "taxa", schema, nodes, edges)
     skb = load_skb_dir(tmp_path / "taxa", progress=False)
     qg = parse_cypher('MATCH (s:animal {name: "sunfish"})-[:member_of]->(y:animal) RETURN y', skb.schema)
-    strand = ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True),
+    strand = ground_strand(GraphOnlyKB(skb), qg, StrandSettings.of(AutofocusConfig(exact_name_only=True)),
                            Trace(question="What family is the sunfish in?"), "animal")
     assert strand.answers.tolist() == [3]
     pasted = console_cypher(strand.query_graph, skb.schema)
@@ -215,7 +216,7 @@ def test_a_target_of_either_label_runs_in_the_database(falkordb: LocalFalkorDB, 
     from falkordb import FalkorDB
 
     from autofocus.config import AutofocusConfig
-    from autofocus.program.steps.grounded_strand import ground_strand
+    from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand
     from autofocus.skb.writer import write_skb_dir
     from autofocus.trace import Trace
     from tests.skb_factory import GraphOnlyKB
@@ -231,7 +232,7 @@ def test_a_target_of_either_label_runs_in_the_database(falkordb: LocalFalkorDB, 
     skb = load_skb_dir(tmp_path / "sea", progress=False)
     qg = parse_cypher('MATCH (y:sea_animal)-[:lives_in]->(b:water_body {name: "North Sea"}) RETURN y', skb.schema)
     qg = qg.model_copy(update={"symbols": {**qg.symbols, "y": qg.symbols["y"].model_copy(update={"also": ["sea_plant"]})}})
-    strand = ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True, repairs=[]),
+    strand = ground_strand(GraphOnlyKB(skb), qg, StrandSettings.of(AutofocusConfig(exact_name_only=True, repairs=[])),
                            Trace(question="What lives in the North Sea?"), "sea_plant")
     assert strand.answers.tolist() == [1, 2]
     pasted = console_cypher(strand.query_graph, skb.schema)

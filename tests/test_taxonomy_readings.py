@@ -12,7 +12,7 @@ from autofocus.cypher import parse_cypher
 from autofocus.cypher.mapping import mapper_for
 from autofocus.cypher.render import to_cypher
 from autofocus.language import language
-from autofocus.program.steps.grounded_strand import ground_strand
+from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand
 from autofocus.program.steps.reading import QuestionReading
 from autofocus.program.steps.repairs import Context, repair_query
 from autofocus.program.steps.repairs.asked_class import find_asked_class
@@ -78,7 +78,7 @@ def name_from_question(qg, skb, question: str):
 
 def _strand(skb, question: str, cypher: str, target_type: str, **cfg):
     qg = parse_cypher(cypher, skb.schema)
-    return ground_strand(GraphOnlyKB(skb), qg, AutofocusConfig(exact_name_only=True, **cfg), Trace(question=question), target_type)
+    return ground_strand(GraphOnlyKB(skb), qg, StrandSettings.of(AutofocusConfig(exact_name_only=True, **cfg)), Trace(question=question), target_type)
 
 
 def test_the_asked_class_reaches_its_subclasses_through_the_relationship_that_chains_there(skb) -> None:

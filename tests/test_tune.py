@@ -31,8 +31,8 @@ from autofocus.index.cache import EmbeddingCache
 from autofocus.index.embedders import l2_normalise
 from autofocus.kb import KnowledgeBase
 from autofocus.metrics import as_candidates
-from autofocus.optimize import tune
-from autofocus.optimize.saved import save_program
+from autofocus.optimize import llm_outputs, tune, tune_space
+from autofocus.program.saved import save_program
 from autofocus.program.steps.grounded_strand import parse_mode
 from autofocus.program.systems import registry
 from autofocus.program.systems.afr import AutofocusRetriever
@@ -194,7 +194,7 @@ def test_study_finds_the_planted_alpha_asks_the_llm_once_and_resumes(
     # the confirmation runs the whole program (step 8 too); the test split's questions were cached already
     assert (
         lm2.fields().count("ranking") == 4
-        and len((out / tune.LLM_OUTPUTS_FILE).read_text().splitlines()) == 2
+        and len((out / llm_outputs.LLM_OUTPUTS_FILE).read_text().splitlines()) == 2
     )
 
 
@@ -250,9 +250,9 @@ def test_an_optimised_program_brings_its_prompts_and_preset_and_keeps_tuned_valu
     manifest = json.loads(next(out.glob("confirm-val-*/manifest.json")).read_text())
     assert manifest["system"].startswith("afr-code") and manifest["program"]["path"] == str(path)
     assert manifest["config"]["merge"]["alpha"] == best.merge.alpha and manifest["config"]["grounding"]["l_max"] == best.grounding.l_max
-    other = tune.config_with(best, {"alpha": 0.123, "l_max": 77})
+    other = tune_space.config_with(best, {"alpha": 0.123, "l_max": 77})
     assert registry.resolve_config("afr-code", other)[1].merge.alpha == 0.65  # what building by name would do
-    assert registry.resolve_config(tune.system_spec("afr-code", other), other)[1] == other
+    assert registry.resolve_config(tune_space.system_spec("afr-code", other), other)[1] == other
 
 
 def test_rerank_trials_tune_k_against_llm_calls(
@@ -325,7 +325,7 @@ def planted_program(planted_kb: KnowledgeBase) -> AutofocusRetriever:
 
 def evaluator(kb: KnowledgeBase, program: AutofocusRetriever, items: list[Any]) -> tune.ConfigEvaluator:
     """Step 1-2 outputs as the scripted LM gives them (one LM call each)."""
-    outputs = {q.id: tune.LLMOutput(q.id, q.query, "item", CYPHER[q.query], lm_calls=1) for q in items}
+    outputs = {q.id: llm_outputs.LLMOutput(q.id, q.query, "item", CYPHER[q.query], lm_calls=1) for q in items}
     return tune.ConfigEvaluator(program, items, outputs, as_candidates(kb.skb.candidate_ids), (1, 4, 20))
 
 
@@ -397,57 +397,57 @@ def test_llm_output_cache_keeps_identities_apart_and_skips_transient_failures(
     planted_program: AutofocusRetriever, items: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install_usage_callback()  # LM calls are counted by it (other tests may not have installed it yet)
-    path = tmp_path / tune.LLM_OUTPUTS_FILE
-    cache = tune.LLMOutputCache(path, "one")
+    path = tmp_path / llm_outputs.LLM_OUTPUTS_FILE
+    cache = llm_outputs.LLMOutputCache(path, "one")
     lm = scripted_lm()
     with dspy.context(lm=lm):
-        got, asked = tune.fill_llm_outputs(planted_program, items[:1], cache, concurrency=1)
+        got, asked = llm_outputs.fill_llm_outputs(planted_program, items[:1], cache, concurrency=1)
     assert asked == 1 and lm.fields() == ["cypher"]
     assert got[0].cypher == CYPHER["red walrus"] and got[0].target_type == "item" and got[0].lm_calls == 1
 
-    real_ask = tune.ask_llm
-    down = tune.LLMOutput(
+    real_ask = llm_outputs.ask_llm
+    down = llm_outputs.LLMOutput(
         1, "zebra", "item", None, events=["degraded: 2_query: LMTransportError: connection refused"]
     )
-    monkeypatch.setattr(tune, "ask_llm", lambda program, item: down)
-    got, asked = tune.fill_llm_outputs(planted_program, items, cache, concurrency=2)
-    assert asked == 1 and got[1] is down and tune.transient(down)  # used now, not saved
-    monkeypatch.setattr(tune, "ask_llm", real_ask)
+    monkeypatch.setattr(llm_outputs, "ask_llm", lambda program, item: down)
+    got, asked = llm_outputs.fill_llm_outputs(planted_program, items, cache, concurrency=2)
+    assert asked == 1 and got[1] is down and llm_outputs.transient(down)  # used now, not saved
+    monkeypatch.setattr(llm_outputs, "ask_llm", real_ask)
     with dspy.context(lm=lm):
-        got, asked = tune.fill_llm_outputs(planted_program, items, cache, concurrency=2)
+        got, asked = llm_outputs.fill_llm_outputs(planted_program, items, cache, concurrency=2)
     assert asked == 1 and got[1].cypher == CYPHER["zebra"]  # asked again
-    assert tune.fill_llm_outputs(planted_program, items, cache)[1] == 0
-    malformed = tune.LLMOutput(1, "zebra", "item", None, events=["llm_error: AdapterParseError: no fields"])
-    assert not tune.transient(malformed)  # the same prompt would get the same answer: kept
+    assert llm_outputs.fill_llm_outputs(planted_program, items, cache)[1] == 0
+    malformed = llm_outputs.LLMOutput(1, "zebra", "item", None, events=["llm_error: AdapterParseError: no fields"])
+    assert not llm_outputs.transient(malformed)  # the same prompt would get the same answer: kept
 
     def down(u: str) -> dict[str, Any]:
         raise dspy.utils.exceptions.LMAuthError("401 invalid key")  # not retried with backoff
 
     with dspy.context(lm=ScriptedLM({"cypher": down})):
-        asked_now = tune.ask_llm(planted_program, items[0])
-    assert tune.transient(asked_now) and asked_now.cypher is None  # the outage as the program saw it
+        asked_now = llm_outputs.ask_llm(planted_program, items[0])
+    assert llm_outputs.transient(asked_now) and asked_now.cypher is None  # the outage as the program saw it
 
-    other = tune.LLMOutputCache(path, "two")
+    other = llm_outputs.LLMOutputCache(path, "two")
     assert other.load() == {} and other.other_identities == 2
     cfg = AutofocusConfig()
     typed = cfg.updated({"query_format": "typed"})
-    assert tune.llm_identity("afr", cfg, "f") != tune.llm_identity("afr", typed, "f")
-    assert tune.llm_identity("afr", cfg, "f") == tune.llm_identity(
+    assert llm_outputs.llm_identity("afr", cfg, "f") != llm_outputs.llm_identity("afr", typed, "f")
+    assert llm_outputs.llm_identity("afr", cfg, "f") == llm_outputs.llm_identity(
         "afr", cfg.updated({"alpha": 0.1}), "f"
     )
 
 
 def test_params_and_ranges_are_validated() -> None:
-    assert tune.parse_params(None, rerank=False) == list(tune.DEFAULT_PARAMS)
-    assert tune.parse_params(None, rerank=True)[-1] == "k"
+    assert tune_space.parse_params(None, rerank=False) == list(tune_space.DEFAULT_PARAMS)
+    assert tune_space.parse_params(None, rerank=True)[-1] == "k"
     with pytest.raises(ValueError, match="unknown tunable"):
-        tune.parse_params("alpha,beta", rerank=False)
-    assert tune.parse_range("2:50") == (2, 50)
+        tune_space.parse_params("alpha,beta", rerank=False)
+    assert tune_space.parse_range("2:50") == (2, 50)
     for bad in ("50", "0:3", "5:2", "a:b"):
         with pytest.raises(ValueError, match="LOW:HIGH"):
-            tune.parse_range(bad)
+            tune_space.parse_range(bad)
     base = AutofocusConfig(l_max=1_500_000, k=20)
-    assert tune.in_space(base, ["alpha", "l_max", "k", "doc_variant_step7"], (1, 300)) == {
+    assert tune_space.in_space(base, ["alpha", "l_max", "k", "doc_variant_step7"], (1, 300)) == {
         "alpha": pytest.approx(2 / 3),
         "k": 20,
         "doc_variant_step7": "text+rel",
@@ -460,9 +460,9 @@ def test_params_and_ranges_are_validated() -> None:
 def test_parsing_is_strict_when_either_mode_is(tiny_skb: Any, tmp_path: Path) -> None:
     """A relationship whose endpoint types contradict it: strict parsing drops it (any edge then
     grounds), lenient parsing keeps it as a hint, which strict step 5 would turn into a hard filter."""
-    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="strict")) == "strict"
-    assert parse_mode(AutofocusConfig(type_mode="strict", edge_mode="lenient")) == "strict"
-    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="lenient")) == "lenient"
+    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="strict").grounding) == "strict"
+    assert parse_mode(AutofocusConfig(type_mode="strict", edge_mode="lenient").grounding) == "strict"
+    assert parse_mode(AutofocusConfig(type_mode="lenient", edge_mode="lenient").grounding) == "lenient"
     kb = make_kb(tiny_skb, tmp_path)
     cypher = "MATCH (p:paper)-[:paper_published_in_venue]->(f:field {name: 'Information Retrieval'}) RETURN p"
     assert parse_cypher(cypher, tiny_skb.schema, mode="lenient").triplets[0].rel == "paper_published_in_venue"
@@ -537,9 +537,9 @@ def test_reranking_trials_send_the_programs_prompts_and_tune_the_fusion(
     assert tuned.n == 2 and len(trial_prompts) == 2 and trial_prompts == program_prompts
     assert all(EVIDENCE_LEAD in p for p in trial_prompts)  # both questions ground some of their candidates
     # the fusion settings are tunable only where trials rerank
-    assert tune.parse_params("rerank_fusion,rerank_prior_weight", rerank=True) == ["rerank_fusion", "rerank_prior_weight"]
+    assert tune_space.parse_params("rerank_fusion,rerank_prior_weight", rerank=True) == ["rerank_fusion", "rerank_prior_weight"]
     with pytest.raises(ValueError, match="--rerank-trials"):
-        tune.parse_params("rerank_prior_weight", rerank=False)
+        tune_space.parse_params("rerank_prior_weight", rerank=False)
 
 
 def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
@@ -555,7 +555,7 @@ def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
     })  # fmt: skip: a judge that reverses steps 1-7's order
     with dspy.context(lm=reversing):
         rows = tune.sweep_prior_weight(ev, cfg)
-        judge = ev(tune.config_with(cfg, {"rerank_fusion": "none"}), rerank=True)
+        judge = ev(tune_space.config_with(cfg, {"rerank_fusion": "none"}), rerank=True)
     before = ev(cfg)  # steps 1-7
     assert [r["rerank_prior_weight"] for r in rows] == list(tune.PRIOR_WEIGHT_GRID)
     # w = 0 is the judge's own order; at w = 10 a rank step outweighs any judge difference among 4 candidates
@@ -581,7 +581,7 @@ def test_the_prior_weight_sweep_runs_from_the_judges_order_to_steps_1_to_7s(
 
 
 def test_the_gain_line_says_whether_tuning_beat_the_defaults_beyond_noise() -> None:
-    from autofocus.evaluation.report import paired_test
+    from autofocus.evaluation.statistics import paired_test
     from autofocus.optimize.tune_run import gain_line
 
     same = {"metric": "hit@1", **paired_test(np.zeros(40), np.r_[np.ones(2), np.zeros(38)])}

@@ -4,7 +4,8 @@ the step each setting changes.
 ``AutofocusConfig`` holds ``steps`` and one group per stage: ``query`` (steps 1-3), ``grounding``
 (steps 4-5), ``merge`` (steps 6-7), ``rerank`` (step 8), ``index`` (embedding and search),
 ``runtime`` (LMs, concurrency, deadlines), ``systems`` (the other papers' systems) and
-``experimental`` (knobs that exist for measurements; defaults a user need not touch).
+``experimental`` (settings no ablation has measured yet). ``steps`` is a ``Steps`` value, which says
+once which strands run.
 
 Every setting also has a flat name, its field name (``alpha`` is ``merge.alpha``): names are unique
 across groups, so configs saved flat (``best_config.json``, saved programs and run manifests written
@@ -17,8 +18,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -62,6 +65,37 @@ LEGACY_SETTINGS = frozenset({*LEGACY_REPAIR_SWITCHES, "target_type_cue"})
 
 
 LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
+
+
+class Steps(StrEnum):
+    """The steps a program runs: all eight, or one of the paper's ablations, named by what it keeps; the
+    program asks these properties once instead of comparing the setting's text."""
+
+    VECTOR_SEARCH = "1+7"  # step 1's type, then vector search: no query
+    GROUNDED = "1-5"  # the grounded nodes only, in grounding order
+    GROUNDED_RANKED = "1-6"  # the grounded nodes only, ranked by similarity
+    RETRIEVAL = "1-7"  # both strands merged, no reranking
+    ALL = "1-8"
+
+    @property
+    def grounds(self) -> bool:
+        """Steps 2-5 run: a query is written and grounded."""
+        return self is not Steps.VECTOR_SEARCH
+
+    @property
+    def ranks_grounded(self) -> bool:
+        """Step 6 orders the grounded nodes by similarity (``1-5`` keeps grounding's order)."""
+        return self is not Steps.GROUNDED
+
+    @property
+    def searches_rest(self) -> bool:
+        """Step 7's vector search runs and is merged in."""
+        return self in (Steps.VECTOR_SEARCH, Steps.RETRIEVAL, Steps.ALL)
+
+    @property
+    def reranks(self) -> bool:
+        """Step 8 runs."""
+        return self is Steps.ALL
 
 
 class _Group(BaseModel):
@@ -258,7 +292,18 @@ class MergeConfig(_Group):
     )
     alpha_rule: Literal["fixed", "evidence"] = Field(
         "evidence", description="fixed: alpha*k places (paper); evidence: fewer the weaker the grounding evidence "
-        "(relaxed, huge or off-type grounded sets: experimental's alpha_* factors)"
+        "(relaxed, huge or off-type grounded sets: the alpha_* factors below)"
+    )
+    alpha_relaxed: float = Field(
+        0.5, ge=0.0, le=1.0, description="evidence rule (alpha_rule): alpha factor per relaxation"
+    )
+    alpha_repaired: float = Field(
+        1.0, ge=0.0, le=1.0, description="evidence rule: alpha factor for a repaired query"
+    )
+    alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
+    alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
+    alpha_disagree: float = Field(
+        0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor when step 2's target label is not step 1's"
     )
     merge_rule: Literal["block", "score", "evidence"] = Field(
         "evidence", description="block: the grounded candidates before VSS's (paper, Algorithm 1 line 13); "
@@ -316,6 +361,10 @@ class RerankConfig(_Group):
     )
     rerank_evidence: bool = Field(
         True, description="step 8: a grounded candidate's description shows the graph path that satisfied the query"
+    )
+    rerank_keep_block: bool = Field(
+        False, description="step 8: where steps 6-7 kept the grounded block for strong evidence (merge.merge_rule evidence), "
+        "the reranker orders inside the block and inside the rest, not across them"
     )
     rerank_fusion: Literal["none", "rrf", "prior"] = Field(
         "none", description="none: the reranker's order (paper); rrf: reciprocal rank fusion of the "
@@ -375,6 +424,10 @@ class RuntimeConfig(_Group):
         True, description="steps 3-7: embed the question and run step 7's exact whole-type scan on a worker thread "
         "while steps 3-5 run (the same rankings; false: one after the other, for one-core machines)"
     )
+    scan_shards: int = Field(
+        1, ge=1, le=64, description="scan_ahead: split each whole-type scan into this many ranges, each on "
+        "its own thread"
+    )
     seed: int = Field(0, description="random seed of the steps that sample (HybGRAG's choice of in-context examples)")
 
     @property
@@ -400,20 +453,9 @@ class SystemsConfig(_Group):
 
 
 class ExperimentalConfig(_Group):
-    """Knobs that exist for measurements (ablations, tuning studies, benchmarks). Their defaults are
-    the measured choice; a user changes them only to repeat or extend an experiment."""
+    """Settings no ablation has measured yet (step 2's self-consistency): apart from the step groups until
+    one decides whether they join ``query`` or go. Off by default."""
 
-    alpha_relaxed: float = Field(
-        0.5, ge=0.0, le=1.0, description="evidence rule (merge.alpha_rule): alpha factor per relaxation"
-    )
-    alpha_repaired: float = Field(
-        1.0, ge=0.0, le=1.0, description="evidence rule: alpha factor for a repaired query"
-    )
-    alpha_large: float = Field(0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor for a huge grounded set")
-    alpha_large_size: int = Field(1000, ge=1, description="evidence rule: a grounded set above this is huge")
-    alpha_disagree: float = Field(
-        0.5, ge=0.0, le=1.0, description="evidence rule: alpha factor when step 2's target label is not step 1's"
-    )
     query_samples: int = Field(
         1, ge=1, description="step 2 self-consistency: >1 samples this many queries and grounds the nodes most of "
         "them agree on (1: off; each sample is one more LM call)"
@@ -425,14 +467,22 @@ class ExperimentalConfig(_Group):
         0.5, gt=0.0, le=1.0, description="self-consistency: keep nodes grounded by at least this share of the "
         "samples that ground"
     )
-    rerank_keep_block: bool = Field(
-        False, description="step 8: where steps 6-7 kept the grounded block for strong evidence (merge_rule evidence), "
-        "the reranker orders inside the block and inside the rest, not across them"
-    )
-    scan_shards: int = Field(
-        1, ge=1, le=64, description="runtime.scan_ahead: split each whole-type scan into this many ranges, each on "
-        "its own thread"
-    )
+
+
+# settings that ``experimental`` held and their step's group now holds: an older file's
+# ``experimental.alpha_relaxed`` is read as ``merge.alpha_relaxed``, with a deprecation line
+MOVED_FROM_EXPERIMENTAL: dict[str, str] = {
+    "alpha_relaxed": "merge", "alpha_repaired": "merge", "alpha_large": "merge", "alpha_large_size": "merge",
+    "alpha_disagree": "merge", "rerank_keep_block": "rerank", "scan_shards": "runtime",
+}  # fmt: skip
+
+
+def _moved(name: str) -> str:
+    """The group that holds ``experimental.name`` now, said once per setting as a deprecation line."""
+    group = MOVED_FROM_EXPERIMENTAL[name]
+    warnings.warn(f"setting experimental.{name} is now {group}.{name}; the old name is read for now",
+                  FutureWarning, stacklevel=4)
+    return group
 
 
 # the groups, in the order ``autofocus config show`` prints them
@@ -467,11 +517,15 @@ def nest_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     loose: list[tuple[str, str, Any]] = []
     for key, value in data.items():
         group, dot, name = key.partition(".")
-        if dot and group in GROUPS:
+        if dot and group == "experimental" and name in MOVED_FROM_EXPERIMENTAL:
+            loose.append((_moved(name), name, value))
+        elif dot and group in GROUPS:
             loose.append((group, name, value))
         elif key in GROUPS:
             given = value.model_dump() if isinstance(value, BaseModel) else value
             out[key] = dict(given) if isinstance(given, Mapping) else given
+            if key == "experimental" and isinstance(given, Mapping):
+                loose.extend((_moved(n), n, out[key].pop(n)) for n in list(given) if n in MOVED_FROM_EXPERIMENTAL)
         elif key in groups:
             loose.append((groups[key], key, value))
         elif key not in AutofocusConfig.model_fields:
@@ -524,8 +578,8 @@ def flat_settings(data: Mapping[str, Any]) -> dict[str, Any]:
 class AutofocusConfig(BaseModel):
     """Every setting of a program, grouped by the step it changes; see the module docstring."""
 
-    steps: str = Field(
-        "1-8", description="the steps that run: 1-8, or the paper's ablations 1+7 (type + vector search), 1-5 "
+    steps: Steps = Field(
+        Steps.ALL, description="the steps that run: 1-8, or the paper's ablations 1+7 (type + vector search), 1-5 "
         "(grounded nodes only), 1-6, 1-7 (no reranking, no step-8 LM calls)"
     )
     trained: str | None = Field(
@@ -550,19 +604,19 @@ class AutofocusConfig(BaseModel):
         unknown name is an error at the top as in a group."""
         return nest_settings(data) if isinstance(data, Mapping) else data
 
-    @field_validator("steps")
+    @field_validator("steps", mode="before")
     @classmethod
-    def _check_steps(cls, v: str) -> str:
-        allowed = {"1+7", "1-5", "1-6", "1-7", "1-8"}
+    def _check_steps(cls, v: Any) -> Steps:
+        allowed = [s.value for s in Steps]
         if v not in allowed:
             raise ValueError(f"steps must be one of {sorted(allowed)} (the paper's ablations), got {v!r}")
-        return v
+        return Steps(v)
 
     @property
     def doc_variants(self) -> list[str]:
         """The document variants whose indexes these steps search: step 7's alone for ``1+7``."""
         step7 = self.merge.doc_variant_step7
-        used = {step7} if self.steps == "1+7" else {self.grounding.doc_variant_step4, self.merge.doc_variant_step6, step7}
+        used = {self.grounding.doc_variant_step4, self.merge.doc_variant_step6, step7} if self.steps.grounds else {step7}
         return sorted(used)
 
     def updated(self, settings: Mapping[str, Any]) -> AutofocusConfig:

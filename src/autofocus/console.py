@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 
-from autofocus.redact import redact
+from autofocus.literal import safe
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -65,22 +63,6 @@ def make_console(stderr: bool = False) -> Console:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = PIPE_WIDTH
     return console
-
-
-# ANSI escape sequences (CSI ``ESC[...``, OSC ``ESC]...BEL``, two-byte ``ESC x``), then every other C0/C1
-# control character except newline and tab
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x1b\x9b][@-_]?")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` without terminal escape sequences and control characters (newlines and tabs stay)."""
-    return _CONTROL.sub("", _ESCAPES.sub("", text))
-
-
-def safe(value: object) -> str:
-    """``value`` as literal text for Rich: secrets redacted, escape sequences removed, markup escaped."""
-    return escape(printable(redact(str(value))))
 
 
 def print_error(console: Console, exc: BaseException) -> None:
@@ -159,14 +141,14 @@ def _print_tables(console: Console, tables: Sequence[tuple[str, list[str], list[
 
 def print_summary(summary: Mapping[str, Any], console: Console | None = None, title: str = "Run") -> None:
     """A run's summary (``evaluation.report.summarize``) as the tables ``summary.md`` holds."""
-    from autofocus.evaluation.report import summary_tables
+    from autofocus.evaluation.report_tables import summary_tables
 
     _print_tables(console or make_console(), summary_tables(summary, title))
 
 
 def print_comparison(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
     """Runs compared with the first (``evaluation.report.comparison_rows``), with how to read them."""
-    from autofocus.evaluation.report import COMPARISON_NOTE, comparison_tables
+    from autofocus.evaluation.report_tables import COMPARISON_NOTE, comparison_tables
 
     console = console or make_console()
     _print_tables(console, comparison_tables(rows, wide=False))

@@ -40,7 +40,7 @@ def load_config(
     step's LM and the overrides that are not None on top (flat names, ``k=5``, or dotted ones,
     ``**{"merge.k": 5}``; an unknown name raises ``ValueError``)."""
     if config is None and program_file is not None:
-        from autofocus.optimize.saved import read_program_config
+        from autofocus.program.saved import read_program_config
 
         cfg = read_program_config(program_file)[1]
     elif config is None:
@@ -95,7 +95,7 @@ def resolve_system(
     from autofocus.program.systems.registry import resolve_config
 
     if program_file is not None:
-        from autofocus.optimize.saved import ProgramFileError, read_program_config
+        from autofocus.program.saved import ProgramFileError, read_program_config
 
         saved_system, saved_cfg = read_program_config(program_file)
         if system is not None and system.strip() != saved_system.strip():
@@ -148,7 +148,7 @@ def assemble(
     elif lms:
         registry.apply_lms(program, cfg)
     if program_file is not None:
-        from autofocus.optimize.saved import load_program_state
+        from autofocus.program.saved import load_program_state
 
         load_program_state(program, program_file)
         program.program_file = Path(program_file)

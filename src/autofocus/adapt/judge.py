@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from autofocus.evaluation.report import ALPHA, paired_test
+from autofocus.evaluation.statistics import ALPHA, paired_test
 from autofocus.skb.qa import QAItem
 
 JUDGE_LIST = "judge"  # the name of a judge question's mined list

@@ -249,8 +249,8 @@ def _base_mrr(samples: Sequence[dict[str, Any]], k: int = 10) -> float:
 
 
 def fusion_cases(model: RerankerModel, mined: Sequence[Mined], docs: Documents, source: str, k: int = 20) -> list[Any]:
-    """Cases for ``optimize.fusion_fit``: the model's probabilities over each held-out list."""
-    from autofocus.optimize.fusion_fit import case
+    """Cases for ``evaluation.fusion_fit``: the model's probabilities over each held-out list."""
+    from autofocus.evaluation.fusion_fit import case
 
     cases = []
     for m in mined:

@@ -9,7 +9,7 @@ The sequence, each part on two CPU cores in minutes:
 3. The reranker (``adapt.reranker``: the embedder fine-tuned as a bi-encoder, or a cross-encoder), its
    best epoch chosen on the held-out questions,
    and the weight of its fusion with steps 1-7's order fitted there by likelihood
-   (``optimize.fusion_fit``).
+   (``evaluation.fusion_fit``).
 4. The type reader (``adapt.type_reader``) on the questions' embeddings and answer types.
    Where judge questions are given (``adapt.judge``: questions that read like users', never trained on),
    they choose the epoch and fit the fusion weight instead of the held-out template questions, and a part
@@ -88,7 +88,7 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
     """The adaptation, its models written to ``work``, which replaces ``folder`` at the end."""
     from autofocus import runtime
     from autofocus.evaluation.program_runs import load_split
-    from autofocus.optimize.saved import save_program
+    from autofocus.program.saved import save_program
     from autofocus.skb.cache import content_digest
 
     start = time.perf_counter()
@@ -282,7 +282,7 @@ def _fusion(folder: Path, val: list[Mined], skb: Any, source: str | None, runs: 
     """Step 8's settings: the trained reranker fused with steps 1-7's order, the weight fitted on the held-out
     questions' lists (``source``'s: the judge questions'; else a run's where there is one, else the grounded
     and the vector lists pooled); where it cannot be fitted, ``record`` says so and the default weight stays."""
-    from autofocus.optimize.fusion_fit import fit_prior_weight
+    from autofocus.evaluation.fusion_fit import fit_prior_weight
 
     settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None}
     default = {"fitted": False, "used": cfg.rerank.rerank_prior_weight}

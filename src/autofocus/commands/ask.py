@@ -154,7 +154,7 @@ def show_trace(skb, tr, out: Console) -> None:
     if grounded:
         out.print("[bold]query as grounded[/]:\n" + safe(to_cypher(QueryGraph.model_validate(grounded))))
     if grounded or d.get("query_graph"):
-        from autofocus.skb.export import console_cypher
+        from autofocus.cypher.render import console_cypher
 
         qg_db = QueryGraph.model_validate(grounded or d["query_graph"])
         out.print("[bold]for the database[/] (the graph `autofocus skb export` writes; paste into its console):\n"

@@ -1,7 +1,7 @@
 """``autofocus optimize``: DSPy prompt optimisation of chosen LLM steps, saved as a program file.
 
 The saved file loads with ``--program FILE`` in ``ask``, ``eval`` and ``tune`` (format:
-``autofocus.optimize.saved``). Before/after scores on the validation split (and on ``--test``, a
+``autofocus.program.saved``). Before/after scores on the validation split (and on ``--test``, a
 held-out split) are printed for the same LM and the same questions.
 
 Example:

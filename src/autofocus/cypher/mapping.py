@@ -23,34 +23,19 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Literal, TypeVar
 
+from autofocus.language import DEFAULT as DEFAULT_LANGUAGE
+from autofocus.language import Language, language
 from autofocus.skb.schema import Schema
 
 K = TypeVar("K")
 V = TypeVar("V")
 How = Literal["exact", "normalised", "closest", "endpoints", "ambiguous", "none"]
 
-_STOPWORDS = frozenset({"is", "are", "was", "of", "the", "a", "an", "by", "to", "has", "have", "had", "with",
-                        "in", "on", "for", "and", "be"})  # fmt: skip
 _TOKEN = re.compile(r"[^\W_]+")
 _TIE = 0.02  # scores closer than this are a tie
 _NORMALISED, _CONTAINED = 0.95, 0.85
 _TIER = {"exact": 2, "normalised": 1, "closest": 0}
 _MAX_ALIAS_TOKENS = 6  # longer descriptions are prose, not names, and only count when equal
-
-
-def tokens(label: str) -> tuple[str, ...]:
-    """Lowercase word tokens with a plural ``s`` removed: ``Genes/Proteins`` -> ``('gene', 'protein')``."""
-    return tuple(_singular(t) for t in _TOKEN.findall(label.lower()))
-
-
-def _singular(t: str) -> str:
-    if len(t) <= 3 or not t.endswith("s") or t.endswith(("ss", "us", "is")):
-        return t
-    if t.endswith("ies") and len(t) > 4:
-        return t[:-3] + "y"
-    if t.endswith("sses"):
-        return t[:-2]
-    return t[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,18 +74,21 @@ class SchemaMapper:
     Args:
         schema: the SKB schema.
         min_similarity: the lowest ``closest`` score accepted (0..1).
+        lang: the language of the schema's names: its filler words and plural endings
+            (``Language.name_fillers``, ``name_singular``); English by default.
 
     Example:
         >>> SchemaMapper(schema).node_type("Genes").name
         'gene/protein'
     """
 
-    def __init__(self, schema: Schema, min_similarity: float = 0.75) -> None:
+    def __init__(self, schema: Schema, min_similarity: float = 0.75, lang: Language | None = None) -> None:
         self.schema = schema
         self.min_similarity = min_similarity
+        self.lang = lang or language(DEFAULT_LANGUAGE)
         # node types as token sequences, longest first, for stripping them off relationship labels
         self._type_seqs = sorted(
-            {tuple(sorted(_content(tokens(t)))) for t in schema.node_types if _content(tokens(t))},
+            {tuple(sorted(self._content(self.tokens(t)))) for t in schema.node_types if self._content(self.tokens(t))},
             key=len,
             reverse=True,
         )
@@ -111,8 +99,8 @@ class SchemaMapper:
         self._edge_match_cache: dict[tuple[str, str | None, str | None, bool], EdgeMatch] = {}
 
     def _key(self, label: str, description: str = "", strip: bool = False) -> _Key:
-        toks = tokens(label)
-        content = _content(toks)
+        toks = self.tokens(label)
+        content = self._content(toks)
         core, bare = content, False
         if strip:
             # "author write paper" -> "write"; "product has brand" -> "brand" (only types: keep the last)
@@ -120,9 +108,17 @@ class SchemaMapper:
             core = self._strip_suffix(head)
             bare = not core
             core = core or head or content
-        alias = tokens(description)
+        alias = self.tokens(description)
         return _Key(label, " ".join(toks), " ".join(core), frozenset(core), bare, " ".join(alias),
                     len(alias) <= _MAX_ALIAS_TOKENS)  # fmt: skip
+
+    def tokens(self, label: str) -> tuple[str, ...]:
+        """Lowercase word tokens without their plural ending: ``Genes/Proteins`` -> ``('gene', 'protein')``."""
+        return tuple(self.lang.name_singular(t) for t in _TOKEN.findall(label.lower()))
+
+    def _content(self, toks: tuple[str, ...]) -> tuple[str, ...]:
+        """The tokens without the names' filler words (``has``, ``of``, ``is``)."""
+        return tuple(t for t in toks if t not in self.lang.name_fillers)
 
     def _strip_prefix(self, toks: tuple[str, ...]) -> tuple[str, ...]:
         for seq in self._type_seqs:
@@ -261,10 +257,6 @@ def _remember(cache: dict[K, V], key: K, value: V) -> V:
         cache.clear()
     cache[key] = value
     return value
-
-
-def _content(toks: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(t for t in toks if t not in _STOPWORDS)
 
 
 def _similarity(key: _Key, c: _Key) -> float:

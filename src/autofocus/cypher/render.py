@@ -1,4 +1,5 @@
-"""Render a `QueryGraph` as Cypher, for traces and for the typed query format.
+"""Render a `QueryGraph` as Cypher, for traces, for the typed query format and for the database
+``autofocus skb export`` writes (``console_cypher``).
 
 ``parse_cypher(to_cypher(qg))`` gives back ``qg`` (without a schema) for every graph the parser
 can produce: one ``MATCH`` per triplet, then one per symbol outside any triplet, all
@@ -13,6 +14,7 @@ import re
 
 from autofocus.cypher.parser import KEYWORDS
 from autofocus.query_graph import KIND_DEPTH, Constraint, QueryGraph, Triplet
+from autofocus.skb.schema import Schema
 
 _PLAIN = re.compile(r"[^\W\d]\w*")
 _STRING_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -86,3 +88,29 @@ def _kinds(qg: QueryGraph, var: str, head: bool) -> str:
 
 def _condition(var: str, c: Constraint) -> str:
     return f"{name(var)}.{name(c.key)} {c.op} {literal(c.value)}"
+
+
+def console_cypher(qg: QueryGraph, schema: Schema) -> str:
+    """The query as Cypher for the graph ``export_skb`` writes, to paste into its console.
+
+    Names are the SKB's (backticked where Cypher needs it); a constant's name condition uses its
+    type's ``name_field``; it returns the answers' SKB ids and names. Unlike autofocus, which
+    grounds names loosely and reads ``= '2019'`` on a date as the whole year, the database
+    compares exactly.
+    """
+    qg = qg.model_copy(deep=True)
+    for s in qg.symbols.values():
+        info = schema.node_types.get(s.type or "")
+        if info is None:
+            continue
+        for c in s.constraints:
+            if c.key.lower() in ("name", "title"):
+                c.key = info.name_field
+    lines = to_cypher(qg).splitlines()
+    target = qg.symbols.get(qg.target or "")
+    if lines and lines[-1].startswith("RETURN ") and target is not None:
+        info = schema.node_types.get(target.type or "")
+        var = name(target.var)
+        field = name(info.name_field if info else "name")
+        lines[-1] = f"RETURN DISTINCT {var}.id AS id, {var}.{field} AS name"
+    return "\n".join(lines)

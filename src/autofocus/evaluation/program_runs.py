@@ -20,15 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autofocus.config import AutofocusConfig
-from autofocus.evaluation.report import (
-    Run,
-    comparison_csv,
-    comparison_markdown,
-    comparison_rows,
-    load_run,
-    summarize,
-    write_summary,
-)
+from autofocus.evaluation.report import Run, comparison_rows, load_run, summarize
+from autofocus.evaluation.report_tables import comparison_csv, comparison_markdown, write_summary
 from autofocus.evaluation.runner import EvalResult, build_manifest, run_eval
 from autofocus.evaluation.traces import to_jsonable
 from autofocus.options import EvalOptions

@@ -6,7 +6,7 @@ and the reranker's output, and for the pointwise judge its per-candidate scores.
 (``rerank_keep_block``) and a smaller ``rerank_depth`` are deterministic functions of those, so what each
 would have ranked follows exactly, paired on the same questions, from one run: choosing them costs no
 second run. A pointwise run over all k gives every depth (its scores are per candidate). The likelihood
-fit of the prior weight (``optimize.fusion_fit``) reads the same scores; on a labelled split that is
+fit of the prior weight (``evaluation.fusion_fit``) reads the same scores; on a labelled split that is
 tuning on it, so it is a diagnostic there.
 """
 
@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from autofocus.evaluation.report import Run, paired_test
+from autofocus.evaluation.fusion_fit import FusionFit, case_from_trace, fit_prior_weight
+from autofocus.evaluation.report import Run
+from autofocus.evaluation.statistics import paired_test
 from autofocus.metrics import compute_metrics
-from autofocus.optimize.fusion_fit import FusionFit, case_from_trace, fit_prior_weight
 from autofocus.program.steps.rerank import prior_fuse, rrf_fuse
 from autofocus.program.steps.vss import grounded_first
 

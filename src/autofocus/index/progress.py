@@ -56,7 +56,7 @@ def progress_bar(
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from autofocus.console import safe
+    from autofocus.literal import safe
 
     columns = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(), _eta_column())
     with Progress(*columns) as bar:  # type: ignore[arg-type]

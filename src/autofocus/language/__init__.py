@@ -3,7 +3,8 @@
 Step 1's cue and step 3b's rules read a question through a few closed classes of words: how a question
 introduces what it asks for, determiners, copulas, auxiliaries, stop words, the word that joins a head
 noun to its complement ("bodies *of* water"), the passive's agent ("depended on *by*"), and how nouns
-and verbs inflect. Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
+and verbs inflect; mapping an LLM's labels onto the schema (``cypher.mapping``) compares names without
+their filler words and plural endings. Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
 ``query.language`` picks it (English by default), as bm25s takes ``stopwords="en"``. Nothing else in
 the question-reading code names a word of any language.
 """
@@ -37,6 +38,9 @@ class Language:
     singular: Callable[[str], str]  # a noun in the singular where it reads as a plural, else as written
     plurals: Callable[[str], set[str]]  # a noun as written, in the plural and in the singular
     verb_stem: Callable[[str], str]  # a verb's stem, so that its inflected forms share it
+    # the schema's names (labels, relationship types) as Cypher mapping compares them, not as a question reads
+    name_fillers: frozenset[str]  # words dropped when names are compared: "author_writes_paper", "has_brand"
+    name_singular: Callable[[str], str]  # a name's word without its plural ending, by rule ("genes" -> "gene")
     # how a training question describes a node in other words than the knowledge base's own
     # (``synthetic.paraphrase``): frames by use, each filled with ``{noun}``, ``{clause}``, ``{name}``, ``{link}``
     paraphrase: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)

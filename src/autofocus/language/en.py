@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
+import importlib.util
+import sys
+import types
 from typing import Any
 
 from autofocus.language import Language
@@ -16,16 +20,31 @@ def _inflect_engine() -> Any:
     """inflect's engine, its module imported with typeguard's run-time checks off, as ``python -O`` does:
     inflect decorates its functions with ``typeguard.typechecked``, which recompiles each one at import
     (4 s of CPU on 2 cores, the larger part of starting ``autofocus ask``, against 0.2 s); the checks
-    guard the types of inflect's own arguments, and this module gives it words."""
-    import typeguard
+    guard the types of inflect's own arguments, and this module gives it words. Only inflect's own
+    ``from typeguard import typechecked`` sees the unchecked decorator (its module's ``__import__``):
+    typeguard itself, and every other module, stay as they are."""
+    if "inflect" in sys.modules:
+        return sys.modules["inflect"].engine()
+    spec = importlib.util.find_spec("inflect")
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError("inflect, which the English language resource reads plurals with, is not installed")
+    unchecked = types.ModuleType("typeguard")
+    unchecked.typechecked = _unchecked  # type: ignore[attr-defined]
 
-    checked = typeguard.typechecked
-    typeguard.typechecked = _unchecked
+    def imports(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if name == "typeguard" and level == 0:
+            return unchecked
+        return builtins.__import__(name, globals, locals, fromlist, level)
+
+    module = importlib.util.module_from_spec(spec)
+    module.__builtins__ = {**vars(builtins), "__import__": imports}  # type: ignore[attr-defined]
+    sys.modules["inflect"] = module
     try:
-        import inflect
-    finally:
-        typeguard.typechecked = checked
-    return inflect.engine()
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["inflect"]
+        raise
+    return module.engine()
 
 
 _ENGINE = _inflect_engine()
@@ -41,6 +60,18 @@ def plurals(word: str) -> set[str]:
     """``word`` as written, in the plural, and in the singular where it reads as a plural (irregular
     forms included: "people" is "person")."""
     return {word, _ENGINE.plural_noun(word), singular(word)} - {""}
+
+
+def name_singular(word: str) -> str:
+    """A name's word without a regular plural ending, by rule alone ("genes" -> "gene", "studies" ->
+    "study"; "class", "status", "analysis" as written): names are compared loosely, not read."""
+    if len(word) <= 3 or not word.endswith("s") or word.endswith(("ss", "us", "is")):
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    return word[:-1]
 
 
 def verb_stem(word: str) -> str:
@@ -68,6 +99,9 @@ LANGUAGE = Language(
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,
+    name_fillers=frozenset(["a", "an", "and", "are", "be", "by", "for", "had", "has", "have", "in", "is", "of", "on",
+                            "the", "to", "was", "with"]),
+    name_singular=name_singular,
     paraphrase={
         "described": ("Which {noun} fits this description: {clause}?", "I'm looking for a {noun}: {clause}.",
                       "What {noun} is this about: {clause}?", "Find the {noun} for this: {clause}.",

@@ -60,6 +60,9 @@ LANGUAGE = Language(
     singular=singular,
     plurals=plurals,
     verb_stem=verb_stem,
+    name_fillers=frozenset(["a", "à", "au", "aux", "avec", "dans", "de", "des", "du", "en", "est", "et", "être", "la",
+                            "le", "les", "ont", "par", "pour", "sont", "sur", "un", "une"]),
+    name_singular=singular,
     paraphrase={
         "described": ("Quel {noun} correspond à cette description : {clause} ?", "Je cherche un {noun} : {clause}.",
                       "De quel {noun} s'agit-il : {clause} ?", "Trouvez le {noun} : {clause}."),

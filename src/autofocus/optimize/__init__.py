@@ -10,7 +10,7 @@ Example:
 """
 
 from autofocus.optimize.prompts import OPTIMIZERS, OptimizeResult, examples, llm_steps, optimise
-from autofocus.optimize.saved import ProgramFileError, load_program_state, read_program_config, save_program
+from autofocus.program.saved import ProgramFileError, load_program_state, read_program_config, save_program
 
 __all__ = [
     "OPTIMIZERS",

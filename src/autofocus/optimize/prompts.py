@@ -47,11 +47,11 @@ import dspy
 from autofocus.config import AutofocusConfig
 from autofocus.metrics import Candidates
 from autofocus.optimize.feedback import feedback_metric
-from autofocus.optimize.saved import program_state
 from autofocus.optimize.scoring import REPORTED, check_metric, default_metric, needs_final_order, objective
 from autofocus.optimize.scoring import question_scores as _question_scores
 from autofocus.optimize.yes_no_demos import yes_no_demos
 from autofocus.options import PromptOptOptions
+from autofocus.program.saved import program_state
 from autofocus.program.steps.nearest_demos import NearestDemos, PoolQuestion
 from autofocus.skb.qa import OPTIONAL_COLUMNS
 from autofocus.trace import Trace
@@ -128,7 +128,7 @@ def step_problems(program: dspy.Module, config: AutofocusConfig, steps: Sequence
                 "instruction changes and no bootstrapped trace reaches; use --optimizer gold (yes/no demos "
                 "from the training answers), --reranker listwise/pairwise/tournament, or a hosted LM"
             )
-        elif step == "reranker" and config.steps != "1-8":
+        elif step == "reranker" and not config.steps.reranks:
             problems.append(f"reranker: steps={config.steps} never reaches step 8")
         elif hasattr(program, "query_graph") and step in ("cypher", "query_graph"):
             used = "query_graph" if config.query.query_format == "typed" else "cypher"

@@ -64,7 +64,7 @@ def run_prompt_optimisation(
     """
     from autofocus import runtime
     from autofocus.lm import get_lm
-    from autofocus.optimize.saved import save_program
+    from autofocus.program.saved import save_program
     from autofocus.program.systems.registry import resolve_config
 
     o = options or PromptOptOptions()

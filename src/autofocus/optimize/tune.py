@@ -1,4 +1,5 @@
-"""Tune AF-Retriever's non-LLM settings with Optuna over step 1-2 outputs computed once (paper A.6).
+"""The tuning study: AF-Retriever's non-LLM settings searched with Optuna over step 1-2 outputs computed once
+(paper A.6); what it searches is ``optimize.tune_space``, the kept LLM outputs ``optimize.llm_outputs``.
 
 Why trials are cheap: the target type (step 1) and the Cypher or typed query (step 2) do not depend
 on any tuned setting, so they are asked once per question and kept in ``llm_outputs.jsonl``
@@ -16,12 +17,11 @@ and refuses to mix in trials of anything else.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,280 +31,20 @@ import optuna
 from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from autofocus.config import AutofocusConfig, setting_groups
-from autofocus.evaluation.traces import TraceWriter, read_traces
+from autofocus.config import AutofocusConfig
+from autofocus.evaluation.fusion_fit import FusionCase, case_from_trace
 from autofocus.metrics import DEFAULT_KS, Candidates, compute_metrics, dspy_metric, prepare
-from autofocus.optimize.fusion_fit import FusionCase, case_from_trace
+from autofocus.optimize.llm_outputs import LLMOutput
+from autofocus.optimize.tune_space import DEFAULT_PARAMS, config_with, in_space, suggest
 from autofocus.trace import Trace
 from autofocus.usage import map_concurrently
 
-LLM_OUTPUTS_FILE = "llm_outputs.jsonl"
 STUDY_DB_FILE = "study.db"
 BEST_CONFIG_FILE = "best_config.json"
 SECOND_OBJECTIVES = ("none", "latency", "lm_calls")
 ALPHA_GRID: tuple[float, ...] = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 21))
 L_MAX_GRID: tuple[int, ...] = (0, 1, 2, 3, 10, 33, 100, 333)  # paper Table 19; 0 = no grounding (steps 1+7)
 PRIOR_WEIGHT_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)  # 0 = the judge's own order
-
-
-# --- the search space ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Param:
-    """One tunable ``AutofocusConfig`` field: categorical ``choices``, or a numeric range."""
-
-    kind: str  # "float" | "int" | "cat"
-    choices: tuple[Any, ...] = ()
-    low: float = 0.0
-    high: float = 1.0
-    log: bool = False
-    step: int | None = None
-    rerank_only: bool = False  # matters only when trials rerank
-
-
-BOTH_VARIANTS = ("text", "text+rel")
-SPACE: dict[str, Param] = {
-    "alpha": Param("float", low=0.0, high=1.0),
-    "l_max": Param("int", low=1, high=300, log=True),
-    "expansion": Param("cat", ("paper", "code")),
-    "type_mode": Param("cat", ("strict", "lenient")),
-    "edge_mode": Param("cat", ("strict", "lenient")),
-    "doc_variant_step4": Param("cat", BOTH_VARIANTS),
-    "doc_variant_step6": Param("cat", BOTH_VARIANTS),
-    "doc_variant_step7": Param("cat", BOTH_VARIANTS),
-    "step6_order": Param("cat", ("vss", "round")),
-    "step7_exclude": Param("cat", ("grounded", "none")),
-    "exact_name_first": Param("cat", (True, False)),
-    "exact_name_only": Param("cat", (True, False)),
-    "alpha_rule": Param("cat", ("fixed", "evidence")),
-    "alpha_relaxed": Param("float", low=0.0, high=1.0),
-    "alpha_large": Param("float", low=0.0, high=1.0),
-    "alpha_large_size": Param("int", low=20, high=100_000, log=True),
-    "alpha_disagree": Param("float", low=0.0, high=1.0),
-    "step7_types": Param("cat", ("step1", "agree")),
-    "merge_rule": Param("cat", ("block", "score", "evidence")),
-    "grounded_bonus": Param("float", low=0.0, high=0.5),
-    "k": Param("int", low=5, high=50, step=5, rerank_only=True),
-    "reranker": Param("cat", ("pointwise", "listwise", "pairwise", "tournament"), rerank_only=True),
-    "rerank_keep_block": Param("cat", (False, True), rerank_only=True),
-    "rerank_depth": Param("int", low=5, high=50, step=5, rerank_only=True),
-    "rerank_fusion": Param("cat", ("none", "rrf", "prior"), rerank_only=True),
-    "rerank_fusion_k": Param("int", low=1, high=100, log=True, rerank_only=True),
-    "rerank_prior_weight": Param("float", low=0.0, high=3.0, rerank_only=True),
-    "class_type_floor": Param("float", low=0.0, high=1.0),
-}
-DEFAULT_PARAMS: tuple[str, ...] = (
-    "alpha", "l_max", "expansion", "type_mode", "edge_mode",
-    "doc_variant_step4", "doc_variant_step6", "doc_variant_step7",
-    "alpha_rule", "alpha_relaxed", "alpha_large", "alpha_disagree",
-)  # fmt: skip
-
-
-def parse_params(text: str | None, rerank: bool) -> list[str]:
-    """The tuned settings from a comma list, by flat (``alpha``) or grouped name (``merge.alpha``);
-    studies name them flat (None: the default list, plus ``k`` when trials rerank)."""
-    if text is None or not text.strip():
-        return [*DEFAULT_PARAMS, *(["k"] if rerank else [])]
-    groups = setting_groups()
-    names = [_flat_name(p.strip(), groups) for p in text.split(",") if p.strip()]
-    unknown = [n for n in names if n not in SPACE]
-    if unknown:
-        raise ValueError(f"unknown tunable setting(s) {unknown}; choose from {', '.join(SPACE)}")
-    needs_rerank = [n for n in names if SPACE[n].rerank_only]
-    if needs_rerank and not rerank:
-        raise ValueError(
-            f"{', '.join(needs_rerank)} only change(s) step 8, which pre-rerank trials do not run: "
-            "add --rerank-trials or leave them out"
-        )
-    return list(dict.fromkeys(names))
-
-
-def _flat_name(name: str, groups: Mapping[str, str]) -> str:
-    group, dot, flat = name.partition(".")
-    return flat if dot and groups.get(flat) == group else name
-
-
-def parse_range(text: str) -> tuple[int, int]:
-    """``"1:300"`` -> ``(1, 300)``."""
-    lo, sep, hi = text.partition(":")
-    try:
-        low, high = int(lo), int(hi)
-    except ValueError:
-        low = high = 0
-    if not sep or not 1 <= low < high:
-        raise ValueError(f"expected LOW:HIGH with 1 <= LOW < HIGH, got {text!r}")
-    return low, high
-
-
-def suggest(trial: optuna.Trial, names: Sequence[str], l_max_range: tuple[int, int]) -> dict[str, Any]:
-    """Ask the trial for a value of each tuned setting."""
-    out: dict[str, Any] = {}
-    for name in names:
-        p = SPACE[name]
-        if p.kind == "cat":
-            out[name] = trial.suggest_categorical(name, list(p.choices))
-        elif p.kind == "float":
-            out[name] = trial.suggest_float(name, p.low, p.high, log=p.log)
-        else:
-            low, high = l_max_range if name == "l_max" else (int(p.low), int(p.high))
-            out[name] = trial.suggest_int(name, low, high, log=p.log, step=p.step or 1)
-    return out
-
-
-def in_space(base: AutofocusConfig, names: Sequence[str], l_max_range: tuple[int, int]) -> dict[str, Any]:
-    """The base config's values of the tuned settings that lie inside the space (to enqueue as trial 0)."""
-    out: dict[str, Any] = {}
-    values = base.flat()
-    for name in names:
-        p, value = SPACE[name], values[name]
-        low, high = l_max_range if name == "l_max" else (p.low, p.high)
-        step_ok = p.step is None or (value - low) % p.step == 0
-        if (p.kind == "cat" and value in p.choices) or (p.kind != "cat" and low <= value <= high and step_ok):
-            out[name] = value
-    return out
-
-
-def config_with(base: AutofocusConfig, params: Mapping[str, Any]) -> AutofocusConfig:
-    """``base`` with a trial's values; the study names them flat (``alpha``), the config groups them."""
-    return base.updated(params)
-
-
-def system_spec(name: str, cfg: AutofocusConfig) -> str:
-    """A registry spec that builds preset ``name`` with exactly ``cfg``.
-
-    Building applies the preset's defaults over the config it is given (``afr-code`` sets alpha,
-    l_max, ...), which would undo tuned values; the spec repeats those fields as options. The
-    name stays, so saved programs of that preset still load.
-    """
-    from autofocus.program.systems.registry import resolve_config
-
-    again, wanted = resolve_config(name, cfg)[1].flat(), cfg.flat()
-    changed = [k for k in wanted if again[k] != wanted[k]]
-    spec = name + (":" + ",".join(f"{k}={wanted[k]}" for k in changed) if changed else "")
-    if resolve_config(spec, cfg)[1] != cfg:
-        raise ValueError(f"cannot express this config as options of system {name!r}: {', '.join(changed)}")
-    return spec
-
-
-# --- step 1-2 outputs, once per question ----------------------------------------------------------------
-
-
-@dataclass
-class LLMOutput:
-    """What steps 1-2 produced for one question, with what they cost."""
-
-    id: int
-    query: str
-    target_type: str | None
-    cypher: str | None
-    lm_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    seconds: float = 0.0
-    events: list[str] = field(default_factory=list)
-
-
-def llm_identity(
-    system: str, cfg: AutofocusConfig, skb_fingerprint: str, program_sha256: str | None = None
-) -> str:
-    """What steps 1-2 depend on: their LMs, the query format, optimised prompts and the SKB schema."""
-    key = {
-        "system": system,
-        "lm": {s: cfg.runtime.lm.for_step(s) for s in ("target_type", "cypher")},
-        "temperature": cfg.runtime.lm.temperature,
-        "max_tokens": cfg.runtime.lm.max_tokens,
-        "query_format": cfg.query.query_format,
-        "query": cfg.steps != "1+7",
-        "program": program_sha256,
-        "skb": skb_fingerprint,
-    }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class LLMOutputCache:
-    """``llm_outputs.jsonl``: one line per question and identity; the last line of a question wins."""
-
-    def __init__(self, path: Path, identity: str) -> None:
-        self.path = Path(path)
-        self.identity = identity
-        self.other_identities = 0  # lines left by other LMs/prompts, ignored
-
-    def load(self) -> dict[int, LLMOutput]:
-        records, _ = read_traces(self.path)
-        out: dict[int, LLMOutput] = {}
-        self.other_identities = 0
-        for rec in records:
-            if rec.get("identity") != self.identity:
-                self.other_identities += 1
-                continue
-            fields = {k: rec[k] for k in LLMOutput.__dataclass_fields__ if k in rec}
-            out[int(rec["id"])] = LLMOutput(**fields)
-        return out
-
-    def append(self, outputs: Iterable[LLMOutput]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with TraceWriter(self.path) as writer:
-            for o in outputs:
-                writer.append({"id": o.id, "status": "ok", "identity": self.identity, **asdict(o)})
-
-
-DEGRADED = "degraded:"
-
-
-def transient(output: LLMOutput) -> bool:
-    """Steps 1-2 were degraded by an LM outage (``autofocus.trace.Degradation``): ask again next run.
-    A malformed answer is not transient: the same prompt gets the same answer."""
-    return any(e.startswith(DEGRADED) for e in output.events)
-
-
-def ask_llm(program: Any, item: Any) -> LLMOutput:
-    """Steps 1-2 of one question through the program's own LM calls (the DSPy cache applies)."""
-    trace = Trace(system=getattr(program, "system", "afr"), question=item.query)
-    start = time.perf_counter()
-    target_type, cypher = program.llm_steps(item.query, trace)
-    tokens_in, tokens_out = trace.tokens
-    return LLMOutput(
-        id=int(item.id),
-        query=item.query,
-        target_type=target_type,
-        cypher=cypher,
-        lm_calls=trace.lm_calls,
-        input_tokens=tokens_in,
-        output_tokens=tokens_out,
-        seconds=time.perf_counter() - start,
-        events=[f"{e.kind}: {e.detail}"[:300] for e in trace.events]
-        + [f"{DEGRADED} {d.step}: {d.error}"[:300] for d in trace.degraded],
-    )
-
-
-def fill_llm_outputs(
-    program: Any,
-    items: Sequence[Any],
-    cache: LLMOutputCache,
-    *,
-    concurrency: int = 1,
-    on_done: Callable[[LLMOutput], None] | None = None,
-) -> tuple[dict[int, LLMOutput], int]:
-    """The step 1-2 outputs of ``items``: cached ones read, the others asked (concurrently) and saved.
-
-    Returns ``(outputs by question id, number asked now)``. Outputs of transient LM failures are
-    used in this run but not saved, so the next run asks again.
-    """
-    have = cache.load()
-    todo = [it for it in items if int(it.id) not in have or have[int(it.id)].query != it.query]
-
-    def one(item: Any) -> LLMOutput:
-        out = ask_llm(program, item)
-        if not transient(out):
-            cache.append([out])
-        if on_done is not None:
-            on_done(out)
-        return out
-
-    for out in map_concurrently(one, todo, concurrency):
-        have[out.id] = out
-    return {int(it.id): have[int(it.id)] for it in items}, len(todo)
 
 
 # --- evaluating one config ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Output folder (default ``runs/tune-<study>``): ``study.db`` (unless ``storage`` 
 ``alpha.png``/``l_max.png``, ``history.png``, ``importance.png``, and ``confirm-<split>-<config
 hash>/`` evaluation runs with the reranker. Step-8 studies (``rerank_trials``) with a pointwise
 judge also write ``prior_weight.*`` (the reranked metrics at each fusion weight) and report the
-likelihood fit of that weight (``optimize.fusion_fit``).
+likelihood fit of that weight (``evaluation.fusion_fit``).
 
 Example:
     result = run_tuning("data/demo", AutofocusConfig(lm=LMConfig(default="local")), TuneOptions(trials=50))
@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autofocus.config import AutofocusConfig
+from autofocus.evaluation.fusion_fit import FusionFit, fit_prior_weight
 from autofocus.evaluation.runner import without_waits
+from autofocus.optimize import llm_outputs, tune_space
 from autofocus.optimize import tune as tuning
-from autofocus.optimize.fusion_fit import FusionFit, fit_prior_weight
 from autofocus.options import EvalOptions, TuneOptions
 from autofocus.progress import reporter_or_log
 
@@ -79,9 +80,9 @@ class TuningResult:
     @cached_property
     def gain(self) -> dict[str, Any]:
         """The tuned config against the defaults on the tuning split, paired per question (the
-        objective; ``evaluation.report.paired_test``). Optimistic: this split chose the settings, so
+        objective; ``evaluation.statistics.paired_test``). Optimistic: this split chose the settings, so
         a gain within noise here means the study found nothing to trust."""
-        from autofocus.evaluation.report import paired_test
+        from autofocus.evaluation.statistics import paired_test
 
         metric = self.spec.metric
         a, b = self.baseline.per_question.get(metric, []), self.tuned.per_question.get(metric, [])
@@ -144,9 +145,9 @@ def run_tuning(
     spec = tuning.StudySpec(
         metric=o.metric,
         second=o.second,
-        params=tuning.parse_params(params if params is None or isinstance(params, str) else ",".join(params),
+        params=tune_space.parse_params(params if params is None or isinstance(params, str) else ",".join(params),
                                    rerank_trials),
-        l_max_range=tuning.parse_range(l_max_range) if isinstance(l_max_range, str) else tuple(l_max_range),
+        l_max_range=tune_space.parse_range(l_max_range) if isinstance(l_max_range, str) else tuple(l_max_range),
         rerank=rerank_trials,
         seed=o.seed,
     )  # fmt: skip
@@ -164,14 +165,14 @@ def run_tuning(
     kb = runtime.open_kb(skb, cfg.index.embedder, cfg.index.index_kind, cfg.index.doc_budget_tokens)
 
     def make_program(c: AutofocusConfig, lms: bool = True) -> Any:
-        return runtime.assemble(tuning.system_spec(name, c), kb, c, program_file=program_file, lms=lms)
+        return runtime.assemble(tune_space.system_spec(name, c), kb, c, program_file=program_file, lms=lms)
 
     prog = make_program(cfg, lms=False)
     if not isinstance(prog, AutofocusRetriever):
         raise ValueError(f"tuning takes AF-Retriever presets; {system!r} is a {type(prog).__name__}")
     variants = {cfg.grounding.doc_variant_step4, cfg.merge.doc_variant_step6, cfg.merge.doc_variant_step7}
     if any(p.startswith("doc_variant") for p in spec.params):
-        variants |= set(tuning.BOTH_VARIANTS)
+        variants |= set(tune_space.BOTH_VARIANTS)
     for v in sorted(variants):  # opened (or built) once, before any trial
         kb.index(v)
 
@@ -180,11 +181,11 @@ def run_tuning(
         from autofocus.evaluation.runner import file_sha256
 
         program_sha = file_sha256(Path(program_file))
-    identity = tuning.llm_identity(name, cfg, skb_fingerprint(kb.skb), program_sha)
-    cache = tuning.LLMOutputCache(out / tuning.LLM_OUTPUTS_FILE, identity)
+    identity = llm_outputs.llm_identity(name, cfg, skb_fingerprint(kb.skb), program_sha)
+    cache = llm_outputs.LLMOutputCache(out / llm_outputs.LLM_OUTPUTS_FILE, identity)
     lms_attached: list[bool] = []
 
-    def outputs_for(questions: list[Any], label: str) -> dict[int, tuning.LLMOutput]:
+    def outputs_for(questions: list[Any], label: str) -> dict[int, llm_outputs.LLMOutput]:
         known = cache.load()
         missing = [q for q in questions if int(q.id) not in known or known[int(q.id)].query != q.query]
         if missing and not lms_attached:
@@ -198,8 +199,8 @@ def run_tuning(
 
         if missing:
             report.advance(task, done[0], len(questions))
-        got, asked = tuning.fill_llm_outputs(prog, questions, cache, concurrency=cfg.runtime.concurrency, on_done=tick)
-        failed = sum(tuning.transient(got_one) for got_one in got.values())
+        got, asked = llm_outputs.fill_llm_outputs(prog, questions, cache, concurrency=cfg.runtime.concurrency, on_done=tick)
+        failed = sum(llm_outputs.transient(got_one) for got_one in got.values())
         say(
             f"Steps 1-2 on {label}: {len(questions) - asked} cached, {asked} asked now"
             + (f", {failed} LM failures (asked again next run)" if failed else "")
@@ -249,11 +250,11 @@ def run_tuning(
         )
 
     best = tuning.best_trial(st)
-    best_cfg = tuning.config_with(cfg, best.params)
+    best_cfg = tune_space.config_with(cfg, best.params)
     tuned = evaluate(best_cfg, rerank=spec.rerank)
     fit = _fit_fusion(tuned, say)
     if o.fit_prior_weight and fit is not None:  # the judge's scores do not depend on the fusion: no new LM call
-        best_cfg = tuning.config_with(best_cfg, {"rerank_fusion": "prior", "rerank_prior_weight": round(fit.weight, 3)})
+        best_cfg = tune_space.config_with(best_cfg, {"rerank_fusion": "prior", "rerank_prior_weight": round(fit.weight, 3)})
         tuned = evaluate(best_cfg, rerank=True)
     best_cfg.save(out / tuning.BEST_CONFIG_FILE)
 

@@ -1,8 +1,8 @@
 """``autofocus skb export``: an SKB directory into a FalkorDB graph, so that people can run the
-program's Cypher in the database's own console (``console_cypher`` renders it for that graph).
+program's Cypher in the database's own console (``cypher.render.console_cypher`` renders it for that graph).
 
 The graph keeps the SKB's names: a node type is a label, an edge type a relationship type
-(backticked in Cypher where needed, never renamed), directions as in ``edges.csv``. A node's
+(always backticked in the statements written, never renamed), directions as in ``edges.csv``. A node's
 properties are ``id`` (its SKB id), its name under the type's ``name_field``, ``text`` (its
 document, when not empty) and its attributes as stored in ``nodes.jsonl`` (dates as ISO text;
 maps, and lists holding maps, as JSON text, which FalkorDB cannot store). Nodes and edges are
@@ -23,9 +23,6 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from autofocus.cypher.render import name as cypher_name
-from autofocus.cypher.render import to_cypher
-from autofocus.query_graph import QueryGraph
 from autofocus.skb.importers.graphdb import FALKORDB_SCHEMES, FalkorDBConnection, GraphURL, parse_url
 from autofocus.skb.importers.model import SourceError
 from autofocus.skb.schema import Schema
@@ -40,6 +37,12 @@ class ExportResult:
     nodes: int
     edges: int
     seconds: float
+
+
+def _quoted(name: str) -> str:
+    """A label, relationship type or key in backticks, which Cypher reads whatever the name (a keyword,
+    spaces, punctuation)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def export_skb(
@@ -68,9 +71,9 @@ def export_skb(
         conn.graph.delete()
     types = loaded.node_type_names
     for t in types:
-        conn.write(f"CREATE INDEX FOR (n:{cypher_name(t)}) ON (n.id)", {})
+        conn.write(f"CREATE INDEX FOR (n:{_quoted(t)}) ON (n.id)", {})
         field = schema.node_types[t].name_field
-        conn.write(f"CREATE INDEX FOR (n:{cypher_name(t)}) ON (n.{cypher_name(field)})", {})
+        conn.write(f"CREATE INDEX FOR (n:{_quoted(t)}) ON (n.{_quoted(field)})", {})
     nodes = _write_nodes(conn, path / NODES_FILE, schema, batch, tick)
     edges = _write_edges(conn, path / EDGES_FILE, schema, loaded.node_type, types, batch, tick)
     conn.close()
@@ -84,7 +87,7 @@ def _write_nodes(conn: FalkorDBConnection, path: Path, schema: Schema, batch: in
     def flush(t: str) -> None:
         nonlocal written
         rows = pending.pop(t)
-        conn.write(f"UNWIND $rows AS row CREATE (n:{cypher_name(t)}) SET n = row", {"rows": rows})
+        conn.write(f"UNWIND $rows AS row CREATE (n:{_quoted(t)}) SET n = row", {"rows": rows})
         written += len(rows)
         tick("nodes", len(rows))
 
@@ -131,37 +134,11 @@ def _write_edges(
         rel = chunk["type"].str.strip().to_numpy()
         groups = pd.DataFrame({"rel": rel, "s": node_type[src], "d": node_type[dst], "src": src, "dst": dst})
         for (r, s, d), group in groups.groupby(["rel", "s", "d"], sort=False):
-            cypher = (f"UNWIND $rows AS r MATCH (a:{cypher_name(types[s])} {{id: r[0]}}) "
-                      f"MATCH (b:{cypher_name(types[d])} {{id: r[1]}}) CREATE (a)-[:{cypher_name(str(r))}]->(b)")  # fmt: skip
+            cypher = (f"UNWIND $rows AS r MATCH (a:{_quoted(types[s])} {{id: r[0]}}) "
+                      f"MATCH (b:{_quoted(types[d])} {{id: r[1]}}) CREATE (a)-[:{_quoted(str(r))}]->(b)")  # fmt: skip
             pairs = group[["src", "dst"]].to_numpy().tolist()
             for k in range(0, len(pairs), batch):
                 conn.write(cypher, {"rows": pairs[k : k + batch]})
                 written += len(pairs[k : k + batch])
                 tick("edges", len(pairs[k : k + batch]))
     return written
-
-
-def console_cypher(qg: QueryGraph, schema: Schema) -> str:
-    """The query as Cypher for the graph ``export_skb`` writes, to paste into its console.
-
-    Names are the SKB's (backticked where Cypher needs it); a constant's name condition uses its
-    type's ``name_field``; it returns the answers' SKB ids and names. Unlike autofocus, which
-    grounds names loosely and reads ``= '2019'`` on a date as the whole year, the database
-    compares exactly.
-    """
-    qg = qg.model_copy(deep=True)
-    for s in qg.symbols.values():
-        info = schema.node_types.get(s.type or "")
-        if info is None:
-            continue
-        for c in s.constraints:
-            if c.key.lower() in ("name", "title"):
-                c.key = info.name_field
-    lines = to_cypher(qg).splitlines()
-    target = qg.symbols.get(qg.target or "")
-    if lines and lines[-1].startswith("RETURN ") and target is not None:
-        info = schema.node_types.get(target.type or "")
-        var = cypher_name(target.var)
-        field = cypher_name(info.name_field if info else "name")
-        lines[-1] = f"RETURN DISTINCT {var}.id AS id, {var}.{field} AS name"
-    return "\n".join(lines)

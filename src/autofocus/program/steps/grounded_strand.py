@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autofocus.config import AutofocusConfig, QueryConfig
+from autofocus.config import AutofocusConfig, GroundingConfig, QueryConfig
 from autofocus.cypher import parse_cypher
 from autofocus.language import language
 from autofocus.program.steps.grounding import GroundingResult, component_of, ground_with_expansion
@@ -35,6 +35,22 @@ from autofocus.usage import deadline_passed
 if TYPE_CHECKING:
     from autofocus.kb import KnowledgeBaseLike as KB
     from autofocus.skb.model import SKB
+
+
+@dataclass(frozen=True)
+class StrandSettings:
+    """What steps 3-5 read of a config, and nothing else: step 3b's rules and language (``query``),
+    steps 4-5 (``grounding``), how many answers grounding aims for (``merge.k``) and self-consistency's
+    vote share."""
+
+    query: QueryConfig
+    grounding: GroundingConfig
+    k: int
+    votes: float
+
+    @classmethod
+    def of(cls, cfg: AutofocusConfig) -> StrandSettings:
+        return cls(cfg.query, cfg.grounding, cfg.merge.k, cfg.experimental.query_votes)
 
 
 @dataclass
@@ -63,20 +79,20 @@ class Strand:
         return bool(names) and all(reading.names(n, Naming.NEAR) and len(named_ids(skb, n)[0]) for n in names)
 
 
-def parse_mode(config: AutofocusConfig) -> str:
+def parse_mode(grounding: GroundingConfig) -> str:
     """Parse strictly if either switch is strict, so that no guessed type becomes a hard filter
     (``autofocus.cypher.builder``); steps 4 and 5 then apply ``type_mode`` and ``edge_mode``."""
-    return "strict" if "strict" in (config.grounding.type_mode, config.grounding.edge_mode) else "lenient"
+    return "strict" if "strict" in (grounding.type_mode, grounding.edge_mode) else "lenient"
 
 
-def parse_step(kb: KB, cypher: str | None, target_type: str | None, cfg: AutofocusConfig,
+def parse_step(kb: KB, cypher: str | None, target_type: str | None, grounding: GroundingConfig,
                trace: Trace) -> QueryGraph | None:
     """Step 3: the query graph of the LM's Cypher (None when there is no text)."""
     if not cypher:
         trace.flags["valid_cypher"] = False
         return None
     with trace.step("3_parse"):
-        qg = parse_cypher(cypher, kb.skb.schema, mode=parse_mode(cfg), target_type=target_type)
+        qg = parse_cypher(cypher, kb.skb.schema, mode=parse_mode(grounding), target_type=target_type)
     trace.data["query_graph"] = qg.model_dump()
     trace.data["cypher_target_type"] = qg.target_type
     trace.flags["valid_cypher"] = bool(qg.symbols)
@@ -114,9 +130,9 @@ def repair_step(kb: KB, qg: QueryGraph, target_type: str | Sequence[str] | None,
     return result
 
 
-def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Trace,
+def ground_strand(kb: KB, qg: QueryGraph | None, settings: StrandSettings, trace: Trace,
                   target_type: str | Sequence[str] | None = None, reading: QuestionReading | None = None) -> Strand:
-    """Steps 3b-5 for a parsed query: repair (``cfg.query.repairs``), candidates, grounding, relaxation;
+    """Steps 3b-5 for a parsed query: repair (``query.repairs``), candidates, grounding, relaxation;
     ``target_type``: step 1's type, or its plausible types (most likely first; the first is step 2's);
     ``reading``: the question's, where the caller has it."""
     empty = Strand(np.zeros(0, np.int64))
@@ -124,14 +140,14 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
         return empty
     repairs: list[Repair] = []
     alternatives: list[tuple[QueryGraph, list[Repair]]] = []
-    if cfg.query.repairs:
-        repaired = repair_step(kb, qg, target_type, trace, cfg.query, reading)
+    if settings.query.repairs:
+        repaired = repair_step(kb, qg, target_type, trace, settings.query, reading)
         qg, repairs, alternatives = repaired.query, repaired.repairs, repaired.alternatives
     if not qg.usable:
         trace.flags["grounded_nonempty"] = False
         empty.repairs = repairs
         return empty
-    result = _ground_once(kb, qg, cfg, trace, record=True)
+    result = _ground_once(kb, qg, settings, trace, record=True)
     strand = Strand(result.answers, qg, result, repairs)
     late = False  # the deadline passed: no further grounding
     for alt, alt_repairs in alternatives if strand.empty else []:
@@ -139,18 +155,19 @@ def ground_strand(kb: KB, qg: QueryGraph | None, cfg: AutofocusConfig, trace: Tr
             break
         reading = "reading: " + "; ".join(r.detail for r in alt_repairs if r.kind == "path")
         trace.event("5_relax", "reading", reading)
-        result = _ground_once(kb, alt, cfg, trace, record=False)
+        result = _ground_once(kb, alt, settings, trace, record=False)
         if len(result.answers):  # a reading that grounds nothing is no step away from the query: not counted
             strand = Strand(result.answers, alt, result, alt_repairs, [reading])
             qg = alt
             break
-    if strand.empty and cfg.grounding.relax and not late:
-        for rung, relaxed, widened in relaxations(qg, cfg.grounding.relax):
-            if len(strand.relaxed) >= cfg.grounding.relax_max_rungs or _out_of_time(trace, strand):
+    grounding = settings.grounding
+    if strand.empty and grounding.relax and not late:
+        for rung, relaxed, widened in relaxations(qg, grounding.relax):
+            if len(strand.relaxed) >= grounding.relax_max_rungs or _out_of_time(trace, strand):
                 break
             strand.relaxed.append(rung)
             trace.event("5_relax", rung.split(":")[0], rung)
-            result = _ground_once(kb, relaxed, cfg, trace, record=False, widened=widened)
+            result = _ground_once(kb, relaxed, settings, trace, record=False, widened=widened)
             if len(result.answers):
                 strand = Strand(result.answers, relaxed, result, repairs, strand.relaxed)
                 trace.data["relaxed_query_graph"] = relaxed.model_dump()
@@ -174,7 +191,7 @@ def _out_of_time(trace: Trace, strand: Strand) -> bool:
     return True
 
 
-def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Trace,
+def ground_by_votes(kb: KB, queries: list[str], settings: StrandSettings, trace: Trace,
                     target_type: str | Sequence[str] | None = None, reading: QuestionReading | None = None) -> Strand:
     """Self-consistency (``query_samples`` > 1): ground every sampled query and keep the nodes that at
     least ``query_votes`` of the grounding samples agree on, so one bad sample neither empties the
@@ -183,7 +200,8 @@ def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Tra
     primary = next(iter(as_types(target_type)), None)
     for i, cypher in enumerate(queries):
         sub = trace if i == 0 else Trace(system=trace.system, question=trace.question)
-        strand = ground_strand(kb, parse_step(kb, cypher, primary, cfg, sub), cfg, sub, target_type, reading)
+        qg = parse_step(kb, cypher, primary, settings.grounding, sub)
+        strand = ground_strand(kb, qg, settings, sub, target_type, reading)
         strands.append(strand)
         if i:
             for name, rec in sub.steps.items():
@@ -192,7 +210,7 @@ def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Tra
     if not voters:
         return strands[0]
     ids, votes = np.unique(np.concatenate([s.answers for s in voters]), return_counts=True)
-    keep = ids[votes >= max(1.0, cfg.experimental.query_votes * len(voters))]
+    keep = ids[votes >= max(1.0, settings.votes * len(voters))]
     best = max(voters, key=lambda s: int(np.isin(s.answers, keep).sum()))  # its query graph explains the answers
     trace.data["votes"] = {"samples": len(queries), "grounding": len(voters), "kept": len(keep),
                            "sizes": [len(s.answers) for s in strands]}  # fmt: skip
@@ -202,13 +220,14 @@ def ground_by_votes(kb: KB, queries: list[str], cfg: AutofocusConfig, trace: Tra
     return Strand(keep, best.query_graph, best.grounding, best.repairs, best.relaxed)
 
 
-def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, record: bool,
+def _ground_once(kb: KB, qg: QueryGraph, settings: StrandSettings, trace: Trace, record: bool,
                  widened: frozenset[str] = frozenset()) -> GroundingResult:
     """Steps 4 and 5 for one version of the query."""
+    g = settings.grounding
     with trace.step("4_symbols"):
         sc = retrieve_symbol_candidates(
-            kb, qg, cfg.grounding.l_max, variant=cfg.grounding.doc_variant_step4, strict=cfg.grounding.type_mode == "strict",
-            exact_name_first=cfg.grounding.exact_name_first, exact_name_only=cfg.grounding.exact_name_only, widened=widened,
+            kb, qg, g.l_max, variant=g.doc_variant_step4, strict=g.type_mode == "strict",
+            exact_name_first=g.exact_name_first, exact_name_only=g.exact_name_only, widened=widened,
         )
     if record:
         for kind, detail in sc.events:
@@ -218,10 +237,10 @@ def _ground_once(kb: KB, qg: QueryGraph, cfg: AutofocusConfig, trace: Trace, rec
         }
         trace.data["filters"] = sc.applied_filters
     with trace.step("5_grounding"):
-        if cfg.grounding.edge_mode == "lenient":
+        if g.edge_mode == "lenient":
             qg = qg.model_copy(update={"triplets": [t.model_copy(update={"rel": None}) for t in qg.triplets]})
         result = ground_with_expansion(
-            kb.skb, qg, sc.constants, sc.variables, sc.type_masks, cfg.merge.k, cfg.grounding.l_max, cfg.grounding.expansion
+            kb.skb, qg, sc.constants, sc.variables, sc.type_masks, settings.k, g.l_max, g.expansion
         )
     if result.cut:
         trace.degrade("5_grounding", result.cut)

@@ -100,7 +100,7 @@ class NearestDemos:
         return [int(i) for i in order[::-1]]
 
     def to_dict(self) -> dict[str, Any]:
-        """What a program file stores (``autofocus.optimize.saved``); the vectors are recomputed on load."""
+        """What a program file stores (``autofocus.program.saved``); the vectors are recomputed on load."""
         return {"k": self.k, "steps": list(self.steps), "pool": [p.as_dict() for p in self.pool]}
 
 

@@ -418,7 +418,7 @@ def rrf_fuse(order: Sequence[int], k: int = 60) -> list[int]:
 
 def judge_logits(scores: Sequence[float]) -> np.ndarray:
     """The reranker's per-candidate scores as log-odds, clipped so a sure 0 or 1 stays finite: the
-    evidence ``prior_fuse`` adds to, and what ``optimize.fusion_fit`` fits its weight on."""
+    evidence ``prior_fuse`` adds to, and what ``evaluation.fusion_fit`` fits its weight on."""
     p = np.clip(np.asarray(scores, dtype=np.float64), 1e-6, 1 - 1e-6)
     return np.log(p) - np.log1p(-p)
 

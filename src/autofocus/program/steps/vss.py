@@ -23,8 +23,10 @@ import numpy as np
 from autofocus.program.steps.reading import Naming, QuestionReading
 
 if TYPE_CHECKING:
+    from autofocus.config import MergeConfig
     from autofocus.index.search import Head
     from autofocus.kb import KnowledgeBaseLike
+    from autofocus.program.steps.grounded_strand import Strand
     from autofocus.skb.model import SKB
 
 SCAN_SLACK = 4096  # a head keeps k + this many nodes: grounded sets up to this size are excluded from it
@@ -295,3 +297,27 @@ class ScanAhead:
             scans = {t: round(s, 6) for t, s in self.scan_s.items()}
         return {"embed_s": round(self.embed_s, 6), "scan_s": scans, "waited_s": round(self.waited_s, 6),
                 "shards": self.shards, "depth": self.depth}
+
+
+def evidence_factor(strand: Strand, types1: list[str], merge: MergeConfig) -> tuple[float, list[str] | None]:
+    """The grounded strand's weight against its evidence (``merge.alpha_rule`` evidence): 1 for the paper's
+    fixed alpha or an empty strand, else less for a relaxed query, a huge grounded set or steps 1 and 2
+    disagreeing; it scales the grounded share of the k slots (alpha) and the merge's grounded bonus.
+    Returns the factor and why it is below 1 (None where the rule does not apply)."""
+    if merge.alpha_rule == "fixed" or strand.empty:
+        return 1.0, None
+    factor, why = 1.0, []
+    if strand.relaxed:
+        factor *= merge.alpha_relaxed ** len(strand.relaxed)
+        why.append(f"relaxed x{len(strand.relaxed)}")
+    if strand.repairs:
+        factor *= merge.alpha_repaired
+        why.append("repaired")
+    if len(strand.answers) > merge.alpha_large_size:
+        factor *= merge.alpha_large
+        why.append(f"|C|={len(strand.answers)}")
+    label = strand.query_graph.target_type if strand.query_graph is not None else None
+    if types1 and label is not None and label not in types1:
+        factor *= merge.alpha_disagree
+        why.append(f"query asks for {label}")
+    return factor, why

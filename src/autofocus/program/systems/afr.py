@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 import numpy as np
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, MergeConfig, QueryConfig
 from autofocus.language import language
 from autofocus.lm import is_local_spec
 from autofocus.local_lm.decoding import warm_tokenizer
@@ -40,6 +40,7 @@ from autofocus.program.steps.constrain import (
 )
 from autofocus.program.steps.grounded_strand import (
     Strand,
+    StrandSettings,
     ground_by_votes,
     ground_strand,
     parse_step,
@@ -56,6 +57,7 @@ from autofocus.program.steps.typed_query import spec_to_cypher
 from autofocus.program.steps.vss import (
     SCAN_SLACK,
     ScanAhead,
+    evidence_factor,
     grounded_first,
     grounded_slots,
     merge,
@@ -230,13 +232,14 @@ class AutofocusRetriever(RetrievalProgram):
         self._type_starts: set[str | None] = set()  # types whose step-2 start is saved (``keep_type_start``)
         self.readings = Readings()  # the questions' readings, made once per question
 
-    def reading(self, question: str, cfg: AutofocusConfig | None = None) -> QuestionReading:
-        """The question's one reading (``program.steps.reading``), shared by step 1's cue and steps 3-7."""
-        return self.readings.get(question, self.kb.skb, language((cfg or self.config).query.language))
+    def reading(self, question: str, query: QueryConfig | None = None) -> QuestionReading:
+        """The question's one reading (``program.steps.reading``) in ``query.language`` (default: the program's),
+        shared by step 1's cue and steps 3-7."""
+        return self.readings.get(question, self.kb.skb, language((query or self.config.query).language))
 
     def needs_lm(self, question: object) -> bool:
         replayed = isinstance(question, str) and question in (self.recorded or {}) and self.recorded[question][0] is not None
-        step8_lm = self.config.steps == "1-8" and getattr(self.reranker, "uses_lm", False)
+        step8_lm = self.config.steps.reranks and getattr(self.reranker, "uses_lm", False)
         return not (replayed and not step8_lm)
 
     # --- steps 1 and 2: the LLM calls -------------------------------------------------------------
@@ -253,7 +256,7 @@ class AutofocusRetriever(RetrievalProgram):
                 return found if len(found) > 1 else found[0]
         written = derive_target_type(self.target_type, self.context, question, trace, demos)
         types = self.context.candidate_types
-        named = (spelled(types, self.reading(question, cfg).asked_label)
+        named = (spelled(types, self.reading(question, cfg.query).asked_label)
                  if self.target_type is not None and written and "spelled" in cfg.query.target_type_inputs else None)
         if named is None:
             return written
@@ -283,7 +286,7 @@ class AutofocusRetriever(RetrievalProgram):
             if name == "prior":
                 inputs.append(TypeInput("prior", vss_type_prior(self.kb, question, types, cfg.query.target_type_prior_k,
                                                                 cfg.merge.doc_variant_step7)))
-            elif name == "spelled" and (named := spelled(types, self.reading(question, cfg).asked_label)) is not None:
+            elif name == "spelled" and (named := spelled(types, self.reading(question, cfg.query).asked_label)) is not None:
                 inputs.append(named)
             elif name == "reader" and reader is not None and cfg.query.type_reader_weight:
                 read = reader.probabilities(self.kb.embed_query(question))
@@ -401,13 +404,13 @@ class AutofocusRetriever(RetrievalProgram):
                 trace.data["target_type_probs"] = probs
             trace.event("2_query", "replayed", "step 2's query given (a recorded run or ask --query)")
             trace.data["target_type"], trace.data["cypher"] = y_type, cypher
-            return y_type, cypher if self.config.steps != "1+7" else None
+            return y_type, cypher if self.config.steps.grounds else None
         if not self.starts_shared:
             self.share_prompt_starts()
         demos = self.question_demos(question, trace)
         y_type = self.predict_target_type(question, trace, demos.get("target_type"))
         trace.data["target_type"] = y_type
-        if self.config.steps == "1+7":
+        if not self.config.steps.grounds:
             return y_type, None
         queries = [self.derive_query(question, y_type, trace, sample=i, demos=demos.get("cypher"))
                    for i in range(self.config.experimental.query_samples)]
@@ -431,11 +434,10 @@ class AutofocusRetriever(RetrievalProgram):
         cfg = config or self.config
         trace = trace if trace is not None else Trace(system=self.system, question=question)
         types1 = as_types(target_type)
-        runs7 = cfg.steps in ("1+7", "1-7", "1-8")
-        if not (cfg.runtime.scan_ahead and runs7):
+        if not (cfg.runtime.scan_ahead and cfg.steps.searches_rest):
             return self._retrieve(question, types1, cypher, cfg, trace, None)
         with ScanAhead(self.kb, question, cfg.merge.doc_variant_step7, depth=cfg.merge.k + SCAN_SLACK,
-                       types=self._step7_base_types(types1), shards=cfg.experimental.scan_shards) as ahead:
+                       types=self._step7_base_types(types1), shards=cfg.runtime.scan_shards) as ahead:
             try:
                 return self._retrieve(question, types1, cypher, cfg, trace, ahead)
             finally:
@@ -445,71 +447,59 @@ class AutofocusRetriever(RetrievalProgram):
                   trace: Trace, ahead: ScanAhead | None) -> Retrieval:
         """Steps 3-7; with ``ahead`` the question's vector and step 7's scans come from it (started
         before step 3), else the question is embedded first and step 7 scans after grounding."""
-        primary = types1[0] if types1 else None
+        steps, m = cfg.steps, cfg.merge
         qvec = self.kb.embed_query(question) if ahead is None else None
-        reading = self.reading(question, cfg)
-
-        strand = Strand(np.zeros(0, np.int64))
-        if cfg.steps != "1+7" and isinstance(cypher, list):
-            strand = ground_by_votes(self.kb, cypher, cfg, trace, plausible_types(types1, trace, cfg), reading)
-        elif cfg.steps != "1+7":
-            qg = parse_step(self.kb, cypher, primary, cfg, trace)
-            if ahead is not None and qg is not None and cfg.merge.step7_types == "agree":
-                ahead.scan([t for t in [qg.target_type] if t in self.context.candidate_types])  # in case it grounds
-            strand = ground_strand(self.kb, qg, cfg, trace, plausible_types(types1, trace, cfg), reading)
+        reading = self.reading(question, cfg.query)
+        strand = self._grounded_strand(types1, cypher, cfg, trace, ahead, reading) if steps.grounds else (
+            Strand(np.zeros(0, np.int64)))
         grounded = strand.answers
         round_of = strand.grounding.round_of if strand.grounding is not None else {}
 
         step6: list[int] = []
         scores: dict[int, float] = {}
-        alpha = cfg.merge.alpha
-        if cfg.steps != "1+7":
-            alpha = self.grounded_alpha(strand, types1, cfg, trace)
-            n6 = cfg.merge.k if cfg.steps == "1-5" else grounded_slots(alpha, cfg.merge.k)
+        factor = 1.0  # the grounded strand's weight against the evidence (``merge.alpha_rule``)
+        if steps.grounds:
+            factor, why = evidence_factor(strand, types1, m)
+            alpha = m.alpha * factor
+            if why is not None:
+                trace.data["alpha"] = {"value": alpha, "why": why}
+            n6 = grounded_slots(alpha, m.k) if steps.ranks_grounded else m.k
             with trace.step("6_vss_grounded"):
-                if cfg.steps == "1-5":
-                    order = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))
-                    step6 = order[:n6]
+                if not steps.ranks_grounded:
+                    step6 = sorted(grounded.tolist(), key=lambda i: (round_of.get(i, 0), i))[:n6]
                 else:
                     if qvec is None and ahead is not None:
                         qvec = ahead.question_vector()
-                    step6, s6 = step6_rank_grounded(
-                        self.kb,
-                        qvec,
-                        grounded,
-                        n6,
-                        cfg.merge.doc_variant_step6,
-                        round_of if cfg.merge.step6_order == "round" else None,
-                    )
+                    step6, s6 = step6_rank_grounded(self.kb, qvec, grounded, n6, m.doc_variant_step6,
+                                                    round_of if m.step6_order == "round" else None)
                     scores.update(zip(step6, s6, strict=True))
         step7: list[int] = []
-        if cfg.steps in ("1+7", "1-7", "1-8"):
-            types = self.step7_types(types1, strand, cfg, trace)
-            exclude = grounded if cfg.merge.step7_exclude == "grounded" else np.zeros(0, np.int64)
-            n7 = cfg.merge.k - len(step6) if cfg.merge.step7_exclude == "grounded" else cfg.merge.k
+        if steps.searches_rest:
+            types = self.step7_types(types1, strand, m, trace)
+            exclude = grounded if m.step7_exclude == "grounded" else np.zeros(0, np.int64)
+            n7 = m.k - len(step6) if m.step7_exclude == "grounded" else m.k
             with trace.step("7_vss_rest"):
                 heads = None
                 if ahead is not None:
                     qvec = ahead.question_vector() if qvec is None else qvec
                     heads = ahead.heads(types) if n7 > 0 else None
-                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, cfg.merge.doc_variant_step7, heads=heads)
+                step7, s7 = step7_rank_rest(self.kb, qvec, types, exclude, n7, m.doc_variant_step7, heads=heads)
             for i, s in zip(step7, s7, strict=True):
                 scores.setdefault(i, s)
         bonus = rrf_weight = None
-        strong = cfg.merge.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, reading)
-        if cfg.merge.merge_rule != "block" and step6 and step7 and not strong:
-            if cfg.merge.doc_variant_step6 != cfg.merge.doc_variant_step7:  # both strands on step 7's scale
-                s67 = self.kb.index(cfg.merge.doc_variant_step7).scores(qvec, np.asarray(step6))
+        strong = m.merge_rule == "evidence" and strand.named_exactly(self.kb.skb, reading)
+        if m.merge_rule != "block" and step6 and step7 and not strong:
+            if m.doc_variant_step6 != m.doc_variant_step7:  # both strands on step 7's scale
+                s67 = self.kb.index(m.doc_variant_step7).scores(qvec, np.asarray(step6))
                 scores.update(zip(step6, np.asarray(s67).tolist(), strict=True))
-            factor = alpha / cfg.merge.alpha if cfg.merge.alpha > 0 else 1.0
-            bonus = cfg.merge.grounded_bonus * factor
-            rrf_weight = factor if cfg.merge.merge_order == "rrf" else None
-        if cfg.merge.merge_rule != "block" and step6:
-            trace.data["merge"] = {"order": "block" if bonus is None else cfg.merge.merge_order, "strong_evidence": strong,
+            bonus = m.grounded_bonus * factor
+            rrf_weight = factor if m.merge_order == "rrf" else None
+        if m.merge_rule != "block" and step6:
+            trace.data["merge"] = {"order": "block" if bonus is None else m.merge_order, "strong_evidence": strong,
                                    "grounded_bonus": None if bonus is None else round(bonus, 4)}
-        merged = merge(step6, step7, cfg.merge.k, scores, bonus, rrf_weight)
+        merged = merge(step6, step7, m.k, scores, bonus, rrf_weight)
         ids, named = merged.ids, set()
-        if cfg.merge.named_last:
+        if m.named_last:
             named = named_in_question(self.kb.skb, ids, reading)
             ids = named_last(ids, named)
             if named:
@@ -519,44 +509,33 @@ class AutofocusRetriever(RetrievalProgram):
         return Retrieval(ids, merged.strand, grounded, strand.query_graph, strand.grounding, strong and bool(step6),
                          named)  # fmt: skip
 
+    def _grounded_strand(self, types1: list[str], cypher: str | list[str] | None, cfg: AutofocusConfig,
+                         trace: Trace, ahead: ScanAhead | None, reading: QuestionReading) -> Strand:
+        """Steps 3-5: the query (or the sampled queries, by their votes) parsed, repaired and grounded."""
+        settings = StrandSettings.of(cfg)
+        plausible = plausible_types(types1, trace, cfg.query.class_type_floor)
+        if isinstance(cypher, list):
+            return ground_by_votes(self.kb, cypher, settings, trace, plausible, reading)
+        qg = parse_step(self.kb, cypher, types1[0] if types1 else None, cfg.grounding, trace)
+        if ahead is not None and qg is not None and cfg.merge.step7_types == "agree":
+            ahead.scan([t for t in [qg.target_type] if t in self.context.candidate_types])  # in case it grounds
+        return ground_strand(self.kb, qg, settings, trace, plausible, reading)
+
     def _step7_base_types(self, types1: list[str]) -> list[str]:
         """Step 7's types as far as step 1 decides them (``step7_types`` may add the query's label)."""
         known = self.kb.skb.node_type_names
         return [t for t in types1 if t in known] or list(self.context.candidate_types)
 
-    def step7_types(self, types1: list[str], strand: Strand, cfg: AutofocusConfig, trace: Trace) -> list[str]:
+    def step7_types(self, types1: list[str], strand: Strand, merge: MergeConfig, trace: Trace) -> list[str]:
         """The types step 7 searches: step 1's, and the query's own target label when grounding found
         answers of it (the graph agrees with step 2), so one wrong guess does not exclude the other."""
         types = self._step7_base_types(types1)  # step 1 gave nothing usable: every candidate type
         label = strand.query_graph.target_type if strand.query_graph is not None else None
-        if cfg.merge.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
+        if merge.step7_types == "agree" and label in self.context.candidate_types and label not in types and not strand.empty:
             types.append(label)
             trace.event("7_vss_rest", "types_disagree", f"step 1: {', '.join(types1) or 'none'}; query: {label}")
         trace.data["step7_types"] = types
         return types
-
-    def grounded_alpha(self, strand: Strand, types1: list[str], cfg: AutofocusConfig, trace: Trace) -> float:
-        """The grounded strand's share of the k slots: the paper's fixed alpha, or (``alpha_rule``
-        "evidence") less of it for a relaxed query, a huge grounded set or steps 1 and 2 disagreeing."""
-        if cfg.merge.alpha_rule == "fixed" or strand.empty:
-            return cfg.merge.alpha
-        factor, why = 1.0, []
-        if strand.relaxed:
-            factor *= cfg.experimental.alpha_relaxed ** len(strand.relaxed)
-            why.append(f"relaxed x{len(strand.relaxed)}")
-        if strand.repairs:
-            factor *= cfg.experimental.alpha_repaired
-            why.append("repaired")
-        if len(strand.answers) > cfg.experimental.alpha_large_size:
-            factor *= cfg.experimental.alpha_large
-            why.append(f"|C|={len(strand.answers)}")
-        label = strand.query_graph.target_type if strand.query_graph is not None else None
-        if types1 and label is not None and label not in types1:
-            factor *= cfg.experimental.alpha_disagree
-            why.append(f"query asks for {label}")
-        alpha = cfg.merge.alpha * factor
-        trace.data["alpha"] = {"value": alpha, "why": why}
-        return alpha
 
     # --- step 8 ------------------------------------------------------------------------------------
     def evidence(self, found: Retrieval, cfg: AutofocusConfig, trace: Trace) -> dict[int, str]:
@@ -583,7 +562,7 @@ class AutofocusRetriever(RetrievalProgram):
             return found.ids
         ranked = rerank_candidates(self.reranker, question, found.ids, self.kb.skb, y_type, found.neighbourhood(), trace,
                                    evidence=evidence if cfg.rerank.rerank_evidence else None, config=cfg)  # fmt: skip
-        if cfg.experimental.rerank_keep_block and found.strong_evidence:
+        if cfg.rerank.rerank_keep_block and found.strong_evidence:
             ranked = grounded_first(ranked, found.strand)
             trace.data.setdefault("rerank", {})["block_kept"] = sum(s != "vss" for s in found.strand.values())
         return named_last(ranked, found.named)
@@ -595,13 +574,14 @@ class AutofocusRetriever(RetrievalProgram):
         y_type, cypher = self.llm_steps(question, trace)
         found = self.retrieve(question, y_type, cypher, cfg, trace)
         evidence = self.evidence(found, cfg, trace)
-        ranked = self.rerank(question, y_type, found, evidence, cfg, trace) if cfg.steps == "1-8" else found.ids
+        ranked = self.rerank(question, y_type, found, evidence, cfg, trace) if cfg.steps.reranks else found.ids
         return dspy.Prediction(ranked_ids=[int(i) for i in ranked], trace=trace)
 
 
-def plausible_types(types1: list[str], trace: Trace, cfg: AutofocusConfig) -> list[str]:
-    """Step 1's kept types, then the others it scored at least ``query.class_type_floor`` likely: the labels
-    step 3b's asked class may settle the target on (a small LM's second reading of "rivers" is natural_object)."""
+def plausible_types(types1: list[str], trace: Trace, floor: float) -> list[str]:
+    """Step 1's kept types, then the others it scored at least ``floor`` (``query.class_type_floor``) likely:
+    the labels step 3b's asked class may settle the target on (a small LM's second reading of "rivers" is
+    natural_object)."""
     probs = trace.data.get("target_type_probs") or {}
-    floor = cfg.query.class_type_floor
     return [*types1, *(t for t, p in probs.items() if p >= floor and t not in types1)]
+

@@ -7,7 +7,7 @@ class adds what DSPy's conventions promise and a knowledge base needs:
 * ``deepcopy()`` / ``copy.deepcopy`` share the knowledge base and the LMs (read-only and
   thread-safe) and copy the rest: prompts, demos, settings.
 * ``save("prog.json")`` writes an autofocus program file (system, config and every predictor's
-  state, ``autofocus.optimize.saved``); ``load("prog.json")`` loads its prompts and demos into this
+  state, ``autofocus.program.saved``); ``load("prog.json")`` loads its prompts and demos into this
   program. Other paths (``.pkl``, ``save_program=True``) are DSPy's own.
 * ``acall(question=...)`` runs ``forward`` in a worker thread (the steps are CPU-bound numpy or
   blocking LM calls), inheriting the caller's DSPy context.
@@ -37,8 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from autofocus.config import AutofocusConfig
+from autofocus.config import AutofocusConfig, Steps
 from autofocus.local_lm import startup
+from autofocus.program.saved import is_program_file, load_program_state
+from autofocus.program.saved import save_program as save_program_file
 from autofocus.usage import check_question_length, question_deadline
 
 if TYPE_CHECKING:
@@ -111,21 +113,17 @@ class RetrievalProgram(dspy.Module):
 
     # --- saving and loading -------------------------------------------------------------------------
     def save(self, path: str | Path, save_program: bool = False, modules_to_serialize: list[Any] | None = None) -> None:
-        """``.json``: an autofocus program file (``autofocus.optimize.saved``) that
+        """``.json``: an autofocus program file (``autofocus.program.saved``) that
         ``autofocus.open(skb, program=path)`` and ``--program`` read; otherwise DSPy's ``save``."""
         if save_program or Path(path).suffix != ".json":
             return super().save(path, save_program=save_program, modules_to_serialize=modules_to_serialize)
-        from autofocus.optimize.saved import save_program as write_program_file
-
-        write_program_file(self, self.system, self.config, path)
+        save_program_file(self, self.system, self.config, path)
         return None
 
     def load(self, path: str | Path, allow_pickle: bool = False, allow_unsafe_lm_state: bool = False) -> RetrievalProgram:
         """Load the prompts and demos of a program file into this program (its settings stay as built;
         ``autofocus.open(skb, program=path)`` also rebuilds with the file's config). A DSPy state
         file (``Module.save``) is loaded as DSPy loads it."""
-        from autofocus.optimize.saved import is_program_file, load_program_state
-
         if Path(path).suffix == ".json" and is_program_file(path):
             load_program_state(self, path)
             self.program_file = Path(path)
@@ -158,7 +156,7 @@ class SeedSystem(RetrievalProgram):
 
 def require_full_pipeline(config: AutofocusConfig, system: str) -> None:
     """The ``steps`` ablations are AF-Retriever's; other systems refuse them instead of ignoring them."""
-    if config.steps != "1-8":
+    if config.steps is not Steps.ALL:
         raise ValueError(
             f"{system}: steps={config.steps} is an AF-Retriever ablation; this system has no step ablations "
             "(use reranker=none to skip its reranker)"

@@ -22,7 +22,7 @@ import dspy
 import numpy as np
 
 from autofocus.config import AutofocusConfig
-from autofocus.program.steps.grounded_strand import ground_strand, parse_step
+from autofocus.program.steps.grounded_strand import StrandSettings, ground_strand, parse_step
 from autofocus.program.steps.grounding import support_paths
 from autofocus.program.steps.llm_call import safe_predict
 from autofocus.program.steps.rerank import rerank_candidates
@@ -66,12 +66,12 @@ class FocusedRetriever(SeedSystem):
             )
         cypher = str(pred.cypher) if pred is not None else raw
         trace.data["cypher"] = cypher
-        return parse_step(self.kb, cypher, None, self.config, trace)
+        return parse_step(self.kb, cypher, None, self.config.grounding, trace)
 
     # --- lines 3-9 --------------------------------------------------------------------------------
     def ground(self, qg: QueryGraph, trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray], QueryGraph]:
         """C_cypher (candidate types only), the final candidate set of every symbol and the graph grounded."""
-        strand = ground_strand(self.kb, qg, self.config, trace)
+        strand = ground_strand(self.kb, qg, StrandSettings.of(self.config), trace)
         grounded = self.kb.skb.only_candidates(strand.answers)
         trace.data["grounded_ids"] = grounded
         trace.data["num_grounded"] = len(grounded)

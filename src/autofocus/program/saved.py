@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from autofocus._version import __version__
 from autofocus.config import AutofocusConfig, invalid
+from autofocus.program.steps.nearest_demos import NearestDemos, pool_from_dict
 
 FORMAT = "autofocus-program/1"
 
@@ -193,8 +194,6 @@ def _nearest_demos(program: dspy.Module, doc: dict[str, Any], path: Path | str) 
     """The file's per-question demo pool, embedded with ``program``'s knowledge base; None without one."""
     if "nearest_demos" not in doc:
         return None
-    from autofocus.program.steps.nearest_demos import NearestDemos, pool_from_dict
-
     if not hasattr(program, "nearest_demos") or getattr(program, "kb", None) is None:
         raise ProgramFileError(f"{path}: per-question demos (nearest_demos) need an afr program, not {type(program).__name__}")
     try:
