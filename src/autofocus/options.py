@@ -12,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autofocus.config import RERANKER_KINDS, RERANKER_NEGATIVES
-
-if TYPE_CHECKING:
-    from autofocus.adapt.judge import JudgeQuestion
 
 
 @dataclass(frozen=True)
@@ -248,7 +245,7 @@ class AdaptOptions:
     seed: int = 0
     judge: Sequence[str] = ()
     judge_dir: Path | str | None = None
-    judge_questions: Sequence[JudgeQuestion] = ()
+    judge_questions: Sequence[Any] = ()  # adapt.judge.JudgeQuestion records (settings import nothing above them)
 
     def __post_init__(self) -> None:
         if self.reranker_kind not in RERANKER_KINDS:  # before any question is written or list mined

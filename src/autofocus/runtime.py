@@ -187,3 +187,23 @@ def with_waits(
     if lm_retries is not None:
         lm["num_retries"] = lm_retries
     return cfg.updated({"lm": lm, **({"question_deadline_s": deadline} if deadline is not None else {})})
+
+
+def warm_prompt_starts(skb: Path | str, system: str | None = None, config: Any = None,
+                       program_file: Path | str | None = None) -> dict[str, Any]:
+    """The prompts' shared starts evaluated where the user waits anyway (beside an index build, at setup), so a
+    new machine's first ``ask`` restores them from the prompt cache instead of evaluating them before its
+    steps. Opens ``system`` on ``skb`` as ``ask`` does (the start depends on the knowledge base, the config and
+    a saved program's prompts; the offline LM server starts), puts the starts into the server's slots and its
+    prompt cache, and returns what that took: the
+    ``prompt_cache`` phase of ``local_lm.startup`` (``starts``, ``restored``, ``evaluated`` tokens,
+    ``seconds``), or ``{}`` for a program whose LMs keep no prompt cache (hosted LMs, ``vss``)."""
+    from autofocus.local_lm import startup
+
+    program = open_program(skb, system, config, program_file, lms=True)
+    share = getattr(program, "share_prompt_starts", None)
+    if share is None:
+        return {}
+    startup.claim()  # only this warm-up's phases
+    share()
+    return startup.claim().get("prompt_cache", {})

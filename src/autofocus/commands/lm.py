@@ -56,7 +56,7 @@ def warm_cmd(
     from autofocus.console import OPEN_ERRORS
     from autofocus.local_lm.models import ModelError
     from autofocus.local_lm.server import LocalServerError
-    from autofocus.program.warm import warm_prompt_starts
+    from autofocus.runtime import warm_prompt_starts
 
     cfg = config_or_exit(config, lm, program_file=program)
     try:
