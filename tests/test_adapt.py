@@ -551,6 +551,41 @@ def test_a_reranker_that_loses_on_judge_questions_is_not_switched_on(two_type_sk
     assert not isinstance(program.reranker, TrainedReranker)
 
 
+@pytest.mark.slow
+def test_without_a_judge_the_lm_sources_ask_the_lm_for_judge_questions(two_type_skb, tmp_path, monkeypatch):
+    """``--questions mix`` and no ``--judge``: the judge is the LM's questions about held-out nodes (asked with
+    the adaptation's seed, share and LM), never trained on; here they favour steps 1-7, so step 8 stays off."""
+    import autofocus.adapt.questions as questions
+    import autofocus.adapt.run as run
+    from autofocus.skb.skbdir import load_skb_dir
+    from autofocus.synthetic.natural import NaturalQuestion
+
+    kb = make_kb(load_skb_dir(two_type_skb, progress=False), tmp_path / "index", source=two_type_skb)
+    monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
+    asked = [QAItem(-1, "papers about graphs and questions", [0]), QAItem(-2, "who wrote about ranking", [4]),
+             QAItem(-3, "a survey of knowledge base question answering", [3])]
+    firsts = [m.lists["vector"][0] for m in mine(_program(kb), asked, sources=["vector"])]
+    written = [NaturalQuestion(q.query, (node,), kind, kb.skb.type_of(node), node)
+               for q, node, kind in zip(asked, firsts, ("textual", "hybrid", "textual"), strict=True)]
+    calls: list[dict] = []
+
+    def judge_questions(skb, cfg, **kw):
+        calls.append(kw)
+        return written
+
+    monkeypatch.setattr(run, "judge_questions", judge_questions)
+    monkeypatch.setattr(questions, "lm_writer", lambda *args: None)  # the training share: no LM here
+    monkeypatch.setattr(questions, "natural_questions", lambda *args, **kw: ([], {"asked": 0}))
+    options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
+                           batch_size=8, max_length=96, val_share=0.3, questions="mix", lm="local", seed=3)
+    result = adapt(two_type_skb, AutofocusConfig(), options)
+    assert [(c["lm"], c["seed"], c["judge_share"]) for c in calls] == [("local", 3, options.judge_share)]
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    assert manifest["judge"]["questions"] == 3 and manifest["judge"]["kinds"] == {"textual": 2, "hybrid": 1}
+    assert not manifest["reranker"]["judged"]["used"]
+    assert json.loads(result.program.read_text())["config"]["steps"] == "1-7"
+
+
 def test_judge_questions_carry_their_kind_from_the_qa_file(tiny_skb_data, tmp_path):
     from autofocus.adapt.judge import ALL, load_judge
     from autofocus.skb.writer import write_skb_dir
