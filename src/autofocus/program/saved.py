@@ -30,14 +30,13 @@ saved LM would carry a local server's address. Loading rebuilds the system from 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import dspy
 from pydantic import ValidationError
 
+from autofocus import paths
 from autofocus._version import __version__
 from autofocus.config import AutofocusConfig, invalid
 from autofocus.program.steps.nearest_demos import NearestDemos, pool_from_dict
@@ -81,10 +80,7 @@ def save_program(
     if nearest is not None:
         doc["nearest_demos"] = nearest.to_dict()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2, default=str)
-    os.replace(tmp, path)
+    paths.replace_atomically(path, json.dumps(doc, indent=2, default=str))
     return path
 
 
