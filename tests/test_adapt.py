@@ -552,9 +552,12 @@ def test_a_reranker_that_loses_on_judge_questions_is_not_switched_on(two_type_sk
 
 
 @pytest.mark.slow
-def test_without_a_judge_the_lm_sources_ask_the_lm_for_judge_questions(two_type_skb, tmp_path, monkeypatch):
-    """``--questions mix`` and no ``--judge``: the judge is the LM's questions about held-out nodes (asked with
-    the adaptation's seed, share and LM), never trained on; here they favour steps 1-7, so step 8 stays off."""
+@pytest.mark.parametrize(("source", "judge"), [("mix", ()), ("templates", ("lm",))])
+def test_the_lm_is_asked_for_judge_questions_by_its_sources_or_by_judge_lm(two_type_skb, tmp_path, monkeypatch,
+                                                                           source, judge):
+    """``--questions mix`` and no ``--judge``, or any source with ``--judge lm``: the judge is the LM's questions
+    about held-out nodes (asked with the adaptation's seed, share and LM), never trained on; here they favour
+    steps 1-7, so step 8 stays off."""
     import autofocus.adapt.questions as questions
     import autofocus.adapt.run as run
     from autofocus.skb.skbdir import load_skb_dir
@@ -577,7 +580,8 @@ def test_without_a_judge_the_lm_sources_ask_the_lm_for_judge_questions(two_type_
     monkeypatch.setattr(questions, "lm_writer", lambda *args: None)  # the training share: no LM here
     monkeypatch.setattr(questions, "natural_questions", lambda *args, **kw: ([], {"asked": 0}))
     options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
-                           batch_size=8, max_length=96, val_share=0.3, questions="mix", lm="local", seed=3)
+                           batch_size=8, max_length=96, val_share=0.3, questions=source, lm="local", seed=3,
+                           judge=judge)
     result = adapt(two_type_skb, AutofocusConfig(), options)
     assert [(c["lm"], c["seed"], c["judge_share"]) for c in calls] == [("local", 3, options.judge_share)]
     manifest = json.loads((result.folder / "manifest.json").read_text())

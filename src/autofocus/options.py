@@ -213,7 +213,7 @@ class AdaptOptions:
         negatives: hard negatives per question (None: the kind's own, ``config.RERANKER_NEGATIVES``).
         seed: every random choice (held-out part, positives kept, the trainer's).
         judge: splits of questions that read like users' (labelled ``val``, or LM-written questions in a
-            whole-file split of ``judge_dir``) that choose the reranker's epoch and fusion weight and decide
+            whole-file split of ``judge_dir``; ``lm``: the LM writes them about held-out nodes, label-free) that choose the reranker's epoch and fusion weight and decide
             whether the reranker and the type reader are used (``adapt.judge``); never trained on.
         judge_dir: the folder of the judge's whole-file splits (None: the SKB's own splits).
         judge_questions: judge questions given directly (Python), beside those of ``judge``.

@@ -3,8 +3,9 @@
 Questions written from templates name the answer's neighbours and the schema's labels; a reranker's score
 on held-out template questions has pointed the wrong way on real knowledge bases (better where the
 adapted program lost, worse where it won). So ``adapt`` is judged on questions that read like users':
-labelled questions (``--judge val``) or questions an LM wrote from the answers' documents (a whole-file
-split of a QA folder, ``--judge NAME --judge-dir DIR``). Each is a ``JudgeQuestion``: its text, its
+labelled questions (``--judge val``), questions an LM wrote from the answers' documents (a whole-file
+split of a QA folder, ``--judge NAME --judge-dir DIR``), or, label-free, questions the LM writes now about
+held-out nodes (``--judge lm``; the default of the LM's own training sources). Each is a ``JudgeQuestion``: its text, its
 answers and its kind (the QA file's ``kind`` column where it has one: relational, hybrid, textual).
 
 On their candidate lists (steps 1-7's, from an ``autofocus eval`` run where one covers them, else vector
@@ -26,6 +27,7 @@ from autofocus.evaluation.statistics import ALPHA, paired_test
 from autofocus.skb.qa import QAItem
 
 JUDGE_LIST = "judge"  # the name of a judge question's mined list
+LM_JUDGE = "lm"  # ``--judge lm``: the LM's questions about nodes no training question is written from
 ALL = "all"
 
 

@@ -42,6 +42,7 @@ import numpy as np
 from autofocus import paths
 from autofocus.adapt.judge import (
     JUDGE_LIST,
+    LM_JUDGE,
     JudgeQuestion,
     load_judge,
     rerank_verdict,
@@ -111,8 +112,9 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
         sources += more
     if not sources and not written:
         raise ValueError("no training questions: name splits (--split) or ask for template questions (--templates)")
-    judge = [*options.judge_questions, *load_judge(skb, options.judge, options.judge_dir, kb.skb.num_nodes)]
-    if not judge and options.questions in ("lm", "mix"):  # label-free: the LM's questions about held-out nodes
+    splits = [s for s in options.judge if s != LM_JUDGE]
+    judge = [*options.judge_questions, *load_judge(skb, splits, options.judge_dir, kb.skb.num_nodes)]
+    if LM_JUDGE in options.judge or (not judge and options.questions in ("lm", "mix")):  # label-free
         report.note("asking the LM for judge questions about nodes no training question is written from", "section")
         judge = [JudgeQuestion(q.query, tuple(q.answer_ids), q.kind) for q in
                  judge_questions(skb, cfg, lm=options.lm, seed=options.seed, judge_share=options.judge_share,
@@ -150,8 +152,8 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
     summary["judge"] = {"questions": len(judge), "with_a_list": len(mined_judge),
                         "kinds": dict(Counter(q.kind for q in judge))}
     if not judge:
-        report.note("no judge questions (--judge): the reranker is used unjudged; held-out template questions "
-                    "are no judge of questions that read like users'", "warning")
+        report.note("no judge questions (--judge lm, or a labelled split): the reranker is used unjudged; held-out "
+                    "template questions are no judge of questions that read like users'", "warning")
     lap("mining")
 
     settings: dict[str, Any] = {}

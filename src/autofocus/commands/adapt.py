@@ -58,9 +58,10 @@ def adapt_command(
     val_share: Annotated[float, typer.Option(help="share of the questions held out", min=0.0, max=0.5)] = 0.15,
     seed: Annotated[int, typer.Option(help="seed of every random choice")] = 0,
     judge: Annotated[
-        list[str] | None, typer.Option(help="questions that read like users' (labelled val, or LM-written ones in a "
-                                            "split of --judge-dir; repeatable): they choose the epoch and the fusion "
-                                            "weight and decide whether the reranker and the type reader are used")
+        list[str] | None, typer.Option(help="questions that read like users' (lm: the LM writes them now about "
+                                            "held-out nodes, label-free; labelled val; or LM-written ones in a split "
+                                            "of --judge-dir; repeatable): they choose the epoch and the fusion weight "
+                                            "and decide whether the reranker and the type reader are used")
     ] = None,
     judge_dir: Annotated[Path | None, typer.Option(help="folder of the --judge splits (default: the SKB's)",
                                                    exists=True, file_okay=False)] = None,
