@@ -486,8 +486,8 @@ def test_too_few_questions_to_hold_any_out_is_said_and_recorded(two_type_skb, tm
     assert manifest["held_out"]["questions"] == 0 and "only 3 questions" in manifest["held_out"]["why"]
     assert manifest["held_out"]["defaults"]["reranker_epoch"] == "the last of 1 (none chosen)"
     assert manifest["reranker"]["fusion"] == {"fitted": False, "used": 1.0, "why": "no held-out questions"}
-    assert "rerank_prior_weight" not in json.loads(result.program.read_text())["config"].get("rerank", {}) or \
-        json.loads(result.program.read_text())["config"]["rerank"]["rerank_prior_weight"] == 1.0
+    rerank = json.loads(result.program.read_text())["config"]["rerank"]
+    assert rerank["rerank_prior_weight"] == 1.0 and rerank["rerank_keep_block"] is True
 
 
 # --- the judge: trained parts used only where questions like users' say they help -----------------

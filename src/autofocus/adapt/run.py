@@ -283,10 +283,13 @@ def _fusion(folder: Path, val: list[Mined], skb: Any, source: str | None, runs: 
             record: dict[str, Any], cfg: AutofocusConfig, report: Reporter) -> dict[str, Any]:
     """Step 8's settings: the trained reranker fused with steps 1-7's order, the weight fitted on the held-out
     questions' lists (``source``'s: the judge questions'; else a run's where there is one, else the grounded
-    and the vector lists pooled); where it cannot be fitted, ``record`` says so and the default weight stays."""
+    and the vector lists pooled); where it cannot be fitted, ``record`` says so and the default weight stays.
+    Where steps 6-7 kept the grounded block for strong evidence, the reranker orders inside it and inside the
+    rest (``rerank_keep_block``): a model trained on the nodes' text does not overrule a match of the graph."""
     from autofocus.evaluation.fusion_fit import fit_prior_weight
 
-    settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None}
+    settings: dict[str, Any] = {"reranker": "auto", "rerank_fusion": "prior", "rerank_depth": None,
+                                "rerank_keep_block": True}
     default = {"fitted": False, "used": cfg.rerank.rerank_prior_weight}
     if not val:
         record["fusion"] = {**default, "why": "no held-out questions"}
