@@ -16,6 +16,7 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 DEFAULT = "en"  # English: the default of ``query.language``
 
@@ -44,6 +45,18 @@ class Language:
     # how a training question describes a node in other words than the knowledge base's own
     # (``synthetic.paraphrase``): frames by use, each filled with ``{noun}``, ``{clause}``, ``{name}``, ``{link}``
     paraphrase: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    # how a synthetic question is written from a pattern without an LM (``synthetic.templates``): openers,
+    # the relative pronoun, copula, operators' words ... by use; empty where the language has none yet
+    templates: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    plural_noun: Callable[[str], str] | None = None  # a noun phrase in the plural ("module" -> "modules")
+    plural_verb: Callable[[str], str] | None = None  # a verb in the third person plural ("raises" -> "raise")
+    with_article: Callable[[str], str] | None = None  # a noun phrase after its indefinite article ("an index")
+    # how a sentence from a document or an LM is read (``synthetic.clues``, ``synthetic.verbalise``)
+    lead_words: frozenset[str] = frozenset()  # what opens a sentence's subject: "the", "this", "it"
+    comparison_words: tuple[str, ...] = ()  # after a comma, open a comparison tacked on: ", which", ", unlike"
+    comparison_phrases: tuple[str, ...] = ()  # between spaces, open one: " unlike ", " as opposed to "
+    naming_words: tuple[str, ...] = ()  # what names a thing as the answer: "named", "called"
+    number_words: tuple[str, ...] = ()  # the numbers zero, one, two ... in words, in order
 
     def strip_clitics(self, token: str) -> str:
         """``token`` without the clitics attached to it ("module's" -> "module", "l'os" -> "os")."""
