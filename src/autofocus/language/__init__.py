@@ -4,9 +4,11 @@ Step 1's cue and step 3b's rules read a question through a few closed classes of
 introduces what it asks for, determiners, copulas, auxiliaries, stop words, the word that joins a head
 noun to its complement ("bodies *of* water"), the passive's agent ("depended on *by*"), and how nouns
 and verbs inflect; mapping an LLM's labels onto the schema (``cypher.mapping``) compares names without
-their filler words and plural endings. Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
+their filler words and plural endings; synthetic training questions (``synthetic``) are written and checked
+with its template words, inflections, number words and the words that open a subject or a comparison.
+Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
 ``query.language`` picks it (English by default), as bm25s takes ``stopwords="en"``. Nothing else in
-the question-reading code names a word of any language.
+the package keeps a list of a language's words (the prompts aside, which are the LM's instructions).
 """
 
 from __future__ import annotations
