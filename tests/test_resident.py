@@ -111,6 +111,20 @@ def test_the_worker_keeps_a_bounded_number_of_programs_open(
     assert made == [*systems, systems[1]]
 
 
+def test_a_configs_relative_trained_folder_is_the_clients(two_type_skb: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus import api
+    from autofocus.config import AutofocusConfig
+
+    monkeypatch.setattr(resident, "_OPENED", type(resident._OPENED)(resident.MAX_OPEN))
+    given: list[str | None] = []
+    monkeypatch.setattr(api, "open", lambda *a, config, **kw: given.append(config.trained) or object())
+    for folder in ("a", "b"):  # the same config file's words from two folders: two programs
+        with resident._in_worker({"tty": [False, False], "cwd": str(tmp_path / folder)}):
+            resident.opened(two_type_skb, "vss", AutofocusConfig(trained="p.trained"), None)
+    assert given == [str(tmp_path / "a" / "p.trained"), str(tmp_path / "b" / "p.trained")]
+
+
 def test_a_knowledge_base_folder_is_listed_again_only_where_it_changed(two_type_skb: Path) -> None:
     first = resident._skb_stamp(two_type_skb)
     listed = resident._LISTED[two_type_skb.resolve()]
