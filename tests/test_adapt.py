@@ -316,6 +316,28 @@ def test_parts_of_another_knowledge_base_warn_or_fail(tmp_path, tiny_skb, caplog
         TrainedParts.load(folder, tiny_skb, "test:hash")
 
 
+def test_loaded_trained_parts_are_kept_up_to_a_bound(tmp_path, tiny_skb, monkeypatch):
+    from autofocus.program import trained
+
+    monkeypatch.setattr(trained, "_LOADED", type(trained._LOADED)(trained.MAX_LOADED))
+    loads: list[str] = []
+    real = TrainedParts.load.__func__
+    monkeypatch.setattr(TrainedParts, "load", classmethod(lambda cls, folder, *a: loads.append(Path(folder).name)
+                                                          or real(cls, folder, *a)))
+    folders = []
+    for i in range(trained.MAX_LOADED + 1):
+        folders.append(tmp_path / f"p{i}.trained")
+        write_manifest(folders[-1], {"content_digest": None})
+
+    class KB:
+        skb, embedder = tiny_skb, None
+
+    for folder in [*folders[:-1], folders[0], folders[-1], folders[0], folders[1]]:
+        load_trained(folder, KB())
+    assert len(trained._LOADED) == trained.MAX_LOADED
+    assert loads == [f.name for f in folders] + ["p1.trained"]  # p0 asked again stayed; p1, the oldest, went
+
+
 def test_a_trained_reranker_without_a_model_of_its_kind_is_refused():
     cfg = AutofocusConfig(reranker="cross-encoder")
     with pytest.raises(ValueError, match="autofocus adapt"):

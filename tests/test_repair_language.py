@@ -4,6 +4,7 @@ rules need comes from ``autofocus.language``, none is left in the rules themselv
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -91,29 +92,45 @@ def test_no_word_of_a_language_is_left_in_the_rules() -> None:
     assert not {name: w for name, w in found.items() if w}
 
 
+def _strings(value: object) -> list[str]:
+    """The strings in a resource's value (a frame, a tuple of them, a mapping of those)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict | tuple | list | set | frozenset) or hasattr(value, "values"):
+        items = value.values() if hasattr(value, "values") else value
+        return [s for item in items for s in _strings(item)]
+    return []
+
+
 def function_words() -> frozenset[str]:
-    """Every closed-class word of every language resource (as written: Cypher's ``AND`` is no English)."""
+    """Every word of every language resource (as written: Cypher's ``AND`` is no English): its closed
+    classes and word lists, and the single words among its frames' parts (a copula, a relative pronoun)."""
     out: set[str] = set()
     for lang in (language(code) for code in available()):
         out |= lang.ask_words | lang.person_words | lang.determiners | lang.copulas | lang.auxiliaries
-        out |= lang.stop_words | lang.name_fillers | {lang.join_word, lang.agent_word}
+        out |= lang.stop_words | lang.name_fillers | {lang.join_word, lang.agent_word} | lang.lead_words
+        out |= {*lang.comparison_words, *lang.comparison_phrases, *lang.naming_words, *lang.number_words}
+        out |= {w for w in _strings(lang.paraphrase) + _strings(lang.templates) if w.isalpha()}
     return frozenset(out)
 
 
 def word_lists(source: str, words: frozenset[str], least: int = 3) -> list[list[str]]:
     """The literal collections of ``source`` (a set, list, tuple or dict's keys) holding at least ``least``
-    of ``words``: a word list, which belongs in a language resource."""
+    of ``words``, and the regular expressions whose alternatives (``which|unlike|whereas``) are at least
+    two of them: a word list, which belongs in a language resource."""
     found = []
     for node in ast.walk(ast.parse(source)):
         items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, ast.Set | ast.List | ast.Tuple) else []
         hits = [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in words]
         if len(hits) >= least:
             found.append(hits)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "|" in node.value:
+            alternatives = (re.sub(r"\\[a-zA-Z]|\?:|[^\w' ]", " ", a).strip()
+                            for a in re.split(r"[|()]", node.value))
+            hits = [a for a in alternatives if a and (a in words or all(w in words for w in a.split()))]
+            if len(hits) >= 2:
+                found.append(hits)
     return found
-
-
-# synthetic/'s template and clue words are being reworked there and move into language/ after that
-KNOWN_LISTS = {"synthetic/clues.py", "synthetic/templates.py"}
 
 
 def test_no_list_of_function_words_outside_the_language_resources() -> None:
@@ -121,18 +138,38 @@ def test_no_list_of_function_words_outside_the_language_resources() -> None:
     words = function_words()
     assert word_lists('STOP = frozenset({"the", "a", "of", "json"})', words) == [["the", "a", "of"]]
     assert word_lists('KEYWORDS = {"AND", "OR", "IS", "AS"}', words) == []
+    assert word_lists(r'TAIL = re.compile(r",\s*(which|unlike)\b")', words) == [["which", "unlike"]]
+    assert word_lists(r'NAMED = re.compile(rf"\b(named|called)\s+{n}")', words) == [["named", "called"]]
+    assert word_lists(r'SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET)$")', words) == []
     found = {str(p.relative_to(package)): word_lists(p.read_text(), words) for p in sorted(package.rglob("*.py"))
              if p.parent.name != "language"}
-    assert {name for name, lists in found.items() if lists} <= KNOWN_LISTS
+    assert {name: lists for name, lists in found.items() if lists} == {}
 
 
 def test_importing_a_language_changes_nothing_else() -> None:
     """English reads plurals with inflect, imported without typeguard's checks: inflect's own import
-    sees the unchecked decorator, typeguard and every other module the one they had."""
+    sees the unchecked decorator, typeguard, the import machinery and every other module the one they
+    had; no language resource touches them."""
     import subprocess
     import sys
 
-    code = ("import typeguard; before = typeguard.typechecked; import autofocus.language.en as en; "
-            "import inflect; assert typeguard.typechecked is before; assert inflect.typechecked is en._unchecked; "
-            "assert en.singular('genera') == 'genus'")
+    code = ("import builtins, typeguard; before = typeguard.typechecked; imports = builtins.__import__; "
+            "import autofocus.language.en as en; import inflect; assert typeguard.typechecked is before; "
+            "assert inflect.typechecked is en._unchecked; assert en.singular('genera') == 'genus'; "
+            "from autofocus.language import available, language; [language(c) for c in available()]; "
+            "assert builtins.__import__ is imports and typeguard.typechecked is before")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_synthetic_questions_read_their_words_from_the_language(skb, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus.synthetic import verbalise
+    from autofocus.synthetic.clues import tidy_fact
+    from autofocus.synthetic.templates import TemplateWriter
+
+    assert tidy_fact("La fonction renvoie le nom du chemin, contrairement à dirname.", "basename", TYPES, FR) == \
+        "renvoie le nom du chemin"
+    assert tidy_fact("The module holds path helpers, unlike os.", "posixpath", TYPES) == "holds path helpers"
+    monkeypatch.setattr(verbalise, "VERBALISED_IN", FR)
+    assert verbalise._states(2, "les fonctions à deux paramètres") and not verbalise._states(2, "two parameters")
+    with pytest.raises(ValueError, match="no template words for language 'fr' \\(have: en\\)"):
+        TemplateWriter(skb, "fr")

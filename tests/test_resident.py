@@ -66,6 +66,78 @@ def test_the_worker_answers_as_the_command_would_and_keeps_the_program_open(
     assert resident._ask_worker(worker.path, _request(["eval", "--skb", "x"]))["declined"]
 
 
+def test_requests_from_two_folders_read_their_own_relative_paths_and_leave_the_cwd_alone(
+    worker: resident.Worker, two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        shutil.copytree(two_type_skb, folder / "kb")
+    kb = make_kb(load_skb_dir(two_type_skb), tmp_path / "index", source=two_type_skb)
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(runtime, "open_kb", lambda path, *a, **kw: seen.append((str(path), os.getcwd())) or kb)
+    here = os.getcwd()
+    argv = ["ask", QUESTION, "--skb", "kb", "--system", "vss", "--trace-json", "trace.json"]
+    answers: list[dict[str, Any]] = [{}, {}]
+
+    def ask(i: int) -> None:
+        answers[i] = resident._ask_worker(worker.path, {**_request(argv), "cwd": str(folders[i])})
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [a.get("code") for a in answers] == [0, 0], answers
+    assert sorted(seen) == [(str(f / "kb"), here) for f in folders]  # each its own folder's; the cwd never moved
+    assert all((f / "trace.json").is_file() for f in folders) and not Path(here, "trace.json").exists()
+    assert os.getcwd() == here
+
+
+def test_the_worker_keeps_a_bounded_number_of_programs_open(
+    two_type_skb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autofocus import api
+
+    monkeypatch.setattr(resident, "_OPENED", type(resident._OPENED)(resident.MAX_OPEN))
+    made: list[str] = []
+    monkeypatch.setattr(api, "open", lambda skb, system, **kw: made.append(system) or object())
+    systems = [f"system{i}" for i in range(resident.MAX_OPEN + 1)]
+    with resident._in_worker({"tty": [False, False], "cwd": str(tmp_path)}):
+        for system in [*systems[:-1], systems[0], systems[-1]]:  # the first asked again: the second is the oldest
+            resident.opened(two_type_skb, system, None, None)
+        assert len(resident._OPENED) == resident.MAX_OPEN
+        resident.opened(two_type_skb, systems[0], None, None)  # still open
+        resident.opened(two_type_skb, systems[1], None, None)  # closed beyond the bound: opened again
+    assert made == [*systems, systems[1]]
+
+
+def test_a_configs_relative_trained_folder_is_the_clients(two_type_skb: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from autofocus import api
+    from autofocus.config import AutofocusConfig
+
+    monkeypatch.setattr(resident, "_OPENED", type(resident._OPENED)(resident.MAX_OPEN))
+    given: list[str | None] = []
+    monkeypatch.setattr(api, "open", lambda *a, config, **kw: given.append(config.trained) or object())
+    for folder in ("a", "b"):  # the same config file's words from two folders: two programs
+        with resident._in_worker({"tty": [False, False], "cwd": str(tmp_path / folder)}):
+            resident.opened(two_type_skb, "vss", AutofocusConfig(trained="p.trained"), None)
+    assert given == [str(tmp_path / "a" / "p.trained"), str(tmp_path / "b" / "p.trained")]
+
+
+def test_a_knowledge_base_folder_is_listed_again_only_where_it_changed(two_type_skb: Path) -> None:
+    first = resident._skb_stamp(two_type_skb)
+    listed = resident._LISTED[two_type_skb.resolve()]
+    assert first is not None and resident._skb_stamp(two_type_skb) == first
+    assert resident._LISTED[two_type_skb.resolve()] is listed  # the same listing, its files stat'ed again
+    (two_type_skb / "qa.csv").write_text((two_type_skb / "qa.csv").read_text() + "\n")  # changed in place
+    assert resident._skb_stamp(two_type_skb) != first and resident._LISTED[two_type_skb.resolve()] is listed
+    (two_type_skb / "splits" / "extra.json").write_text("[]")  # a file added: the folder listed anew
+    assert any(s.startswith("splits/extra.json:") for s in resident._skb_stamp(two_type_skb) or ())
+    (two_type_skb / "edges.csv").unlink()
+    assert resident._skb_stamp(two_type_skb) is None  # no knowledge base now
+
+
 def test_a_question_for_an_lm_the_worker_does_not_serve_is_declined(
     fake_llama: str, worker: resident.Worker, two_type_skb: Path, tmp_path: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,

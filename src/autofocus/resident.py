@@ -20,7 +20,10 @@ of its own, within ``READ_TIMEOUT_S`` and ``MAX_REQUEST_BYTES``; the worker answ
 time and tells a waiting client it is alive every ``HEARTBEAT_S``; a client that hears nothing for
 ``SILENCE_S``, or whose worker ends before it answers (``lm serve`` killed), runs the command itself.
 A request costs the worker little before it answers: the knowledge base's own files are looked at
-(``_stamp``), never a whole folder it names.
+(``_skb_stamp``), its folder listed again only where it changed, and its index by its stores' manifests,
+never a whole folder it names. A request's relative paths are its own: each path option is made
+absolute against the folder the client ran in (``_run``) and the process's working directory is never
+changed, so requests answered side by side, and the process's other threads, do not see each other's.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePath
 from typing import Any
+
+from cachetools import LRUCache
 
 RELEVANT_ENV = ("AUTOFOCUS_", "DSPY_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "OMP_", "OPENAI_", "LITELLM_")
 # set by autofocus itself (the embedder's offline switches, once it loads) or choosing only where a command runs
@@ -55,11 +61,17 @@ MAX_REQUEST_BYTES = 4 << 20  # arguments (a question of 100,000 characters), a f
 HEARTBEAT_S = 5.0  # while a request waits for its answer, the worker says it is alive this often
 SILENCE_S = 60.0  # a client that hears nothing from its worker this long runs the command itself
 SKB_FILES = ("schema.json", "nodes.jsonl", "edges.csv")  # what makes a folder a knowledge base (``skb.skbdir``)
-MAX_STAMPED = 1000  # files of a knowledge base or program looked at per request, at most
+MAX_STAMPED = 1000  # files of a knowledge base's splits folder looked at per request, at most
+MAX_OPEN = 4
+"""Programs a worker keeps open, the least recently asked closed beyond it: each holds its knowledge base's
+arrays, indexes and embedder (hundreds of MB for a large one), and a user asks about a few at a time."""
+MAX_LISTED = 16  # knowledge base folders whose listing a worker remembers (a few paths each)
 _PEER = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 
-_OPENED: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # a worker's programs (and their index's stamp), by what they were opened from
-_SERVING = threading.local()  # set in the worker's thread while it answers
+# a worker's programs (and their index's stamp), by what they were opened from
+_OPENED: LRUCache[tuple[Any, ...], tuple[Any, Any]] = LRUCache(MAX_OPEN)
+_OPENED_LOCK = threading.Lock()
+_SERVING = threading.local()  # set in the worker's thread while it answers: ``on``, and the request's ``cwd``
 
 
 def relevant_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
@@ -177,61 +189,106 @@ def _ask_worker(path: Path, request: dict[str, Any], pid: int | None = None) -> 
 def opened(skb: Path, system: str | None, config: Any, program: Path | None) -> Any:
     """``autofocus.open(skb, system, config=config, program=program)``; in a worker, the program opened by
     an earlier request from the same files and settings, where neither the knowledge base's files nor its
-    index have changed since."""
+    index have changed since (``MAX_OPEN`` of them kept)."""
     from autofocus.api import open as open_program
 
     if not serving():
         return open_program(skb, system, config=config, program=program)
+    if config is not None and config.trained and not Path(config.trained).is_absolute():  # the client's folder's
+        config = config.model_copy(update={"trained": str(request_path(config.trained))})
     skb_stamp = _skb_stamp(Path(skb))
-    program_stamp = _stamp(Path(program)) if program is not None else ()
+    program_stamp = _file_stamp(Path(program)) if program is not None else ()
     if skb_stamp is None or program_stamp is None:  # no knowledge base of its own files, or too many to look at
         return open_program(skb, system, config=config, program=program)  # opened as in a process of its own
     key = (skb_stamp, system, config.model_dump_json() if config is not None else None, program_stamp)
-    prog, index = _OPENED.get(key, (None, None))
+    with _OPENED_LOCK:
+        prog, index = _OPENED.get(key, (None, None))
     if prog is None or _index_stamp(prog) != index:
         prog = open_program(skb, system, config=config, program=program)
-        _OPENED[key] = prog, _index_stamp(prog)
+        with _OPENED_LOCK:
+            _OPENED[key] = prog, _index_stamp(prog)
     return prog
 
 
-def _index_stamp(prog: Any) -> tuple[str, ...] | None:  # the index is autofocus's own folder
+def _index_stamp(prog: Any) -> tuple[str, ...] | None:
+    """The size and time of change of the manifest of every store under the program's index root
+    (``<embedder>/<variant>/manifest.json``): a store built or imported anew writes its manifest last, so
+    a changed index shows there without its vectors and FAISS files being looked at."""
     root = getattr(getattr(prog, "kb", None), "index_root", None)
-    return _stamp(Path(root)) if root is not None and Path(root).exists() else None
+    if root is None or not Path(root).is_dir():
+        return None
+    from autofocus.index.store import MANIFEST
+
+    return (str(root), *(f"{p.relative_to(root)}:{s.st_size}:{s.st_mtime_ns}"
+                         for p in sorted(Path(root).glob(f"*/*/{MANIFEST}")) for s in [_stat(p)] if s is not None))
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """The files of a knowledge base's folder, as listed when its folders last changed (``changed``)."""
+
+    changed: tuple[int, ...]  # the time of change of the folder and of its splits folder (-1: none)
+    files: tuple[Path, ...]
+
+
+_LISTED: LRUCache[Path, _Listing] = LRUCache(MAX_LISTED)
+_LISTED_LOCK = threading.Lock()
 
 
 def _skb_stamp(skb: Path) -> tuple[str, ...] | None:
     """The size and time of change of a knowledge base's own files (``SKB_FILES``, its questions and
     splits: ``skb.qa``), whatever else its folder holds; None where the folder lacks them (that request
-    is opened as its own process would open it, never looked through first) or has over ``MAX_STAMPED``."""
+    is opened as its own process would open it, never looked through first) or its splits folder has over
+    ``MAX_STAMPED``. The folder is listed again only where it or its splits folder changed (a file added,
+    removed or replaced changes its folder's time): a request otherwise stats those two and the files."""
     skb = skb.resolve()
+    changed = tuple(s.st_mtime_ns if s is not None else -1 for s in (_stat(skb), _stat(skb / "splits")))
+    with _LISTED_LOCK:
+        listing = _LISTED.get(skb)
+    if listing is None or listing.changed != changed:
+        files = _list_skb(skb)
+        if files is None:
+            return None
+        listing = _Listing(changed, files)
+        with _LISTED_LOCK:
+            _LISTED[skb] = listing
+    stamps = []
+    for path in listing.files:
+        info = _stat(path)
+        if info is None and path.name in SKB_FILES and path.parent == skb:
+            return None  # gone since it was listed: no knowledge base now
+        if info is not None:
+            stamps.append(f"{path.relative_to(skb)}:{info.st_size}:{info.st_mtime_ns}")
+    return (str(skb), *stamps)
+
+
+def _list_skb(skb: Path) -> tuple[Path, ...] | None:
+    """A knowledge base's own files (``_skb_stamp``), or None where it has none or too many splits."""
     if not all((skb / name).is_file() for name in SKB_FILES):
         return None
     files = [*(skb / name for name in SKB_FILES), *sorted(skb.glob("qa*.csv"))]
     splits = skb / "splits"
     if splits.is_dir():
-        files += sorted(itertools.islice(splits.iterdir(), MAX_STAMPED + 1))
-    if len(files) > MAX_STAMPED:
-        return None
-    return (str(skb), *(f"{p.relative_to(skb)}:{s.st_size}:{s.st_mtime_ns}" for p in files
-                        for s in [p.stat()] if p.is_file()))
+        listed = sorted(itertools.islice(splits.iterdir(), MAX_STAMPED + 1))
+        if len(listed) > MAX_STAMPED:
+            return None
+        files += listed
+    return tuple(files)
 
 
-def _stamp(path: Path) -> tuple[str, ...] | None:
-    """A path and the size and time of change of every file under it (a changed file opens anew); None
-    where there are over ``MAX_STAMPED`` (such a folder is not kept open)."""
+def _file_stamp(path: Path) -> tuple[str, ...] | None:
+    """A file's path, size and time of change (a changed program file opens anew); None where it is
+    none (opened as in a process of its own, which says why)."""
     path = path.resolve()
-    if path.is_file():
-        return (str(path), f":{path.stat().st_size}:{path.stat().st_mtime_ns}")
-    files: list[str] = []
-    for folder, subfolders, names in os.walk(path):
-        subfolders.sort()
-        for name in sorted(names):
-            if len(files) >= MAX_STAMPED:
-                return None
-            with contextlib.suppress(OSError):
-                info = os.stat(os.path.join(folder, name))
-                files.append(f"{os.path.relpath(os.path.join(folder, name), path)}:{info.st_size}:{info.st_mtime_ns}")
-    return (str(path), *files)
+    info = _stat(path)
+    return (str(path), f":{info.st_size}:{info.st_mtime_ns}") if info is not None and path.is_file() else None
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
 
 
 class Worker:
@@ -352,29 +409,33 @@ def read_request(conn: socket.socket) -> Any:
 
 @contextlib.contextmanager
 def _in_worker(request: dict[str, Any]) -> Iterator[tuple[io.StringIO, io.StringIO]]:
-    """The request's working directory, its output captured as its terminal would show it, programs
-    kept, no LM server started here."""
+    """The request's working directory (for this thread: ``request_path``), its output captured as its
+    terminal would show it, programs kept, no LM server started here."""
     from autofocus.console import PIPE_WIDTH, Redirect, redirected
     from autofocus.local_lm.server import own_servers_refused
 
     out, err = io.StringIO(), io.StringIO()
     tty = (bool(request["tty"][0]), bool(request["tty"][1]))
     width = int(request.get("columns") or 0) or (80 if tty[0] else PIPE_WIDTH)
-    before = os.getcwd()
-    _SERVING.on = True
+    _SERVING.on, _SERVING.cwd = True, str(request.get("cwd") or "") or None
     try:
-        os.chdir(request.get("cwd") or before)
         with (redirected(Redirect(out, err, tty, width)), own_servers_refused(), contextlib.redirect_stdout(out),
               contextlib.redirect_stderr(err)):
             yield out, err
     finally:
-        _SERVING.on = False
-        os.chdir(before)
+        _SERVING.on, _SERVING.cwd = False, None
 
 
 def serving() -> bool:
     """Whether this thread answers a forwarded command (its programs are kept: ``opened``)."""
     return bool(getattr(_SERVING, "on", False))
+
+
+def request_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as the command's user meant it: a relative one under the folder the client ran in, where
+    this thread answers a forwarded command; else as this process reads it."""
+    cwd = getattr(_SERVING, "cwd", None) if serving() else None
+    return Path(cwd, path) if cwd else Path(path)
 
 
 def _run(argv: Sequence[str], err: io.StringIO) -> int | None:
@@ -387,17 +448,40 @@ def _run(argv: Sequence[str], err: io.StringIO) -> int | None:
     from autofocus.local_lm.server import NotServed
 
     try:
-        result = typer.main.get_command(app).main(args=list(argv), prog_name="autofocus", standalone_mode=False)
+        result = _invoke(typer.main.get_command(app), argv)
     except NotServed:
         return None
-    except click.exceptions.Exit as exc:
+    except (typer.Exit, click.exceptions.Exit) as exc:
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show(file=err)
-        return exc.exit_code
-    except click.exceptions.Abort:
+    except (typer.Abort, click.exceptions.Abort):
         return 1
+    except (typer.TyperException, click.ClickException) as exc:  # a usage error, in the words its process prints
+        exc.show(file=err)  # type: ignore[union-attr]
+        return int(getattr(exc, "exit_code", 2))
     except Exception:  # the command's own failure, reported as it would be in its own process
         err.write(traceback.format_exc())
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _invoke(group: Any, argv: Sequence[str]) -> Any:
+    """``autofocus <argv>`` as the group runs it, each path the command is given (a ``Path`` once parsed)
+    made absolute against the request's folder (``request_path``): the command reads and writes its
+    files where the client's user meant, and this process's working directory stays as it is."""
+    name, *args = argv
+    top = group.context_class(group, info_name="autofocus")
+    command = group.get_command(top, name)
+    if command is None:
+        raise LookupError(f"no command {name!r} in this process")
+    with command.make_context(name, list(args), parent=top) as ctx:
+        ctx.params = {key: _request_paths(value) for key, value in ctx.params.items()}
+        return command.invoke(ctx)
+
+
+def _request_paths(value: Any) -> Any:
+    """A parsed parameter with its paths as ``request_path`` reads them (a list or tuple of them too)."""
+    if isinstance(value, PurePath):
+        return request_path(value)
+    if isinstance(value, list | tuple) and any(isinstance(v, PurePath) for v in value):
+        return type(value)(request_path(v) if isinstance(v, PurePath) else v for v in value)
+    return value

@@ -4,9 +4,11 @@ Step 1's cue and step 3b's rules read a question through a few closed classes of
 introduces what it asks for, determiners, copulas, auxiliaries, stop words, the word that joins a head
 noun to its complement ("bodies *of* water"), the passive's agent ("depended on *by*"), and how nouns
 and verbs inflect; mapping an LLM's labels onto the schema (``cypher.mapping``) compares names without
-their filler words and plural endings. Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
+their filler words and plural endings; synthetic training questions (``synthetic``) are written and checked
+with its template words, inflections, number words and the words that open a subject or a comparison.
+Each language is one module here (``en``, ``fr``) holding a ``LANGUAGE``;
 ``query.language`` picks it (English by default), as bm25s takes ``stopwords="en"``. Nothing else in
-the question-reading code names a word of any language.
+the package keeps a list of a language's words (the prompts aside, which are the LM's instructions).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 DEFAULT = "en"  # English: the default of ``query.language``
 
@@ -44,6 +47,18 @@ class Language:
     # how a training question describes a node in other words than the knowledge base's own
     # (``synthetic.paraphrase``): frames by use, each filled with ``{noun}``, ``{clause}``, ``{name}``, ``{link}``
     paraphrase: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    # how a synthetic question is written from a pattern without an LM (``synthetic.templates``): openers,
+    # the relative pronoun, copula, operators' words ... by use; empty where the language has none yet
+    templates: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    plural_noun: Callable[[str], str] | None = None  # a noun phrase in the plural ("module" -> "modules")
+    plural_verb: Callable[[str], str] | None = None  # a verb in the third person plural ("raises" -> "raise")
+    with_article: Callable[[str], str] | None = None  # a noun phrase after its indefinite article ("an index")
+    # how a sentence from a document or an LM is read (``synthetic.clues``, ``synthetic.verbalise``)
+    lead_words: frozenset[str] = frozenset()  # what opens a sentence's subject: "the", "this", "it"
+    comparison_words: tuple[str, ...] = ()  # after a comma, open a comparison tacked on: ", which", ", unlike"
+    comparison_phrases: tuple[str, ...] = ()  # between spaces, open one: " unlike ", " as opposed to "
+    naming_words: tuple[str, ...] = ()  # what names a thing as the answer: "named", "called"
+    number_words: tuple[str, ...] = ()  # the numbers zero, one, two ... in words, in order
 
     def strip_clitics(self, token: str) -> str:
         """``token`` without the clitics attached to it ("module's" -> "module", "l'os" -> "os")."""

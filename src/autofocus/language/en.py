@@ -112,4 +112,29 @@ LANGUAGE = Language(
         "verb_endings": ("s", "ed"),  # a verb as a relationship's label writes it: "raises", "defined"
         "link": ("linked to", "related to", "associated with", "connected to"),
     },
+    templates={
+        # (opener, end, whether the asked label may take its first relationship without "that")
+        "openers": (("Which", "?", True), ("What", "?", True), ("Find the", ".", False), ("List the", ".", False),
+                    ("Name the", ".", False), ("Show me the", ".", False)),
+        "articles": ("a", "an", "the"),
+        "asked_last": "{subject} {verb} which {label}?",  # "India is part of which location?"
+        "relative": "that",
+        "and": "and",
+        "copula": "is",
+        "verbs": ("is", "has", "was", "had", "does", "can"),  # first words that are verbs as they stand
+        "verb_ending": "s",  # a third-person verb ("raises", "depends on") needs no copula
+        "text_clue": ('whose text mentions "{clue}"', 'described with the words "{clue}"', "mentioning {clue}"),
+        "fact_clue": ("that {clue}",),
+        "ops": {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"},
+        "filter": "whose {key} {op} {value}",
+    },
+    plural_noun=_ENGINE.plural_noun,
+    plural_verb=_ENGINE.plural_verb,
+    with_article=_ENGINE.a,
+    lead_words=frozenset(["the", "this", "that", "a", "an", "it", "its"]),
+    comparison_words=("which", "unlike", "whereas", "while"),
+    comparison_phrases=("unlike", "as opposed to"),
+    naming_words=("named", "called"),
+    number_words=("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                  "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"),
 )

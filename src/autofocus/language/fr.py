@@ -71,4 +71,12 @@ LANGUAGE = Language(
         "verb_endings": ("e", "é", "ent"),
         "link": ("lié à", "associé à", "en rapport avec"),
     },
+    # no template words: a French noun's article and adjectives agree with its gender, which a schema's
+    # labels do not say (``synthetic.templates`` refuses French in one line)
+    lead_words=frozenset(["le", "la", "les", "un", "une", "ce", "cet", "cette", "il", "elle", "son", "sa", "ses"]),
+    comparison_words=("qui", "contrairement", "alors que", "tandis que"),
+    comparison_phrases=("contrairement à", "à la différence de", "par opposition à"),
+    naming_words=("nommé", "nommée", "nommés", "nommées", "appelé", "appelée", "appelés", "appelées"),
+    number_words=("zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf", "dix", "onze",
+                  "douze", "treize", "quatorze", "quinze", "seize", "dix-sept", "dix-huit", "dix-neuf", "vingt"),
 )

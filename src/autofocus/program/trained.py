@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from autofocus import paths
 from autofocus.config import RERANKER_KINDS
@@ -335,12 +336,17 @@ class TrainedParts:
         log.warning(text)
 
 
-_LOADED: dict[tuple[str, int, str], TrainedParts] = {}
+MAX_LOADED = 4
+"""Trained-parts folders kept loaded, the least recently used dropped beyond it: each holds a model's
+weights (about 100 MB for a MiniLM-sized one), and a process (``lm serve``'s worker, a tuning run) uses
+one or two at a time; a folder adapted again is a new entry (its manifest's time is part of the key)."""
+_LOADED: LRUCache[tuple[str, int, str], TrainedParts] = LRUCache(MAX_LOADED)
+_LOADED_LOCK = threading.Lock()  # one load per folder, whichever thread asks first
 
 
 def load_trained(folder: str | Path | None, kb: Any) -> TrainedParts | None:
     """A config's ``trained`` folder opened for ``kb`` (once per folder and manifest version: programs are
-    deep-copied and rebuilt per trial); None without one."""
+    deep-copied and rebuilt per trial; ``MAX_LOADED`` kept); None without one."""
     if not folder:
         return None
     folder = Path(folder)
@@ -350,9 +356,10 @@ def load_trained(folder: str | Path | None, kb: Any) -> TrainedParts | None:
         stamp = -1
     embedder = getattr(getattr(kb, "embedder", None), "name", None)
     key = (str(folder.resolve()), stamp, str(embedder))
-    if key not in _LOADED:
-        _LOADED[key] = TrainedParts.load(folder, getattr(kb, "skb", None), embedder)
-    return _LOADED[key]
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = TrainedParts.load(folder, getattr(kb, "skb", None), embedder)
+        return _LOADED[key]
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:

@@ -28,12 +28,14 @@ right would teach the optimisers to trust that retriever.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
 
+from autofocus.language import DEFAULT, Language, language
 from autofocus.skb.model import SKB
 
 FACT_WORDS = (3, 25)  # a fact's length in words
@@ -116,19 +118,31 @@ def _name_forms(name: str) -> list[str]:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`'\"(])|[.!?]$")
-_TAIL = re.compile(r",\s*(which|unlike|whereas|while)\b|\s+(unlike|as opposed to)\s", re.IGNORECASE)
-_INSTRUCTIONS = re.compile(r"\bsimilar nodes?\b|\bnodes? listed\b", re.IGNORECASE)  # small LMs parrot the prompt
-_LEAD = {"the", "this", "that", "a", "an", "it", "its", "node"}
+# the prompt's own words (``signatures.synthetic``, English whatever the knowledge base's language), which
+# small LMs parrot: in the fact they state, and as its subject
+_INSTRUCTIONS = re.compile(r"\bsimilar nodes?\b|\bnodes? listed\b", re.IGNORECASE)
+_PROMPT_SUBJECT = "node"
 
 
-def tidy_fact(raw: str, name: str, type_names: Iterable[str]) -> str:
+@functools.cache
+def comparison_tail(lang: Language) -> re.Pattern[str]:
+    """Where a sentence of ``lang`` goes on to compare its subject with another (", which is distinct
+    from ...", " unlike ..."): what follows says nothing of the subject alone."""
+    after_comma = "|".join(map(re.escape, lang.comparison_words))
+    between = "|".join(map(re.escape, lang.comparison_phrases))
+    return re.compile(rf",\s*({after_comma})\b|\s+({between})\s", re.IGNORECASE)
+
+
+def tidy_fact(raw: str, name: str, type_names: Iterable[str], lang: Language | None = None) -> str:
     """The LM's fact as a phrase after "the <type> that": its first sentence, without a leading
     subject (articles, any node type's name, the node's own name: "The `hex()` method returns ..." ->
-    "returns ...") and without a comparison tacked on (", which is distinct from ..."). Small LMs
-    write sentences however they are asked."""
+    "returns ...") and without a comparison tacked on (", which is distinct from ..."), read in ``lang``
+    (the default language where None). Small LMs write sentences however they are asked."""
+    lang = lang or language(DEFAULT)
     text = _SENTENCE_END.split(" ".join(raw.split()), maxsplit=1)[0]
-    text = _TAIL.split(text, maxsplit=1)[0]
-    lead = _LEAD | {t.lower() for t in type_names} | {name.lower(), name.rsplit(".", 1)[-1].lower()}
+    text = comparison_tail(lang).split(text, maxsplit=1)[0]
+    lead = lang.lead_words | {_PROMPT_SUBJECT, name.lower(), name.rsplit(".", 1)[-1].lower()}
+    lead |= {t.lower() for t in type_names}
     words = text.split()
     while words and words[0].strip("`'\"()[]:,").removesuffix("()").lower() in lead:
         words.pop(0)

@@ -30,8 +30,15 @@ from autofocus.program.steps.direction import relation_phrase
 from autofocus.query_graph import Triplet
 from autofocus.skb.documents import readable_label
 from autofocus.skb.model import SKB
-from autofocus.synthetic.clues import _SENTENCE_END, _TAIL, SAMPLE_DOCS, _content, _name_forms, _words
-from autofocus.synthetic.templates import TemplateWriter, _inflect
+from autofocus.synthetic.clues import (
+    _SENTENCE_END,
+    SAMPLE_DOCS,
+    _content,
+    _name_forms,
+    _words,
+    comparison_tail,
+)
+from autofocus.synthetic.templates import TemplateWriter
 
 MAX_CLAUSE_WORDS = 12  # a user's description is short
 MIN_CONTENT_WORDS = 2  # a clause of fewer content words says too little to single a node out
@@ -69,7 +76,7 @@ class Paraphraser:
         if not lines:
             return None
         text = _SENTENCE_END.split(lines[0], maxsplit=1)[0]
-        text = _TAIL.split(_PARENS.sub("", text), maxsplit=1)[0]
+        text = comparison_tail(self.lang).split(_PARENS.sub("", text), maxsplit=1)[0]
         text = _CUT.split(text, maxsplit=1)[0]
         for form in _name_forms(self.skb.name(node)):  # the node's own name, as its subject or anywhere
             text = re.sub(rf"(?<![\w.]){re.escape(form)}(?![\w])", " ", text, flags=re.IGNORECASE)
@@ -144,7 +151,7 @@ class ParaphraseWriter(TemplateWriter):
         links = self.lang.paraphrase["link"]
         copula = str(self.words["copula"])
         link = links[zlib.crc32(f"{self.seed}:{rel}:{triplet.head}:{triplet.tail}".encode()) % len(links)]
-        return f"{_inflect().plural_verb(copula) if plural else copula} {link}"
+        return f"{self._plural_verb(copula) if plural else copula} {link}"
 
     def clue_forms(self, kind: str) -> tuple[str, ...]:
         if kind == "paraphrase":

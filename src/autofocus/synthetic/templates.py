@@ -9,51 +9,22 @@ A pattern is read from its target outwards: each symbol is a noun phrase (a cons
 <label> that ..." with its other relationships as relative clauses), each relationship the schema's
 own label as words (``relation_phrase``), with a copula where the label is no verb ("is part of").
 The wording is drawn per pattern from a seeded generator: openers, singular or plural, quoted or bare
-names, the clause before or after the asked label. The words are the language's (``WORDS``).
+names, the clause before or after the asked label. The words and inflections are the language's
+(``Language.templates``, ``plural_noun``, ``plural_verb``, ``with_article``).
 """
 
 from __future__ import annotations
 
-import functools
 import zlib
-from typing import Any
 
 import numpy as np
 
+from autofocus.language import available, language
 from autofocus.program.steps.direction import relation_phrase
 from autofocus.query_graph import Triplet
 from autofocus.skb.documents import readable_label
 from autofocus.skb.model import SKB
 from autofocus.synthetic.patterns import Pattern, pattern_key
-
-# The words a template question is made of, by language.
-WORDS: dict[str, dict[str, object]] = {
-    "en": {
-        # (opener, end, whether the asked label may take its first relationship without "that")
-        "openers": (("Which", "?", True), ("What", "?", True), ("Find the", ".", False), ("List the", ".", False),
-                    ("Name the", ".", False), ("Show me the", ".", False)),
-        "articles": ("a", "an", "the"),
-        "asked_last": "{subject} {verb} which {label}?",  # "India is part of which location?"
-        "relative": "that",
-        "and": "and",
-        "copula": "is",
-        "verbs": ("is", "has", "was", "had", "does", "can"),  # first words that are verbs as they stand
-        "verb_ending": "s",  # a third-person verb ("raises", "depends on") needs no copula
-        "text_clue": ('whose text mentions "{clue}"', 'described with the words "{clue}"', "mentioning {clue}"),
-        "fact_clue": ("that {clue}",),
-        "ops": {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"},
-        "filter": "whose {key} {op} {value}",
-    },
-}
-
-
-@functools.cache
-def _inflect() -> Any:
-    """English plurals and articles, made on first use: importing ``inflect`` instruments its functions
-    with typeguard, seconds of work that processes which write no template question should not pay."""
-    import inflect
-
-    return inflect.engine()
 
 
 def _seed(pattern: Pattern, seed: int) -> np.random.Generator:
@@ -63,12 +34,15 @@ def _seed(pattern: Pattern, seed: int) -> np.random.Generator:
 
 
 class TemplateWriter:
-    """Writes a pattern as a question in ``language``; ``seed`` fixes every choice of wording."""
+    """Writes a pattern as a question in the language ``language_code``; ``seed`` fixes every choice of wording."""
 
-    def __init__(self, skb: SKB, language: str = "en", seed: int = 0) -> None:
-        if language not in WORDS:
-            raise ValueError(f"no template words for language {language!r} (have: {', '.join(WORDS)})")
-        self.skb, self.words, self.seed = skb, WORDS[language], seed
+    def __init__(self, skb: SKB, language_code: str = "en", seed: int = 0) -> None:
+        lang = language(language_code)
+        if not lang.templates or lang.plural_noun is None or lang.plural_verb is None or lang.with_article is None:
+            have = [code for code in available() if language(code).templates]
+            raise ValueError(f"no template words for language {language_code!r} (have: {', '.join(have)})")
+        self.skb, self.lang, self.words, self.seed = skb, lang, lang.templates, seed
+        self._plural_noun, self._plural_verb, self._with_article = lang.plural_noun, lang.plural_verb, lang.with_article
 
     def verb(self, triplet: Triplet, plural: bool = False) -> str:
         """The relationship as a verb phrase: its label's words, after a copula unless they start with a
@@ -82,12 +56,12 @@ class TemplateWriter:
         if not is_verb:
             words = [str(self.words["copula"]), *words]
         if plural:
-            words[0] = _inflect().plural_verb(words[0])
+            words[0] = self._plural_verb(words[0])
         return " ".join(words)
 
     def clue_forms(self, kind: str) -> tuple[str, ...]:
         """The ways a clue of ``kind`` (``fact``, ``phrase``) is written after the asked label, ``{clue}`` its place."""
-        return tuple(self.words["fact_clue" if kind == "fact" else "text_clue"])  # type: ignore[arg-type]
+        return tuple(self.words["fact_clue" if kind == "fact" else "text_clue"])
 
     def __call__(self, pattern: Pattern) -> str:
         rng = _seed(pattern, self.seed)
@@ -97,7 +71,7 @@ class TemplateWriter:
 
         def label(var: str, plural: bool = False) -> str:
             words = readable_label(str(qg.symbols[var].type or "node"))
-            return _inflect().plural_noun(words) if plural else words
+            return self._plural_noun(words) if plural else words
 
         def noun(var: str, via: Triplet, after: str) -> str:
             """``var`` as reached over ``via``, written after the words ``after``."""
@@ -106,7 +80,7 @@ class TemplateWriter:
                 return f'"{text}"' if quote else text
             phrase = " ".join([label(var), *(c for _, c in self._clauses(pattern, var, via, noun, rng, False))])
             ends_in_article = after.split()[-1].lower() in w["articles"] if after.split() else False
-            return phrase if ends_in_article else _inflect().a(phrase)
+            return phrase if ends_in_article else self._with_article(phrase)
 
         target = qg.target
         around = [t for t in qg.triplets if target in (t.head, t.tail)]

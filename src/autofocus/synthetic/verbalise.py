@@ -19,9 +19,7 @@ from autofocus.synthetic.patterns import VARS, Pattern
 VERBALISED_IN: Language = language("en")  # the language the verbaliser's prompt asks for (``signatures.synthetic``)
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")  # a chat adapter's field marker a small LM echoes
 _SYNTAX = re.compile(r"-\[|\]->|\(\w+:\w+|\by\.\w+|\bMATCH\b|\bRETURN\b")
-_OPS = {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"}
-_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-                 "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
+_OPS = {"=": "is", "<": "is less than", ">=": "is at least", "CONTAINS": "contains"}  # the prompt's words (English)
 
 
 def describe(pattern: Pattern, skb: SKB) -> str:
@@ -82,7 +80,8 @@ def question_problem(question: str, pattern: Pattern, skb: SKB) -> str | None:
         return "the pattern's wording in the question"  # "the unknown answer", "some package A"
     if any(n.lower() not in lower for n in names):
         return "a constant is not named"
-    if any(re.search(rf"\b(named|called)\s+\W?{re.escape(n.lower())}", lower) for n in names):
+    naming = "|".join(map(re.escape, VERBALISED_IN.naming_words))
+    if any(re.search(rf"\b({naming})\s+\W?{re.escape(n.lower())}", lower) for n in names):
         return "a constant is named as the answer"
     if any(not _states(c.value, lower) for _, c in pattern.filters):
         return "a filter's value is not stated"  # the question asks for a larger set than the answers
@@ -137,11 +136,13 @@ def _names_at(pattern: Pattern, var: str) -> list[str]:
 
 
 def _states(value: object, lower: str) -> bool:
-    """Whether the question states a filter's value: a string as written, a number in digits or, up to
-    twenty, in words ("two parameters"); booleans read too many ways to check."""
+    """Whether the question states a filter's value: a string as written, a number in digits or, as far
+    as the language's number words go (to twenty), in words ("two parameters"); booleans read too many
+    ways to check."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return True
     if isinstance(value, str):
         return value.lower() in lower
-    forms = [f"{value:g}"] + ([_NUMBER_WORDS[int(value)]] if float(value).is_integer() and 0 <= value <= 20 else [])
+    numbers = VERBALISED_IN.number_words
+    forms = [f"{value:g}"] + ([numbers[int(value)]] if float(value).is_integer() and 0 <= value < len(numbers) else [])
     return any(re.search(rf"(?<![\w.]){re.escape(f)}(?![\w])", lower) for f in forms)
