@@ -157,7 +157,8 @@ def real_server(request: pytest.FixtureRequest) -> Iterator[tuple[dspy.LM, Path]
     model = _user_model()
     if model is None:
         pytest.skip("no offline model provisioned: `make setup-lm` (tests never download weights)")
-    from autofocus.local_lm.server import _SERVERS, LocalServer
+    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.servers import _SERVERS
 
     mp = pytest.MonkeyPatch()
     mp.setenv(server_build.ENV, launcher)
@@ -366,7 +367,8 @@ def _gguf_with_architecture(path: Path, architecture: str) -> Path:
 def test_real_server_says_in_one_line_why_a_model_file_does_not_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 47 item 6: an empty, a truncated and a wrong-architecture GGUF file each give their reason in
     one line, not the server's log."""
-    from autofocus.local_lm.server import LocalServer, LocalServerError
+    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.server_http import LocalServerError
 
     launcher, why = _user_launcher("source build")
     if launcher is None:
