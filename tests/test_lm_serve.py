@@ -307,8 +307,8 @@ def _fake(alias: str, *extra: str) -> list[str]:
 
 
 def test_a_port_another_listener_holds_is_retried(tmp_path: Path, home: Path) -> None:
-    """llama-server says "couldn't bind HTTP server socket" (not "address already in use") when the port
-    it was given is taken; the next try takes another port."""
+    """A former port another listener holds (llama-server exits 1, saying "couldn't bind HTTP server
+    socket"): the server is started again on the port the kernel gives it, and its words stay in its log."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
