@@ -1,4 +1,5 @@
-"""One llama.cpp server subprocess per model file, started on first use and stopped at exit.
+"""A llama.cpp server subprocess: its settings, command line, start, health and stop; or a server that
+another process runs, attached (``local_lm.servers`` keeps one per model file for the process).
 
 The server route keeps the 1.3 GiB model in one process shared by every LLM step and thread, speaks the
 OpenAI protocol that ``dspy.LM`` already supports (caching, retries, usage, history), and keeps the model's
@@ -418,9 +419,6 @@ class LocalServer:
     def log_since_start(self) -> str:
         """What the server wrote to its log since its last start."""
         return server_log.since_start(self.log_path)
-
-    def log_tail(self, n: int = 20) -> str:
-        return "\n".join(self.log_since_start().splitlines()[-n:])
 
     def stop(self) -> None:
         with self._lock:
