@@ -24,7 +24,7 @@ import dspy
 import pytest
 
 from autofocus.lm import get_lm, yes_probabilities, yes_probability
-from autofocus.local_lm import models, scoring, server, server_defaults, servers, watchdog
+from autofocus.local_lm import models, scoring, server, server_argv, server_defaults, servers, watchdog
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
 from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
@@ -195,9 +195,9 @@ def test_server_startup_timeout_kills_the_process(tmp_path: Path) -> None:
 
 
 def test_missing_llama_cpp_names_the_setup_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "SERVER_MODULES", ("llama_cpp", "surely_not_installed_module"))
+    monkeypatch.setattr(server_argv, "SERVER_MODULES", ("llama_cpp", "surely_not_installed_module"))
     with pytest.raises(LocalServerError, match=r"surely_not_installed_module.*autofocus lm setup"):
-        server.require_llama_cpp()
+        server_argv.require_llama_cpp()
 
 
 @pytest.fixture

@@ -128,7 +128,7 @@ def check_cmd(
 def list_cmd() -> None:
     """Offline models (status, size, licence) and how to name other LMs."""
     from autofocus.local_lm.models import CATALOG, is_provisioned
-    from autofocus.local_lm.server import SETUP_HINT
+    from autofocus.local_lm.server_argv import SETUP_HINT
     from autofocus.local_lm.server_build import ServerBuildError, server_command
 
     table = Table(title="offline LMs (spec -> GGUF)")

@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import re
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -46,8 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
-from autofocus.local_lm import ports, registry, server_log, startup, watchdog
-from autofocus.local_lm.server_build import WHEEL, ServerBuildError, server_command
+from autofocus.local_lm import ports, registry, server_argv, server_log, startup, watchdog
 from autofocus.local_lm.server_defaults import (
     default_ctx,
     default_parallel,
@@ -58,24 +54,9 @@ from autofocus.local_lm.server_defaults import (
 from autofocus.local_lm.server_http import LocalServerError, get_json, post_json
 from autofocus.local_lm.slot_leases import SlotLeases
 
-SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
-SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
 ATTACH_TIMEOUT_S = 30.0  # a shared server answers its model list at once, however busy its slots are
 STOP_WAIT_S = watchdog.GRACE_S + 5.0  # the watchdog kills a server that ignores SIGTERM before this
 KEY_ENV = ("LLAMA_API_KEY", "API_KEY")  # where llama-server, and the fallback's settings, read their key
-
-
-def missing_server_modules() -> list[str]:
-    return [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
-
-
-def require_llama_cpp() -> None:
-    missing = missing_server_modules()
-    if missing:
-        raise LocalServerError(
-            f"the offline LM needs llama.cpp's server, which is not set up here (no xllamacpp, no llama-server "
-            f"build, no llama-cpp-python: missing modules {', '.join(missing)}); {SETUP_HINT}"
-        )
 
 
 def _safe(name: str) -> str:
@@ -161,21 +142,8 @@ class LocalServer:
         return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:12]
 
     def program(self) -> str:
-        """Which server program runs: the given command, else the llama-server file (path, size, time),
-        else the Python fallback."""
-        if self.command is not None:
-            return " ".join(self.command)
-        try:
-            launcher = server_command()
-        except ServerBuildError as exc:
-            raise LocalServerError(str(exc)) from exc
-        if launcher is None:
-            return "llama_cpp.server"
-        if len(launcher) > 1:  # the wheel's server: its package's version names the llama.cpp it runs
-            return f"{' '.join(launcher[1:])} {importlib.metadata.version(WHEEL)}"
-        binary = Path(launcher[0])
-        stat = binary.stat()
-        return f"{binary.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        """Which server program runs (``server_argv.program``)."""
+        return server_argv.program(self.command)
 
     def prompt_cache_dir(self) -> Path:
         """The folder every server of these settings and this many slots saves its slots to and restores
@@ -215,51 +183,26 @@ class LocalServer:
         return f"{self.base_url}/v1"
 
     def argv(self, port: int) -> list[str]:
-        """The server's command line, under the watchdog that stops it with this process (run as a file,
-        isolated: it needs the standard library only, and importing autofocus would delay every start)."""
-        guard = [sys.executable, "-I", str(Path(watchdog.__file__)), "--parent", str(os.getpid()),
-                 *(["--release", str(self.record_file)] if self.record_file is not None else []), "--"]
+        """The server's command line under the watchdog (``server_argv``): the given command, else
+        llama-server's, else the Python fallback's; the prompt cache folder is made where it names one."""
         if self.command is not None:
             if self.slot_dir is None and any("{slot_dir}" in part for part in self.command):
                 self.slot_dir = self.prompt_cache_dir()
-            return [*guard, *(part.replace("{port}", str(port)).replace("{slot_dir}", str(self.slot_dir))
-                              for part in self.command)]
-        try:
-            launcher = server_command()
-        except ServerBuildError as exc:
-            raise LocalServerError(str(exc)) from exc
-        if launcher is not None:
-            return [*guard, *self.llama_server_args(launcher, port)]
-        require_llama_cpp()
-        return [
-            *guard, sys.executable, "-m", "autofocus.local_lm.serve",
-            "--model", str(self.model_path), "--model_alias", self.alias,
-            "--host", self.host, "--port", str(port),
-            "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
-            "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
-        ]  # fmt: skip
+            return server_argv.guarded(server_argv.filled(self.command, port, self.slot_dir), self.record_file)
+        launcher = server_argv.launcher()
+        if launcher is None:
+            return server_argv.guarded(server_argv.fallback_args(self.launch(port)), self.record_file)
+        return server_argv.guarded(self.llama_server_args(launcher, port), self.record_file)
 
     def llama_server_args(self, launcher: Sequence[str], port: int) -> list[str]:
-        """llama-server: ``n_parallel`` slots of ``n_ctx`` tokens each with continuous batching; prompts
-        kept per slot and in RAM (``AUTOFOCUS_LLM_CACHE_MB``) so a request starts from the longest prefix
-        any earlier one left; slots saved to and restored from the prompt cache of its settings
-        (``prompt_cache_dir``, ``local_lm.slots``); a draft model where one is given."""
+        """llama-server's options for this server, its slots saved to the prompt cache of its settings."""
         if self.slot_dir is None:
             self.slot_dir = self.prompt_cache_dir()
-        args = [
-            *launcher, "--model", str(self.model_path), "--alias", self.alias,
-            "--host", self.host, "--port", str(port),
-            "--threads", str(self.n_threads), "--threads-batch", str(self.n_threads),
-            "--ctx-size", str(self.n_ctx * self.n_parallel), "--parallel", str(self.n_parallel), "--no-kv-unified",
-            "--cont-batching", "--cache-ram", os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "1024"),
-            "--load-mode", "none", "--fit", "off", "--no-webui", "--seed", "0", "--slot-save-path", str(self.slot_dir),
-        ]  # fmt: skip
-        if not repack_weights():
-            args.append("--no-repack")
-        if self.draft_model is not None:
-            args += ["--model-draft", str(self.draft_model), "--spec-draft-n-max", os.environ.get("AUTOFOCUS_LLM_DRAFT_N", "8"),
-                     "--threads-draft", str(self.n_threads)]  # fmt: skip
-        return args
+        return server_argv.llama_server_args(launcher, self.launch(port))
+
+    def launch(self, port: int) -> server_argv.Launch:
+        return server_argv.Launch(self.model_path, self.alias, self.host, port, self.n_threads, self.n_ctx,
+                                  self.n_parallel, self.slot_dir, self.draft_model)
 
     def native(self) -> bool:
         """Whether llama-server answers here (its ``/props`` lists slots), so token probabilities can be
