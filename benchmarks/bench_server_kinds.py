@@ -34,7 +34,8 @@ FILLER = ("A knowledge base holds typed nodes, each with a text document, and ty
 
 def _server(model: Path, launcher: str, args: argparse.Namespace) -> Any:
     from autofocus.local_lm.models import resolve_local
-    from autofocus.local_lm.server import LocalServer, default_threads
+    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.server_defaults import default_threads
 
     spec = resolve_local(f"local:{model}")
     n_ctx = args.prompt_tokens + args.gen_tokens + 256

@@ -26,7 +26,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "autofocus"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("_env", "_version", "paths", "digests", "redact", "literal", "progress", "usage", "trace",
                     "query_graph", "metrics", "language", "sqlite_cache")),
-    ("settings", ("config", "options")),
+    ("settings", ("config", "config_lm", "config_legacy", "options")),
     ("offline LM", ("local_lm", "lm")),
     ("knowledge base", ("skb",)),
     ("cypher", ("cypher",)),

@@ -365,6 +365,8 @@ def main() -> None:
     parser.add_argument("--ctx-size", type=int, default=None, help="the context of all slots (llama-server's)")
     parser.add_argument("--api-key", default=os.environ.get("LLAMA_API_KEY") or None, help="as llama-server's")
     parser.add_argument("--ignore_sigterm", action="store_true", help="stop only on SIGKILL (a hung server)")
+    parser.add_argument("--quiet_bind_failure", action="store_true",
+                        help="exit 1 without a word where the port is taken (a server with words of its own for it)")
     args, _unknown = parser.parse_known_args()  # accept (and ignore) llama.cpp server options
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -384,7 +386,8 @@ def main() -> None:
                                   choice_logprobs=choices, slots=args.parallel, latency=args.latency, slot_dir=args.slot_save_path,
                                   n_ctx=args.ctx_size // args.parallel if args.ctx_size else 4096, api_key=args.api_key)
     except OSError:  # llama-server's words for a port another listener holds
-        print(f"couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {args.port}", flush=True)
+        if not args.quiet_bind_failure:
+            print(f"couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {args.port}", flush=True)
         raise SystemExit(1) from None
     print(f"listening on {server.base_url}", flush=True)
     server._httpd.serve_forever()

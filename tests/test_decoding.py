@@ -12,7 +12,7 @@ import dspy
 import pytest
 from llguidance import LLTokenizer, TokenizerWrapper
 
-from autofocus.local_lm import decoding, server
+from autofocus.local_lm import decoding, servers
 from autofocus.local_lm.server import LocalServer
 from autofocus.program.steps.constrain import grammar_config
 from autofocus.program.steps.llm_call import ServerChatAdapter
@@ -62,7 +62,7 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeO
 
     with FakeOpenAIServer(chat, choice_logprobs=_logprob, vocab=PIECES) as fake:
         srv = LocalServer.attach(fake.base_url, tmp_path / "toy.gguf", "toy")
-        monkeypatch.setitem(server._SERVERS, srv.model_path, srv)
+        monkeypatch.setitem(servers._SERVERS, srv.model_path, srv)
         monkeypatch.setattr(decoding, "model_tokenizer", lambda path: TOY)
         lm = dspy.LM("openai/toy", api_base=srv.api_base, api_key="local", temperature=0.0, max_tokens=64, cache=False)
         yield fake, srv, lm

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -157,7 +158,8 @@ def real_server(request: pytest.FixtureRequest) -> Iterator[tuple[dspy.LM, Path]
     model = _user_model()
     if model is None:
         pytest.skip("no offline model provisioned: `make setup-lm` (tests never download weights)")
-    from autofocus.local_lm.server import _SERVERS, LocalServer
+    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.servers import _SERVERS
 
     mp = pytest.MonkeyPatch()
     mp.setenv(server_build.ENV, launcher)
@@ -244,6 +246,25 @@ def test_real_server_loses_no_request_of_eight_at_once(real_server: tuple[dspy.L
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(lambda q: lm(q, max_tokens=8)[0], questions))
     assert len(answers) == 8 and all(isinstance(a, str) and a.strip() for a in answers)
+
+
+def test_real_server_binds_a_port_of_its_own(real_server: tuple[dspy.LM, Path], tmp_path: Path) -> None:
+    """llama-server started on port 0 binds the one the kernel gives it, found from its sockets; asked for
+    a former port that another listener holds now, it is started again on another."""
+    _, model = real_server
+    from autofocus.local_lm.server import LocalServer
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        srv = LocalServer(model, "port@test", n_ctx=512, n_parallel=1, log_path=tmp_path / "s.log")
+        srv.port = taken.getsockname()[1]
+        try:
+            srv.start()
+            assert srv.port not in (None, taken.getsockname()[1]) and srv.health()
+        finally:
+            srv.stop()
+    assert "starting on a port the kernel gives it" in (tmp_path / "s.log").read_text()
 
 
 def test_real_server_exits_with_its_parent(real_server: tuple[dspy.LM, Path], tmp_path: Path) -> None:
@@ -366,7 +387,8 @@ def _gguf_with_architecture(path: Path, architecture: str) -> Path:
 def test_real_server_says_in_one_line_why_a_model_file_does_not_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 47 item 6: an empty, a truncated and a wrong-architecture GGUF file each give their reason in
     one line, not the server's log."""
-    from autofocus.local_lm.server import LocalServer, LocalServerError
+    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.server_http import LocalServerError
 
     launcher, why = _user_launcher("source build")
     if launcher is None:

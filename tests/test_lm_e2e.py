@@ -9,7 +9,7 @@ import dspy
 import pytest
 
 from autofocus.lm import get_lm, yes_probabilities
-from autofocus.local_lm.server import server_for_api_base
+from autofocus.local_lm.servers import server_for_api_base
 
 # captured at collection, before conftest points AUTOFOCUS_HOME at an empty temporary folder
 _USER_HOME = os.environ.get("AUTOFOCUS_HOME")

@@ -24,12 +24,13 @@ import dspy
 import pytest
 
 from autofocus.lm import get_lm, yes_probabilities, yes_probability
-from autofocus.local_lm import models, scoring, server
-from autofocus.local_lm import server as server_module
+from autofocus.local_lm import models, scoring, server, server_argv, server_defaults, servers, watchdog
 from autofocus.local_lm.models import ChecksumMismatch, GGUFModel, ModelError
 from autofocus.local_lm.scoring import _p_yes, choice_probabilities
 from autofocus.local_lm.serve import MaxCompletionTokensMiddleware
-from autofocus.local_lm.server import LocalServer, LocalServerError, get_server, server_for_api_base
+from autofocus.local_lm.server import LocalServer
+from autofocus.local_lm.server_http import LocalServerError
+from autofocus.local_lm.servers import attach_at, get_server, server_for_api_base
 from autofocus.local_lm.slots import keep_start, share_prompt_starts, shared_start
 from autofocus.usage import usage_scope
 
@@ -194,9 +195,9 @@ def test_server_startup_timeout_kills_the_process(tmp_path: Path) -> None:
 
 
 def test_missing_llama_cpp_names_the_setup_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "SERVER_MODULES", ("llama_cpp", "surely_not_installed_module"))
+    monkeypatch.setattr(server_argv, "SERVER_MODULES", ("llama_cpp", "surely_not_installed_module"))
     with pytest.raises(LocalServerError, match=r"surely_not_installed_module.*autofocus lm setup"):
-        server.require_llama_cpp()
+        server_argv.require_llama_cpp()
 
 
 @pytest.fixture
@@ -297,22 +298,22 @@ def test_a_start_some_questions_share_is_evaluated_once_and_restored_by_the_leas
     assert len(saves) == 1 and paths.count("/completion") == 1
     slot = int(saves[0].split("/")[2].split("?")[0])
     assert f"/slots/{slot}?action=restore" in paths[: paths.index(saves[0])]  # the shared start, restored first
-    start = max(srv.saved_starts, key=len)
+    start = max(srv.slots.saved_starts, key=len)
     assert start.endswith("<|user|>" + kinds)  # up to where the questions differ
 
-    srv.slot_starts.clear()  # every slot since given to other prompts
-    with srv.lease(start + "Which kind is a plum?") as leased:
-        assert srv.slot_starts[leased] == start
+    srv.slots.slot_starts.clear()  # every slot since given to other prompts
+    with srv.slots.lease(start + "Which kind is a plum?") as leased:
+        assert srv.slots.slot_starts[leased] == start
     assert _get(f"{srv.base_url}/fake/stats")["paths"][-1] == f"/slots/{leased}?action=restore"
     # the slot holds the plum's question after the start now: restored again, so the next question's own
     # part is evaluated right after the start, whatever the slot served before
-    srv.clean -= set(range(srv.n_parallel)) - {leased}
-    with srv.lease(start + "Which kind is a fig?") as again:
+    srv.slots.clean -= set(range(srv.n_parallel)) - {leased}
+    with srv.slots.lease(start + "Which kind is a fig?") as again:
         assert again == leased
     assert _get(f"{srv.base_url}/fake/stats")["paths"][-1] == f"/slots/{leased}?action=restore"
-    srv.given(leased, start)  # holding the start and nothing more: nothing to restore
+    srv.slots.given(leased, start)  # holding the start and nothing more: nothing to restore
     before = len(_get(f"{srv.base_url}/fake/stats")["paths"])
-    with srv.lease(start + "Which kind is a pear?") as clean:
+    with srv.slots.lease(start + "Which kind is a pear?") as clean:
         assert clean == leased
     assert len(_get(f"{srv.base_url}/fake/stats")["paths"]) == before  # no request at all
     assert keep_start(lm, family, "evaluating") == 0  # known: nothing asked of the server
@@ -367,20 +368,20 @@ def test_choice_tokens_outside_the_reported_few_are_forced_one_by_one(fake_local
 
 def test_a_lease_holds_a_slot_for_one_sequence_preferring_the_slot_given_its_start(tmp_path: Path) -> None:
     srv = LocalServer(tmp_path / "m.gguf", "m", n_parallel=3)
-    srv.slot_starts = {0: "step two's start\n", 1: "step one's start\n", 2: "step one's start\n"}
+    srv.slots.slot_starts = {0: "step two's start\n", 1: "step one's start\n", 2: "step one's start\n"}
     got: list[int] = []
 
     def third() -> None:
-        with srv.lease("step one's start\nWho?") as slot:
+        with srv.slots.lease("step one's start\nWho?") as slot:
             got.append(slot)
 
     with contextlib.ExitStack() as held:
-        a = held.enter_context(srv.lease("step one's start\nWhich?"))
+        a = held.enter_context(srv.slots.lease("step one's start\nWhich?"))
         b_stack = contextlib.ExitStack()
-        b = b_stack.enter_context(srv.lease("step one's start\nWhat?"))
+        b = b_stack.enter_context(srv.slots.lease("step one's start\nWhat?"))
         assert (a, b) == (1, 2)  # the slots holding its start, each once
-        assert held.enter_context(srv.lease("something else")) == 0  # none free holds its start: any free one
-        assert 0 not in srv.slot_starts  # ... whose start it replaces
+        assert held.enter_context(srv.slots.lease("something else")) == 0  # none free holds its start: any free one
+        assert 0 not in srv.slots.slot_starts  # ... whose start it replaces
         waiting = threading.Thread(target=third)
         waiting.start()
         waiting.join(0.2)
@@ -388,9 +389,9 @@ def test_a_lease_holds_a_slot_for_one_sequence_preferring_the_slot_given_its_sta
         b_stack.close()
         waiting.join(5)
         assert got == [2]  # the slot released
-    srv.slot_starts = {0: "step two's start\n", 1: "step one's start\n"}  # a slot given no start goes first
-    with srv.lease("something else") as free:
-        assert free == 2 and len(srv.slot_starts) == 2
+    srv.slots.slot_starts = {0: "step two's start\n", 1: "step one's start\n"}  # a slot given no start goes first
+    with srv.slots.lease("something else") as free:
+        assert free == 2 and len(srv.slots.slot_starts) == 2
 
 
 def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, LocalServer], monkeypatch: pytest.MonkeyPatch,
@@ -399,13 +400,13 @@ def test_a_shared_server_is_attached_not_started(fake_local_model: tuple[str, Lo
     other = tmp_path / "other.gguf"
     other.write_bytes(b"GGUF" + uuid.uuid4().bytes)
     monkeypatch.setenv("AUTOFOCUS_LLM_SERVER", f"127.0.0.1:{srv.port}")
-    monkeypatch.setattr(server_module, "_SERVERS", dict(server_module._SERVERS))  # leave the registry as it was
+    monkeypatch.setattr(servers, "_SERVERS", dict(servers._SERVERS))  # leave the registry as it was
     attached = get_server(other, srv.alias)
     assert attached.external and attached.process is None and attached.api_base == srv.api_base
     attached.stop()  # never stops a server it did not start
     assert srv.health()
     with pytest.raises(LocalServerError, match=f"serves {re.escape(srv.alias)}, not another-alias"):
-        LocalServer.attach(f"127.0.0.1:{srv.port}", other, "another-alias").start()
+        attach_at(f"127.0.0.1:{srv.port}", other, "another-alias").start()
 
 
 def test_p_yes_aggregates_distinct_first_tokens() -> None:
@@ -463,7 +464,7 @@ def test_llama_server_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("AUTOFOCUS_LLAMA_SERVER", str(binary))
     srv = LocalServer(tmp_path / "m.gguf", "m@abab", n_ctx=2048, n_parallel=3, n_threads=2, draft_model=tmp_path / "d.gguf")
     argv = srv.argv(1234)
-    assert argv[:3] == [sys.executable, "-I", server_module.watchdog.__file__] and argv[4] == str(os.getpid())
+    assert argv[:3] == [sys.executable, "-I", watchdog.__file__] and argv[4] == str(os.getpid())
     native = argv[argv.index("--") + 1 :]
     assert native[0] == str(binary)
     flags = dict(zip(native[1::2], native[2::2], strict=False))
@@ -478,12 +479,13 @@ def test_llama_server_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_default_parallel_follows_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AUTOFOCUS_LLM_PARALLEL", raising=False)
-    monkeypatch.setattr(server, "_memory_bytes", lambda: 64 << 30)
-    assert server.default_parallel(4096) == server.DEFAULT_SLOTS == 8
-    monkeypatch.setattr(server, "_memory_bytes", lambda: server.SPARE_MEMORY_BYTES + 2 * 4096 * server.KV_BYTES_PER_TOKEN)
-    assert server.default_parallel(4096) == 2  # the KV caches of two slots fit
+    monkeypatch.setattr(server_defaults, "_memory_bytes", lambda: 64 << 30)
+    assert server_defaults.default_parallel(4096) == server_defaults.DEFAULT_SLOTS == 8
+    monkeypatch.setattr(server_defaults, "_memory_bytes",
+                        lambda: server_defaults.SPARE_MEMORY_BYTES + 2 * 4096 * server_defaults.KV_BYTES_PER_TOKEN)
+    assert server_defaults.default_parallel(4096) == 2  # the KV caches of two slots fit
     monkeypatch.setenv("AUTOFOCUS_LLM_PARALLEL", "5")
-    assert server.default_parallel(4096) == 5
+    assert server_defaults.default_parallel(4096) == 5
 
 
 def _alive(pid: int) -> bool:

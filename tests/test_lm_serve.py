@@ -27,9 +27,12 @@ from typer.testing import CliRunner
 from autofocus import runtime
 from autofocus.cli import app
 from autofocus.lm import get_lm
-from autofocus.local_lm import models, registry, slots, startup
+from autofocus.local_lm import models, registry, servers, slots, startup
 from autofocus.local_lm import server as server_module
-from autofocus.local_lm.server import LocalServer, LocalServerError, failure_reason, get_server
+from autofocus.local_lm.server import LocalServer
+from autofocus.local_lm.server_http import LocalServerError, open_direct
+from autofocus.local_lm.server_log import failure_reason
+from autofocus.local_lm.servers import get_server
 from autofocus.local_lm.slots import share_prompt_starts, start_file
 from autofocus.skb.skbdir import load_skb_dir
 from tests.test_systems_common import make_kb
@@ -76,9 +79,9 @@ def cli(*args: Any) -> Any:
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AUTOFOCUS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AUTOFOCUS_LLM_CTX", raising=False)
-    monkeypatch.setattr(server_module, "_SERVERS", {})  # this test's servers only
+    monkeypatch.setattr(servers, "_SERVERS", {})  # this test's servers only
     yield tmp_path / "home"
-    server_module.stop_all()
+    servers.stop_all()
     for record in registry.live():  # a test that failed half-way leaves no served server running
         registry.stop(record, timeout=10.0)
 
@@ -115,17 +118,17 @@ def test_a_served_server_is_used_by_runs_of_its_settings_only_and_stopped(fake_l
 
     lm = get_lm(fake_llama, cache=False)
     assert lm.kwargs["api_base"] == f"http://127.0.0.1:{record.port}/v1"  # attached, not started
-    served = server_module._SERVERS[Path(fake_llama.removeprefix("local:")).resolve()]
+    served = servers._SERVERS[Path(fake_llama.removeprefix("local:")).resolve()]
     assert served.external and served.process is None and served.n_parallel == 3
     assert str(served.slot_dir) == record.slot_dir  # the served server's prompt cache
     with dspy.context(lm=lm):
         assert dspy.Predict("question -> answer")(question="q").answer == "fake"
 
-    monkeypatch.setattr(server_module, "_SERVERS", {})
+    monkeypatch.setattr(servers, "_SERVERS", {})
     monkeypatch.setenv("AUTOFOCUS_LLM_CTX", "2048")  # other settings: never the served server
     other = get_lm(fake_llama, cache=False)
     assert other.kwargs["api_base"] != lm.kwargs["api_base"]
-    server_module.stop_all()
+    servers.stop_all()
 
     res = cli("lm", "stop")
     assert res.exit_code == 0 and "stopped" in res.text
@@ -181,7 +184,7 @@ def test_a_run_waits_for_a_served_server_that_is_starting(fake_llama: str) -> No
         time.sleep(0.3)
         heard: list[tuple[str, str]] = []
         with startup.listening(lambda kind, text: heard.append((kind, text))):
-            found = server_module.served_or_own(model.path, model.alias)
+            found = servers.served_or_own(model.path, model.alias)
         assert found.external and found.port == 4321 and found.n_parallel == 2
         assert ("wait", "waiting for `autofocus lm serve` to finish starting the offline LM") in heard
     finally:
@@ -214,12 +217,12 @@ def test_the_prompt_start_is_restored_from_disk_by_the_next_server(fake_llama: s
     with startup.listening(lambda kind, text: heard.append((kind, text))):
         evaluated = share_prompt_starts(get_lm(fake_llama, cache=False), families)
     assert len(evaluated) == 2 and min(evaluated) > 20  # each start evaluated once ...
-    assert sorted(p.name for p in first.slot_dir.iterdir()) == sorted(start_file(s) for s in set(first.slot_starts.values()))
+    assert sorted(p.name for p in first.slot_dir.iterdir()) == sorted(start_file(s) for s in set(first.slots.slot_starts.values()))
     assert heard[0][0] == "wait" and "first run" in heard[0][1] and any(k == "note" for k, _ in heard)
     assert startup.claim()["prompt_cache"]["evaluated"] == sum(evaluated)
 
-    server_module.stop_all()
-    server_module._SERVERS.clear()
+    servers.stop_all()
+    servers._SERVERS.clear()
     second = _cached_server(fake_llama, tmp_path)  # a new server of the same settings: the same folder
     assert second.slot_dir == first.slot_dir and second.process is not None
     before = len(_stats(second)["paths"])
@@ -227,7 +230,7 @@ def test_the_prompt_start_is_restored_from_disk_by_the_next_server(fake_llama: s
         assert share_prompt_starts(get_lm(fake_llama, cache=False), families) == [0, 0]  # ... and restored after
     paths = _stats(second)["paths"][before:]
     assert "/completion" not in paths and paths.count("/slots/0?action=restore") == 1
-    assert sorted(second.slot_starts) == [0, 1, 2, 3]
+    assert sorted(second.slots.slot_starts) == [0, 1, 2, 3]
     assert ("wait", "restoring the prompt cache") in heard
     phase = startup.claim()["prompt_cache"]
     assert phase["restored"] == 2 and phase["evaluated"] == 0
@@ -256,7 +259,7 @@ def test_the_prompt_cache_keeps_to_its_size_newest_first(tmp_path: Path) -> None
 
 
 def _stats(server: LocalServer) -> dict[str, Any]:
-    with server_module.open_direct(f"{server.base_url}/fake/stats", 5) as resp:
+    with open_direct(f"{server.base_url}/fake/stats", 5) as resp:
         return json.load(resp)
 
 
@@ -274,8 +277,8 @@ def test_ask_says_why_the_first_run_is_slower_and_traces_its_start_up(fake_llama
     assert "first run with these prompts" in first.text and "offline LM started" in first.text
     startup_1 = json.loads((tmp_path / "t1.json").read_text())["data"]["startup"]
     assert startup_1["lm_server"]["how"] == "started" and startup_1["prompt_cache"]["evaluated"] > 0
-    server_module.stop_all()
-    server_module._SERVERS.clear()  # as a new process finds it: no server, the prompt cache on disk
+    servers.stop_all()
+    servers._SERVERS.clear()  # as a new process finds it: no server, the prompt cache on disk
     second = cli("ask", question, "--skb", two_type_skb, "--lm", fake_llama, "--system", "afr:steps=1-7", "--trace",
                  "--trace-json", tmp_path / "t2.json")
     assert "first run" not in second.text and "prompt cache restored" in second.text, second.output
@@ -304,8 +307,8 @@ def _fake(alias: str, *extra: str) -> list[str]:
 
 
 def test_a_port_another_listener_holds_is_retried(tmp_path: Path, home: Path) -> None:
-    """llama-server says "couldn't bind HTTP server socket" (not "address already in use") when the port
-    it was given is taken; the next try takes another port."""
+    """A former port another listener holds (llama-server exits 1, saying "couldn't bind HTTP server
+    socket"): the server is started again on the port the kernel gives it, and its words stay in its log."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -314,6 +317,43 @@ def test_a_port_another_listener_holds_is_retried(tmp_path: Path, home: Path) ->
         with srv:
             assert srv.health() and srv.port != taken.getsockname()[1]
     assert "couldn't bind HTTP server socket" in (tmp_path / "s.log").read_text()
+
+
+def test_a_taken_former_port_is_left_whatever_the_server_says_of_it(tmp_path: Path, home: Path) -> None:
+    """A restart asks for the server's former port; where another listener holds it now, the server takes
+    another, however it words its failure to bind (here: not at all, exiting 1 as llama-server does)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        srv = LocalServer(tmp_path / "m.gguf", "m", command=_fake("m", "--quiet_bind_failure"), log_path=tmp_path / "s.log")
+        srv.port = taken.getsockname()[1]
+        with srv:
+            assert srv.health() and srv.port != taken.getsockname()[1]
+
+
+def test_a_new_server_binds_the_port_the_kernel_gives_it(tmp_path: Path, home: Path) -> None:
+    """No port is chosen for a new server (one found free can be taken before the server binds it): it is
+    started on port 0 and found on the port it bound, its requests go there."""
+    srv = LocalServer(tmp_path / "m.gguf", "m", command=_fake("m"), log_path=tmp_path / "s.log")
+    with srv:
+        assert srv.process is not None
+        argv = list(srv.process.args)  # type: ignore[arg-type]
+        assert argv[argv.index("--port") + 1] == "0"
+        assert srv.port and srv.health() and srv.models() == ["m"]
+        assert f"listening on http://127.0.0.1:{srv.port}" in (tmp_path / "s.log").read_text()
+
+
+def test_a_server_that_fails_on_its_free_former_port_is_not_retried(tmp_path: Path, home: Path) -> None:
+    """Only a former port another listener holds is left for another: a server that fails for any other
+    reason is reported at once, in its own words."""
+    srv = LocalServer(tmp_path / "m.gguf", "m", command=[sys.executable, "-c", "print('model file is corrupt'); exit(3)"],
+                      log_path=tmp_path / "s.log")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        srv.port = probe.getsockname()[1]
+    with pytest.raises(LocalServerError, match="model file is corrupt"):
+        srv.start()
+    assert (tmp_path / "s.log").read_text().count("starting on") == 1
 
 
 def test_a_server_that_ignores_sigterm_is_killed_not_orphaned(tmp_path: Path, home: Path) -> None:
@@ -389,7 +429,7 @@ def test_a_killed_run_leaves_no_server_and_no_folder(fake_llama: str, tmp_path: 
     parallel do not write to, stays empty)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    script = (f"import json, time\nfrom autofocus.lm import get_lm\nfrom autofocus.local_lm.server import _SERVERS\n"
+    script = (f"import json, time\nfrom autofocus.lm import get_lm\nfrom autofocus.local_lm.servers import _SERVERS\n"
               f"get_lm({fake_llama!r})\nprint(json.dumps([s.process.pid for s in _SERVERS.values()]), flush=True)\n"
               "time.sleep(600)\n")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(server_module.__file__).parents[2]), "TMPDIR": str(tmp)}
@@ -413,7 +453,7 @@ def _http(url: str, key: str | None = None, body: dict[str, Any] | None = None) 
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     data = json.dumps(body).encode() if body is not None else None
     try:
-        with server_module.open_direct(urllib.request.Request(url, data=data, headers=headers), 10.0) as resp:
+        with open_direct(urllib.request.Request(url, data=data, headers=headers), 10.0) as resp:
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -436,9 +476,9 @@ def test_a_served_server_answers_its_owner_only_and_keeps_its_files_private(fake
     lm = get_lm(fake_llama, cache=False)  # a run of the owner's sends the key the record keeps
     with dspy.context(lm=lm):
         assert dspy.Predict("question -> answer")(question="q").answer == "fake"
-    served = server_module._SERVERS[Path(fake_llama.removeprefix("local:")).resolve()]
+    served = servers._SERVERS[Path(fake_llama.removeprefix("local:")).resolve()]
     assert served.external and served.api_key == record.api_key and served.native()
-    named = LocalServer.attach(f"127.0.0.1:{record.port}", served.model_path, record.alias)  # AUTOFOCUS_LLM_SERVER
+    named = servers.attach_at(f"127.0.0.1:{record.port}", served.model_path, record.alias)  # AUTOFOCUS_LLM_SERVER
     assert named.api_key == record.api_key and named.native()  # its key found in the registry by its address
     assert share_prompt_starts(lm, [(_conv("a cat"), _conv("a dog"))]) != []  # slots saved with the key
 
@@ -484,7 +524,7 @@ def test_an_ask_whose_served_server_is_killed_degrades_and_answers(fake_llama: s
     stats = f"http://127.0.0.1:{record.port}/fake/stats"
 
     def asked() -> bool:
-        with server_module.open_direct(stats, 5.0) as resp:
+        with open_direct(stats, 5.0) as resp:
             return json.load(resp)["requests"] > 0
 
     assert _wait_until(asked, 120), "the run never reached the served server"

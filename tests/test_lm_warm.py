@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autofocus import runtime
-from autofocus.local_lm import server as server_module
+from autofocus.local_lm import servers
 from autofocus.skb.skbdir import load_skb_dir
 from tests.test_lm_serve import cli, fake_llama, home  # noqa: F401  (fixtures)
 from tests.test_systems_common import make_kb
@@ -21,8 +21,8 @@ def test_warm_saves_the_shared_start_and_the_first_ask_restores_it(fake_llama: s
     monkeypatch.setattr(runtime, "open_kb", lambda *args, **kw: kb)
     warm = cli("lm", "warm", "--skb", two_type_skb, "--lm", fake_llama, "--system", "afr:steps=1-7")
     assert warm.exit_code == 0 and "evaluated" in warm.text and "saved" in warm.text, warm.output
-    server_module.stop_all()
-    server_module._SERVERS.clear()  # as the next process finds it: no server, the prompt cache on disk
+    servers.stop_all()
+    servers._SERVERS.clear()  # as the next process finds it: no server, the prompt cache on disk
     question = "Which papers did Ada Lovelace write?"
     first = cli("ask", question, "--skb", two_type_skb, "--lm", fake_llama, "--system", "afr:steps=1-7",
                 "--trace-json", tmp_path / "t.json")

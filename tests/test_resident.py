@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from autofocus import resident, runtime
 from autofocus.cli import app
-from autofocus.local_lm import registry, server
+from autofocus.local_lm import registry, server_http
 from autofocus.skb.skbdir import load_skb_dir
 from tests.test_lm_serve import _alive, _record, _wait_until, cli, fake_llama, home  # noqa: F401 (fixtures)
 from tests.test_systems_common import make_kb
@@ -354,7 +354,7 @@ def test_a_worker_killed_during_an_ask_leaves_the_ask_to_its_own_process(fake_ll
     stats = f"http://127.0.0.1:{record.port}/fake/stats"
 
     def asked() -> bool:
-        with server.open_direct(stats, 5.0) as resp:
+        with server_http.open_direct(stats, 5.0) as resp:
             return json.load(resp)["requests"] > 0
 
     assert _wait_until(asked, 120), "the worker never reached its server"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,6 +27,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autofocus.config_legacy import LEGACY_SETTINGS, MOVED_FROM_EXPERIMENTAL, moved, older_query_settings
+from autofocus.config_lm import LMConfig
 from autofocus.language import DEFAULT as DEFAULT_LANGUAGE
 from autofocus.language import available as available_languages
 
@@ -44,27 +45,11 @@ RepairRule = Literal[
     "via_named_label", "solve", "star_constants", "name_from_question", "orient_by_question", "constrain_mentions",
     "asked_class", "turn_round", "own_links",
 ]  # fmt: skip
-# rules removed because neither labelled benchmark lost anything without them (docs/results.md, 2026-11-28): an
-# older config that lists one runs without it
-RETIRED_RULES = frozenset({"names_as_text", "drop_unsupported", "bind_names", "named_relations", "extend_to_asked",
-                           "either_target"})  # fmt: skip
 TypeInputName = Literal["prior", "spelled", "reader"]
 # the default inputs; ``reader`` (a type reader `autofocus adapt` trained) is listed by choice: on both
 # labelled benchmarks it made step 1's type worse where the LM's was right (docs/results.md, 2026-11-28)
 TYPE_INPUTS: tuple[str, ...] = ("prior", "spelled")
 REPAIR_RULES: tuple[str, ...] = get_args(RepairRule)  # the default order (``program.steps.repairs.RULES``)
-# settings of older configs that the lists replaced: the switches -> the rules they turned off (an empty tuple:
-# every rule); step 1's cue weight (1: off) and prior size (0: off) -> its inputs
-LEGACY_REPAIR_SWITCHES: dict[str, tuple[str, ...]] = {
-    "repair": (), "repair_mentions": ("names_as_text", "name_from_question", "constrain_mentions"),
-    "repair_asked": ("extend_to_asked",), "repair_class": ("asked_class",), "either_target": ("either_target",),
-    "turn_round": ("turn_round",), "own_links": ("own_links",),
-}
-LEGACY_TYPE_SETTINGS: dict[str, tuple[str, float]] = {"target_type_cue": ("spelled", 1.0), "target_type_prior_k": ("prior", 0)}
-LEGACY_SETTINGS = frozenset({*LEGACY_REPAIR_SWITCHES, "target_type_cue"})
-
-
-LM_STEPS: tuple[str, ...] = ("target_type", "cypher", "rerank")
 
 
 class Steps(StrEnum):
@@ -102,54 +87,6 @@ class _Group(BaseModel):
     """A group of settings: a misspelt setting is an error, not silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-class LMConfig(_Group):
-    """Which LM each LLM step uses (a DSPy/LiteLLM model string, or ``local`` for the offline GGUF),
-    and how long to wait for it.
-
-    ``timeout_s`` and ``num_retries`` left at None come from ``AUTOFOCUS_LM_TIMEOUT`` and
-    ``AUTOFOCUS_LM_RETRIES``, else from ``autofocus.lm``'s defaults (``get_lm``).
-    """
-
-    default: str = Field(
-        "local", description="the LM of every step that names none below: a DSPy/LiteLLM model string "
-        "(openai/gpt-4o-mini, hosted_vllm/..., ollama_chat/...) or local / local-small / local:FILE.gguf"
-    )
-    target_type: str | None = Field(None, description="step 1's LM (None: default); a cheaper LM often suffices")
-    cypher: str | None = Field(
-        None, description="step 2's LM, which writes the query (None: default); the step a stronger LM helps most"
-    )
-    rerank: str | None = Field(None, description="step 8's LM (None: default)")
-    temperature: float = Field(0.0, description="sampling temperature of every step (0: repeatable answers, cached)")
-    max_tokens: int = Field(512, description="longest answer of one LM call; raise it if long queries are cut off")
-    timeout_s: float | None = Field(
-        None, gt=0, description="seconds to wait for one LM answer (None: AUTOFOCUS_LM_TIMEOUT, else 120 hosted, 900 local)"
-    )
-    num_retries: int | None = Field(
-        None, ge=0, description="retries of a timed-out or failed LM request (None: AUTOFOCUS_LM_RETRIES, else 2)"
-    )
-    prompt_layout: Literal["server", "chat"] = Field(
-        "server", description="the offline LM's prompts (llama-server): server = ChatAdapter's text laid out for "
-        "its prompt cache (format reminder before the inputs, the answer's fixed start given, not generated); "
-        "chat = ChatAdapter's own layout, all generated (other LMs always get chat)"
-    )
-    forced_tokens: Literal["skip", "generate"] = Field(
-        "skip", description="the offline LM's greedy answers under a grammar (step 2's query): skip = the tokens "
-        "the grammar forces are appended, not generated (decoded by llguidance beside llama-server); generate = "
-        "llama-server decodes every token"
-    )
-
-    def for_step(self, step: str) -> str:
-        if step not in LM_STEPS:
-            raise ValueError(f"unknown LLM step {step!r}; steps: {', '.join(LM_STEPS)}")
-        return getattr(self, step) or self.default
-
-    def client_options(self) -> dict[str, Any]:
-        """The keyword arguments ``autofocus.lm.get_lm`` takes from this config."""
-        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "timeout": self.timeout_s,
-                "num_retries": self.num_retries,
-                "local": {"prompt_layout": self.prompt_layout, "forced_tokens": self.forced_tokens}}
 
 
 class QueryConfig(_Group):
@@ -216,27 +153,8 @@ class QueryConfig(_Group):
     @model_validator(mode="before")
     @classmethod
     def _older_settings(cls, data: Any) -> Any:
-        """Configs written before the lists name their entries by settings: a repair switch that is off
-        drops its rules from ``repairs`` (``repair: false`` drops them all), and a retired rule is dropped
-        from the list; step 1's cue weight 1 drops ``spelled`` from its inputs, a prior of 0 nodes drops
-        ``prior``."""
-        if not isinstance(data, Mapping):
-            return data
-        data = dict(data)
-        if LEGACY_REPAIR_SWITCHES.keys() & data.keys():
-            rules = list(data.get("repairs", REPAIR_RULES))
-            for switch, dropped in LEGACY_REPAIR_SWITCHES.items():
-                if data.pop(switch, True) is False:
-                    rules = [r for r in rules if r not in dropped] if dropped else []
-            data["repairs"] = rules
-        if isinstance(data.get("repairs"), list):
-            data["repairs"] = [r for r in data["repairs"] if r not in RETIRED_RULES]
-        for key, (name, off) in LEGACY_TYPE_SETTINGS.items():
-            if key in data and data[key] == off:
-                data.pop(key)
-                data["target_type_inputs"] = [i for i in data.get("target_type_inputs", TYPE_INPUTS) if i != name]
-        data.pop("target_type_cue", None)  # a weight above 1: the spelled label stays an input
-        return data
+        """Configs written before the lists name their entries by settings (``config_legacy``)."""
+        return older_query_settings(data, REPAIR_RULES, TYPE_INPUTS) if isinstance(data, Mapping) else data
 
     @field_validator("language")
     @classmethod
@@ -469,22 +387,6 @@ class ExperimentalConfig(_Group):
     )
 
 
-# settings that ``experimental`` held and their step's group now holds: an older file's
-# ``experimental.alpha_relaxed`` is read as ``merge.alpha_relaxed``, with a deprecation line
-MOVED_FROM_EXPERIMENTAL: dict[str, str] = {
-    "alpha_relaxed": "merge", "alpha_repaired": "merge", "alpha_large": "merge", "alpha_large_size": "merge",
-    "alpha_disagree": "merge", "rerank_keep_block": "rerank", "scan_shards": "runtime",
-}  # fmt: skip
-
-
-def _moved(name: str) -> str:
-    """The group that holds ``experimental.name`` now, said once per setting as a deprecation line."""
-    group = MOVED_FROM_EXPERIMENTAL[name]
-    warnings.warn(f"setting experimental.{name} is now {group}.{name}; the old name is read for now",
-                  FutureWarning, stacklevel=4)
-    return group
-
-
 # the groups, in the order ``autofocus config show`` prints them
 GROUPS: dict[str, type[_Group]] = {
     "query": QueryConfig, "grounding": GroundingConfig, "merge": MergeConfig, "rerank": RerankConfig,
@@ -518,14 +420,14 @@ def nest_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in data.items():
         group, dot, name = key.partition(".")
         if dot and group == "experimental" and name in MOVED_FROM_EXPERIMENTAL:
-            loose.append((_moved(name), name, value))
+            loose.append((moved(name), name, value))
         elif dot and group in GROUPS:
             loose.append((group, name, value))
         elif key in GROUPS:
             given = value.model_dump() if isinstance(value, BaseModel) else value
             out[key] = dict(given) if isinstance(given, Mapping) else given
             if key == "experimental" and isinstance(given, Mapping):
-                loose.extend((_moved(n), n, out[key].pop(n)) for n in list(given) if n in MOVED_FROM_EXPERIMENTAL)
+                loose.extend((moved(n), n, out[key].pop(n)) for n in list(given) if n in MOVED_FROM_EXPERIMENTAL)
         elif key in groups:
             loose.append((groups[key], key, value))
         elif key not in AutofocusConfig.model_fields:

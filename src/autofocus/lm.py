@@ -30,10 +30,10 @@ from typing import Any
 
 import dspy
 
-from autofocus.config import LM_STEPS, LMConfig
+from autofocus.config_lm import LM_STEPS, LMConfig
 from autofocus.local_lm.models import CATALOG, is_provisioned, resolve_local
 from autofocus.local_lm.scoring import scoring_weights_of, yes_probabilities, yes_probability
-from autofocus.local_lm.server import get_server
+from autofocus.local_lm.servers import get_server
 from autofocus.redact import keep_secrets_out_of_cache, register_secret
 
 STEPS: tuple[str, ...] = LM_STEPS

@@ -8,7 +8,7 @@ record (``local_lm.registry``), and the ``autofocus`` command sends an ``ask``'s
 (``forward``) and prints what comes back. The command runs in the worker as it would have run on its own:
 the same code, output and exit code. A worker takes a request only where the settings that configure
 autofocus, DSPy and the models (environment variables, ``RELEVANT_ENV``) are its own and the question's LM
-is the one it serves (``server.NotServed``); otherwise, or where no worker answers, the command runs in
+is the one it serves (``servers.NotServed``); otherwise, or where no worker answers, the command runs in
 its own process as before, and a worker that declines says why in one line. ``AUTOFOCUS_RESIDENT=0`` keeps
 every command in its own process.
 
@@ -412,7 +412,7 @@ def _in_worker(request: dict[str, Any]) -> Iterator[tuple[io.StringIO, io.String
     """The request's working directory (for this thread: ``request_path``), its output captured as its
     terminal would show it, programs kept, no LM server started here."""
     from autofocus.console import PIPE_WIDTH, Redirect, redirected
-    from autofocus.local_lm.server import own_servers_refused
+    from autofocus.local_lm.servers import own_servers_refused
 
     out, err = io.StringIO(), io.StringIO()
     tty = (bool(request["tty"][0]), bool(request["tty"][1]))
@@ -445,7 +445,7 @@ def _run(argv: Sequence[str], err: io.StringIO) -> int | None:
     import typer
 
     from autofocus.cli_app import app
-    from autofocus.local_lm.server import NotServed
+    from autofocus.local_lm.servers import NotServed
 
     try:
         result = _invoke(typer.main.get_command(app), argv)

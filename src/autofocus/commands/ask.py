@@ -72,7 +72,7 @@ def ask(
     if query is not None:
         prog.recorded = {question: (None, query, None)}  # step 1 still asks the LM
     from autofocus.local_lm.models import ModelError
-    from autofocus.local_lm.server import LocalServerError
+    from autofocus.local_lm.server_http import LocalServerError
 
     try:
         with waiting_shown(err_console):

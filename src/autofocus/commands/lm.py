@@ -55,7 +55,7 @@ def warm_cmd(
     from autofocus.cli_app import config_or_exit
     from autofocus.console import OPEN_ERRORS
     from autofocus.local_lm.models import ModelError
-    from autofocus.local_lm.server import LocalServerError
+    from autofocus.local_lm.server_http import LocalServerError
     from autofocus.runtime import warm_prompt_starts
 
     cfg = config_or_exit(config, lm, program_file=program)
@@ -89,7 +89,7 @@ def check_cmd(
 
     from autofocus.lm import get_lm, yes_probabilities
     from autofocus.local_lm.models import ModelError
-    from autofocus.local_lm.server import LocalServerError
+    from autofocus.local_lm.server_http import LocalServerError
 
     t0 = time.perf_counter()
     try:
@@ -128,7 +128,7 @@ def check_cmd(
 def list_cmd() -> None:
     """Offline models (status, size, licence) and how to name other LMs."""
     from autofocus.local_lm.models import CATALOG, is_provisioned
-    from autofocus.local_lm.server import SETUP_HINT
+    from autofocus.local_lm.server_argv import SETUP_HINT
     from autofocus.local_lm.server_build import ServerBuildError, server_command
 
     table = Table(title="offline LMs (spec -> GGUF)")
@@ -155,7 +155,8 @@ def _local_server(model: str, ctx: int | None, parallel: int | None, threads: in
     """The server ``model`` would get with these settings (not started), or exit 1 naming what is wrong."""
     from autofocus.lm import draft_model
     from autofocus.local_lm.models import ModelError, resolve_local
-    from autofocus.local_lm.server import LocalServer, LocalServerError
+    from autofocus.local_lm.server import LocalServer
+    from autofocus.local_lm.server_http import LocalServerError
 
     try:
         spec = resolve_local(model)
@@ -210,14 +211,12 @@ def serve_cmd(
     environment is the same. Foreground until Ctrl-C, or --detach; `autofocus lm status` lists the
     servers, `autofocus lm stop` stops them."""
     from autofocus.local_lm import registry, served
-    from autofocus.local_lm.server import LocalServerError, free_port
+    from autofocus.local_lm.ports import port_held
+    from autofocus.local_lm.server_http import LocalServerError
 
     server = _local_server(model, ctx, parallel, threads)
-    if port:
-        try:
-            free_port(server.host, port)
-        except OSError:
-            raise fail(f"port {port} on {server.host} is taken: choose another, or --port 0 for a free one") from None
+    if port and port_held(server.host, port):
+        raise fail(f"port {port} on {server.host} is taken: choose another, or --port 0 for a free one")
     running = _registry(lambda: registry.find(server.alias, server.fingerprint()))
     if running is not None:
         console.print(f"already serving {safe(_describe(running))}; `autofocus lm stop` stops it")

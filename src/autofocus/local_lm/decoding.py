@@ -130,7 +130,7 @@ def decode(server: LocalServer, tokenizer: Any, prompt: str, grammar: str, *, ma
     forced = 0
     first: dict[str, Any] | None = None
     eos = set(getattr(tokenizer, "eos_tokens", None) or [tokenizer.eos_token])
-    with server.lease(prompt) as slot:
+    with server.slots.lease(prompt) as slot:
         while len(ids) < max_tokens and not matcher.is_stopped():
             ff = matcher.compute_ff_tokens()[: max_tokens - len(ids)]
             if ff:

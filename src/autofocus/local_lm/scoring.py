@@ -15,7 +15,7 @@ answer, and ask ``/completion`` for probabilities:
   forced with a token-id grammar, and the generated token reports its probability before the grammar.
 
 Ordering for the server's prompt cache: a question's conversations share their start (instructions, demos,
-question), so all of them go, one after another, to one slot leased for them (``LocalServer.lease``), which
+question), so all of them go, one after another, to one slot leased for them (``SlotLeases.lease``), which
 holds that start after the first.
 """
 
@@ -28,7 +28,9 @@ from typing import Any
 
 import dspy
 
-from autofocus.local_lm.server import LocalServer, LocalServerError, server_for_api_base
+from autofocus.local_lm.server import LocalServer
+from autofocus.local_lm.server_http import LocalServerError
+from autofocus.local_lm.servers import server_for_api_base
 from autofocus.usage import LM_LIMIT, add_usage
 
 YES = ("Yes", "yes", " Yes", " yes", "YES")
@@ -76,7 +78,7 @@ def render(server: LocalServer, messages: Messages, assistant_prefix: str, timeo
 
 
 def _complete(server: LocalServer, bodies: Sequence[dict[str, Any]], slot: int, timeout: float) -> list[dict[str, Any]]:
-    """``/completion`` for each body in ``slot`` (``LocalServer.lease``): the bodies share their prompt's
+    """``/completion`` for each body in ``slot`` (``SlotLeases.lease``): the bodies share their prompt's
     start (or all of it), which the slot then holds, so each after the first evaluates only where it
     differs. Spread over idle slots instead, each slot would evaluate the shared start again (measured:
     three slots re-evaluating a step-1 prompt's last 80 tokens took longer than the five forced answers
@@ -144,7 +146,7 @@ def yes_probabilities(
     with LM_LIMIT.slot(lm):  # one scoring request in flight per question, like an LM call
         token_ids = [tokens(server, c, timeout)[0] for c in candidates]
         prompts = [render(server, conversations[i], assistant_prefix, timeout) for i in todo]
-        with server.lease(prompts[0]) as slot:
+        with server.slots.lease(prompts[0]) as slot:
             results = _complete(server, [{"prompt": p, "n_predict": 1, "n_probs": TOP_PROBS} for p in prompts], slot, timeout)
     _count(results, output_tokens=len(todo))
     for i, result in zip(todo, results, strict=True):
@@ -177,7 +179,7 @@ def choice_probabilities(
         forced = [tokens(server, c, timeout) for c in key["candidates"]]
         steps = [(tuple(ids[:j]), t) for ids in forced for j, t in enumerate(ids)]  # (tokens before, token)
         starts = list(dict.fromkeys(before for before, _ in steps))  # the choices' trie, root first
-        with server.lease(prompt) as slot:
+        with server.slots.lease(prompt) as slot:
             results = _complete(server, [{"prompt": [prompt, *before], "n_predict": 1, "n_probs": TOP_PROBS}
                                          for before in starts], slot, timeout)  # fmt: skip
             nexts = {before: _top(r) for before, r in zip(starts, results, strict=True)}

@@ -15,7 +15,7 @@ import contextlib
 import json
 from typing import Any
 
-from autofocus.local_lm.server import repack_weights
+from autofocus.local_lm.server_defaults import repack_weights
 
 
 class MaxCompletionTokensMiddleware:
@@ -58,7 +58,7 @@ class MaxCompletionTokensMiddleware:
 
 def without_extra_buffer_types() -> None:
     """Load models without llama.cpp's extra buffer types (weight repacking, AMX), as llama-server's
-    ``--no-repack`` does: where the CPU reports AMX (``server.repack_weights``), a VM that does not
+    ``--no-repack`` does: where the CPU reports AMX (``server_defaults.repack_weights``), a VM that does not
     enable its tiles stops the wheel's ``-march=native`` kernels with an illegal instruction.
     llama-cpp-python's ``Llama`` takes no such argument, so the low-level default model parameters it
     starts from are wrapped."""

@@ -24,7 +24,8 @@ from typing import Protocol
 
 from autofocus import paths
 from autofocus.local_lm import registry
-from autofocus.local_lm.server import LocalServer, LocalServerError
+from autofocus.local_lm.server import LocalServer
+from autofocus.local_lm.server_http import LocalServerError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 

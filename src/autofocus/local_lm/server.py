@@ -1,4 +1,5 @@
-"""One llama.cpp server subprocess per model file, started on first use and stopped at exit.
+"""A llama.cpp server subprocess: its settings, command line, start, health and stop; or a server that
+another process runs, attached (``local_lm.servers`` keeps one per model file for the process).
 
 The server route keeps the 1.3 GiB model in one process shared by every LLM step and thread, speaks the
 OpenAI protocol that ``dspy.LM`` already supports (caching, retries, usage, history), and keeps the model's
@@ -12,9 +13,10 @@ The server runs under ``autofocus.local_lm.watchdog``, which stops
 it when the process that started it is gone.
 
 A process uses a server that ``autofocus lm serve`` keeps running with the same model and settings
-(``local_lm.registry``, ``LocalServer.fingerprint``) instead of starting its own, and the slots of every
+(``local_lm.servers``, ``LocalServer.fingerprint``) instead of starting its own, and the slots of every
 server of those settings are saved to and restored from one folder under the autofocus home, the prompt
-cache that outlives the server (``local_lm.slots``).
+cache that outlives the server (``local_lm.slots``; what each slot holds: ``local_lm.slot_leases``).
+The server picks its own port (``--port 0``), found among its listening sockets (``local_lm.ports``).
 
 A server listens on the loopback address, which every local user can reach, so each asks a key of every
 request but its health check: ``api_key``, made for the server when it starts, handed to it through its
@@ -25,148 +27,52 @@ Its prompt cache folder is the user's alone (``paths.private_dir``).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from autofocus import paths
-from autofocus.local_lm import registry, startup, watchdog
-from autofocus.local_lm.server_build import WHEEL, ServerBuildError, server_command, usable_cores
+from autofocus.local_lm import ports, registry, server_argv, server_log, startup, watchdog
+from autofocus.local_lm.server_defaults import (
+    default_ctx,
+    default_parallel,
+    default_threads,
+    repack_weights,
+    server_env,
+)
+from autofocus.local_lm.server_http import LocalServerError, get_json, post_json
+from autofocus.local_lm.slot_leases import SlotLeases
 
-SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
-SETUP_HINT = "run `autofocus lm setup` (or `scripts/setup_local_lm.sh`)"
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-KV_BYTES_PER_TOKEN = 28 << 10  # Qwen2.5 1.5B: 28 layers x (K + V) x 256 x f16; smaller models need less
-SPARE_MEMORY_BYTES = 4 << 30  # what the rest of a run (indexes, encoder, workers) keeps beside the server
-DEFAULT_SLOTS = 8  # twice the questions a run has in flight by default: a slot per prompt family and question
 ATTACH_TIMEOUT_S = 30.0  # a shared server answers its model list at once, however busy its slots are
 STOP_WAIT_S = watchdog.GRACE_S + 5.0  # the watchdog kills a server that ignores SIGTERM before this
 KEY_ENV = ("LLAMA_API_KEY", "API_KEY")  # where llama-server, and the fallback's settings, read their key
-PORT_TAKEN = ("address already in use", "couldn't bind")  # llama-server's words when another listener has the port
-_REASON = re.compile(r"error|fail|unable|couldn't|could not|cannot|can't|invalid|not found|no such|illegal|"
-                     r"exception|denied|corrupt|not a gguf|out of memory", re.IGNORECASE)
-_LEVELLED = re.compile(r"^(?:\d+(?:\.\d+)+\s+)?(?:([IWEDT])\s+)?(.*)$")  # llama.cpp's "0.00.008.977 E " before a line
-_PREFIX = re.compile(r"^(?:(?:[a-z]{2,4}\s+)?[\w.]+(?:\(\))?:\s+)+")  # and "srv    load_model: " before its message
-
-
-def open_direct(request: str | urllib.request.Request, timeout: float) -> Any:
-    """urlopen for the loopback server that ignores HTTP(S)_PROXY settings."""
-    return _DIRECT.open(request, timeout=timeout)
-
-
-class LocalServerError(RuntimeError):
-    """The local LM server could not be started or stopped responding."""
-
-
-def missing_server_modules() -> list[str]:
-    return [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
-
-
-def require_llama_cpp() -> None:
-    missing = missing_server_modules()
-    if missing:
-        raise LocalServerError(
-            f"the offline LM needs llama.cpp's server, which is not set up here (no xllamacpp, no llama-server "
-            f"build, no llama-cpp-python: missing modules {', '.join(missing)}); {SETUP_HINT}"
-        )
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp: AUTOFOCUS_LLM_THREADS, else the usable cores (at most 8)."""
-    env = os.environ.get("AUTOFOCUS_LLM_THREADS")
-    if env:
-        return max(1, int(env))
-    return max(1, min(8, usable_cores(os.cpu_count() or 1)))
-
-
-def default_ctx() -> int:
-    """Context window of one request (one slot)."""
-    return int(os.environ.get("AUTOFOCUS_LLM_CTX", "4096"))
-
-
-def _memory_bytes() -> int:
-    """Memory available to new work (``MemAvailable``: free plus reclaimable caches)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
-def default_parallel(n_ctx: int | None = None) -> int:
-    """Server slots: ``AUTOFOCUS_LLM_PARALLEL``, else ``DEFAULT_SLOTS``, fewer where the free memory cannot
-    hold their KV caches. A slot costs memory only while idle (a decoding step reads the weights once for
-    every active slot together), and idle slots keep their prompts: with more slots than requests in
-    flight, a request finds one that already holds its prompt's start (schema and instructions) and
-    evaluates only the rest. Eight slots against four ran 4 questions at once 22 % faster (docs/results.md)."""
-    env = os.environ.get("AUTOFOCUS_LLM_PARALLEL")
-    if env:
-        return max(1, int(env))
-    per_slot = (n_ctx or default_ctx()) * KV_BYTES_PER_TOKEN
-    free = _memory_bytes() - SPARE_MEMORY_BYTES
-    return max(1, min(DEFAULT_SLOTS, free // per_slot)) if free > 0 else 1
-
-
-def repack_weights() -> bool:
-    """Whether llama-server may repack weights into its CPU-specific layouts (``AUTOFOCUS_LLM_REPACK=1|0``).
-    Off by default where the CPU reports AMX: ``-march=native`` then compiles llama.cpp's AMX kernels,
-    and on VMs that report AMX without enabling its tile registers (as this project's machines do)
-    they stop the server with an illegal instruction; the AVX-512 kernels are used instead."""
-    env = os.environ.get("AUTOFOCUS_LLM_REPACK", "").strip()
-    if env:
-        return env not in ("0", "false", "off", "no")
-    try:
-        return " amx_tile" not in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True
-
-
-def server_env() -> dict[str, str]:
-    """The server's environment: OpenMP threads that sleep while waiting (``OMP_WAIT_POLICY=PASSIVE``
-    unless set). Spinning threads are faster on idle cores, but on shared ones each of the many barriers
-    per token waits for a descheduled peer: on this project's 2 loaded cores generation ran 6-8x
-    slower spinning (0.25 against 1.5-2.2 tokens/s)."""
-    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-
-
-def free_port(host: str = "127.0.0.1", port: int = 0) -> int:
-    """A port on ``host`` that nobody listens on now (``port`` itself when it is free; OSError if not)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, port))
-        return sock.getsockname()[1]
-
-
-def start_file(start: str) -> str:
-    """The prompt cache's name for a saved prompt start: the hash of its text (the folder names the model
-    and settings)."""
-    return f"start-{hashlib.sha256(start.encode()).hexdigest()[:32]}.bin"
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _reason_of(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc)
 
 
 class LocalServer:
@@ -220,74 +126,8 @@ class LocalServer:
         self._checked = False  # an attached server's model and settings were checked once (start-up reported)
         self.record_file: Path | None = None  # the registry file of ``lm serve``, which its watchdog empties at the end
         self.slot_dir: Path | None = None  # where the server saves and restores slots (``local_lm.slots``)
-        self.slot_starts: dict[int, str] = {}  # the prompt start each slot was given (``local_lm.slots``)
-        self.saved_starts: set[str] = set()  # starts saved in ``slot_dir`` that a lease restores (``local_lm.slots``)
-        self.clean: set[int] = set()  # slots that hold their given start and nothing after it
+        self.slots = SlotLeases(self)  # what each slot holds, and the slots leased now
         self.api_key: str | None = secrets.token_urlsafe(32)  # what it asks of every request; an attached one's own
-        self._leased: set[int] = set()
-        self._leases = threading.Condition()
-
-    @contextlib.contextmanager
-    def lease(self, prompt: str, timeout: float = 60.0) -> Iterator[int]:
-        """A slot held for a sequence of requests that build on one prompt (the trie of a question's
-        choices, the candidates of one yes/no question): each request names it, and no other request of
-        this process is sent to it meanwhile. llama-server gives an idle slot to whichever request comes,
-        and the pauses between a sequence's requests left its slot idle: on WordNet, whose 12 types make
-        ~25 requests a question, other questions' requests took it and each next request evaluated the
-        question again. The free slot holding the longest start (``slot_starts``) that begins ``prompt``,
-        else a free one given none, else any. The longest saved start that begins ``prompt``
-        (``saved_starts``) is restored into it first, a file copy, unless the slot holds that start and
-        nothing after it: so a question's own part is always evaluated right after its start, and its
-        answer does not depend on which question the slot served before (a longer common prefix with
-        that one would be reused and the rest evaluated in other batches, whose sums round otherwise).
-        Waits while every slot is held."""
-        best = self.longest_saved(prompt)
-        with self._leases:
-            self._leases.wait_for(lambda: len(self._leased) < self.n_parallel)
-            free = [s for s in range(self.n_parallel) if s not in self._leased]
-            fits = [s for s in free if prompt.startswith(self.slot_starts.get(s, "\0"))]
-            if fits:
-                slot = max(fits, key=lambda s: (len(self.slot_starts[s]), s in self.clean))
-            else:
-                slot = ([s for s in free if s not in self.slot_starts] or free)[0]
-                self.slot_starts.pop(slot, None)
-            self._leased.add(slot)
-            clean = slot in self.clean
-            self.clean.discard(slot)  # the requests add to it
-        try:
-            if best and not (clean and self.slot_starts.get(slot) == best) and self.restore_slot(slot, best, timeout) is not None:
-                self.slot_starts[slot] = best
-            yield slot
-        finally:
-            with self._leases:
-                self._leased.discard(slot)
-                self._leases.notify()
-
-    def longest_saved(self, prompt: str) -> str:
-        """The longest saved start that begins ``prompt`` ("" where none does); read from a copy, since
-        other questions' threads add starts meanwhile."""
-        return max((s for s in self.saved_starts.copy() if prompt.startswith(s)), key=len, default="")
-
-    def given(self, slot: int, start: str) -> None:
-        """``slot`` now holds ``start`` and nothing after it (just evaluated or restored)."""
-        self.slot_starts[slot] = start
-        self.clean.add(slot)
-
-    def restore_slot(self, slot: int, start: str, timeout: float) -> int | None:
-        """Restore the saved ``start`` into ``slot``: its tokens, or None where it would not restore (a
-        damaged or foreign file is dropped, and the start forgotten)."""
-        name = start_file(start)
-        try:
-            done = self.post(f"slots/{slot}?action=restore", {"filename": name}, timeout)
-        except (LocalServerError, OSError):
-            self.saved_starts.discard(start)
-            if self.slot_dir is not None:
-                (self.slot_dir / name).unlink(missing_ok=True)
-            return None
-        if self.slot_dir is not None:
-            with contextlib.suppress(OSError):
-                os.utime(self.slot_dir / name)  # recently used: pruned last
-        return int(done.get("n_restored", done.get("n_tokens", 0)) or 0)
 
     def settings(self) -> dict[str, object]:
         """What a server must share with this one for a run to use it in its place: the model (its alias
@@ -302,21 +142,8 @@ class LocalServer:
         return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:12]
 
     def program(self) -> str:
-        """Which server program runs: the given command, else the llama-server file (path, size, time),
-        else the Python fallback."""
-        if self.command is not None:
-            return " ".join(self.command)
-        try:
-            launcher = server_command()
-        except ServerBuildError as exc:
-            raise LocalServerError(str(exc)) from exc
-        if launcher is None:
-            return "llama_cpp.server"
-        if len(launcher) > 1:  # the wheel's server: its package's version names the llama.cpp it runs
-            return f"{' '.join(launcher[1:])} {importlib.metadata.version(WHEEL)}"
-        binary = Path(launcher[0])
-        stat = binary.stat()
-        return f"{binary.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        """Which server program runs (``server_argv.program``)."""
+        return server_argv.program(self.command)
 
     def prompt_cache_dir(self) -> Path:
         """The folder every server of these settings and this many slots saves its slots to and restores
@@ -329,27 +156,21 @@ class LocalServer:
             raise LocalServerError(f"the offline LM's prompt cache: {exc}") from None
 
     @classmethod
-    def attach(cls, url: str, model_path: Path, alias: str, record: registry.Record | None = None) -> LocalServer:
+    def attach(cls, url: str, model_path: Path, alias: str, record: registry.Record | None = None,
+               api_key: str | None = None) -> LocalServer:
         """A server started elsewhere (``autofocus lm serve``) that several runs share: one model in
         memory, where a server per process would make them fight over the cores. ``record``: its
         registry record (it names the prompt cache folder of its slots and the server's key); without
-        one, the key of the served server at that address, or of this process's own there, where one is."""
+        one, ``api_key`` is the key it asks (``servers.key_at_address``)."""
         parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
         slots = (record.slots or 1) if record is not None else 1
         server = cls(model_path, alias, host=parsed.hostname or "127.0.0.1", n_parallel=slots)
         server.port = parsed.port or 80
         server.external = True
         server.served = record
-        server.api_key = record.api_key if record is not None else server.key_at_address()
+        server.api_key = record.api_key if record is not None else api_key
         server.slot_dir = Path(record.slot_dir) if record is not None and record.slot_dir else None
         return server
-
-    def key_at_address(self) -> str | None:
-        """The key of the server at this one's address: a served one's (its record) or this process's own."""
-        address = (self.host, self.port)
-        served = next((r.api_key for r in registry.live() if (r.host, r.port) == address), None)
-        own = next((s.api_key for s in list(_SERVERS.values()) if not s.external and (s.host, s.port) == address), None)
-        return served or own
 
     @property
     def base_url(self) -> str:
@@ -362,51 +183,26 @@ class LocalServer:
         return f"{self.base_url}/v1"
 
     def argv(self, port: int) -> list[str]:
-        """The server's command line, under the watchdog that stops it with this process (run as a file,
-        isolated: it needs the standard library only, and importing autofocus would delay every start)."""
-        guard = [sys.executable, "-I", str(Path(watchdog.__file__)), "--parent", str(os.getpid()),
-                 *(["--release", str(self.record_file)] if self.record_file is not None else []), "--"]
+        """The server's command line under the watchdog (``server_argv``): the given command, else
+        llama-server's, else the Python fallback's; the prompt cache folder is made where it names one."""
         if self.command is not None:
             if self.slot_dir is None and any("{slot_dir}" in part for part in self.command):
                 self.slot_dir = self.prompt_cache_dir()
-            return [*guard, *(part.replace("{port}", str(port)).replace("{slot_dir}", str(self.slot_dir))
-                              for part in self.command)]
-        try:
-            launcher = server_command()
-        except ServerBuildError as exc:
-            raise LocalServerError(str(exc)) from exc
-        if launcher is not None:
-            return [*guard, *self.llama_server_args(launcher, port)]
-        require_llama_cpp()
-        return [
-            *guard, sys.executable, "-m", "autofocus.local_lm.serve",
-            "--model", str(self.model_path), "--model_alias", self.alias,
-            "--host", self.host, "--port", str(port),
-            "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
-            "--n_ctx", str(self.n_ctx), "--use_mmap", "False", "--verbose", "False",
-        ]  # fmt: skip
+            return server_argv.guarded(server_argv.filled(self.command, port, self.slot_dir), self.record_file)
+        launcher = server_argv.launcher()
+        if launcher is None:
+            return server_argv.guarded(server_argv.fallback_args(self.launch(port)), self.record_file)
+        return server_argv.guarded(self.llama_server_args(launcher, port), self.record_file)
 
     def llama_server_args(self, launcher: Sequence[str], port: int) -> list[str]:
-        """llama-server: ``n_parallel`` slots of ``n_ctx`` tokens each with continuous batching; prompts
-        kept per slot and in RAM (``AUTOFOCUS_LLM_CACHE_MB``) so a request starts from the longest prefix
-        any earlier one left; slots saved to and restored from the prompt cache of its settings
-        (``prompt_cache_dir``, ``local_lm.slots``); a draft model where one is given."""
+        """llama-server's options for this server, its slots saved to the prompt cache of its settings."""
         if self.slot_dir is None:
             self.slot_dir = self.prompt_cache_dir()
-        args = [
-            *launcher, "--model", str(self.model_path), "--alias", self.alias,
-            "--host", self.host, "--port", str(port),
-            "--threads", str(self.n_threads), "--threads-batch", str(self.n_threads),
-            "--ctx-size", str(self.n_ctx * self.n_parallel), "--parallel", str(self.n_parallel), "--no-kv-unified",
-            "--cont-batching", "--cache-ram", os.environ.get("AUTOFOCUS_LLM_CACHE_MB", "1024"),
-            "--load-mode", "none", "--fit", "off", "--no-webui", "--seed", "0", "--slot-save-path", str(self.slot_dir),
-        ]  # fmt: skip
-        if not repack_weights():
-            args.append("--no-repack")
-        if self.draft_model is not None:
-            args += ["--model-draft", str(self.draft_model), "--spec-draft-n-max", os.environ.get("AUTOFOCUS_LLM_DRAFT_N", "8"),
-                     "--threads-draft", str(self.n_threads)]  # fmt: skip
-        return args
+        return server_argv.llama_server_args(launcher, self.launch(port))
+
+    def launch(self, port: int) -> server_argv.Launch:
+        return server_argv.Launch(self.model_path, self.alias, self.host, port, self.n_threads, self.n_ctx,
+                                  self.n_parallel, self.slot_dir, self.draft_model)
 
     def native(self) -> bool:
         """Whether llama-server answers here (its ``/props`` lists slots), so token probabilities can be
@@ -427,20 +223,11 @@ class LocalServer:
 
     def get(self, route: str, timeout: float) -> Any:
         """The JSON that ``GET`` of one of the server's routes (``props``, ``v1/models``) answers."""
-        with open_direct(urllib.request.Request(f"{self.base_url}/{route}", headers=self.headers()), timeout) as resp:
-            return json.load(resp)
+        return get_json(self.base_url, route, self.headers(), timeout)
 
     def post(self, route: str, body: dict[str, Any], timeout: float) -> Any:
         """POST ``body`` to one of llama-server's own routes (``completion``, ``tokenize``, ``slots/0?action=save``)."""
-        req = urllib.request.Request(
-            f"{self.base_url}/{route}", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", **self.headers()}, method="POST",
-        )  # fmt: skip
-        try:
-            with open_direct(req, timeout) as resp:
-                return json.load(resp)
-        except urllib.error.HTTPError as exc:
-            raise LocalServerError(f"{route} failed: HTTP {exc.code} {exc.read().decode(errors='replace')[:500]}") from exc
+        return post_json(self.base_url, route, body, self.headers(), timeout)
 
     def is_running(self) -> bool:
         if self.external:
@@ -460,9 +247,11 @@ class LocalServer:
             return False
 
     def start(self) -> LocalServer:
-        """Start (idempotent) and wait until healthy; a restart keeps the port when it is still free. An
-        attached server is checked instead; one that ``lm serve`` ran and that is gone is replaced by a
-        server of this process's own, on its port where that is free (the LMs made for it keep working)."""
+        """Start (idempotent) and wait until healthy. The server binds whichever port the kernel gives it
+        (``--port 0``), so no other listener can take a port chosen for it before it binds; a restart
+        asks for its former port, so the LMs made for it keep working, and takes any other where another
+        listener holds that one now. An attached server is checked instead; one that ``lm serve`` ran and
+        that is gone is replaced by a server of this process's own, on its port where that is free."""
         with self._lock:
             if self.external:
                 if self._attached_ok():
@@ -476,23 +265,29 @@ class LocalServer:
             t0 = time.perf_counter()
             name = self.model_path.name
             with startup.phase("lm_server", f"starting the offline LM ({name})") as detail:
-                ports = [self.port] if self.port is not None else []
-                for attempt in range(3):
-                    port = ports[attempt] if attempt < len(ports) else free_port(self.host)
-                    self._spawn(port)
-                    outcome = self._wait_healthy()
-                    if outcome == "ready":
-                        self.startup_seconds = time.perf_counter() - t0
-                        detail.update(how="started", address=f"{self.host}:{port}")
-                        return self
-                    code = self.process.poll() if self.process is not None else None
-                    log = self.log_since_start()
-                    self._stop_locked()
-                    if outcome == "exited" and any(words in log.lower() for words in PORT_TAKEN):
-                        continue  # another listener took the port between choosing and binding it: another
-                    reason = failure_reason(log, code, None if outcome == "exited" else self.startup_timeout)
-                    raise LocalServerError(f"the offline LM server ({name}) did not start: {reason} (log: {self.log_path})")
-            raise LocalServerError(f"the offline LM server ({name}): no free port after 3 tries (log: {self.log_path})")
+                former = self.port
+                outcome, log, code = self._run(former or 0)
+                if outcome == "exited" and former and ports.port_held(self.host, former):
+                    outcome, log, code = self._run(0)  # another listener holds the former port now: any other
+                if outcome == "ready":
+                    self.startup_seconds = time.perf_counter() - t0
+                    detail.update(how="started", address=f"{self.host}:{self.port}")
+                    return self
+                reason = server_log.failure_reason(log, code, None if outcome == "exited" else self.startup_timeout)
+                raise LocalServerError(f"the offline LM server ({name}) did not start: {reason} (log: {self.log_path})")
+
+    def _run(self, port: int) -> tuple[str, str, int | None]:
+        """Start the server on ``port`` (0: whichever the kernel gives it) and wait for it: ``ready``,
+        ``exited`` (the process ended first) or ``timeout``, with what it logged and its exit code where
+        it is not ready (it is stopped then)."""
+        self._spawn(port)
+        outcome = self._wait_healthy()
+        if outcome == "ready":
+            return outcome, "", None
+        code = self.process.poll() if self.process is not None else None
+        log = self.log_since_start()
+        self._stop_locked()
+        return outcome, log, code
 
     def _attached_ok(self) -> bool:
         """Whether the attached server serves this model with these settings; False for a served one that
@@ -539,9 +334,8 @@ class LocalServer:
         argv = self.argv(port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self._log.write(f"\n{_START_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}\n".encode())
-        self._log.flush()
-        self.port = port
+        server_log.mark_start(self._log, f"starting on port {port}" if port else "starting on a port the kernel gives it")
+        self.port = port or None  # found once it listens (``_wait_healthy``)
         # own session: a Ctrl-C meant for the caller must not kill the server under a run that is saving work;
         # the watchdog in ``argv`` stops it when the caller is gone; the files it saves are the user's alone
         keys = dict.fromkeys(KEY_ENV, self.api_key) if self.api_key else {}
@@ -556,22 +350,18 @@ class LocalServer:
         while time.monotonic() < deadline:
             if not self.is_running():
                 return "exited"
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                if self.alias in self.models(timeout=1.0):
-                    return "ready"
+            if self.port is None and self.process is not None:
+                self.port = ports.listening_port(self.process.pid, self.host)
+            if self.port is not None:
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    if self.alias in self.models(timeout=1.0):
+                        return "ready"
             time.sleep(0.1)
         return "timeout"
 
     def log_since_start(self) -> str:
         """What the server wrote to its log since its last start."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return text[text.rfind(_START_MARK) :].partition("\n")[2]
-
-    def log_tail(self, n: int = 20) -> str:
-        return "\n".join(self.log_since_start().splitlines()[-n:])
+        return server_log.since_start(self.log_path)
 
     def stop(self) -> None:
         with self._lock:
@@ -592,118 +382,10 @@ class LocalServer:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self.slot_starts.clear()
+        self.slots.forget()
 
     def __enter__(self) -> LocalServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-_START_MARK = "=== autofocus:"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return -1
-
-
-def _reason_of(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None)
-    return str(reason if reason is not None else exc)
-
-
-def failure_reason(log: str, returncode: int | None, timeout: float | None) -> str:
-    """Why a server did not start, in one line: the first line of its log that names an error (llama.cpp's
-    function names taken off), else how it ended."""
-    parsed = [_LEVELLED.match(line.strip()).groups() for line in log.splitlines() if line.strip()]  # type: ignore[union-attr]
-    lines = [_PREFIX.sub("", text) for _, text in parsed]
-    errors = [line for (level, _), line in zip(parsed, lines, strict=True) if level == "E"]
-    said = next(iter(errors), None) or next((line for line in lines if _REASON.search(line)), None)
-    if timeout is not None:
-        return f"it did not answer within {timeout:.0f} s" + (f" (it said: {said})" if said else "")
-    if said:
-        return said[:300]
-    ended = f"exited with code {returncode}" if returncode is not None else "exited"
-    return f"it {ended} before serving" + (f"; its last words: {lines[-1][:200]}" if lines else ", writing nothing")
-
-
-_SERVERS: dict[Path, LocalServer] = {}
-_REGISTRY_LOCK = threading.Lock()
-
-
-def get_server(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
-    """The process-wide server for ``model_path``, started (or restarted) if needed: with
-    ``AUTOFOCUS_LLM_SERVER`` set, the shared server at that address; else one that ``autofocus lm serve``
-    runs with this model and these settings (``local_lm.registry``), else one of this process's own."""
-    key = Path(model_path).resolve()
-    shared = os.environ.get("AUTOFOCUS_LLM_SERVER")
-    with _REGISTRY_LOCK:
-        server = _SERVERS.get(key)
-        if server is None:
-            if not _SERVERS:
-                atexit.register(stop_all)
-            server = LocalServer.attach(shared, key, alias) if shared else served_or_own(key, alias, **kwargs)
-            _SERVERS[key] = server
-    return server.start()
-
-
-_REFUSING = threading.local()
-
-
-@contextlib.contextmanager
-def own_servers_refused() -> Iterator[None]:
-    """While the block runs, this thread starts no LM server of its own: a server the settings ask for
-    that nobody serves is ``NotServed`` (``lm serve``'s worker, ``autofocus.resident``, answers only
-    questions for the LM it serves)."""
-    _REFUSING.on = True
-    try:
-        yield
-    finally:
-        _REFUSING.on = False
-
-
-def served_or_own(model_path: Path, alias: str, **kwargs: object) -> LocalServer:
-    """The server ``autofocus lm serve`` runs with these settings, attached (waiting a while for one that
-    is starting); else a new one for this process, unless ``own_servers_refused``."""
-    own = LocalServer(model_path, alias, **kwargs)  # type: ignore[arg-type]
-    fingerprint = own.fingerprint()
-    try:
-        record = registry.find(alias, fingerprint)
-        if record is None and registry.read(registry.record_path(alias, fingerprint))[0]:  # alive, not ready yet
-            with startup.phase("lm_server", "waiting for `autofocus lm serve` to finish starting the offline LM"):
-                record = registry.find(alias, fingerprint, wait_s=own.startup_timeout)
-    except paths.NotPrivate as exc:
-        raise LocalServerError(f"the offline LM servers' registry: {exc}") from None
-    if record is None and getattr(_REFUSING, "on", False):
-        raise NotServed(f"{alias} with these settings is not served here")
-    return own if record is None else LocalServer.attach(record.url, model_path, alias, record)
-
-
-class NotServed(RuntimeError):
-    """A server the settings ask for that nobody serves, where this thread may start none
-    (``own_servers_refused``)."""
-
-
-def server_for_api_base(api_base: str | None) -> LocalServer | None:
-    """The managed server behind an LM's ``api_base``, or None for any other endpoint."""
-    if not api_base:
-        return None
-    with _REGISTRY_LOCK:
-        servers = list(_SERVERS.values())
-    return next((s for s in servers if s.port is not None and s.api_base == api_base.rstrip("/")), None)
-
-
-def running_servers() -> list[LocalServer]:
-    with _REGISTRY_LOCK:
-        return [s for s in _SERVERS.values() if s.is_running()]
-
-
-def stop_all() -> None:
-    with _REGISTRY_LOCK:
-        servers = list(_SERVERS.values())
-    for server in servers:
-        server.stop()

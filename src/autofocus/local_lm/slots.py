@@ -28,7 +28,9 @@ from typing import Any
 
 from autofocus.local_lm import startup
 from autofocus.local_lm.scoring import Messages, render, scoring_server
-from autofocus.local_lm.server import LocalServer, LocalServerError, start_file
+from autofocus.local_lm.server import LocalServer
+from autofocus.local_lm.server_http import LocalServerError
+from autofocus.local_lm.slot_leases import start_file
 from autofocus.usage import add_usage
 
 MIN_START_CHARS = 200  # a shorter shared start is not worth a slot
@@ -112,13 +114,13 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
         with startup.phase("prompt_cache", waiting) as detail:
             for i, start in enumerate(starts):
                 name = start_file(start)
-                restored = server.restore_slot(i, start, timeout) if cached[i] else None
+                restored = server.slots.restore(i, start, timeout) if cached[i] else None
                 evaluated.append(0 if restored is not None else _evaluate_and_save(server, i, start, name, timeout))
-                server.given(i, start)
-                server.saved_starts.add(start)
+                server.slots.given(i, start)
+                server.slots.saved(start)
                 for slot in range(i + len(starts), server.n_parallel, len(starts)):
-                    if server.restore_slot(slot, start, timeout) is not None:
-                        server.given(slot, start)
+                    if server.slots.restore(slot, start, timeout) is not None:
+                        server.slots.given(slot, start)
             detail.update(starts=len(starts), restored=evaluated.count(0), evaluated=sum(evaluated))
         if sum(evaluated):
             startup.notify("note", f"first run with these prompts on this model: their shared start ({sum(evaluated)} "
@@ -131,7 +133,7 @@ def share_prompt_starts(lm: Any, families: Sequence[tuple[Messages, Messages]], 
 def keep_start(lm: Any, family: tuple[Messages, Messages], waiting: str, timeout: float = 900.0) -> int:
     """Save the start a family of prompts shares (two conversations that differ only where questions
     differ), so that every later request with that start has it restored into its slot by the lease
-    (``LocalServer.lease``), not evaluated: for a start that depends on something some questions share
+    (``SlotLeases.lease``), not evaluated: for a start that depends on something some questions share
     (step 2's schema part for the asked type), where ``share_prompt_starts`` keeps what all share. The
     first question that needs it evaluates it, after the longest saved start it begins with (restored
     first, so the saved state is the same whichever slot did it), while the others that need it wait:
@@ -152,26 +154,26 @@ def keep_start(lm: Any, family: tuple[Messages, Messages], waiting: str, timeout
 
 def _keep_start(server: LocalServer, family: tuple[Messages, Messages], waiting: str, timeout: float) -> int:
     start = shared_start(*(render(server, messages, "", timeout) for messages in family))
-    if len(start) < MIN_START_CHARS or start in server.saved_starts:
+    if len(start) < MIN_START_CHARS or server.slots.is_saved(start):
         return 0
     with _START_LOCKS_LOCK:
         lock = _START_LOCKS.setdefault(start, threading.Lock())
     with lock:
         name = start_file(start)
         on_disk = server.slot_dir is not None and (server.slot_dir / name).is_file()
-        if start not in server.saved_starts and not on_disk:
-            base = server.longest_saved(start)
+        if not server.slots.is_saved(start) and not on_disk:
+            base = server.slots.longest_saved(start)
             startup.notify("wait", waiting)
             try:
-                with server.lease(start, timeout) as slot:
-                    after = bool(base) and server.restore_slot(slot, base, timeout) is not None
+                with server.slots.lease(start, timeout) as slot:
+                    after = bool(base) and server.slots.restore(slot, base, timeout) is not None
                     evaluated = _evaluate_and_save(server, slot, start, name, timeout, after_cached=after)
-                    server.given(slot, start)
+                    server.slots.given(slot, start)
             finally:
                 startup.notify("done", waiting)
         else:
             evaluated = 0
-        server.saved_starts.add(start)
+        server.slots.saved(start)
         return evaluated
 
 

@@ -4,7 +4,7 @@ The PyPI package ``xllamacpp`` ships llama.cpp compiled for CPUs with AVX2 (many
 abi3) and runs llama.cpp's native C++ HTTP server inside the Python process: the same slots, continuous
 batching, prompt caches, grammars, token probabilities and slot save/restore as a ``llama-server``
 built from source, without compiling anything. ``python -m autofocus.local_lm.wheel_server`` takes the
-options of llama-server that ``LocalServer`` passes (``llama_server_args``), serves on ``--host:--port``
+options of llama-server that ``LocalServer`` passes (``server_argv.llama_server_args``), serves on ``--host:--port``
 until SIGTERM or SIGINT, and then stops the server. Its key comes from ``--api-key`` or, as llama-server
 reads it, ``LLAMA_API_KEY`` (the environment, which other users cannot read). Any other option is refused with a one-line error,
 so a flag added to the server's command line is mapped here too and not silently dropped.
@@ -32,7 +32,7 @@ def version() -> str | None:
 
 
 def parser() -> argparse.ArgumentParser:
-    """llama-server's options as ``LocalServer.llama_server_args`` writes them."""
+    """llama-server's options as ``server_argv.llama_server_args`` writes them."""
     p = argparse.ArgumentParser(prog="python -m autofocus.local_lm.wheel_server", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="store_true", help="print the llama.cpp package's version and exit")
     p.add_argument("--model", help="the GGUF file")
