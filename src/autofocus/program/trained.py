@@ -132,7 +132,7 @@ class CrossEncoderModel(_SharedModel):
         self.folder, self.batch_size = Path(folder), batch_size
         check_model_folder(self.folder, "cross-encoder")
         length = _length(self.folder, max_length)
-        self.exported = _on_openvino(self.folder, backend, lambda: _openvino_encoder(self.folder, length, pairs=True))
+        self.exported = _on_openvino(self.folder, backend, lambda: _openvino_pair_scorer(self.folder, length))
         self.backend = "openvino" if self.exported is not None else "torch"
         if self.exported is None:
             from sentence_transformers.cross_encoder import CrossEncoder
@@ -210,13 +210,14 @@ class BiEncoderModel(_SharedModel):
         return e / e.sum()
 
 
-def _openvino_encoder(folder: Path, length: int, *, pairs: bool) -> Any:
+def _openvino_pair_scorer(folder: Path, length: int) -> Any:
     from autofocus.index.openvino_model import OpenVinoEncoder
 
-    return OpenVinoEncoder(folder, "openvino", length, pairs=pairs)
+    return OpenVinoEncoder(folder, "openvino", length, pairs=True)
 
 
 def _loaded(model: SentenceModel) -> SentenceModel:
+    """``model`` loaded now, so that a folder its backend cannot serve fails here."""
     model.load()
     return model
 
