@@ -74,7 +74,7 @@ class _Tokenizer:
 
 def instrument(embedder: Any, timers: Timers) -> None:
     """Timers around an exported backend's tokenizer and model runner (torch runs as one ``model`` part)."""
-    model = embedder._load()
+    model = embedder.model.load()
     if not hasattr(model, "_cached_runner"):  # torch: tokenising and padding happen inside sentence-transformers
         model.encode = timers.wrap("model", model.encode)
         return

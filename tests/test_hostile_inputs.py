@@ -286,6 +286,21 @@ def test_a_manifest_is_written_through_a_temporary_file_of_its_own(tmp_path: Pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+def test_a_write_that_fails_leaves_the_file_as_it_was_and_no_temporary_file(tmp_path: Path) -> None:
+    """``paths.replaced_atomically``, which binary caches (a FAISS index, an assembled model) are written
+    through: the target is whole or as before, never half-written, and a failed writer's file is gone."""
+    target = tmp_path / "index.faiss"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="the writer failed"), paths.replaced_atomically(target) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("the writer failed")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["index.faiss"]
+    with paths.replaced_atomically(target) as tmp:
+        tmp.write_bytes(b"new")
+    assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["index.faiss"]
+    assert target.stat().st_mode & 0o777 == 0o644  # readable by the people who read the cache, as before
+
+
 class SlowEmbedder(HashEmbedder):
     def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         time.sleep(0.05)

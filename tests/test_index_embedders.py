@@ -17,10 +17,10 @@ from autofocus.index.embedders import (
     PrecomputedEmbedder,
     SentenceTransformerEmbedder,
     get_embedder,
-    input_length,
     packaged_minilm_path,
     slug,
 )
+from autofocus.index.sentence_model import input_length
 
 
 @pytest.mark.slow

@@ -464,10 +464,11 @@ def test_loading_refuses_other_systems_and_missing_optimised_predictors(kb: Know
                                      tmp_path / "c.json")
     assert no_reranker.cypher.demos[0]["cypher"] == "MATCH (p:paper) RETURN p"
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ProgramFileError, match="not a program file"):
+    with pytest.raises(ProgramFileError, match=r"bad\.json:1:2: not a program file \(bad JSON") as bad:
         read_program_config(tmp_path / "bad.json")
+    assert (bad.value.path, bad.value.line) == (tmp_path / "bad.json", 1)
     (tmp_path / "old.json").write_text(json.dumps({"system": "afr", "config": {}, "state": {}}))
-    with pytest.raises(ProgramFileError, match="expected format"):
+    with pytest.raises(ProgramFileError, match="not a program file \\(format 'autofocus-program/1' expected, found None\\)"):
         read_program_config(tmp_path / "old.json")
 
 

@@ -123,15 +123,25 @@ def locked(lock: Path, *, wait: bool = True, on_wait: Callable[[str], None] | No
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def replace_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file of this writer's own (never a shared
-    ``path.tmp`` that a second writer would overwrite or move), then rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+@contextlib.contextmanager
+def replaced_atomically(path: Path, mode: int = 0o644) -> Iterator[Path]:
+    """A temporary file of this writer's own beside ``path`` (never a shared ``path.tmp`` that a second
+    writer would overwrite or move) for the block to write; renamed over ``path`` when the block ends,
+    removed when it raises, so ``path`` is whole or as before. ``mode``: mkstemp's 0600 would hide a
+    run's files from the people who read them."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide a run's files from the people who read them
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        yield tmp
+        tmp.chmod(mode)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through ``replaced_atomically``."""
+    with replaced_atomically(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

@@ -17,9 +17,10 @@ realistic list (the kind's reranking evaluator), and the best epoch is kept.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,8 +147,8 @@ def train_reranker(
                  + [int(n) for m in train for n in m.item.answer_ids])
     samples = eval_samples(val, docs, eval_source)
     base = base_model_dir(opts.base)
-    train_one = _train_cross_encoder if opts.kind == CROSS_ENCODER else _train_bi_encoder
-    record = train_one(train, docs, samples, base, out / ".checkpoints", out / RERANKER_DIR, opts, progress)
+    record = _train(_KINDS[opts.kind](), train, docs, samples, base, out / ".checkpoints", out / RERANKER_DIR, opts,
+                    progress)
     _remove(out / ".checkpoints")
     return {
         "kind": opts.kind, "base": str(base), "max_length": opts.max_length, "epochs": opts.epochs,
@@ -158,10 +159,23 @@ def train_reranker(
     }
 
 
-def _train_cross_encoder(train: Sequence[Mined], docs: Documents, samples: list[dict[str, Any]], base: Path, work: Path,
-                         folder: Path, opts: RerankerTraining, progress: bool) -> dict[str, Any]:
-    import torch
-    from datasets import Dataset
+@dataclass(frozen=True)
+class _Kind:
+    """What sets one kind of reranker's training apart (``_train`` is the same loop for both): its
+    examples, base model, loss, held-out evaluator and trainer classes."""
+
+    examples: Callable[[Sequence[Mined], Documents, RerankerTraining], dict[str, list[Any]]]  # the dataset's columns
+    refusal: Callable[[dict[str, list[Any]]], str | None]  # why those examples cannot train it, or None
+    model: Callable[[Path, RerankerTraining], Any]  # the base model, ready to train
+    loss: Callable[[Any], Any]  # of the model
+    evaluator: Callable[[list[dict[str, Any]]], Any]  # reranks the held-out lists (``eval_samples``)
+    arguments: Callable[..., Any]  # the trainer's arguments class, with the kind's own set
+    trainer: Callable[..., Any]
+    counts: Callable[[dict[str, list[Any]]], dict[str, int]]  # what the manifest records of the examples
+
+
+def _cross_encoder() -> _Kind:
+    """The packaged MiniLM with a fresh one-logit head on (question, candidate, 0/1) pairs."""
     from sentence_transformers.cross_encoder import (
         CrossEncoder,
         CrossEncoderTrainer,
@@ -170,31 +184,29 @@ def _train_cross_encoder(train: Sequence[Mined], docs: Documents, samples: list[
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    cols = pairs(train, docs, opts)
-    if not cols["label"] or min(cols["label"]) == max(cols["label"]):
-        raise ValueError(f"no training pairs of both kinds ({len(cols['label'])} pairs): the questions' candidate "
-                         "lists held no answers or no other nodes")
-    torch.manual_seed(opts.seed)
-    with _quiet_transformers():  # its load report lists the new head's weights as missing, as they are
-        model = CrossEncoder(str(base), num_labels=1, max_length=opts.max_length, device="cpu", local_files_only=True)
-    evaluator = (CrossEncoderRerankingEvaluator(samples, at_k=10, always_rerank_positives=False, name="val",
-                                                batch_size=64, write_csv=False) if samples else None)  # fmt: skip
-    before = evaluator(model) if evaluator is not None else {}
-    args = CrossEncoderTrainingArguments(**_arguments(work, opts, evaluator is not None, progress))
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_dict(cols),
-                                  loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)
-    trainer.train()
-    after = _best_eval(trainer.state.log_history, f"eval_val_{METRIC}")  # the kept epoch's, as evaluated in training
-    model.save_pretrained(str(folder))
-    n_pos = int(sum(cols["label"]))
-    return {"pairs": len(cols["label"]), "positive_pairs": n_pos, "negative_pairs": len(cols["label"]) - n_pos,
-            "val_before": _metrics(before), "val_after": _metrics(after)}
+    def refusal(cols: dict[str, list[Any]]) -> str | None:
+        if cols["label"] and min(cols["label"]) != max(cols["label"]):
+            return None
+        return (f"no training pairs of both kinds ({len(cols['label'])} pairs): the questions' candidate lists held "
+                "no answers or no other nodes")
+
+    def counts(cols: dict[str, list[Any]]) -> dict[str, int]:
+        n_pos = int(sum(cols["label"]))
+        return {"pairs": len(cols["label"]), "positive_pairs": n_pos, "negative_pairs": len(cols["label"]) - n_pos}
+
+    return _Kind(
+        examples=pairs, refusal=refusal, counts=counts, loss=BinaryCrossEntropyLoss,
+        model=lambda base, opts: CrossEncoder(str(base), num_labels=1, max_length=opts.max_length, device="cpu",
+                                              local_files_only=True),
+        evaluator=lambda samples: CrossEncoderRerankingEvaluator(samples, at_k=10, always_rerank_positives=False,
+                                                                 name="val", batch_size=64, write_csv=False),
+        arguments=CrossEncoderTrainingArguments, trainer=CrossEncoderTrainer,
+    )  # fmt: skip
 
 
-def _train_bi_encoder(train: Sequence[Mined], docs: Documents, samples: list[dict[str, Any]], base: Path, work: Path,
-                      folder: Path, opts: RerankerTraining, progress: bool) -> dict[str, Any]:
-    import torch
-    from datasets import Dataset
+def _bi_encoder() -> _Kind:
+    """The packaged MiniLM, a sentence embedder already, on (question, answer, hard non-answer) triplets, the
+    batch's other answers negatives too (no two rows of a batch share a text)."""
     from sentence_transformers import (
         SentenceTransformer,
         SentenceTransformerTrainer,
@@ -210,25 +222,55 @@ def _train_bi_encoder(train: Sequence[Mined], docs: Documents, samples: list[dic
         from sentence_transformers.losses import MultipleNegativesRankingLoss
         from sentence_transformers.training_args import BatchSamplers
 
-    cols = triplets(train, docs, opts)
-    if not cols["anchor"]:
-        raise ValueError("no training triplets: no question's candidate lists held both an answer and a non-answer")
+    def model(base: Path, opts: RerankerTraining) -> Any:
+        loaded = SentenceTransformer(str(base), device="cpu", local_files_only=True)
+        loaded.max_seq_length = opts.max_length
+        return loaded
+
+    def evaluator(samples: list[dict[str, Any]]) -> Any:
+        ranked = [{"query": s["query"], "positive": s["positive"],
+                   "negative": [d for d in s["documents"] if d not in s["positive"]]} for s in samples]
+        return RerankingEvaluator(ranked, at_k=10, name="val", batch_size=64, write_csv=False)
+
+    def refusal(cols: dict[str, list[Any]]) -> str | None:
+        return None if cols["anchor"] else ("no training triplets: no question's candidate lists held both an answer "
+                                            "and a non-answer")
+
+    return _Kind(
+        examples=triplets, refusal=refusal, model=model, evaluator=evaluator,
+        loss=functools.partial(MultipleNegativesRankingLoss, scale=BI_ENCODER_SCALE),
+        arguments=functools.partial(SentenceTransformerTrainingArguments, batch_sampler=BatchSamplers.NO_DUPLICATES),
+        trainer=SentenceTransformerTrainer,
+        counts=lambda cols: {"triplets": len(cols["anchor"]), "pairs": 2 * len(cols["anchor"]),
+                             "positive_pairs": len(cols["anchor"])},
+    )  # fmt: skip
+
+
+_KINDS: dict[str, Callable[[], _Kind]] = {CROSS_ENCODER: _cross_encoder, BI_ENCODER: _bi_encoder}
+
+
+def _train(kind: _Kind, train: Sequence[Mined], docs: Documents, samples: list[dict[str, Any]], base: Path,
+           work: Path, folder: Path, opts: RerankerTraining, progress: bool) -> dict[str, Any]:
+    """Train ``kind`` from ``base`` into ``folder`` (checkpoints in ``work``), keeping the best held-out epoch."""
+    import torch
+    from datasets import Dataset
+
+    cols = kind.examples(train, docs, opts)
+    refusal = kind.refusal(cols)
+    if refusal:
+        raise ValueError(refusal)
     torch.manual_seed(opts.seed)
-    model = SentenceTransformer(str(base), device="cpu", local_files_only=True)
-    model.max_seq_length = opts.max_length
-    ranked = [{"query": s["query"], "positive": s["positive"], "negative": [d for d in s["documents"] if d not in s["positive"]]}
-              for s in samples]  # fmt: skip
-    evaluator = RerankingEvaluator(ranked, at_k=10, name="val", batch_size=64, write_csv=False) if ranked else None
+    with _quiet_transformers():  # a cross-encoder's load report lists the new head's weights as missing, as they are
+        model = kind.model(base, opts)
+    evaluator = kind.evaluator(samples) if samples else None
     before = evaluator(model) if evaluator is not None else {}
-    args = SentenceTransformerTrainingArguments(**_arguments(work, opts, evaluator is not None, progress),
-                                                batch_sampler=BatchSamplers.NO_DUPLICATES)
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(cols),
-                                         loss=MultipleNegativesRankingLoss(model, scale=BI_ENCODER_SCALE), evaluator=evaluator)
+    args = kind.arguments(**_arguments(work, opts, evaluator is not None, progress))
+    trainer = kind.trainer(model=model, args=args, train_dataset=Dataset.from_dict(cols), loss=kind.loss(model),
+                           evaluator=evaluator)
     trainer.train()
-    after = _best_eval(trainer.state.log_history, f"eval_val_{METRIC}")
+    after = _best_eval(trainer.state.log_history, f"eval_val_{METRIC}")  # the kept epoch's, as evaluated in training
     model.save(str(folder))
-    return {"triplets": len(cols["anchor"]), "pairs": 2 * len(cols["anchor"]), "positive_pairs": len(cols["anchor"]),
-            "val_before": _metrics(before), "val_after": _metrics(after)}
+    return {**kind.counts(cols), "val_before": _metrics(before), "val_after": _metrics(after)}
 
 
 def _arguments(work: Path, opts: RerankerTraining, evaluated: bool, progress: bool) -> dict[str, Any]:

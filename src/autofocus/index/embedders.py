@@ -24,18 +24,19 @@ documents both embed slower and retrieve worse (docs/results.md, 2026-11-24).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
-import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from autofocus.index.exported_encoder import read_json
+from autofocus.index.exported_encoder import ExportUnavailable
+from autofocus.index.sentence_model import LOCAL_BACKENDS, SentenceModel, SentenceModelError, l2_normalise
 
 if TYPE_CHECKING:
     from autofocus.index.cache import EmbeddingCache
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 DEFAULT_EMBEDDER = "local:all-MiniLM-L6-v2"
 PACKAGED_MINILM = "all-MiniLM-L6-v2"
 PACKAGED_MINILM_TRAINED_TOKENS = 128  # its model card: fine-tuned with inputs cut at 128 word pieces
-LOCAL_BACKENDS: tuple[str, ...] = ("torch", "onnx", "onnx-int8", "openvino", "openvino-bf16")
 BACKEND_CHOICES: tuple[str, ...] = ("auto", *LOCAL_BACKENDS)
 # Hosted models: the documented maximum input (OpenAI's embedding models take 8,191 tokens); others 512,
 # which every hosted embedding model we know accepts.
@@ -75,15 +75,6 @@ class EmbedderError(RuntimeError):
     """An embedder that cannot be built or cannot answer (bad spec, missing model, missing vectors)."""
 
 
-def l2_normalise(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero) as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim == 1:
-        x = x[None, :]
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
-
-
 def slug(name: str) -> str:
     """A directory name for an embedder name: readable, and unique thanks to a short hash."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[-60:] or "embedder"
@@ -108,100 +99,46 @@ def _batched_embed(
     return np.concatenate(out, axis=0)
 
 
-def input_length(model_dir: Path) -> int:
-    """The tokens a sentence-transformers folder reads: its ``max_seq_length`` (older folders), else its
-    tokenizer's ``model_max_length`` (where sentence-transformers 5.x/6 saves a fine-tuned model's), else 256."""
-    settings = read_json(model_dir / "sentence_bert_config.json")
-    tokenizer_length = read_json(model_dir / "tokenizer_config.json").get("model_max_length")
-    if settings.get("max_seq_length"):
-        return int(settings["max_seq_length"])
-    if isinstance(tokenizer_length, int) and 0 < tokenizer_length <= 100_000:  # not the "no limit" sentinel
-        return tokenizer_length
-    return 256
-
-
 class SentenceTransformerEmbedder:
-    """A local sentence-transformers model on CPU, run by torch, ONNX Runtime or OpenVINO, loaded on first
-    use and never downloaded.
-
-    ``HF_HUB_OFFLINE`` is set before loading so a missing file fails fast instead of reaching the hub.
-    ``name`` is ``<base name>@<backend>``.
-    """
+    """A local sentence-transformers model on CPU (``index.sentence_model``: torch, ONNX Runtime or
+    OpenVINO), loaded on first use and never downloaded. ``name`` is ``<base name>@<backend>``."""
 
     def __init__(self, path: Path | str, base_name: str, backend: str = "torch", device: str = "cpu",
                  trained_tokens: int | None = None) -> None:
-        if backend not in LOCAL_BACKENDS:
-            raise EmbedderError(f"unknown backend {backend!r}; use one of {', '.join(LOCAL_BACKENDS)}")
         self.path = Path(path)
         self.backend = backend
         self.name = f"{base_name}@{backend}"
-        self.device = device
-        self.max_seq_length = input_length(self.path)
-        self.trained_tokens = trained_tokens or self.max_seq_length
-        self._model: Any = None
-        self._lock = threading.Lock()
-
-    def _check_dir(self) -> None:
-        if not (self.path / "modules.json").is_file() and not (self.path / "config.json").is_file():
-            raise EmbedderError(
-                f"{self.path} is not a sentence-transformers model directory (no modules.json or config.json)"
-            )
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                self._check_dir()
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                self._model = self._load_torch() if self.backend == "torch" else self._load_exported()
-        return self._model
-
-    def _load_exported(self) -> Any:
-        from autofocus.index.exported_encoder import ExportUnavailable
-        from autofocus.index.onnx_model import OnnxEncoder
-        from autofocus.index.openvino_model import OpenVinoEncoder
-
-        encoder = OpenVinoEncoder if self.backend.startswith("openvino") else OnnxEncoder
         try:
-            return encoder(self.path, self.backend, self.max_seq_length)
+            self.model = SentenceModel(self.path, backend, device=device)
+        except ValueError as exc:  # an unknown backend
+            raise EmbedderError(str(exc)) from None
+        self.max_seq_length = self.model.length
+        self.trained_tokens = trained_tokens or self.max_seq_length
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """The model's loading errors as this embedder's, naming it."""
+        try:
+            yield
         except ExportUnavailable as exc:
             raise EmbedderError(f"{self.name}: {exc}") from exc
-
-    def _load_torch(self) -> Any:
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-
-        bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # a "Loading weights" bar on every CLI call is noise
-        try:
-            return SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-        finally:
-            if bars:
-                hf_logging.enable_progress_bar()
+        except SentenceModelError as exc:
+            raise EmbedderError(str(exc)) from None
 
     @property
     def dim(self) -> int:
-        if self.backend != "torch":
-            self._check_dir()
-            return int(read_json(self.path / "config.json")["hidden_size"])
-        model = self._load()
-        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        return int(getter())
+        with self._named():
+            return self.model.dim
 
     def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        model = self._load()
+        with self._named():
+            self.model.load()
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), np.float32)
 
-        def run(batch: list[str]) -> np.ndarray:
-            with self._lock:  # neither torch modules nor our buffers are re-entrant; serialise concurrent callers
-                if self.backend != "torch":
-                    return model.encode(batch, batch_size=batch_size)
-                return model.encode(
-                    batch, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
-                    show_progress_bar=False,
-                )
+        def run(batch: list[str]) -> np.ndarray:  # normalised per batch, as every embedder's rows
+            return self.model.encode(batch, batch_size=batch_size, unit=False)
 
         # Sub-batches of 8 * batch_size are sorted by length inside while the bar still moves.
         return _batched_embed(run, texts, 8 * batch_size, progress, self.name)

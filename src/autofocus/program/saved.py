@@ -40,11 +40,12 @@ from autofocus import paths
 from autofocus._version import __version__
 from autofocus.config import AutofocusConfig, invalid
 from autofocus.program.steps.nearest_demos import NearestDemos, pool_from_dict
+from autofocus.saved_files import SavedFileError, read_saved
 
 FORMAT = "autofocus-program/1"
 
 
-class ProgramFileError(ValueError):
+class ProgramFileError(SavedFileError):
     """A program file that cannot be read, or that does not fit the program it is loaded into."""
 
 
@@ -86,29 +87,20 @@ def save_program(
 
 def read_program(path: Path | str) -> dict[str, Any]:
     """The program file as a dict, checked for the keys every reader needs."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ProgramFileError(f"{path}: no such program file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProgramFileError(f"{path}: not a program file from `autofocus optimize` ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise ProgramFileError(f"{path}: expected format {FORMAT!r}, found {found!r}")
+    doc = read_saved(path, FORMAT, "program file", error=ProgramFileError, missing=" (made by `autofocus optimize`)")
     for key, kind in (("system", str), ("config", dict), ("state", dict)):
         if not isinstance(doc.get(key), kind):
-            raise ProgramFileError(f"{path}: {key!r} is missing or not a {kind.__name__}")
+            raise ProgramFileError(f"{path}: {key!r} is missing or not a {kind.__name__}", Path(path))
     return doc
 
 
 def is_program_file(path: Path | str) -> bool:
     """Whether ``path`` is a program file of this format (not, say, a DSPy ``Module.save`` state file)."""
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        read_saved(path, FORMAT, "program file")
+    except SavedFileError:
         return False
-    return isinstance(doc, dict) and doc.get("format") == FORMAT
+    return True
 
 
 def read_program_config(path: Path | str) -> tuple[str, AutofocusConfig]:

@@ -19,9 +19,10 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from cachetools import LRUCache
@@ -29,8 +30,9 @@ from cachetools import LRUCache
 from autofocus import paths
 from autofocus.config import RERANKER_KINDS
 from autofocus.index.cache import EmbeddingCache, default_cache
-from autofocus.index.embedders import input_length, l2_normalise
-from autofocus.index.exported_encoder import read_json, weights_digest
+from autofocus.index.exported_encoder import weights_digest
+from autofocus.index.sentence_model import SentenceModel, SentenceModelError, input_length
+from autofocus.saved_files import SavedFileError, read_json_file, read_saved
 from autofocus.skb.model import SKB
 
 log = logging.getLogger("autofocus")
@@ -41,10 +43,11 @@ TYPE_READER_FILE = "type_reader.json"
 FORMAT = "autofocus-trained/1"
 CROSS_ENCODER, BI_ENCODER = RERANKER_KINDS  # the kinds of trained reranker
 TRAINED_BACKENDS: tuple[str, ...] = ("auto", "torch", "openvino")  # what runs a trained model
+T = TypeVar("T")
 BI_ENCODER_SCALE = 20.0  # cosine -> logit, as MultipleNegativesRankingLoss scales it in training
 
 
-class TrainedPartsError(ValueError):
+class TrainedPartsError(SavedFileError):
     """A trained-parts folder that is missing, incomplete or not one (names the file and what is wrong)."""
 
 
@@ -96,18 +99,18 @@ def check_model_folder(folder: Path, what: str) -> None:
         raise TrainedPartsError(f"{weights}: damaged or cut short ({exc}); run `autofocus adapt` again") from None
 
 
-def _on_openvino(folder: Path, length: int, backend: str, *, pairs: bool) -> Any:
-    """The model converted to OpenVINO (once, cached as the index's embedder is), or None where it cannot
-    serve there and ``backend`` is ``auto`` (torch then loads it, and names what is wrong with a broken folder)."""
+def _on_openvino(folder: Path, backend: str, open_exported: Callable[[], T]) -> T | None:
+    """The model converted to OpenVINO by ``open_exported`` (once, cached as the index's embedder is), or
+    None where it cannot serve there and ``backend`` is ``auto`` (torch then loads it, and names what is
+    wrong with a broken folder)."""
     if backend not in TRAINED_BACKENDS:
         raise ValueError(f"unknown backend {backend!r} for a trained model; use one of {TRAINED_BACKENDS}")
     if backend == "torch":
         return None
     from autofocus.index.exported_encoder import ExportUnavailable
-    from autofocus.index.openvino_model import OpenVinoEncoder
 
     try:
-        return OpenVinoEncoder(folder, "openvino", length, pairs=pairs)
+        return open_exported()
     except Exception as exc:  # a missing runtime, another architecture, a broken folder
         if backend == "openvino":
             raise TrainedPartsError(str(exc) if isinstance(exc, ExportUnavailable)  # names the folder where it matters
@@ -129,7 +132,8 @@ class CrossEncoderModel(_SharedModel):
                  backend: str = "auto") -> None:
         self.folder, self.batch_size = Path(folder), batch_size
         check_model_folder(self.folder, "cross-encoder")
-        self.exported = _on_openvino(self.folder, _length(self.folder, max_length), backend, pairs=True)
+        length = _length(self.folder, max_length)
+        self.exported = _on_openvino(self.folder, backend, lambda: _openvino_pair_scorer(self.folder, length))
         self.backend = "openvino" if self.exported is not None else "torch"
         if self.exported is None:
             from sentence_transformers.cross_encoder import CrossEncoder
@@ -159,9 +163,10 @@ class CrossEncoderModel(_SharedModel):
 
 
 class BiEncoderModel(_SharedModel):
-    """A sentence embedder fine-tuned on the knowledge base's questions: question and candidates embedded
-    apart, scored by cosine. Its probabilities are the softmax over the candidates given, the distribution
-    its training loss fitted (so they depend on the list, as a ranking does).
+    """A sentence embedder fine-tuned on the knowledge base's questions: the index's kind of embedder
+    (``index.sentence_model``) loaded from a trained folder, question and candidates embedded apart,
+    scored by cosine. Its probabilities are the softmax over the candidates given, the distribution its
+    training loss fitted (so they depend on the list, as a ranking does).
 
     A candidate's vector does not depend on the question, so each description is embedded once and kept
     in the embedding cache (by default the autofocus home's, on disk, under the model's weights digest):
@@ -169,38 +174,26 @@ class BiEncoderModel(_SharedModel):
     cross-encoder's."""
 
     kind = BI_ENCODER
-    exported: Any = None  # the OpenVINO encoder, where it runs there
 
     def __init__(self, folder: Path, *, max_length: int | None = None, batch_size: int = 32,
                  cache: EmbeddingCache | None = None, backend: str = "auto") -> None:
         self.folder, self.batch_size = Path(folder), batch_size
         check_model_folder(self.folder, "sentence-transformers")
         length = _length(self.folder, max_length)
-        self.exported = _on_openvino(self.folder, length, backend, pairs=False)
-        self.backend = "openvino" if self.exported is not None else "torch"
-        if self.exported is None:
-            from sentence_transformers import SentenceTransformer
-
+        self.encoder = _on_openvino(self.folder, backend, lambda: _loaded(SentenceModel(self.folder, "openvino", length)))
+        if self.encoder is None:
             try:
-                self.model = SentenceTransformer(str(self.folder), device="cpu", local_files_only=True)
-            except (OSError, ValueError, KeyError) as exc:
-                raise TrainedPartsError(f"{self.folder}: not a sentence-transformers folder ({type(exc).__name__}: {exc})") from None
-            self.model.max_seq_length = length
+                self.encoder = _loaded(SentenceModel(self.folder, "torch", length))
+            except SentenceModelError as exc:
+                raise TrainedPartsError(str(exc)) from None
+        self.backend = self.encoder.backend
         self.cache = cache if cache is not None else default_cache()
         self.name = f"bi-encoder-{weights_digest(self.folder)}-{length}t"  # the cache's key
-        if self.exported is not None:  # mean-pooled hidden states, as the index's exported embedders read it
-            self.dim = int(read_json(self.folder / "config.json")["hidden_size"])
-        else:
-            getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-            self.dim = int(getter())
+        self.dim = self.encoder.dim
 
     def embed(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit vectors of ``texts`` (the embedder the cache calls for the ones it lacks)."""
-        with self._lock:
-            if self.exported is not None:
-                return l2_normalise(self.exported.encode(list(texts), batch_size=batch_size))
-            return self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                                     convert_to_numpy=True, show_progress_bar=False)
+        return self.encoder.encode(texts, batch_size=batch_size)
 
     def logits(self, question: str, texts: list[str]) -> np.ndarray:
         """Scaled cosine of the question and each text."""
@@ -216,6 +209,18 @@ class BiEncoderModel(_SharedModel):
             return z
         e = np.exp(z - z.max())
         return e / e.sum()
+
+
+def _openvino_pair_scorer(folder: Path, length: int) -> Any:
+    from autofocus.index.openvino_model import OpenVinoEncoder
+
+    return OpenVinoEncoder(folder, "openvino", length, pairs=True)
+
+
+def _loaded(model: SentenceModel) -> SentenceModel:
+    """``model`` loaded now, so that a folder its backend cannot serve fails here."""
+    model.load()
+    return model
 
 
 RerankerModel = CrossEncoderModel | BiEncoderModel
@@ -290,24 +295,14 @@ class TrainedParts:
         """Open a trained-parts folder; warns (``warnings``, the log) where it was trained on another
         knowledge base or its type reader reads another embedder's vectors."""
         folder = Path(folder)
-        path = folder / MANIFEST
-        try:
-            manifest = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TrainedPartsError(f"{path}: no trained-parts manifest (was `autofocus adapt` interrupted?)") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TrainedPartsError(f"{path}: unreadable manifest ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise TrainedPartsError(f"{path}: not a trained-parts manifest (format {FORMAT!r} expected)")
+        manifest = read_saved(folder / MANIFEST, FORMAT, "trained-parts manifest", error=TrainedPartsError,
+                              missing=" (was `autofocus adapt` interrupted?)")
         parts = cls(folder, manifest)
         if manifest.get("reranker"):
             parts.reranker = open_reranker(folder / RERANKER_DIR, manifest["reranker"])
         if manifest.get("type_reader"):
             reader_path = folder / TYPE_READER_FILE
-            try:
-                doc = json.loads(reader_path.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise TrainedPartsError(f"{reader_path}: unreadable type reader ({exc})") from None
+            doc = read_json_file(reader_path, "type reader", error=TrainedPartsError)
             parts.type_reader = TypeReader.from_dict(doc, str(reader_path))
         parts.check(skb, embedder)
         return parts

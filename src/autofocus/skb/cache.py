@@ -311,9 +311,7 @@ def rekey_index_manifests(root: Path, old_fingerprint: str, new_fingerprint: str
             continue
         if isinstance(manifest, dict) and manifest.get("skb_fingerprint") == old_fingerprint:
             manifest["skb_fingerprint"] = new_fingerprint
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-            os.replace(tmp, path)
+            paths.replace_atomically(path, json.dumps(manifest, indent=2) + "\n")
             count += 1
     return count
 
