@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "autofocus"
 # lowest first; a module may import from its own layer and the ones before it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("_env", "_version", "paths", "digests", "redact", "literal", "progress", "usage", "trace",
-                    "query_graph", "metrics", "language", "sqlite_cache")),
+                    "query_graph", "metrics", "language", "sqlite_cache", "saved_files")),
     ("settings", ("config", "config_lm", "config_legacy", "options")),
     ("offline LM", ("local_lm", "lm")),
     ("knowledge base", ("skb",)),
