@@ -26,3 +26,37 @@ def test_each_benchmark_prints_its_help(script: Path) -> None:
                          timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("usage:"), res.stdout[:500]
+
+
+def test_settings_walk_records_whole_configs_below_its_root() -> None:
+    """The walk counts the calls given the whole config (by name, ``*args`` or ``**kwargs``) while its root
+    runs, not those given one group of it nor those outside the root; a call from a lower layer into a
+    higher one is a climb."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import settings_walk
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from autofocus.config import AutofocusConfig
+    from autofocus.program.steps.grounded_strand import StrandSettings
+    from autofocus.program.steps.vss import grounded_slots
+
+    cfg = AutofocusConfig()
+
+    def takes(*args: object, **kwargs: object) -> None:
+        pass
+
+    def root() -> None:
+        StrandSettings.of(cfg)
+        takes(config=cfg)
+        takes(cfg.merge)
+        grounded_slots(cfg.merge.alpha, cfg.merge.k)
+
+    walk = settings_walk.Walk(root.__code__)
+    with walk.recording():
+        takes(cfg)  # outside the root: not counted
+        root()
+    assert dict(walk.entered) == {"autofocus.program.steps.grounded_strand": 1, __name__: 1}
+    walk.calls[("autofocus.config", "autofocus.program.steps.vss", "f")] += 1
+    walk.calls[("autofocus.program.steps.vss", "autofocus.config", "g")] += 1
+    assert walk.climbs() == [("autofocus.config", "autofocus.program.steps.vss", "f", 1)]
