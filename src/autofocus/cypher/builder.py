@@ -43,16 +43,13 @@ apply ``edge_mode`` to ``Triplet.edge_types``.
 
 from __future__ import annotations
 
-import re
-from collections import deque
-from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
 
+from autofocus.cypher.expressions import FORM_FUNCTIONS, REVERSED, first_var, has_prop, regex_op
 from autofocus.cypher.lexer import IDENT, QIDENT, cut_trailing_prose, extract_query, tokenize
 from autofocus.cypher.mapping import SchemaMapper, mapper_for
 from autofocus.cypher.parser import (
-    Arith,
     BoolOp,
     Clause,
     Cmp,
@@ -71,28 +68,14 @@ from autofocus.cypher.parser import (
     Var,
     parse_statement,
 )
+from autofocus.cypher.query_caps import MAX_DROPPED, MAX_QUERY_CHARS, within_caps
+from autofocus.cypher.schema_types import SchemaTypes, Trip
 from autofocus.query_graph import Constraint, Dropped, QueryGraph, Symbol, Triplet, Value
 from autofocus.skb.schema import Schema
 
 Mode = Literal["strict", "lenient"]
 
-_REVERSED = {"=": "=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
-# Functions that only change the form of a property or a literal: stripped, the argument kept.
-_FORM_FUNCTIONS = frozenset({
-    "tolower", "toupper", "lower", "upper", "trim", "ltrim", "rtrim", "tostring", "tointeger", "tofloat",
-    "toboolean", "date", "datetime", "localdatetime", "str", "int", "float",
-})  # fmt: skip
 _MAX_FIXED_HOPS = 4  # "-[:r*2]->" becomes a chain of 2 triplets through a fresh variable
-# Work caps: a question needs a handful of triplets; an answer with thousands of MATCH clauses would make
-# steps 3b-5 search for minutes. What lies beyond a cap is cut (the part nearest the target is kept)
-# and named in ``QueryGraph.capped``, so the question is recorded as degraded, never silently narrowed.
-MAX_QUERY_CHARS = 20_000  # over twice the longest LM answer step 2 parses (``llm_call.MAX_ANSWER_CHARS``)
-MAX_TRIPLETS = 12
-MAX_SYMBOLS = 2 * MAX_TRIPLETS + 1
-MAX_CONDITIONS = 12  # per symbol
-MAX_DROPPED = 50  # Dropped records kept (each becomes a trace event); the rest are counted in one
-_REGEX_FLAGS = re.compile(r"^\(\?[a-zA-Z]+\)")
-_REGEX_META = re.compile(r"(?<!\\)[.\[\](){}*+?|^$]")
 
 
 def parse_cypher(
@@ -135,17 +118,6 @@ def parse_cypher(
         )
 
 
-@dataclass(slots=True)
-class _Trip:
-    head: str
-    tail: str
-    types: list[str]
-    directed: bool
-    text: str
-    rel: str | None = None
-    alternatives: list[str] = field(default_factory=list)
-
-
 class _Builder:
     def __init__(self, schema: Schema | SchemaMapper | None, mode: Mode) -> None:
         if isinstance(schema, Schema):
@@ -156,14 +128,13 @@ class _Builder:
         self.dropped: list[Dropped] = []
         self.labels: dict[str, list[list[str]]] = {}  # var -> the labels of each node pattern that has some
         self.constraints: dict[str, list[Constraint]] = {}  # insertion order = symbol order
-        self.trips: list[_Trip] = []
+        self.trips: list[Trip] = []
         self.rel_vars: set[str] = set()
         self.aliases: dict[str, str | None] = {}  # WITH x AS y: y -> x; None for computed values
         self.reserved: set[str] = set()
         self.fresh_count = 0
         self.target: str | None = None
         self.types: dict[str, str | None] = {}
-        self.reported: set[str] = set()
         self.capped: list[str] = []
 
     def drop(self, text: str, reason: str) -> None:
@@ -240,7 +211,7 @@ class _Builder:
             self.drop(self.query[c.start : c.end], "RETURN has no readable item: the target is unknown")
             return
         first = c.items[0].expr
-        var = _first_var(first)
+        var = first_var(first)
         if var is None or var in self.rel_vars:
             self.drop(self.src(first), "the first RETURN item names no node variable: the target is unknown")
             return
@@ -287,7 +258,7 @@ class _Builder:
         for var in chain[1:-1]:
             self.symbol(var)
         for a, b in pairwise(chain):
-            self.trips.append(_Trip(a, b, list(r.types), directed, text))
+            self.trips.append(Trip(a, b, list(r.types), directed, text))
 
     # -- conditions --
     def condition(self, e: Expr) -> None:
@@ -324,10 +295,10 @@ class _Builder:
                 self.drop(text, "no node property in this comparison")
             return
         if rp:
-            if op not in _REVERSED:
+            if op not in REVERSED:
                 self.drop(text, f"a value on the left of {op} cannot be turned round")
                 return
-            left, right, op = right, left, _REVERSED[op]
+            left, right, op = right, left, REVERSED[op]
         if op in ("<>", "!="):
             self.drop(text, "<> is a negation: dropped")
             return
@@ -346,7 +317,7 @@ class _Builder:
             self.drop(text, "a comparison with null is dropped")
             return
         if op == "=~":
-            converted = _regex_op(value) if isinstance(value, str) else None
+            converted = regex_op(value) if isinstance(value, str) else None
             if converted is None:
                 self.drop(text, "regular expression is not a plain text match: dropped")
                 return
@@ -366,14 +337,14 @@ class _Builder:
 
     def strip(self, e: Expr) -> Expr:
         """``toLower(x.name)`` -> ``x.name`` (recorded)."""
-        while isinstance(e, Func) and e.name.lower() in _FORM_FUNCTIONS and len(e.args) == 1:
-            if _has_prop(e.args[0]):
+        while isinstance(e, Func) and e.name.lower() in FORM_FUNCTIONS and len(e.args) == 1:
+            if has_prop(e.args[0]):
                 self.drop(self.src(e), f"function {e.name}() around a property is stripped")
             e = e.args[0]
         return e
 
     def value(self, e: Expr) -> tuple[bool, Value | None]:
-        e = self.strip(e) if isinstance(e, Func) and not _has_prop(e) else e
+        e = self.strip(e) if isinstance(e, Func) and not has_prop(e) else e
         if isinstance(e, Lit):
             return True, e.value
         if isinstance(e, Neg) and isinstance(e.item, Lit) and type(e.item.value) in (int, float):
@@ -417,124 +388,10 @@ class _Builder:
         self.symbol(var)
         return var
 
-    # -- types, after all clauses --
+    # -- types, after all clauses (``cypher.schema_types``) --
     def finish(self, target_type: str | None) -> None:
-        for var, uses in self.labels.items():
-            self.types[var] = self.node_type(var, uses)
-        if self.target is not None and self.types.get(self.target) is None and target_type:
-            self.types[self.target] = self.map_target_type(target_type)
-        for t in self.trips:
-            self.edge_type(t)
-        if self.mapper is not None:
-            self.infer_types()
-
-    def node_type(self, var: str, uses: list[list[str]]) -> str | None:
-        chosen: str | None = None
-        for labels in uses:
-            for label in labels:
-                t = self.map_label(label)
-                if t is None:
-                    continue
-                if chosen is None:
-                    chosen = t
-                elif t != chosen:
-                    self.drop(
-                        f"{var}:{label}",
-                        f"{var} is already a {chosen}; a node has one type, the first is kept",
-                    )
-        return chosen
-
-    def map_label(self, label: str) -> str | None:
-        if self.mapper is None:
-            return label
-        m = self.mapper.node_type(label)
-        report = label not in self.reported  # one Dropped per label, not per use
-        self.reported.add(label)
-        if m.name is None:
-            if report:
-                self.drop(f":{label}", "label matches no node type of the schema")
-            return None
-        if m.how == "ambiguous":
-            tied = ", ".join((m.name, *m.ties))
-            outcome = "symbol left untyped" if self.strict else f"{m.name} kept as a hint"
-            if report:
-                self.drop(f":{label}", f"label matches several node types equally ({tied}): {outcome}")
-            if self.strict:
-                return None
-        return m.name
-
-    def map_target_type(self, target_type: str) -> str | None:
-        if self.mapper is None:
-            return target_type
-        m = self.mapper.node_type(target_type)
-        if m.name is None or (m.how == "ambiguous" and self.strict):
-            self.drop(target_type, "the given target type matches no node type of the schema")
-            return None
-        return m.name
-
-    def edge_type(self, t: _Trip) -> None:
-        if not t.types:
-            return
-        if self.mapper is None:
-            t.rel, t.alternatives = t.types[0], t.types[1:]
-            return
-        head_type, tail_type = self.types.get(t.head), self.types.get(t.tail)
-        accepted: list[tuple[str, bool]] = []
-        for label in t.types:
-            m = self.mapper.edge_type(label, head_type, tail_type, t.directed)
-            text = f"[:{label}]"
-            if m.name is None:
-                self.drop(text, "relationship type matches no edge type of the schema")
-                continue
-            if m.how == "ambiguous":
-                tied = ", ".join((m.name, *m.ties))
-                if self.strict:
-                    self.drop(text, f"relationship type matches several edge types equally ({tied})")
-                    continue
-                self.drop(
-                    text, f"relationship type matches several edge types equally ({tied}): {m.name} kept"
-                )
-            if not m.fits:
-                info = self.mapper.schema.edge_types[m.name]
-                clash = (
-                    f"edge type {m.name} connects {info.src_type or '*'} -> {info.dst_type or '*'}, "
-                    f"not {t.head}:{head_type} and {t.tail}:{tail_type}"
-                )
-                if self.strict:
-                    self.drop(text, f"{clash}: dropped")
-                    continue
-                self.drop(text, f"{clash}: kept as a hint")
-            if m.name not in (a for a, _ in accepted):
-                accepted.append((m.name, m.flipped))
-        if not accepted:
-            return
-        flips = {f for _, f in accepted}
-        if flips == {True}:
-            info = self.mapper.schema.edge_types[accepted[0][0]]
-            self.drop(
-                f"({t.head})-[:{'|'.join(t.types)}]->({t.tail})",
-                f"direction reversed: edge type {accepted[0][0]} goes {info.src_type or '*'} -> {info.dst_type or '*'}",
-            )
-            t.head, t.tail = t.tail, t.head
-        elif len(flips) == 2:
-            self.drop(t.text, "the alternative edge types go opposite ways: matched in either direction")
-            t.directed = False
-        t.rel, t.alternatives = accepted[0][0], [a for a, _ in accepted[1:]]
-
-    def infer_types(self) -> None:
-        """An untyped endpoint of typed edges gets the node type that all of them imply."""
-        assert self.mapper is not None
-        edges = self.mapper.schema.edge_types
-        implied: dict[str, set[str | None]] = {}
-        for t in self.trips:
-            if t.rel is None or not t.directed:
-                continue
-            for rel in (t.rel, *t.alternatives):
-                implied.setdefault(t.head, set()).add(edges[rel].src_type)
-                implied.setdefault(t.tail, set()).add(edges[rel].dst_type)
-        for var, types in implied.items():
-            if self.types.get(var) is None and len(types) == 1 and None not in types:
-                self.types[var] = next(iter(types))
+        SchemaTypes(self.mapper, self.strict, self.drop, self.types).assign(self.labels, self.trips, self.target,
+                                                                            target_type)
 
     def result(self) -> QueryGraph:
         symbols = {
@@ -559,7 +416,7 @@ class _Builder:
             if t.head in symbols and t.tail in symbols
         ]
         target = self.target if self.target in symbols else None
-        symbols, triplets = self.within_caps(symbols, triplets, target)
+        symbols, triplets = within_caps(symbols, triplets, target, [(t.head, t.tail) for t in self.trips], self.capped)
         dropped = self.dropped[:MAX_DROPPED]
         if len(self.dropped) > MAX_DROPPED:
             dropped.append(Dropped(text="", reason=f"{len(self.dropped) - MAX_DROPPED:,} more parts dropped"))
@@ -571,83 +428,3 @@ class _Builder:
             dropped=dropped,
             capped=self.capped,
         )
-
-    def within_caps(self, symbols: dict[str, Symbol], triplets: list[Triplet],
-                    target: str | None) -> tuple[dict[str, Symbol], list[Triplet]]:
-        """The query cut to the work caps: the triplets nearest the target, their symbols (the target
-        first), the first conditions of each symbol; what was cut is recorded in ``capped``."""
-        if len(triplets) > MAX_TRIPLETS:
-            dist = _hops_from(target, triplets)
-            order = sorted(range(len(triplets)), key=lambda i: min(dist.get(triplets[i].head, len(triplets)),
-                                                                   dist.get(triplets[i].tail, len(triplets))))
-            keep = sorted(order[:MAX_TRIPLETS])
-            self.capped.append(f"{len(triplets):,} triplets: the {MAX_TRIPLETS} nearest the target are kept")
-            triplets = [triplets[i] for i in keep]
-        if len(symbols) > MAX_SYMBOLS or len(triplets) < len(self.trips):
-            used = dict.fromkeys([v for v in (target,) if v is not None]
-                                 + [v for t in triplets for v in (t.head, t.tail)])
-            linked = {v for t in self.trips for v in (t.head, t.tail)}  # a symbol cut off with its triplets goes too
-            rest = [v for v in symbols if v not in used and v not in linked][: max(0, MAX_SYMBOLS - len(used))]
-            kept = {v: symbols[v] for v in symbols if v in used or v in rest}
-            if len(kept) < len(symbols):
-                self.capped.append(f"{len(symbols):,} symbols: {len(kept)} are kept")
-            symbols = kept
-        crowded = [v for v, s in symbols.items() if len(s.constraints) > MAX_CONDITIONS]
-        for v in crowded:
-            symbols[v] = symbols[v].model_copy(update={"constraints": symbols[v].constraints[:MAX_CONDITIONS]})
-        if crowded:
-            self.capped.append(f"more than {MAX_CONDITIONS} conditions on {', '.join(crowded[:5])}: "
-                               f"the first {MAX_CONDITIONS} are kept")
-        return symbols, triplets
-
-
-def _hops_from(start: str | None, triplets: list[Triplet]) -> dict[str, int]:
-    """Hops from ``start`` to each symbol its triplets reach (breadth first, one pass per level)."""
-    links: dict[str, list[str]] = {}
-    for t in triplets:
-        links.setdefault(t.head, []).append(t.tail)
-        links.setdefault(t.tail, []).append(t.head)
-    dist = {start: 0} if start is not None else {}
-    queue = deque(dist)
-    while queue:
-        v = queue.popleft()
-        for w in links.get(v, []):
-            if w not in dist:
-                dist[w] = dist[v] + 1
-                queue.append(w)
-    return dist
-
-
-def _first_var(e: Expr) -> str | None:
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Prop):
-        return _first_var(e.base)
-    if isinstance(e, Func):
-        return next((v for a in e.args if (v := _first_var(a)) is not None), None)
-    if isinstance(e, Arith):
-        return next((v for a in e.operands if (v := _first_var(a)) is not None), None)
-    return None
-
-
-def _has_prop(e: Expr) -> bool:
-    if isinstance(e, Prop):
-        return True
-    return isinstance(e, Func) and any(_has_prop(a) for a in e.args)
-
-
-def _regex_op(pattern: str) -> tuple[str, str] | None:
-    """``(?i).*asthma.*`` -> CONTAINS 'asthma'; None if it uses regex syntax beyond that."""
-    p = _REGEX_FLAGS.sub("", pattern).removeprefix("^")
-    if p.endswith("$") and not p.endswith("\\$"):
-        p = p[:-1]
-    lead = p.startswith(".*")
-    p = p.removeprefix(".*")
-    trail = p.endswith(".*") and not p.endswith("\\.*")
-    p = p.removesuffix(".*") if trail else p
-    if not p or _REGEX_META.search(p):
-        return None
-    op = {(True, True): "CONTAINS", (False, True): "STARTS WITH", (True, False): "ENDS WITH"}.get(
-        (lead, trail), "="
-    )
-    return op, re.sub(r"\\(.)", r"\1", p)
