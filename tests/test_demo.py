@@ -21,13 +21,15 @@ from typer.testing import CliRunner
 from autofocus.cli import app
 from autofocus.demo.build import DemoBuild, build_demo_skb
 from autofocus.demo.heldout import write_heldout
+from autofocus.demo.node_text import clean_doc
 from autofocus.demo.questions import (
     TEMPLATES,
     in_scope,
     leaks_answer,
     load_written_questions,
 )
-from autofocus.demo.stdlib_skb import EDGE_TYPES, SMALL_MODULES, clean_doc, collect_stdlib
+from autofocus.demo.stdlib_schema import EDGE_TYPES, SMALL_MODULES
+from autofocus.demo.stdlib_skb import collect_stdlib
 from autofocus.skb.io import load_skb
 from autofocus.skb.model import SKB
 from autofocus.skb.qa import load_qa

@@ -39,8 +39,8 @@ from autofocus.cli import app
 from autofocus.cli_app import EXIT_NOTHING, EXIT_PARTIAL
 from autofocus.console import safe
 from autofocus.cypher import parse_cypher
-from autofocus.cypher.query_caps import MAX_TRIPLETS
 from autofocus.cypher.lexer import tokenize
+from autofocus.cypher.query_caps import MAX_TRIPLETS
 from autofocus.evaluation import runner
 from autofocus.evaluation.report import load_run, summarize
 from autofocus.evaluation.runner import RunBusyError, run_eval

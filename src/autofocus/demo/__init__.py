@@ -7,6 +7,7 @@ Example:
 """
 
 from autofocus.demo.build import DemoBuild, build_demo_skb
-from autofocus.demo.stdlib_skb import FULL_MODULES, SMALL_MODULES, StdlibGraph, collect_stdlib
+from autofocus.demo.stdlib_schema import FULL_MODULES, SMALL_MODULES
+from autofocus.demo.stdlib_skb import StdlibGraph, collect_stdlib
 
 __all__ = ["FULL_MODULES", "SMALL_MODULES", "DemoBuild", "StdlibGraph", "build_demo_skb", "collect_stdlib"]

@@ -28,16 +28,8 @@ from autofocus.demo.questions import (
     relational_questions,
     written_in_scope,
 )
-from autofocus.demo.stdlib_skb import (
-    ATTRIBUTE_TYPES,
-    EDGE_TYPES,
-    FULL_MODULES,
-    NODE_TYPES,
-    SMALL_MODULES,
-    Progress,
-    StdlibGraph,
-    collect_stdlib,
-)
+from autofocus.demo.stdlib_schema import ATTRIBUTE_TYPES, EDGE_TYPES, FULL_MODULES, NODE_TYPES, SMALL_MODULES
+from autofocus.demo.stdlib_skb import Progress, StdlibGraph, collect_stdlib
 from autofocus.skb.writer import write_skb_dir
 
 _NODE_DESCRIPTIONS = {
