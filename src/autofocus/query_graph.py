@@ -97,7 +97,7 @@ class QueryGraph(BaseModel):
     symbols: dict[str, Symbol] = Field(default_factory=dict)
     triplets: list[Triplet] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)
-    # the work caps the query was cut to (``autofocus.cypher.builder``: text length, triplets, symbols,
+    # the work caps the query was cut to (``autofocus.cypher.query_caps``: text length, triplets, symbols,
     # conditions): what is left is not the whole query, so the question is recorded as degraded
     capped: list[str] = Field(default_factory=list)
 
