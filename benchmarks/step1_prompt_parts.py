@@ -115,11 +115,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="step1-parts-") as tmpdir:
         runs = args.keep.resolve() if args.keep else Path(tmpdir)
-        for skb in [p.resolve() for p in (args.skb or [ROOT / "data" / "demo"])]:
+        for skb, split in [(p.resolve(), s) for p in (args.skb or [ROOT / "data" / "demo"]) for s in args.split.split(",")]:
             results = {}
             for variant in ["full", *[v for v in variants if v != "full"]]:
-                console.print(f"{skb.name} {args.split}: {variant} (load {os.getloadavg()[0]:.1f}) ...")
-                results[variant] = [per_question(r) for r in run(skb, args.split, variant, args, runs / f"{skb.name}-{variant}")]
+                console.print(f"{skb.name} {split}: {variant} (load {os.getloadavg()[0]:.1f}) ...")
+                out = runs / f"{skb.name}-{split}-{variant}"
+                results[variant] = [per_question(r) for r in run(skb, split, variant, args, out)]
             base = results["full"]
             for variant, qs in results.items():
                 correct = [q["correct"] for q in qs]
