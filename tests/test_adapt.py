@@ -599,6 +599,14 @@ def test_the_lm_is_asked_for_judge_questions_by_its_sources_or_by_judge_lm(two_t
         return written
 
     monkeypatch.setattr(run, "judge_questions", judge_questions)
+    asked_step1: list[tuple[list[str], str | None]] = []
+
+    def step1_probabilities(kb_, system, cfg, queries, lm=None, reporter=None):  # the LM's step 1, scripted
+        asked_step1.append((list(queries), lm))
+        types = list(kb_.skb.schema.answer_types)
+        return {q: {t: 1.0 / len(types) for t in types} for q in queries}
+
+    monkeypatch.setattr(run, "step1_probabilities", step1_probabilities)
     monkeypatch.setattr(questions, "lm_writer", lambda *args: None)  # the training share: no LM here
     monkeypatch.setattr(questions, "natural_questions", lambda *args, **kw: ([], {"asked": 0}))
     options = AdaptOptions(out=tmp_path / "out" / "adapted.json", splits=("train",), templates=16, epochs=1,
@@ -610,6 +618,10 @@ def test_the_lm_is_asked_for_judge_questions_by_its_sources_or_by_judge_lm(two_t
     assert manifest["judge"]["questions"] == 3 and manifest["judge"]["kinds"] == {"textual": 2, "hybrid": 1}
     assert not manifest["reranker"]["judged"]["used"]
     assert json.loads(result.program.read_text())["config"]["steps"] == "1-7"
+    # step 1 is asked of the same LM on the judge questions, so the type reader is judged, not skipped
+    assert asked_step1 == [([q.query for q in written], "local")]
+    assert manifest["type_reader"]["judged"]["metric"] == "type accuracy"
+    assert manifest["type_reader"]["judged"]["overall"]["n"] == 3
 
 
 def test_judge_questions_carry_their_kind_from_the_qa_file(tiny_skb_data, tmp_path):

@@ -177,7 +177,8 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
     if options.type_reader and len(asked) > 1:
         report.note("fitting the type reader", "section")
         summary["type_reader"] = _type_reader(kb, mined_train, mined_val, work)
-        settings.update(_judge_type_reader(kb, work, judge, options.runs, cfg, summary, report))
+        asked_lm = options.lm if LM_JUDGE in options.judge or options.questions in ("lm", "mix") else None
+        settings.update(_judge_type_reader(kb, work, judge, options.runs, cfg, summary, report, system, asked_lm))
         lap("type_reader")
     elif options.type_reader:
         report.note(f"no type reader: the training questions ask for one type only ({', '.join(asked)})", "warning")
@@ -339,14 +340,22 @@ def _judge_reranker(folder: Path, judge: list[Mined], skb: Any, weight: float, s
 
 
 def _judge_type_reader(kb: Any, folder: Path, judge: list[JudgeQuestion], run_dirs: Sequence[Path | str],
-                       cfg: AutofocusConfig, summary: dict[str, Any], report: Reporter) -> dict[str, Any]:
+                       cfg: AutofocusConfig, summary: dict[str, Any], report: Reporter, system: str = "afr",
+                       lm: str | None = None) -> dict[str, Any]:
     """Step 1 reads the type reader only where the judge questions say it helps: step 1's probabilities
-    recorded by a run on them, with and without the reader's (``adapt.judge``)."""
+    recorded by a run on them (else, where the adaptation asks an LM anyway, ``lm``: step 1 asked now),
+    with and without the reader's (``adapt.judge``)."""
     from autofocus.program.trained import TypeReader
 
     recorded: dict[str, dict[str, float]] = {}
     for run in run_dirs:
         recorded.update(run_type_probs(run))
+    missing = [q.query for q in judge if q.query not in recorded]
+    if missing and lm is not None:
+        report.note(f"step 1 on {len(missing)} judge questions (the LM), to judge the type reader", "section")
+        started = time.perf_counter()
+        recorded.update(step1_probabilities(kb, system, cfg, missing, lm, report))
+        summary["type_reader"]["step1_minutes"] = round((time.perf_counter() - started) / 60, 2)
     asked = [q for q in judge if q.query in recorded]
     if not asked:
         reason = "no run recorded step 1 on judge questions (--run), so nothing shows that it helps"
@@ -364,6 +373,25 @@ def _judge_type_reader(kb: Any, folder: Path, judge: list[JudgeQuestion], run_di
         return {}
     inputs = [*cfg.query.target_type_inputs, *([] if "reader" in cfg.query.target_type_inputs else ["reader"])]
     return {"target_type_inputs": inputs, "type_reader_weight": cfg.query.type_reader_weight or 1.0}
+
+
+def step1_probabilities(kb: Any, system: str, cfg: AutofocusConfig, questions: Sequence[str], lm: str | None = None,
+                        reporter: Reporter | None = None) -> dict[str, dict[str, float]]:
+    """Question -> step 1's type probabilities, asked of the LM now (``lm``, default the config's; step 1
+    only, as ``afr:steps=1+7`` runs it); a question step 1 gave no probabilities for is left out."""
+    from autofocus import runtime
+    from autofocus.trace import Trace
+
+    report = reporter_or_log(reporter)
+    program = runtime.assemble(system, kb, runtime.load_config(cfg, lm, steps="1+7"), lms=True)
+    out: dict[str, dict[str, float]] = {}
+    for done, question in enumerate(questions, 1):
+        trace = Trace(system=system, question=question)
+        program.llm_steps(question, trace)  # step 1 degrades on its own where the LM fails (no probabilities)
+        if probs := trace.data.get("target_type_probs"):
+            out[question] = {str(t): float(p) for t, p in probs.items()}
+        report.advance("step 1 on judge questions", done, len(questions))
+    return out
 
 
 def _type_reader(kb: Any, train: list[Mined], val: list[Mined], folder: Path) -> dict[str, Any]:
