@@ -1,6 +1,6 @@
 """Step 1's type reader judged as ``autofocus adapt`` judges it, label-free: the LM's judge questions about
 held-out nodes (cached per knowledge base and LM), step 1 asked of the LM on each, and the first type with
-and without the adapted program's reader, per question kind (``adapt.judge.type_reader_verdict``).
+and without the adapted program's reader, per question kind (``adapt.run.reader_verdict``).
 
     .venv/bin/python benchmarks/step1_reader_judge.py --skb data/go --trained runs/go-adapted.trained --lm local
 """
@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 from autofocus import runtime
-from autofocus.adapt.judge import type_reader_verdict
+from autofocus.adapt.judge import JudgeQuestion
 from autofocus.adapt.questions import judge_questions
-from autofocus.adapt.run import step1_probabilities
+from autofocus.adapt.run import reader_verdict, step1_probabilities
 from autofocus.config import AutofocusConfig
-from autofocus.program.trained import TYPE_READER_FILE, TypeReader
 
 
 def main() -> None:
@@ -34,12 +33,10 @@ def main() -> None:
     started = time.perf_counter()
     probs = step1_probabilities(kb, "afr", cfg, [q.query for q in judge], args.lm)
     print(f"step 1 on {len(probs)} of {len(judge)} judge questions: {(time.perf_counter() - started) / 60:.2f} min")
-    path = args.trained / TYPE_READER_FILE
-    reader = TypeReader.from_dict(json.loads(path.read_text()), str(path))
-    asked = [q for q in judge if q.query in probs]
-    vectors = kb.embed_queries([q.query for q in asked])
-    rows = [(probs[q.query], reader.probabilities(v), q.target_type, q.kind) for q, v in zip(asked, vectors, strict=True)]
-    result = type_reader_verdict(rows, cfg.query.type_reader_weight or 1.0)
+    questions = [JudgeQuestion(q.query, tuple(q.answer_ids), q.kind) for q in judge]
+    result = reader_verdict(kb, args.trained, questions, probs, cfg.query.type_reader_weight or 1.0)
+    if result is None:
+        raise SystemExit("step 1 gave no probabilities for any judge question")
     print(result.line())
     print(json.dumps(result.as_dict(), indent=1))
 

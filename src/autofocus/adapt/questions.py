@@ -37,6 +37,7 @@ from autofocus.synthetic.natural import (
 from autofocus.synthetic.paraphrase import Paraphraser
 
 SOURCES = ("templates", "paraphrase", "lm", "mix")
+LM_SOURCES = ("lm", "mix")  # the sources that ask the LM (so its judge questions and step 1 come at no new setup)
 TEXTUAL_SHARE = 1 / 3  # of the ``paraphrase`` questions, those describing one node (the rest: patterns)
 JUDGE_SHARE = 0.2  # of the nodes the LM is asked about, those whose questions only judge
 JUDGE_NODES = 60  # nodes asked for the judge by default: about 150 questions once checked

@@ -44,13 +44,14 @@ from autofocus.adapt.judge import (
     JUDGE_LIST,
     LM_JUDGE,
     JudgeQuestion,
+    Verdict,
     load_judge,
     rerank_verdict,
     run_type_probs,
     type_reader_verdict,
 )
 from autofocus.adapt.mining import Mined, answer_type, mine, run_lists
-from autofocus.adapt.questions import judge_questions, training_questions
+from autofocus.adapt.questions import LM_SOURCES, judge_questions, training_questions
 from autofocus.adapt.reranker import Documents, RerankerTraining, fusion_cases, train_reranker
 from autofocus.adapt.type_reader import fit_type_reader
 from autofocus.config import AutofocusConfig
@@ -114,7 +115,8 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
         raise ValueError("no training questions: name splits (--split) or ask for template questions (--templates)")
     splits = [s for s in options.judge if s != LM_JUDGE]
     judge = [*options.judge_questions, *load_judge(skb, splits, options.judge_dir, kb.skb.num_nodes)]
-    if LM_JUDGE in options.judge or (not judge and options.questions in ("lm", "mix")):  # label-free
+    lm_sources = options.questions in LM_SOURCES
+    if LM_JUDGE in options.judge or (not judge and lm_sources):  # label-free
         report.note("asking the LM for judge questions about nodes no training question is written from", "section")
         judge = [JudgeQuestion(q.query, tuple(q.answer_ids), q.kind) for q in
                  judge_questions(skb, cfg, lm=options.lm, seed=options.seed, judge_share=options.judge_share,
@@ -177,7 +179,7 @@ def _adapt(skb: Path | str, config: AutofocusConfig, options: AdaptOptions, repo
     if options.type_reader and len(asked) > 1:
         report.note("fitting the type reader", "section")
         summary["type_reader"] = _type_reader(kb, mined_train, mined_val, work)
-        asked_lm = options.lm if LM_JUDGE in options.judge or options.questions in ("lm", "mix") else None
+        asked_lm = options.lm if LM_JUDGE in options.judge or lm_sources else None  # the LM is asked anyway
         settings.update(_judge_type_reader(kb, work, judge, options.runs, cfg, summary, report, system, asked_lm))
         lap("type_reader")
     elif options.type_reader:
@@ -345,8 +347,6 @@ def _judge_type_reader(kb: Any, folder: Path, judge: list[JudgeQuestion], run_di
     """Step 1 reads the type reader only where the judge questions say it helps: step 1's probabilities
     recorded by a run on them (else, where the adaptation asks an LM anyway, ``lm``: step 1 asked now),
     with and without the reader's (``adapt.judge``)."""
-    from autofocus.program.trained import TypeReader
-
     recorded: dict[str, dict[str, float]] = {}
     for run in run_dirs:
         recorded.update(run_type_probs(run))
@@ -356,23 +356,34 @@ def _judge_type_reader(kb: Any, folder: Path, judge: list[JudgeQuestion], run_di
         started = time.perf_counter()
         recorded.update(step1_probabilities(kb, system, cfg, missing, lm, report))
         summary["type_reader"]["step1_minutes"] = round((time.perf_counter() - started) / 60, 2)
-    asked = [q for q in judge if q.query in recorded]
-    if not asked:
+    result = reader_verdict(kb, folder, judge, recorded, cfg.query.type_reader_weight or 1.0)
+    if result is None:
         reason = "no run recorded step 1 on judge questions (--run), so nothing shows that it helps"
         summary["type_reader"]["judged"] = {"used": False, "reason": reason}
         report.note(f"step 1's type reader: not used: {reason}")
         return {}
-    reader = TypeReader.from_dict(json.loads((folder / TYPE_READER_FILE).read_text()), str(folder / TYPE_READER_FILE))
-    vectors = kb.embed_queries([q.query for q in asked])
-    rows = [(recorded[q.query], reader.probabilities(v), answer_type(q.item(0), kb.skb.type_of), q.kind)
-            for q, v in zip(asked, vectors, strict=True)]  # fmt: skip
-    result = type_reader_verdict(rows, cfg.query.type_reader_weight or 1.0)
     summary["type_reader"]["judged"] = result.as_dict()
     report.note(result.line(), "info")
     if not result.used:
         return {}
     inputs = [*cfg.query.target_type_inputs, *([] if "reader" in cfg.query.target_type_inputs else ["reader"])]
     return {"target_type_inputs": inputs, "type_reader_weight": cfg.query.type_reader_weight or 1.0}
+
+
+def reader_verdict(kb: Any, folder: Path, judge: Sequence[JudgeQuestion], recorded: dict[str, dict[str, float]],
+                   weight: float) -> Verdict | None:
+    """The verdict on the type reader saved in ``folder``: the first type of step 1's ``recorded``
+    probabilities alone and with the reader's, on the judge questions they cover (None: they cover none)."""
+    from autofocus.program.trained import TypeReader
+
+    asked = [q for q in judge if q.query in recorded]
+    if not asked:
+        return None
+    reader = TypeReader.from_dict(json.loads((folder / TYPE_READER_FILE).read_text()), str(folder / TYPE_READER_FILE))
+    vectors = kb.embed_queries([q.query for q in asked])
+    rows = [(recorded[q.query], reader.probabilities(v), answer_type(q.item(0), kb.skb.type_of), q.kind)
+            for q, v in zip(asked, vectors, strict=True)]  # fmt: skip
+    return type_reader_verdict(rows, weight)
 
 
 def step1_probabilities(kb: Any, system: str, cfg: AutofocusConfig, questions: Sequence[str], lm: str | None = None,
