@@ -11,6 +11,7 @@ lacking one, or that is no SQLite database, is reported by name with what it lac
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,15 +155,12 @@ def _read(con: sqlite3.Connection, path: Path, sql: str) -> pd.DataFrame:
 def read_go(path: Path | str) -> GoTables:
     """The terms, synonyms and parent links of ``GO.sqlite`` (the ``universal`` root ``all`` left out)."""
     path = Path(path)
-    con = _connect(path, GO_TABLES)
-    try:
+    with contextlib.closing(_connect(path, GO_TABLES)) as con:
         terms = _read(con, path, "SELECT _id, go_id, term, ontology, definition FROM go_term "
                                  "WHERE ontology IN ('BP', 'MF', 'CC') ORDER BY go_id")  # fmt: skip
         synonyms = _read(con, path, "SELECT _id, synonym FROM go_synonym WHERE like_go_id = 0 ORDER BY _id, synonym")
         parents = pd.concat([_read(con, path, f"SELECT _id, _parent_id, relationship_type FROM go_{ns}_parents")
                              for ns in NAMESPACES], ignore_index=True)  # fmt: skip
-    finally:
-        con.close()
     if terms.empty:
         raise GoSourceError(f"{path}: table go_term has no terms of the three namespaces (BP, MF, CC)")
     terms["definition"] = terms["definition"].fillna("")
@@ -172,8 +170,7 @@ def read_go(path: Path | str) -> GoTables:
 def read_org(path: Path | str) -> OrgTables:
     """The genes of ``org.Hs.eg.sqlite`` with their names, types, places and GO annotations."""
     path = Path(path)
-    con = _connect(path, ORG_TABLES)
-    try:
+    with contextlib.closing(_connect(path, ORG_TABLES)) as con:
         genes = _read(con, path, "SELECT g._id, g.gene_id, i.gene_name, i.symbol, t.gene_type FROM genes g "
                                  "JOIN gene_info i ON i._id = g._id LEFT JOIN genetype t ON t._id = g._id "
                                  "ORDER BY g._id")  # fmt: skip
@@ -184,8 +181,6 @@ def read_org(path: Path | str) -> OrgTables:
         lengths = _read(con, path, "SELECT chromosome, length FROM chrlengths")
         annotations = pd.concat([_read(con, path, f"SELECT DISTINCT _id, go_id FROM go_{ns}").assign(namespace=ns)
                                  for ns in NAMESPACES], ignore_index=True)  # fmt: skip
-    finally:
-        con.close()
     if genes.empty:
         raise GoSourceError(f"{path}: tables genes and gene_info have no gene in common")
     genes["gene_type"] = genes["gene_type"].fillna("unknown")
